@@ -1,0 +1,97 @@
+"""One exception tree for perfguard.
+
+Every message says what was found, what was expected and how to fix it, and,
+where the problem sits in a file, names the file and line. The pytest items
+turn these into a clean failure text instead of a traceback from inside
+perfguard.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Location:
+    """A place in a user's file (1-based line; ``None`` when unknown)."""
+
+    path: Path
+    line: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}" if self.line is not None else str(self.path)
+
+
+class PerfguardError(Exception):
+    """Base of every error perfguard raises on purpose.
+
+    ``problem`` says what was found, ``expected`` what would have been valid and
+    ``fix`` what the user can do. ``str()`` joins them into one readable line.
+    """
+
+    def __init__(
+        self,
+        problem: str,
+        *,
+        expected: str | None = None,
+        fix: str | None = None,
+        location: Location | None = None,
+    ) -> None:
+        self.problem = problem
+        self.expected = expected
+        self.fix = fix
+        self.location = location
+        super().__init__(self.message)
+
+    @property
+    def message(self) -> str:
+        text = f"{self.location}: {self.problem}" if self.location else self.problem
+        if self.expected:
+            text += f"; expected {self.expected}"
+        if self.fix:
+            text += f". Fix: {self.fix}"
+        return text
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class SuiteError(PerfguardError):
+    """A suite file is malformed, has an unknown key, a wrong type or value."""
+
+
+class CellError(PerfguardError):
+    """One matrix cell cannot run (unsupported combination); only that cell fails."""
+
+
+class ModelError(PerfguardError):
+    """A model cannot be built or loaded: bad factory, missing or invalid ONNX file."""
+
+
+class InputError(PerfguardError):
+    """Inputs do not match the model (names, shapes, dtypes) or an inputs file is bad."""
+
+
+class BackendUnavailable(PerfguardError):
+    """The runtime a cell needs is not installed; the cell is skipped with the install hint."""
+
+
+class ProviderFallbackError(PerfguardError):
+    """A runtime ran on another device or execution provider than the one requested."""
+
+
+class NonFiniteOutputError(PerfguardError):
+    """The model returned NaN or Inf."""
+
+
+class ResultsError(PerfguardError):
+    """A results or baseline file is corrupt, truncated or of an unknown schema version."""
+
+
+class GitError(PerfguardError):
+    """git could not answer a question perfguard needs (no commits, shallow clone, ...)."""
+
+
+class GateFailure(PerfguardError):
+    """A gated figure regressed beyond its limit."""
