@@ -95,3 +95,7 @@ class GitError(PerfguardError):
 
 class GateFailure(PerfguardError):
     """A gated figure regressed beyond its limit."""
+
+
+class StoreError(PerfguardError):
+    """The baseline archive cannot do what was asked (run without a commit, bad name, lock)."""

@@ -123,6 +123,10 @@ class ScenarioResult:
     stable: bool = True
     stability_ratio: float | None = None  # median(last third) / median(first third)
     runtime: dict[str, Any] = field(default_factory=dict)  # providers, versions, opt level
+    # Median time of the machine-speed canary measured beside this scenario (ns);
+    # the ratio of two runs' canaries normalises their latencies for host slow spells.
+    canary_ns: float | None = None
+    peak_memory_mib: float | None = None
     tags: tuple[str, ...] = ()
     samples_ns: tuple[int, ...] = ()
 

@@ -1,0 +1,210 @@
+"""Crash-safe file writes and careful JSON reads.
+
+Results and baselines are rewritten in place by CI jobs that can be killed at
+any moment. A reader must see either the old file or the new one, never half
+of each, so a write goes to a temporary file in the same directory (same
+filesystem, so the rename is atomic), is flushed to disk, and then replaces
+the target with ``os.replace``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from perfguard.errors import Location, ResultsError
+
+_CORRUPT_FIX = "the file is corrupt or was cut short; restore it from git or delete it"
+
+
+def _default_mode() -> int:
+    """Permissions a plain ``open(path, "w")`` would give, i.e. 0o666 less the umask.
+
+    NamedTemporaryFile creates 0o600 files; without this a results file would
+    become unreadable to other users (CI artifact uploaders, shared machines).
+    The umask is read from /proc rather than set-and-restored, which would race
+    with other threads creating files.
+    """
+    try:
+        status = Path("/proc/self/status").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        status = ""
+    match = re.search(r"^Umask:\s*([0-7]+)", status, re.MULTILINE)
+    umask = int(match.group(1), 8) if match else 0o022
+    return 0o666 & ~umask
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Persist the rename itself; a no-op where directories cannot be opened (Windows)."""
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+    try:
+        fd = os.open(directory, flags)
+    except OSError:
+        return
+    try:
+        with contextlib.suppress(OSError):
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` (UTF-8, newlines as given) atomically.
+
+    On any failure the temporary file is removed and the old ``path`` is left
+    exactly as it was.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = path.stat().st_mode & 0o7777  # keep the permissions a user chose
+    except OSError:
+        mode = _default_mode()
+    tmp_name: str | None = None
+    try:
+        # newline="" so files are byte-identical on every OS (they live in git).
+        with tempfile.NamedTemporaryFile(
+            "w",
+            encoding="utf-8",
+            newline="",
+            delete=False,
+            dir=path.parent,
+            prefix=f".{path.name}.",
+            suffix=".tmp",
+        ) as handle:
+            tmp_name = handle.name
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        with contextlib.suppress(OSError):  # chmod can be refused on some mounts
+            Path(tmp_name).chmod(mode)
+        Path(tmp_name).replace(path)  # os.replace: atomic on POSIX and Windows
+        tmp_name = None
+    finally:
+        if tmp_name is not None:
+            with contextlib.suppress(OSError):
+                Path(tmp_name).unlink()
+    _fsync_directory(path.parent)
+
+
+def _find_non_finite(data: Any, where: str = "$", seen: set[int] | None = None) -> str | None:
+    """JSON path of the first NaN or infinity in ``data``, to say where it is."""
+    if isinstance(data, float):
+        return None if math.isfinite(data) else where
+    if not isinstance(data, (dict, list, tuple)):
+        return None
+    seen = set() if seen is None else seen
+    if id(data) in seen:  # a cycle; json.dumps reports those itself
+        return None
+    seen.add(id(data))
+    items = data.items() if isinstance(data, dict) else enumerate(data)
+    for key, value in items:
+        step = f"{where}.{key}" if isinstance(data, dict) else f"{where}[{key}]"
+        found = _find_non_finite(value, step, seen)
+        if found:
+            return found
+    return None
+
+
+def dumps_json(data: Any, *, path: Path | None = None) -> str:
+    """The text ``write_json_atomic`` writes; ResultsError if ``data`` is not valid JSON."""
+    where = f"{path}: " if path is not None else ""
+    try:
+        # indent=1 keeps long sample lists readable in a diff without doubling the size.
+        return (
+            json.dumps(data, indent=1, sort_keys=False, ensure_ascii=False, allow_nan=False) + "\n"
+        )
+    except ValueError as exc:
+        # allow_nan=False: Python would otherwise write `NaN`, which no JSON
+        # parser but Python's accepts, poisoning the file for every other tool.
+        place = _find_non_finite(data)
+        if place is None:  # e.g. a circular reference
+            raise ResultsError(
+                f"{where}cannot write the data as JSON ({exc})",
+                fix="this is a perfguard bug; report it",
+            ) from exc
+        raise ResultsError(
+            f"{where}refusing to write a NaN or infinite number at {place}",
+            expected="finite numbers only (JSON has no NaN or infinity)",
+            fix="this is a perfguard bug: a measurement produced a non-finite figure; report it",
+        ) from exc
+    except TypeError as exc:
+        raise ResultsError(
+            f"{where}cannot write a value as JSON ({exc})",
+            expected="dicts, lists, strings, numbers, booleans and None",
+            fix="this is a perfguard bug; report it",
+        ) from exc
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Serialise ``data`` as JSON (trailing newline) and write it atomically.
+
+    Serialisation happens before anything touches the disk, so a value that
+    cannot be written leaves no trace.
+    """
+    write_text_atomic(Path(path), dumps_json(data, path=Path(path)))
+
+
+def _refuse_constant(name: str) -> Any:
+    # The JSON standard has no NaN/Infinity; a file holding them was not written
+    # by perfguard and would break the report and other tools.
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def read_json(path: Path) -> Any:
+    """Parse the JSON file at ``path``; never modifies it.
+
+    Raises ResultsError when it is missing, unreadable, or not valid JSON (with
+    the line and column where parsing stopped).
+    """
+    path = Path(path)
+    try:
+        # utf-8-sig: tolerate a byte-order mark added by a Windows editor.
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError as exc:
+        raise ResultsError(
+            f"{path}: not found",
+            expected="a JSON file written by perfguard",
+            fix="check the path, or create it by running `pytest --perfguard`",
+        ) from exc
+    except UnicodeDecodeError as exc:
+        raise ResultsError(
+            f"{path}: not valid UTF-8 text (byte {exc.start})",
+            expected="a UTF-8 JSON file",
+            fix=_CORRUPT_FIX,
+        ) from exc
+    except OSError as exc:
+        raise ResultsError(
+            f"{path}: cannot be read ({exc.strerror or exc})",
+            expected="a readable JSON file",
+            fix="check that it is a file and that you may read it",
+        ) from exc
+    if not text.strip():
+        raise ResultsError(
+            "the file is empty",
+            expected="a JSON document",
+            fix=_CORRUPT_FIX,
+            location=Location(path, 1),
+        )
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise ResultsError(
+            f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
+            expected="a complete JSON document",
+            fix=_CORRUPT_FIX,
+            location=Location(path, exc.lineno),
+        ) from exc
+    except ValueError as exc:  # from _refuse_constant
+        raise ResultsError(
+            f"invalid JSON: {exc}",
+            expected="finite numbers only",
+            fix=_CORRUPT_FIX,
+            location=Location(path),
+        ) from exc

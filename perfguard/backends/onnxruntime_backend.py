@@ -1,0 +1,299 @@
+"""The ONNX Runtime backend: an ``onnx:`` file, or a factory exported through the cache.
+
+Placement is proved, not assumed: ONNX Runtime silently falls back to the CPU
+when the CUDA provider cannot load, so the session's first provider is checked
+against the one requested and a mismatch fails the cell.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perfguard.errors import CellError, InputError, ModelError, ProviderFallbackError
+from perfguard.modelcache import cache_key_of, export_onnx, quantize_int8
+from perfguard.models import check_forward_inputs, check_onnx_file, load_factory
+from perfguard.scenario import Scenario
+
+__all__ = ["OnnxRuntimeBackend", "OnnxRuntimeSession", "ort_providers"]
+
+_INSTALL_HINT = "ONNX Runtime is not installed (pip install 'perfguard[onnx]')"
+_OPT_LEVELS = {
+    "disable": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "all": "ORT_ENABLE_ALL",
+}
+_ORT_TYPES = {
+    "tensor(float)": "float32",
+    "tensor(float16)": "float16",
+    "tensor(double)": "float64",
+    "tensor(bfloat16)": "bfloat16",
+    "tensor(int64)": "int64",
+    "tensor(int32)": "int32",
+    "tensor(int16)": "int16",
+    "tensor(int8)": "int8",
+    "tensor(uint8)": "uint8",
+    "tensor(uint16)": "uint16",
+    "tensor(uint32)": "uint32",
+    "tensor(uint64)": "uint64",
+    "tensor(bool)": "bool",
+}
+_CUDA_EP = "CUDAExecutionProvider"
+_CPU_EP = "CPUExecutionProvider"
+_GPU_FIX = (
+    "install onnxruntime-gpu (and uninstall the CPU-only onnxruntime), put the CUDA and "
+    "cuDNN libraries it was built for on the library path (LD_LIBRARY_PATH), and keep "
+    "CUDAExecutionProvider first in the provider list"
+)
+
+
+class OnnxRuntimeBackend:
+    """Runs ``onnx:`` files and exported ``factory:`` models with ONNX Runtime."""
+
+    name = "onnxruntime"
+
+    def unavailable_reason(self) -> str | None:
+        return None if importlib.util.find_spec("onnxruntime") is not None else _INSTALL_HINT
+
+    def open(
+        self, scenario: Scenario, feeds: Mapping[str, np.ndarray], cache_dir: Path
+    ) -> OnnxRuntimeSession:
+        return OnnxRuntimeSession(scenario, feeds, cache_dir)
+
+
+def ort_providers(scenario: Scenario) -> list[str | tuple[str, dict[str, Any]]]:
+    """The provider list for ``scenario.device`` (``cpu``, ``cuda`` or ``cuda:N``)."""
+    text = scenario.device.strip().lower()
+    if text == "cpu":
+        return [_CPU_EP]
+    if text == "cuda" or (text.startswith("cuda:") and text[5:].isdigit()):
+        index = int(text[5:]) if text.startswith("cuda:") else 0
+        return [(_CUDA_EP, {"device_id": index}), _CPU_EP]
+    raise CellError(
+        f"unknown device {scenario.device!r} for the onnxruntime backend",
+        expected="cpu, cuda or cuda:N",
+        fix="set `device:` to cpu, cuda or cuda:<index>",
+        location=scenario.location,
+    )
+
+
+def _provider_name(provider: str | tuple[str, dict[str, Any]]) -> str:
+    return provider if isinstance(provider, str) else provider[0]
+
+
+def _numpy_dtype(name: str) -> np.dtype[Any]:
+    if name == "bfloat16":
+        import ml_dtypes  # shipped with onnx; numpy has no bfloat16 of its own
+
+        bfloat16: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
+        return bfloat16
+    return np.dtype(name)
+
+
+def _describe(name: str, dtype: str, shape: Sequence[object]) -> str:
+    dims = ", ".join("?" if dim is None else str(dim) for dim in shape)
+    return f"{name} {dtype}[{dims}]"
+
+
+class OnnxRuntimeSession:
+    """One ``InferenceSession`` on the requested execution provider."""
+
+    synchronize: Callable[[], None] | None = None  # session.run returns host arrays
+
+    def __init__(
+        self, scenario: Scenario, feeds: Mapping[str, np.ndarray], cache_dir: Path
+    ) -> None:
+        import onnxruntime as ort
+
+        self._scenario = scenario
+        model = scenario.model
+        if scenario.precision not in ("fp32", "int8"):
+            raise CellError(
+                f"precision {scenario.precision} is not supported by the onnxruntime backend",
+                expected="fp32 or int8 (dynamic quantization)",
+                fix="run fp16/bf16 on the torch backend, or convert the model to float16 "
+                "yourself, point `onnx:` at it and use `precision: fp32`",
+                location=scenario.location,
+            )
+        if scenario.graph_optimization_level not in _OPT_LEVELS:
+            raise CellError(
+                f"unknown graph_optimization_level {scenario.graph_optimization_level!r}",
+                expected="one of: " + ", ".join(_OPT_LEVELS),
+                fix="set `graph_optimization_level:` to a supported value",
+                location=scenario.location,
+            )
+        providers = ort_providers(scenario)
+        requested = _provider_name(providers[0])
+        available = list(ort.get_available_providers())
+        if requested not in available:
+            raise ProviderFallbackError(
+                f"{scenario.device} requested {requested}, but this onnxruntime "
+                f"({ort.__version__}) only offers {', '.join(available)}",
+                expected=f"{requested} in onnxruntime.get_available_providers()",
+                fix=_GPU_FIX,
+                location=scenario.location,
+            )
+
+        from_factory = model.onnx is None
+        path, key = self._model_file(scenario, feeds, cache_dir)
+        if scenario.precision == "int8":
+            path = quantize_int8(path, cache_dir, model.location)
+            key = cache_key_of(path)
+
+        options = ort.SessionOptions()
+        level_name = _OPT_LEVELS[scenario.graph_optimization_level]
+        options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level_name)
+        if scenario.threads is not None:
+            options.intra_op_num_threads = scenario.threads
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3  # errors only; placement is checked below
+        try:
+            session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
+        except Exception as exc:
+            raise ModelError(
+                f"onnxruntime could not load {path}: {type(exc).__name__}: {exc}",
+                expected="a model this onnxruntime version and provider can run",
+                fix="check the model's opset and operators against onnxruntime "
+                f"{ort.__version__}, or try another `opset:`",
+                location=model.location,
+            ) from exc
+
+        actual = list(session.get_providers())
+        if not actual or actual[0] != requested:
+            raise ProviderFallbackError(
+                f"{scenario.device} requested {requested}, but the session runs on "
+                f"{', '.join(actual) or 'nothing'} (available: {', '.join(available)})",
+                expected=f"{requested} as the session's first provider",
+                fix=_GPU_FIX,
+                location=scenario.location,
+            )
+        self._session = session
+        self._dtypes, unused = self._check_inputs(session, feeds, strict=not from_factory)
+        self._run = session.run
+        self.runtime_info: dict[str, Any] = {
+            "onnxruntime": ort.__version__,
+            "providers": actual,
+            "requested_provider": requested,
+            "graph_optimization_level": scenario.graph_optimization_level,
+            "intra_op_num_threads": scenario.threads if scenario.threads is not None else 0,
+            "inter_op_num_threads": 1,
+            "precision": scenario.precision,
+            "model_path": str(path),
+            "cache_key": key,
+        }
+        if unused:
+            self.runtime_info["unused_inputs"] = unused
+
+    @staticmethod
+    def _model_file(
+        scenario: Scenario, feeds: Mapping[str, np.ndarray], cache_dir: Path
+    ) -> tuple[Path, str | None]:
+        model = scenario.model
+        if model.onnx is not None:
+            return check_onnx_file(model.base_dir / model.onnx, model.location), None
+        module = load_factory(model)
+        module.eval()
+        check_forward_inputs(module, list(feeds), model.location)
+        path = export_onnx(module, feeds, model, cache_dir)
+        return path, cache_key_of(path)
+
+    def _check_inputs(
+        self, session: Any, feeds: Mapping[str, np.ndarray], *, strict: bool
+    ) -> tuple[dict[str, np.dtype[Any]], list[str]]:
+        """The numpy dtype per model input; raises ``InputError`` on a mismatch.
+
+        ``strict=False`` (an exported factory) tolerates suite inputs the
+        exporter dropped because ``forward`` never used them.
+        """
+        model_inputs = list(session.get_inputs())
+        wanted = [_describe(i.name, _ORT_TYPES.get(i.type, i.type), i.shape) for i in model_inputs]
+        given = [_describe(n, str(np.asarray(a).dtype), np.shape(a)) for n, a in feeds.items()]
+        problems: list[str] = []
+        dtypes: dict[str, np.dtype[Any]] = {}
+        names = {i.name for i in model_inputs}
+        unused = [name for name in feeds if name not in names]
+        if unused and strict:
+            problems.append(f"the model has no input(s) {', '.join(unused)}")
+        for spec in model_inputs:
+            if spec.name not in feeds:
+                problems.append(f"no suite input for model input {spec.name!r}")
+                continue
+            array = np.asarray(feeds[spec.name])
+            type_name = _ORT_TYPES.get(spec.type)
+            if type_name is None:
+                problems.append(f"model input {spec.name!r} has unsupported type {spec.type}")
+                continue
+            want = _numpy_dtype(type_name)
+            if not _same_kind(array.dtype, want):
+                problems.append(f"{spec.name!r} is {array.dtype}, the model wants {type_name}")
+            if not _shape_fits(spec.shape, array.shape):
+                shown = ["?" if not isinstance(d, int) else d for d in spec.shape]
+                problems.append(
+                    f"{spec.name!r} has shape {list(array.shape)}, the model wants {shown}"
+                )
+            dtypes[spec.name] = want
+        if problems:
+            raise InputError(
+                "inputs do not match the ONNX model: "
+                + "; ".join(problems)
+                + f" (model inputs: {', '.join(wanted)}; suite inputs: {', '.join(given)})",
+                expected="one suite input per model input with the same name, rank, fixed "
+                "dimensions and kind of dtype",
+                fix="change the suite's `inputs:` to match the model (symbolic dims accept any "
+                "size)",
+                location=self._scenario.model.location,
+            )
+        return dtypes, unused
+
+    def prepare(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Contiguous arrays in the dtypes the model declares, for its inputs only."""
+        return {
+            name: np.asarray(np.asarray(feeds[name]).astype(dtype, copy=False), order="C")
+            for name, dtype in self._dtypes.items()
+        }
+
+    def run(self, prepared: Any) -> Any:
+        return self._run(None, prepared)
+
+    def to_numpy(self, outputs: Any) -> list[np.ndarray]:
+        arrays: list[np.ndarray] = []
+        for output in outputs:
+            array = np.asarray(output)
+            if array.dtype == np.float16 or array.dtype.name == "bfloat16":
+                array = array.astype(np.float32)
+            arrays.append(array)
+        return arrays
+
+    def close(self) -> None:
+        if hasattr(self, "_session"):
+            del self._session
+        self._run = _closed
+
+
+def _closed(*_: Any) -> Any:
+    raise RuntimeError("the onnxruntime session is closed")
+
+
+def _shape_fits(model_shape: Sequence[object] | None, shape: tuple[int, ...]) -> bool:
+    """Same rank and every fixed dimension equal; symbolic dimensions take any size."""
+    if model_shape is None:
+        return True
+    if len(model_shape) != len(shape):
+        return False
+    return all(not isinstance(d, int) or d == n for d, n in zip(model_shape, shape, strict=True))
+
+
+def _same_kind(have: np.dtype[Any], want: np.dtype[Any]) -> bool:
+    """Casting keeps the meaning: float to float, signed/unsigned int to int, bool to bool."""
+
+    def kind(dtype: np.dtype[Any]) -> str:
+        if dtype.name == "bfloat16":
+            return "f"
+        return "i" if dtype.kind == "u" else dtype.kind
+
+    return kind(have) == kind(want)

@@ -1,0 +1,239 @@
+"""The PyTorch backend: a factory's ``nn.Module`` in eager mode.
+
+Precisions: fp32; fp16/bf16 cast the model and its floating inputs; int8 is
+dynamic quantization of the ``nn.Linear`` layers (CPU only).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from perfguard.errors import CellError
+from perfguard.modelcache import quiet
+from perfguard.models import check_forward_inputs, feeds_positionally, load_factory
+from perfguard.scenario import Scenario
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["TorchBackend", "TorchSession", "parse_torch_device"]
+
+_INSTALL_HINT = "PyTorch is not installed (pip install 'perfguard[torch]')"
+
+
+class TorchBackend:
+    """Runs ``factory:`` models with PyTorch."""
+
+    name = "torch"
+
+    def unavailable_reason(self) -> str | None:
+        return None if importlib.util.find_spec("torch") is not None else _INSTALL_HINT
+
+    def open(
+        self, scenario: Scenario, feeds: Mapping[str, np.ndarray], cache_dir: Path
+    ) -> TorchSession:
+        return TorchSession(scenario, feeds)
+
+
+def parse_torch_device(scenario: Scenario) -> torch.device:
+    """``cpu``/``cuda``/``cuda:N`` as a ``torch.device``, checked against this machine."""
+    import torch
+
+    text = scenario.device.strip().lower()
+    index: int | None = None
+    if text.startswith("cuda:"):
+        suffix = text.partition(":")[2]
+        if not suffix.isdigit():
+            raise _bad_device(scenario)
+        index = int(suffix)
+    elif text not in ("cpu", "cuda"):
+        raise _bad_device(scenario)
+    if text == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise CellError(
+            f"device {scenario.device!r} requested but torch.cuda.is_available() is False "
+            f"(torch {torch.__version__}, built with CUDA {torch.version.cuda or 'none'})",
+            expected="a CUDA build of PyTorch and a visible NVIDIA GPU",
+            fix="install a CUDA build of torch, check CUDA_VISIBLE_DEVICES and the driver, "
+            "or run this cell with `device: cpu`",
+            location=scenario.location,
+        )
+    count = torch.cuda.device_count()
+    if index is None:
+        index = torch.cuda.current_device()
+    if index >= count:
+        raise CellError(
+            f"device {scenario.device!r} requested but only {count} CUDA device(s) are visible",
+            expected=f"cuda:0 .. cuda:{count - 1}",
+            fix="pick a visible device index or check CUDA_VISIBLE_DEVICES",
+            location=scenario.location,
+        )
+    return torch.device("cuda", index)
+
+
+def _bad_device(scenario: Scenario) -> CellError:
+    return CellError(
+        f"unknown device {scenario.device!r} for the torch backend",
+        expected="cpu, cuda or cuda:N",
+        fix="set `device:` to cpu, cuda or cuda:<index>",
+        location=scenario.location,
+    )
+
+
+class TorchSession:
+    """A factory's module on one device at one precision."""
+
+    def __init__(self, scenario: Scenario, feeds: Mapping[str, np.ndarray]) -> None:
+        import torch
+
+        self._scenario = scenario
+        self._previous_threads: int | None = None
+        self._positional = False
+        self.synchronize: Callable[[], None] | None = None
+        self.runtime_info: dict[str, Any] = {}
+        if scenario.model.factory is None:
+            raise CellError(
+                f"model {scenario.model.name!r} is an ONNX file; the torch backend needs a "
+                "`factory:`",
+                expected="`factory: module:function` returning a torch.nn.Module",
+                fix="run this model with `backend: onnxruntime`, or add a factory",
+                location=scenario.location,
+            )
+        if scenario.precision not in ("fp32", "fp16", "bf16", "int8"):
+            raise CellError(
+                f"unknown precision {scenario.precision!r} for the torch backend",
+                expected="fp32, fp16, bf16 or int8",
+                fix="set `precision:` to a supported value",
+                location=scenario.location,
+            )
+        self.device = parse_torch_device(scenario)
+        if scenario.precision == "int8" and self.device.type != "cpu":
+            raise CellError(
+                f"precision int8 on {scenario.device} is not supported by the torch backend",
+                expected="int8 (dynamic quantization of nn.Linear) on device cpu",
+                fix="run int8 with `device: cpu`, or use fp16/bf16 on the GPU",
+                location=scenario.location,
+            )
+        self.dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(
+            scenario.precision, torch.float32
+        )
+        if scenario.threads is not None:
+            self._previous_threads = torch.get_num_threads()
+            torch.set_num_threads(scenario.threads)
+        try:
+            self._module = self._build(scenario, feeds)
+        except BaseException:
+            self._restore_threads()
+            raise
+        self._call: Callable[..., Any] = self._module
+        if self.device.type == "cuda":
+            self.synchronize = functools.partial(torch.cuda.synchronize, self.device)
+        self.runtime_info = {
+            "torch": torch.__version__,
+            "device": str(self.device),
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "precision": scenario.precision,
+            "threads": torch.get_num_threads(),
+        }
+        if self.device.type == "cuda":
+            self.runtime_info["cuda"] = torch.version.cuda
+            self.runtime_info["gpu"] = torch.cuda.get_device_name(self.device)
+
+    def _build(self, scenario: Scenario, feeds: Mapping[str, np.ndarray]) -> torch.nn.Module:
+        import torch
+
+        module = load_factory(scenario.model)
+        module.eval()
+        self._positional = feeds_positionally(module, list(feeds))
+        check_forward_inputs(module, list(feeds), scenario.model.location)
+        if scenario.precision == "int8":
+            with quiet():  # torch.ao.quantization warns that it is deprecated
+                quantize: Callable[..., torch.nn.Module] = torch.ao.quantization.quantize_dynamic
+                module = quantize(module, {torch.nn.Linear}, dtype=torch.qint8)
+        elif scenario.precision in ("fp16", "bf16"):
+            module = module.to(self.dtype)
+        return module.to(self.device)
+
+    def prepare(self, feeds: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        """numpy -> tensors on the device; floats cast to the precision's dtype."""
+        import torch
+
+        bf16_inputs = {
+            spec.name for spec in self._scenario.model.inputs if spec.dtype == "bfloat16"
+        }
+        prepared: dict[str, torch.Tensor] = {}
+        for name, array in feeds.items():
+            tensor = torch.from_numpy(np.array(array, copy=True, order="C"))
+            if tensor.is_floating_point():
+                if self.dtype != torch.float32:
+                    tensor = tensor.to(self.dtype)
+                elif name in bf16_inputs:
+                    tensor = tensor.to(torch.bfloat16)
+            prepared[name] = tensor.to(self.device)
+        return prepared
+
+    def run(self, prepared: Any) -> Any:
+        import torch
+
+        with torch.inference_mode():
+            if self._positional:  # a lone input into a single-input forward()
+                return self._call(*prepared.values())
+            return self._call(**prepared)
+
+    def to_numpy(self, outputs: Any) -> list[np.ndarray]:
+        arrays: list[np.ndarray] = []
+        _flatten(outputs, arrays)
+        return arrays
+
+    def close(self) -> None:
+        import torch
+
+        module = getattr(self, "_module", None)
+        if module is not None:
+            del self._module
+            self._call = _closed
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        self._restore_threads()
+
+    def _restore_threads(self) -> None:
+        import torch
+
+        if self._previous_threads is not None:
+            torch.set_num_threads(self._previous_threads)
+            self._previous_threads = None
+
+
+def _closed(**_: Any) -> Any:
+    raise RuntimeError("the torch session is closed")
+
+
+def _flatten(value: Any, out: list[np.ndarray]) -> None:
+    import torch
+
+    if value is None:
+        return
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach()
+        if tensor.dtype in (torch.float16, torch.bfloat16):
+            tensor = tensor.float()
+        out.append(tensor.cpu().numpy())
+    elif hasattr(value, "to_tuple") and callable(value.to_tuple):  # transformers ModelOutput
+        _flatten(value.to_tuple(), out)
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            _flatten(item, out)
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            _flatten(item, out)
+    elif isinstance(value, np.ndarray):
+        out.append(value.astype(np.float32) if value.dtype == np.float16 else value)
+    else:
+        out.append(np.asarray(value))

@@ -1,0 +1,271 @@
+"""The machine a run was measured on: what must match to compare, and what is just noted.
+
+Two runs are only comparable when the hardware and the runtime stack match, so
+``comparable`` holds exactly those facts and ``fingerprint`` hashes them. Facts
+that change from run to run without changing speed in a systematic way
+(hostname, load, kernel build) go to ``recorded`` and never block a comparison.
+
+Nothing here imports torch, onnxruntime or tensorrt: importing them costs
+seconds and may initialise a GPU; their installed versions come from package
+metadata instead. GPU facts come from NVML (``pynvml``) or, failing that, from
+``nvidia-smi``; a machine without a GPU simply has no GPU fields.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from perfguard import __version__ as perfguard_version
+from perfguard.results import Environment
+
+ABSENT = "absent"
+
+# Module-level so tests can point them at fixture files.
+CPUINFO_PATH = Path("/proc/cpuinfo")
+MEMINFO_PATH = Path("/proc/meminfo")
+GOVERNOR_PATH = Path("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
+
+NVIDIA_SMI_TIMEOUT_S = 10.0
+
+#: Runtime packages whose version changes measured speed; each is looked up under
+#: the distribution names it ships as (the GPU builds are separate distributions).
+RUNTIME_DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
+    "torch": ("torch",),
+    "onnxruntime": ("onnxruntime", "onnxruntime-gpu"),
+    "numpy": ("numpy",),
+    # The `tensorrt` meta package pulls in `tensorrt-cu12`; either may be alone.
+    "tensorrt": ("tensorrt", "tensorrt-cu12", "tensorrt-cu11"),
+}
+#: Families whose distributions exclude each other: two of them installed side by
+#: side is a broken setup (one shadows the other) worth seeing in a diff.
+EXCLUSIVE_FAMILIES = frozenset({"onnxruntime"})
+
+
+def fingerprint(comparable: Mapping[str, str]) -> str:
+    """First 12 hex digits of sha256 over the sorted JSON of ``comparable``."""
+    blob = json.dumps(dict(comparable), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:12]
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def _cpu_model() -> str:
+    text = _read_text(CPUINFO_PATH)
+    if text:
+        for line in text.splitlines():
+            key, sep, value = line.partition(":")
+            if sep and key.strip() == "model name" and value.strip():
+                # cpuinfo pads some names with runs of spaces; normalise them.
+                return " ".join(value.split())
+    if platform.system() == "Darwin":
+        # platform.processor() says only "arm" on Apple silicon, hiding M1 vs M3.
+        brand = _run_quiet(["sysctl", "-n", "machdep.cpu.brand_string"], timeout=5.0)
+        if brand and brand.strip():
+            return " ".join(brand.split())
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _run_quiet(args: list[str], timeout: float) -> str | None:
+    """stdout of a helper program, or None when it is missing, fails or hangs."""
+    try:
+        proc = subprocess.run(
+            args,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            check=False,
+            timeout=timeout,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def package_version(names: tuple[str, ...], *, report_all: bool = False) -> str:
+    """Installed version of the first distribution found, from metadata only.
+
+    A build other than the first name is marked (``1.18.0 (onnxruntime-gpu)``)
+    because it performs differently from the plain build of the same version;
+    with ``report_all`` every one found is listed, joined by `` + ``. ``absent``
+    when none is installed.
+    """
+    found: list[str] = []
+    for name in names:
+        try:
+            version = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+        found.append(version if name == names[0] else f"{version} ({name})")
+        if not report_all:
+            break
+    return " + ".join(found) if found else ABSENT
+
+
+def _decode(value: object) -> str:
+    if isinstance(value, bytes):  # older pynvml returns bytes
+        return value.decode("utf-8", "replace").strip()
+    return str(value).strip()
+
+
+def _gpu_from_nvml() -> dict[str, str]:
+    """GPU 0's name, driver and CUDA driver version via NVML; raises on any failure."""
+    pynvml: Any = importlib.import_module("pynvml")
+    pynvml.nvmlInit()
+    try:
+        count = int(pynvml.nvmlDeviceGetCount())
+        if count < 1:
+            return {}
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        facts = {
+            "gpu_model": _decode(pynvml.nvmlDeviceGetName(handle)),
+            "gpu_driver": _decode(pynvml.nvmlSystemGetDriverVersion()),
+            "gpu_count": str(count),
+        }
+        # An int such as 12040 for CUDA 12.4.
+        cuda = int(pynvml.nvmlSystemGetCudaDriverVersion())
+        if cuda > 0:
+            facts["cuda_major"] = str(cuda // 1000)
+        return facts
+    finally:
+        pynvml.nvmlShutdown()
+
+
+_CUDA_VERSION_RE = re.compile(r"CUDA Version\s*:\s*(\d+)")
+
+
+def _gpu_from_nvidia_smi() -> dict[str, str]:
+    """The same facts from ``nvidia-smi``, for machines without ``nvidia-ml-py``."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return {}
+    out = _run_quiet(
+        [exe, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+        timeout=NVIDIA_SMI_TIMEOUT_S,
+    )
+    lines = [line for line in (out or "").splitlines() if line.strip()]
+    if not lines:
+        return {}
+    # The name may itself contain a comma; the driver version is the last field.
+    name, sep, driver = lines[0].rpartition(",")
+    if not sep or not name.strip():
+        return {}
+    facts = {"gpu_model": name.strip(), "gpu_driver": driver.strip(), "gpu_count": str(len(lines))}
+    # The query interface has no CUDA field; the plain banner shows it. Without it
+    # the fingerprint would differ from the NVML path on the same machine.
+    banner = _run_quiet([exe], timeout=NVIDIA_SMI_TIMEOUT_S) or ""
+    match = _CUDA_VERSION_RE.search(banner)
+    if match:
+        facts["cuda_major"] = match.group(1)
+    return facts
+
+
+def gpu_facts() -> dict[str, str]:
+    """``gpu_model``, ``gpu_driver``, ``gpu_count`` and ``cuda_major``; empty without a GPU."""
+    try:
+        facts = _gpu_from_nvml()
+    except Exception:  # no pynvml, no driver, no permission: all mean "try the CLI"
+        facts = {}
+    if not facts.get("gpu_model"):
+        facts = _gpu_from_nvidia_smi()
+    return facts
+
+
+def _memory_total() -> str | None:
+    text = _read_text(MEMINFO_PATH)
+    if text:
+        match = re.search(r"^MemTotal:\s*(\d+)\s*kB", text, re.MULTILINE)
+        if match:
+            return str(int(match.group(1)) * 1024)
+    try:
+        return str(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):  # Windows, or an unknown name
+        return None
+
+
+def _load_average() -> str | None:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except (AttributeError, OSError):  # not on Windows
+        return None
+
+
+def _affinity_count() -> str | None:
+    # In a container or under taskset fewer CPUs may be usable than exist.
+    try:
+        return str(len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return None
+
+
+def collect_environment(extra: Mapping[str, str] | None = None) -> Environment:
+    """Fingerprint this machine. ``extra`` adds comparable fields and wins on a clash."""
+    gpu = gpu_facts()
+    comparable: dict[str, str] = {
+        "cpu_model": _cpu_model(),
+        "cpu_count": str(os.cpu_count() or 0),
+        "machine": platform.machine() or "unknown",
+        "os": platform.system() or "unknown",
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+    }
+    for key, names in RUNTIME_DISTRIBUTIONS.items():
+        comparable[key] = package_version(names, report_all=key in EXCLUSIVE_FAMILIES)
+    if gpu.get("gpu_model"):
+        comparable["gpu_model"] = gpu["gpu_model"]
+        driver = gpu.get("gpu_driver", "")
+        if driver:
+            comparable["gpu_driver_major"] = driver.split(".")[0]
+        if gpu.get("cuda_major"):
+            comparable["cuda_major"] = gpu["cuda_major"]
+    if extra:
+        comparable.update({str(k): str(v) for k, v in extra.items()})
+
+    optional: dict[str, str | None] = {
+        "hostname": socket.gethostname() or platform.node(),
+        "platform": platform.platform(),
+        "python_full": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+        "perfguard": perfguard_version,
+        "gpu_driver": gpu.get("gpu_driver"),
+        "gpu_count": gpu.get("gpu_count"),
+        "cpu_governor": (_read_text(GOVERNOR_PATH) or "").strip() or None,
+        "cpu_affinity_count": _affinity_count(),
+        "load_average": _load_average(),
+        "memory_total_bytes": _memory_total(),
+    }
+    recorded = {k: v for k, v in optional.items() if v}
+    return Environment(
+        fingerprint=fingerprint(comparable), comparable=comparable, recorded=recorded
+    )
+
+
+def diff_comparable(a: Environment, b: Environment) -> dict[str, tuple[str | None, str | None]]:
+    """Comparable fields that differ, as ``{key: (value in a, value in b)}``, sorted by key.
+
+    A field present on one side only shows ``None`` on the other.
+    """
+    keys = sorted(set(a.comparable) | set(b.comparable))
+    return {
+        key: (a.comparable.get(key), b.comparable.get(key))
+        for key in keys
+        if a.comparable.get(key) != b.comparable.get(key)
+    }

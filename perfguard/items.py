@@ -1,0 +1,96 @@
+"""pytest collection nodes: a suite file, its scenario cells, and a broken suite.
+
+A suite that fails to load becomes ONE failing item carrying the located error,
+instead of a collection error: pytest stops the whole session on collection
+errors, and one bad suite must not stop the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import pytest
+from _pytest._code.code import ExceptionInfo, TerminalRepr
+
+from perfguard.errors import BackendUnavailable, PerfguardError, SuiteError
+from perfguard.scenario import Scenario
+
+if TYPE_CHECKING:
+    from perfguard.session import PerfguardSession
+
+
+class SuiteFile(pytest.File):
+    """A ``suites/*.yaml`` file; yields one item per matrix cell."""
+
+    perfguard: PerfguardSession
+
+    def collect(self) -> Iterable[pytest.Item]:
+        from perfguard.suite import load_suite
+
+        try:
+            suite = load_suite(self.path)
+        except SuiteError as exc:
+            yield SuiteErrorItem.from_parent(self, name="suite", error=exc)
+            return
+        for scenario in suite.scenarios:
+            item = ScenarioItem.from_parent(self, name=scenario.item_name, scenario=scenario)
+            self.perfguard.register_markers(scenario.tags)
+            item.add_marker("perfguard")
+            for tag in scenario.tags:
+                item.add_marker(tag)
+            # -k can select on runtime figures too: `-k "onnxruntime and int8"`.
+            item.extra_keyword_matches.update(
+                {scenario.backend, scenario.device, scenario.precision}
+            )
+            yield item
+
+
+class ScenarioItem(pytest.Item):
+    """One scenario cell: measured, recorded and (with a baseline) gated."""
+
+    def __init__(self, *, scenario: Scenario, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.scenario = scenario
+
+    def runtest(self) -> None:
+        session: PerfguardSession = self.parent.perfguard  # type: ignore[union-attr]
+        try:
+            session.run_item(self)
+        except BackendUnavailable as exc:
+            pytest.skip(str(exc))
+
+    def repr_failure(
+        self,
+        excinfo: ExceptionInfo[BaseException],
+        style: str | None = None,
+    ) -> str | TerminalRepr:
+        if isinstance(excinfo.value, PerfguardError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style=style)  # type: ignore[arg-type]
+
+    def reportinfo(self) -> tuple[str, int | None, str]:
+        line = self.scenario.location.line
+        return str(self.path), (line - 1 if line else None), f"scenario: {self.name}"
+
+
+class SuiteErrorItem(pytest.Item):
+    """Stands in for a suite that could not be loaded, and fails with its error."""
+
+    def __init__(self, *, error: SuiteError, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.error = error
+
+    def runtest(self) -> None:
+        raise self.error
+
+    def repr_failure(
+        self,
+        excinfo: ExceptionInfo[BaseException],
+        style: str | None = None,
+    ) -> str | TerminalRepr:
+        return str(excinfo.value)
+
+    def reportinfo(self) -> tuple[str, int | None, str]:
+        line = self.error.location.line if self.error.location else None
+        return str(self.path), (line - 1 if line else None), "suite: failed to load"

@@ -1,0 +1,294 @@
+"""Loading the models a suite names: a Python factory or an ONNX file.
+
+A factory is ``module:function``; the module is imported with the suite's
+directory (``ModelSpec.base_dir``) first on ``sys.path``, so a ``models.py``
+beside the suite file is found without installing anything.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from perfguard.errors import InputError, Location, ModelError
+from perfguard.scenario import ModelSpec
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "check_forward_inputs",
+    "check_onnx_file",
+    "feeds_positionally",
+    "forward_parameters",
+    "load_factory",
+    "split_factory",
+]
+
+
+def split_factory(factory: str, location: Location | None = None) -> tuple[str, str]:
+    """``"pkg.mod:make"`` -> ``("pkg.mod", "make")``."""
+    module_name, sep, function_name = factory.partition(":")
+    module_name, function_name = module_name.strip(), function_name.strip()
+    if not sep or not module_name or not function_name or ":" in function_name:
+        raise ModelError(
+            f"factory {factory!r} is not of the form module:function",
+            expected="e.g. `factory: models:make_mlp` (module importable from the suite's folder)",
+            fix="write the factory as <module>:<function>",
+            location=location,
+        )
+    return module_name, function_name
+
+
+def load_factory(model: ModelSpec) -> torch.nn.Module:
+    """Import ``model.factory``, call it with ``factory_kwargs`` and return the module."""
+
+    if model.factory is None:
+        raise ModelError(
+            f"model {model.name!r} has no `factory:`",
+            expected="`factory: module:function` returning a torch.nn.Module",
+            fix="add a factory, or use a backend that runs the `onnx:` file",
+            location=model.location,
+        )
+    module_name, function_name = split_factory(model.factory, model.location)
+    entry = str(Path(model.base_dir).resolve())
+    # The suite's folder stays on sys.path while the factory runs: it may import lazily.
+    with _on_sys_path(entry):
+        module = _import_module(module_name, entry, model.location)
+        return _call_factory(module, module_name, function_name, model)
+
+
+def _call_factory(
+    module: ModuleType, module_name: str, function_name: str, model: ModelSpec
+) -> torch.nn.Module:
+    import torch
+
+    function = getattr(module, function_name, None)
+    if function is None or not callable(function):
+        names = [name for name in dir(module) if not name.startswith("_")]
+        close = difflib.get_close_matches(function_name, names, n=5, cutoff=0.5)
+        hint = f"close names: {', '.join(close)}" if close else _callables_hint(module)
+        what = "has no attribute" if function is None else "has a non-callable attribute"
+        raise ModelError(
+            f"module {module_name!r} ({_module_file(module)}) {what} {function_name!r}",
+            expected=f"a function {function_name}(**factory_kwargs) returning a torch.nn.Module",
+            fix=f"check the function name in `factory: {model.factory}` ({hint})",
+            location=model.location,
+        )
+    kwargs: dict[str, Any] = dict(model.factory_kwargs)
+    try:
+        result = function(**kwargs)
+    except Exception as exc:
+        raise ModelError(
+            f"factory {model.factory} raised {type(exc).__name__}: {exc}",
+            expected="the factory to build the model without raising",
+            fix=f"fix the factory or its `factory_kwargs` ({_kwargs_text(kwargs)})",
+            location=model.location,
+        ) from exc
+    if not isinstance(result, torch.nn.Module):
+        raise ModelError(
+            f"factory {model.factory} returned {type(result).__module__}."
+            f"{type(result).__qualname__}, not a torch.nn.Module",
+            expected="a torch.nn.Module instance",
+            fix="return the model object itself (not a class, tuple or path) from the factory",
+            location=model.location,
+        )
+    return result
+
+
+@contextmanager
+def _on_sys_path(entry: str) -> Iterator[None]:
+    sys.path.insert(0, entry)
+    try:
+        yield
+    finally:
+        with suppress(ValueError):
+            sys.path.remove(entry)
+
+
+def _import_module(module_name: str, entry: str, location: Location) -> ModuleType:
+    try:
+        importlib.invalidate_caches()
+        _forget_shadowed(module_name, Path(entry))
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ModelError(
+            f"cannot import factory module {module_name!r}: {type(exc).__name__}: {exc} "
+            f"(searched with {entry} added to sys.path)",
+            expected=f"{module_name.replace('.', '/')}.py beside the suite, or an installed module",
+            fix="check the module name in `factory:` and that the file sits beside the suite "
+            "(or that its own imports are installed)",
+            location=location,
+        ) from exc
+    except Exception as exc:
+        raise ModelError(
+            f"importing factory module {module_name!r} raised {type(exc).__name__}: {exc}",
+            expected="a module that imports cleanly",
+            fix="fix the error in the module (run `python -c 'import "
+            f"{module_name}'` from {entry} to see the full traceback)",
+            location=location,
+        ) from exc
+
+
+def _forget_shadowed(module_name: str, base_dir: Path) -> None:
+    """Drop a cached module of the same name that lives outside ``base_dir``.
+
+    Two suites in different folders may both have a ``models.py``; without this
+    the second would silently get the first one's module from ``sys.modules``.
+    """
+    top = module_name.split(".")[0]
+    cached = sys.modules.get(top)
+    if cached is None:
+        return
+    local = base_dir / f"{top}.py"
+    local_pkg = base_dir / top / "__init__.py"
+    if not (local.is_file() or local_pkg.is_file()):
+        return
+    cached_file = getattr(cached, "__file__", None)
+    if cached_file is not None and Path(cached_file).resolve() in (
+        local.resolve(),
+        local_pkg.resolve(),
+    ):
+        return
+    for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
+        del sys.modules[name]
+
+
+def _module_file(module: ModuleType) -> str:
+    return str(getattr(module, "__file__", None) or module.__name__)
+
+
+def _callables_hint(module: ModuleType) -> str:
+    names = sorted(
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_")
+        and callable(value)
+        and getattr(value, "__module__", None) == module.__name__
+    )
+    return f"functions defined there: {', '.join(names)}" if names else "it defines no functions"
+
+
+def _kwargs_text(kwargs: dict[str, Any]) -> str:
+    if not kwargs:
+        return "called with no arguments"
+    return "called with " + ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+
+
+def check_onnx_file(path: Path, location: Location | None = None) -> Path:
+    """``path`` if it is a readable ONNX model, else a ``ModelError``."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(
+            f"ONNX file {path} not found",
+            expected="an existing .onnx file (relative paths are resolved from the suite's folder)",
+            fix="check `onnx:` or export the model first",
+            location=location,
+        )
+    try:
+        import onnx
+    except ImportError:  # onnxruntime alone can still load it; it reports bad files itself
+        return path
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:
+        raise ModelError(
+            f"{path} is not an ONNX model ({type(exc).__name__}: {exc})",
+            expected="a serialized onnx.ModelProto",
+            fix="re-export the model (torch.onnx.export) and point `onnx:` at the .onnx file",
+            location=location,
+        ) from exc
+    if proto.ir_version <= 0 or not proto.HasField("graph") or not proto.graph.output:
+        raise ModelError(
+            f"{path} is not an ONNX model (no IR version or graph)",
+            expected="a serialized onnx.ModelProto with a graph",
+            fix="re-export the model (torch.onnx.export) and point `onnx:` at the .onnx file",
+            location=location,
+        )
+    return path
+
+
+def forward_parameters(module: torch.nn.Module) -> tuple[list[str], list[str], bool]:
+    """(accepted keyword names, required names, takes ``**kwargs``) of ``module.forward``."""
+    try:
+        signature = inspect.signature(module.forward)
+    except (TypeError, ValueError):
+        return [], [], True
+    names: list[str] = []
+    required: list[str] = []
+    var_kw = False
+    for param in signature.parameters.values():
+        if param.kind is inspect.Parameter.VAR_KEYWORD:
+            var_kw = True
+        elif param.kind is inspect.Parameter.VAR_POSITIONAL:
+            continue
+        else:
+            if param.kind is not inspect.Parameter.POSITIONAL_ONLY:
+                names.append(param.name)
+            if param.default is inspect.Parameter.empty:
+                required.append(param.name)
+    return names, required, var_kw
+
+
+def feeds_positionally(module: torch.nn.Module, names: list[str]) -> bool:
+    """Whether a lone suite input should be passed to ``forward`` by position.
+
+    Inputs are passed by keyword; the one exception is a single input whose
+    name ``forward`` does not accept, into a ``forward`` that takes exactly one
+    required positional argument (``nn.Sequential.forward(input)``,
+    ``forward(self, x, /)``, ``forward(self, *args)``): there the name cannot
+    be wrong, so it only labels the input.
+    """
+    if len(names) != 1:
+        return False
+    try:
+        params = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    kinds = inspect.Parameter
+    if any(p.kind is kinds.VAR_KEYWORD for p in params):
+        return False
+    keyword_names = {
+        p.name for p in params if p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY)
+    }
+    if names[0] in keyword_names:
+        return False
+    positional = [
+        p for p in params if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)
+    ]
+    required = [
+        p for p in params if p.default is kinds.empty and p.kind is not kinds.VAR_POSITIONAL
+    ]
+    if not positional:
+        return any(p.kind is kinds.VAR_POSITIONAL for p in params) and not required
+    return required == [positional[0]]
+
+
+def check_forward_inputs(module: torch.nn.Module, names: list[str], location: Location) -> None:
+    """``InputError`` unless the suite's input ``names`` can be passed to ``forward``."""
+    if feeds_positionally(module, names):
+        return
+    accepted, required, var_kw = forward_parameters(module)
+    unknown = [name for name in names if name not in accepted and not var_kw]
+    missing = [name for name in required if name not in names]
+    if not unknown and not missing:
+        return
+    problems = []
+    if unknown:
+        problems.append(f"forward() has no parameter(s) {', '.join(unknown)}")
+    if missing:
+        problems.append(f"required parameter(s) {', '.join(missing)} get no input")
+    raise InputError(
+        f"inputs do not match {type(module).__name__}.forward: {'; '.join(problems)} "
+        f"(model parameters: {', '.join(accepted) or 'none'}; suite inputs: {', '.join(names)})",
+        expected="one suite input per forward() parameter, by name",
+        fix="rename the suite's inputs to the forward() parameter names",
+        location=location,
+    )

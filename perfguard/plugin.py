@@ -1,0 +1,65 @@
+"""pytest hooks only: options, ini keys, and the hand-off to ``PerfguardSession``.
+
+Without ``--perfguard`` nothing here collects or runs anything: a plain
+``pytest`` never sees a perf scenario. With it, one ``PerfguardSession`` is
+registered for the run and keeps all state (see ``perfguard.session``).
+
+Option precedence, for every setting: command line > ini key in
+``[tool.pytest.ini_options]`` (or pytest.ini/tox.ini/setup.cfg) > built-in default.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from perfguard.session import STATE_KEY, PerfguardSession
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("perfguard", "perfguard: performance-regression tests of ML models")
+    group.addoption(
+        "--perfguard",
+        action="store_true",
+        default=False,
+        help="collect and run the model scenarios of suites/*.yaml (off by default).",
+    )
+    group.addoption(
+        "--perfguard-report-dir",
+        metavar="DIR",
+        default=None,
+        help="where reports/<commit12>/results.json is written "
+        "(default: ini perfguard_report_dir, else 'reports').",
+    )
+    parser.addini(
+        "perfguard_report_dir",
+        help="perfguard: report directory (the twin of --perfguard-report-dir).",
+        default="reports",
+    )
+    parser.addini(
+        "perfguard_suite_patterns",
+        type="linelist",
+        help="perfguard: glob patterns (relative to rootdir) of suite files; files "
+        "named on the command line are always collected.",
+        default=["suites/*.yaml", "suites/*.yml", "*/suites/*.yaml", "*/suites/*.yml"],
+    )
+    parser.addini(
+        "perfguard_cache_dir",
+        help="perfguard: where exported/quantized models are cached (default .perfguard/cache).",
+        default=".perfguard/cache",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "perfguard: a perfguard model scenario cell")
+    if not config.getoption("perfguard"):
+        return
+    session = PerfguardSession(config)
+    config.stash[STATE_KEY] = session
+    config.pluginmanager.register(session, "perfguard-session")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = config.stash.get(STATE_KEY, None)
+    if session is not None:
+        del config.stash[STATE_KEY]
+        config.pluginmanager.unregister(session)

@@ -1,0 +1,167 @@
+"""Measure one scenario cell: backend -> inputs -> warm-up and timed loop -> result.
+
+This is the one place that strings the pieces together; the pytest item only
+calls ``measure_scenario`` and turns its exceptions into a clean failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from perfguard.backends import Session, get_backend
+from perfguard.errors import (
+    BackendUnavailable,
+    CellError,
+    InputError,
+    ModelError,
+    NonFiniteOutputError,
+    PerfguardError,
+)
+from perfguard.inputs import batch_size, make_inputs
+from perfguard.results import ScenarioResult
+from perfguard.scenario import Scenario
+from perfguard.stats import stability_ratio, summarize, throughput
+from perfguard.timing import Measurement, measure
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Where a session keeps its derived files and how it names scenarios."""
+
+    rootdir: Path
+    cache_dir: Path
+
+
+@contextmanager
+def open_session(scenario: Scenario, ctx: RunContext) -> Iterator[tuple[Session, object, int]]:
+    """Open the scenario's backend session with its prepared inputs; always closed."""
+    if scenario.error:
+        raise CellError(scenario.error)
+    backend = get_backend(scenario.backend)
+    reason = backend.unavailable_reason()
+    if reason:
+        raise BackendUnavailable(reason, location=scenario.location)
+    feeds = make_inputs(scenario.model)
+    session = backend.open(scenario, feeds, ctx.cache_dir)
+    try:
+        yield session, session.prepare(feeds), batch_size(feeds)
+    finally:
+        session.close()
+
+
+def run_loop(scenario: Scenario, session: Session, prepared: object) -> Measurement:
+    """Warm up and time the scenario; a model error becomes a located ``ModelError``."""
+
+    def call() -> object:
+        return session.run(prepared)
+
+    try:
+        return measure(
+            call,
+            session.synchronize,
+            scenario.warmup,
+            scenario.measure,
+            scenario.stability_tolerance,
+        )
+    except PerfguardError:
+        raise
+    except Exception as exc:  # the user's model failed: say where, not where in perfguard
+        raise ModelError(
+            f"model {scenario.model.name!r} raised {type(exc).__name__} on "
+            f"{scenario.backend}/{scenario.device}/{scenario.precision}: {_first_line(exc)}",
+            expected="the model to accept the suite's inputs",
+            fix="check the input names, shapes and dtypes declared under "
+            f"models.{scenario.model.name}.inputs against the model's signature",
+            location=scenario.location,
+        ) from exc
+
+
+def check_outputs(scenario: Scenario, outputs: Sequence[np.ndarray]) -> None:
+    """Fail when any floating output holds NaN or Inf (a broken model is not fast)."""
+    names = scenario.model.output_names
+    for index, array in enumerate(outputs):
+        if not np.issubdtype(array.dtype, np.floating):
+            continue
+        bad = int(array.size - np.count_nonzero(np.isfinite(array)))
+        if bad:
+            label = names[index] if index < len(names) else f"#{index}"
+            raise NonFiniteOutputError(
+                f"output {label} of model {scenario.model.name!r} holds {bad} NaN/Inf "
+                f"value(s) out of {array.size} on {scenario.backend}/{scenario.precision}",
+                expected="finite outputs",
+                fix="check the model and its inputs' value ranges (e.g. token ids within "
+                "the vocabulary); fp16 overflow is a common cause",
+                location=scenario.location,
+            )
+
+
+def measure_scenario(scenario: Scenario, ctx: RunContext) -> ScenarioResult:
+    """Run one cell end to end and return its figures (raises ``PerfguardError``)."""
+    with open_session(scenario, ctx) as (session, prepared, batch):
+        result = run_loop(scenario, session, prepared)
+        try:
+            outputs = session.to_numpy(session.run(prepared))
+        except Exception as exc:
+            raise ModelError(
+                f"reading the outputs of model {scenario.model.name!r} failed: "
+                f"{_first_line(exc)}",
+                expected="tensors, or tuples/dicts of tensors",
+                location=scenario.location,
+            ) from exc
+        check_outputs(scenario, outputs)
+        runtime = dict(session.runtime_info)
+    return build_result(scenario, ctx, result, batch, runtime)
+
+
+def build_result(
+    scenario: Scenario,
+    ctx: RunContext,
+    result: Measurement,
+    batch: int,
+    runtime: dict[str, object],
+) -> ScenarioResult:
+    samples = np.asarray(result.samples_ns, dtype=np.int64)
+    if samples.size == 0:
+        raise InputError(
+            "the timed loop recorded no samples",
+            expected="measure.iterations >= 1",
+            location=scenario.location,
+        )
+    return ScenarioResult(
+        id=scenario.scenario_id(ctx.rootdir),
+        suite=_relative(scenario.suite, ctx.rootdir),
+        name=scenario.item_name,
+        backend=scenario.backend,
+        device=scenario.device,
+        precision=scenario.precision,
+        status="passed",
+        batch_size=batch,
+        threads=scenario.threads,
+        latency_ns=summarize(samples),
+        throughput=throughput(samples, batch),
+        cold_start_ns=int(result.cold_start_ns),
+        warmup_iterations=int(result.warmup_iterations),
+        warmup_ns=int(result.warmup_ns),
+        stable=bool(result.stable),
+        stability_ratio=float(stability_ratio(samples)),
+        runtime=runtime,
+        tags=scenario.tags,
+        samples_ns=tuple(int(s) for s in samples),
+    )
+
+
+def _relative(path: Path, rootdir: Path) -> str:
+    try:
+        return path.resolve().relative_to(rootdir.resolve()).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

@@ -1,0 +1,497 @@
+"""The baseline archive: measured runs kept per environment and commit.
+
+Layout: ``<root>/<fingerprint>/<commit-sha>.json``, one plain JSON file per
+(environment fingerprint, commit) so a reviewer can read and diff it. A baseline
+pools several process launches of the same commit, because one launch's samples
+do not show the launch-to-launch noise (address layout, clocks, caches)::
+
+    {"schema_version": 1, "kind": "perfguard-baseline", "fingerprint": "...",
+     "commit": {...}, "launches": [<RunResult.to_dict(), samples encoded>, ...]}
+
+``DirectoryStore`` is the real archive; ``MemoryStore`` is its in-memory twin
+(like Hypothesis's example databases). Both share every rule here and differ only
+in where the bytes live, so tests can check that they agree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import re
+import statistics
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import filelock
+
+from perfguard.atomicio import dumps_json, write_text_atomic
+from perfguard.errors import GitError, Location, ResultsError, StoreError
+from perfguard.results import CommitInfo, RunResult, ScenarioResult
+from perfguard.sampleenc import (
+    decode_document,
+    encode_document,
+    encode_launch,
+)
+
+DEFAULT_ROOT = Path("baselines")
+DEFAULT_MAX_LAUNCHES = 5
+LOCK_DIR = ".locks"
+
+# SHA-1 (40) or SHA-256 (64) object names; anything else in a file name is not ours.
+_SHA_RE = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
+# One safe path component; no leading dot, so ".locks", "." and ".." can never collide.
+_FINGERPRINT_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
+
+
+@dataclass(frozen=True)
+class StoreProblem:
+    """A baseline file that could not be read; it is reported and left untouched."""
+
+    fingerprint: str
+    sha: str
+    path: Path | None
+    message: str
+
+
+def _parse_time(text: str) -> datetime:
+    """``created_at`` as an aware datetime; unparsable values sort oldest."""
+    try:
+        # Python 3.10's fromisoformat does not accept a trailing "Z".
+        value = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+    except ValueError:
+        return datetime.min.replace(tzinfo=timezone.utc)
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The launches saved for one commit in one environment (oldest launch first)."""
+
+    fingerprint: str
+    commit: CommitInfo
+    launches: tuple[RunResult, ...]
+    path: Path | None
+
+    @property
+    def sha(self) -> str:
+        assert self.commit.sha is not None  # guaranteed by save() and the reader
+        return self.commit.sha
+
+    @property
+    def created_at(self) -> datetime:
+        """When the newest launch was measured: how fresh this baseline is."""
+        return max(_parse_time(launch.created_at) for launch in self.launches)
+
+    def scenario_ids(self) -> list[str]:
+        """Every scenario id in any launch, in first-seen order."""
+        return list(dict.fromkeys(s.id for launch in self.launches for s in launch.scenarios))
+
+    def scenario_launches(self, scenario_id: str) -> list[ScenarioResult]:
+        """That scenario's result in each launch that has it, oldest first."""
+        return [s for launch in self.launches for s in launch.scenarios if s.id == scenario_id]
+
+    def pooled(self, scenario_id: str) -> ScenarioResult | None:
+        """One result pooling every launch's samples, with the summary recomputed.
+
+        Launches without samples (skipped, errored) add nothing; if no launch has
+        samples, the newest launch's result is returned as is so a caller can see
+        why. ``canary_ns`` is the median of the launches' canaries, so a baseline
+        normalises against its typical machine speed rather than one launch's.
+        """
+        results = self.scenario_launches(scenario_id)
+        if not results:
+            return None
+        measured = [r for r in results if r.samples_ns]
+        if not measured:
+            return results[-1]
+        # Lazy: stats pulls in numpy machinery the archive itself does not need.
+        from perfguard.stats import summarize, throughput
+
+        samples = tuple(v for r in measured for v in r.samples_ns)
+        canaries = [r.canary_ns for r in measured if r.canary_ns is not None]
+        newest = measured[-1]
+        try:
+            rate: float | None = throughput(samples, newest.batch_size)
+        except ValueError:  # zero total time: keep what the launch said
+            rate = newest.throughput
+        return dataclasses.replace(
+            newest,
+            samples_ns=samples,
+            latency_ns=summarize(samples),
+            throughput=rate,
+            canary_ns=float(statistics.median(canaries)) if canaries else None,
+            stable=all(r.stable for r in measured),
+        )
+
+
+def _check_names(fingerprint: str, sha: str) -> str:
+    """Validate both path components (they become file names); return the sha lower-cased."""
+    if not isinstance(fingerprint, str) or not _FINGERPRINT_RE.fullmatch(fingerprint):
+        raise StoreError(
+            f"environment fingerprint {fingerprint!r} cannot name a baseline directory",
+            expected="letters, digits, '.', '_' or '-' (not starting with '.')",
+            fix="use Environment.fingerprint as perfguard computes it",
+        )
+    low = sha.lower() if isinstance(sha, str) else ""
+    if not _SHA_RE.fullmatch(low):
+        raise StoreError(
+            f"{sha!r} is not a full commit sha",
+            expected="40 (or 64) hexadecimal digits",
+            fix="resolve the ref first, e.g. `git rev-parse <ref>`",
+        )
+    return low
+
+
+class BaselineStore(ABC):
+    """Where baselines live. Subclasses provide bytes, listing, deletion and a lock."""
+
+    def __init__(self, *, max_launches: int = DEFAULT_MAX_LAUNCHES) -> None:
+        if max_launches < 1:
+            raise ValueError(f"max_launches={max_launches}; expected an integer >= 1")
+        self.max_launches = max_launches
+        # Unreadable files met by the helpers below (which skip them rather than fail),
+        # so the plugin can tell the user; load() raises instead.
+        self.problems: list[StoreProblem] = []
+
+    # -- storage primitives --------------------------------------------------------
+    @abstractmethod
+    def _read_bytes(self, fingerprint: str, sha: str) -> bytes | None:
+        """The stored bytes, or None when there is no such baseline."""
+
+    @abstractmethod
+    def _write_text(self, fingerprint: str, sha: str, text: str) -> Path | None:
+        """Replace the baseline atomically; return its path (None when not on disk)."""
+
+    @abstractmethod
+    def _locked(self, fingerprint: str, sha: str) -> contextlib.AbstractContextManager[None]:
+        """Exclusive access to one baseline across threads and processes."""
+
+    @abstractmethod
+    def _path(self, fingerprint: str, sha: str) -> Path | None:
+        """Where the baseline lives, for messages and Baseline.path."""
+
+    @abstractmethod
+    def commits(self, fingerprint: str) -> list[str]:
+        """Shas that have a baseline file for ``fingerprint`` (sorted; files are not read)."""
+
+    @abstractmethod
+    def fingerprints(self) -> list[str]:
+        """Fingerprints that hold at least one baseline (sorted)."""
+
+    @abstractmethod
+    def delete(self, fingerprint: str, sha: str) -> bool:
+        """Remove one baseline; False when there was none."""
+
+    # -- reading and writing ------------------------------------------------------
+    def _parse(self, raw: bytes, fingerprint: str, sha: str) -> tuple[Baseline, list[Any]]:
+        """Decode and validate a whole file; ResultsError (path, line, fix) otherwise."""
+        path = self._path(fingerprint, sha)
+        where = path if path is not None else Path(f"memory:{fingerprint}/{sha}.json")
+        commit, launches, raw_launches = decode_document(raw, fingerprint, sha, where)
+        return Baseline(fingerprint, commit, tuple(launches), path), raw_launches
+
+    def load(self, fingerprint: str, sha: str) -> Baseline | None:
+        """The baseline for ``sha``; None if absent. Raises ResultsError if unreadable."""
+        sha = _check_names(fingerprint, sha)
+        raw = self._read_bytes(fingerprint, sha)
+        return None if raw is None else self._parse(raw, fingerprint, sha)[0]
+
+    def save(self, run: RunResult, *, replace: bool = False) -> Path | None:
+        """Add ``run`` as a launch of its commit's baseline (``replace``: start afresh).
+
+        The read-modify-write happens under a lock, so concurrent savers all land;
+        at most ``max_launches`` launches are kept, the oldest dropped. An existing
+        file that cannot be read is never overwritten, not even with ``replace``:
+        it may be a newer perfguard's file, or the only copy of a measurement.
+        """
+        if run.commit.sha is None:
+            raise StoreError(
+                "cannot save a baseline for a run with no commit"
+                + (f" ({run.commit.note})" if run.commit.note else ""),
+                expected="a run measured at a git commit",
+                fix="commit first, or run inside a git checkout",
+            )
+        fingerprint = run.environment.fingerprint
+        sha = _check_names(fingerprint, run.commit.sha)
+        if sha != run.commit.sha:  # keep file name and content in agreement
+            run = dataclasses.replace(run, commit=dataclasses.replace(run.commit, sha=sha))
+        launch = encode_launch(run)
+        with self._locked(fingerprint, sha):
+            raw = self._read_bytes(fingerprint, sha)
+            # Parsed even when replacing: an unreadable file must stop the save.
+            kept = [] if raw is None else self._parse(raw, fingerprint, sha)[1]
+            launches = ([] if replace else kept) + [launch]
+            doc = encode_document(fingerprint, run.commit, launches[-self.max_launches :])
+            text = dumps_json(doc, path=self._path(fingerprint, sha))
+            return self._write_text(fingerprint, sha, text)
+
+    # -- helpers over the primitives --------------------------------------------
+    def _try_load(self, fingerprint: str, sha: str) -> Baseline | None:
+        """load() that records an unreadable file in ``problems`` instead of raising."""
+        try:
+            return self.load(fingerprint, sha)
+        except ResultsError as exc:
+            sha = sha.lower()
+            self.problems.append(
+                StoreProblem(fingerprint, sha, self._path(fingerprint, sha), exc.message)
+            )
+            return None
+
+    def scan(self, fingerprint: str | None = None) -> list[StoreProblem]:
+        """Read every baseline (of one fingerprint, or all) and list the unreadable ones."""
+        found: list[StoreProblem] = []
+        for fp in [fingerprint] if fingerprint else self.fingerprints():
+            for sha in self.commits(fp):
+                try:
+                    self.load(fp, sha)
+                except ResultsError as exc:
+                    found.append(StoreProblem(fp, sha, self._path(fp, sha), exc.message))
+        return found
+
+    def nearest_ancestor(self, fingerprint: str, ancestor_shas: Sequence[str]) -> Baseline | None:
+        """The first commit in ``ancestor_shas`` (nearest first) with a readable baseline."""
+        have = set(self.commits(fingerprint))
+        for sha in ancestor_shas:
+            if sha.lower() in have:
+                found = self._try_load(fingerprint, sha)
+                if found is not None:
+                    return found
+        return None
+
+    def _readable(self, fingerprint: str) -> list[Baseline]:
+        found = (self._try_load(fingerprint, sha) for sha in self.commits(fingerprint))
+        return sorted((b for b in found if b is not None), key=lambda b: (b.created_at, b.sha))
+
+    def history(
+        self, fingerprint: str, scenario_id: str, ancestor_shas: Sequence[str] | None = None
+    ) -> list[tuple[str, ScenarioResult]]:
+        """The pooled result per commit, oldest first.
+
+        With ``ancestor_shas`` (nearest first, as git lists them) only those commits
+        count and their ancestry gives the order; otherwise baselines are ordered by
+        when they were last measured.
+        """
+        if ancestor_shas is None:
+            baselines = self._readable(fingerprint)
+        else:
+            have = set(self.commits(fingerprint))
+            chosen = [sha.lower() for sha in reversed(ancestor_shas) if sha.lower() in have]
+            loaded = (self._try_load(fingerprint, sha) for sha in dict.fromkeys(chosen))
+            baselines = [b for b in loaded if b is not None]
+        pooled = ((b.sha, b.pooled(scenario_id)) for b in baselines)
+        return [(sha, result) for sha, result in pooled if result is not None]
+
+    def prune(self, fingerprint: str, keep: int) -> list[str]:
+        """Delete all but the ``keep`` most recently measured baselines; return deleted shas.
+
+        Unreadable files are neither counted nor deleted: they are evidence to inspect.
+        """
+        if keep < 0:
+            raise ValueError(f"keep={keep}; expected an integer >= 0")
+        baselines = self._readable(fingerprint)
+        doomed = [b.sha for b in baselines[: max(0, len(baselines) - keep)]]
+        for sha in doomed:
+            self.delete(fingerprint, sha)
+        return doomed
+
+
+class DirectoryStore(BaselineStore):
+    """Baselines as files under ``root`` (created on the first save, never on read)."""
+
+    def __init__(
+        self,
+        root: Path | str = DEFAULT_ROOT,
+        *,
+        max_launches: int = DEFAULT_MAX_LAUNCHES,
+        lock_timeout_s: float = 120.0,
+    ) -> None:
+        super().__init__(max_launches=max_launches)
+        self.root = Path(root)
+        self.lock_timeout_s = lock_timeout_s
+
+    def _path(self, fingerprint: str, sha: str) -> Path:
+        return self.root / fingerprint / f"{sha}.json"
+
+    def path_for(self, fingerprint: str, sha: str) -> Path:
+        """Where the baseline for ``sha`` is (or would be) stored."""
+        return self._path(fingerprint, _check_names(fingerprint, sha))
+
+    def _read_bytes(self, fingerprint: str, sha: str) -> bytes | None:
+        try:
+            return self._path(fingerprint, sha).read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise ResultsError(
+                f"baseline cannot be read ({exc.strerror or exc})",
+                expected="a readable file",
+                fix="check that it is a file and that you may read it",
+                location=Location(self._path(fingerprint, sha)),
+            ) from exc
+
+    def _write_text(self, fingerprint: str, sha: str, text: str) -> Path:
+        path = self._path(fingerprint, sha)
+        write_text_atomic(path, text)
+        return path
+
+    @contextlib.contextmanager
+    def _locked(self, fingerprint: str, sha: str) -> Iterator[None]:
+        # Locks live apart from the baselines so the reviewed tree stays clean; the
+        # directory ignores itself, so nobody has to edit .gitignore.
+        locks = self.root / LOCK_DIR
+        locks.mkdir(parents=True, exist_ok=True)
+        with (
+            contextlib.suppress(FileExistsError),
+            (locks / ".gitignore").open("x", encoding="utf-8") as f,
+        ):
+            f.write("*\n")
+        lock = filelock.FileLock(locks / f"{fingerprint}-{sha}.lock", timeout=self.lock_timeout_s)
+        try:
+            lock.acquire()
+        except filelock.Timeout as exc:
+            raise StoreError(
+                f"another process held the lock on the baseline for {sha[:12]} "
+                f"for over {self.lock_timeout_s:.0f} s",
+                fix=f"wait for the other perfguard run to finish (lock: {lock.lock_file})",
+            ) from exc
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def commits(self, fingerprint: str) -> list[str]:
+        folder = self.root / fingerprint
+        if not _FINGERPRINT_RE.fullmatch(fingerprint) or not folder.is_dir():
+            return []
+        return sorted(
+            p.name[:-5]
+            for p in folder.iterdir()
+            if p.name.endswith(".json") and _SHA_RE.fullmatch(p.name[:-5]) and p.is_file()
+        )
+
+    def fingerprints(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(
+            d.name
+            for d in self.root.iterdir()
+            if _FINGERPRINT_RE.fullmatch(d.name) and d.is_dir() and self.commits(d.name)
+        )
+
+    def delete(self, fingerprint: str, sha: str) -> bool:
+        sha = _check_names(fingerprint, sha)
+        path = self._path(fingerprint, sha)
+        if not path.exists():  # checked first so a delete never creates the root
+            return False
+        with self._locked(fingerprint, sha):
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                return False
+        # The emptied fingerprint folder stays: removing it would race with a
+        # concurrent save into it, and listings ignore empty folders anyway.
+        return True
+
+
+class MemoryStore(BaselineStore):
+    """In-memory twin of DirectoryStore holding the same bytes; for tests and dry runs."""
+
+    def __init__(self, *, max_launches: int = DEFAULT_MAX_LAUNCHES) -> None:
+        super().__init__(max_launches=max_launches)
+        self.files: dict[tuple[str, str], bytes] = {}
+        self._lock = threading.RLock()
+
+    def _path(self, fingerprint: str, sha: str) -> None:
+        return None
+
+    def _read_bytes(self, fingerprint: str, sha: str) -> bytes | None:
+        return self.files.get((fingerprint, sha))
+
+    def _write_text(self, fingerprint: str, sha: str, text: str) -> None:
+        self.files[(fingerprint, sha)] = text.encode("utf-8")
+
+    @contextlib.contextmanager
+    def _locked(self, fingerprint: str, sha: str) -> Iterator[None]:
+        with self._lock:
+            yield
+
+    def commits(self, fingerprint: str) -> list[str]:
+        return sorted(sha for fp, sha in self.files if fp == fingerprint)
+
+    def fingerprints(self) -> list[str]:
+        return sorted({fp for fp, _ in self.files})
+
+    def delete(self, fingerprint: str, sha: str) -> bool:
+        sha = _check_names(fingerprint, sha)
+        with self._lock:
+            return self.files.pop((fingerprint, sha), None) is not None
+
+
+def select_auto_baseline(
+    store: BaselineStore, fingerprint: str, cwd: Path, target_branch: str = "main"
+) -> tuple[Baseline | None, str]:
+    """Pick the baseline for ``--perfguard-baseline=auto`` and say how it was chosen.
+
+    HEAD itself is skipped (it is the commit being measured). On a branch off
+    ``target_branch`` the merge-base and its ancestors come first: a change is
+    judged against what it will merge into, not against its own earlier commits;
+    the branch's own commits are the fallback.
+    """
+    from perfguard import gitinfo  # only auto selection needs git
+
+    if gitinfo.repo_root(cwd) is None:
+        return None, f"{cwd} is not inside a git checkout, so it has no ancestors to compare with"
+    try:
+        chain = gitinfo.ancestors(cwd, "HEAD")
+    except GitError:
+        chain = []
+    if not chain:
+        return None, "repository has no commits yet"
+    head, problems_before = chain[0], len(store.problems)
+
+    base, label = None, target_branch
+    for ref in (target_branch, f"origin/{target_branch}"):
+        with contextlib.suppress(GitError):
+            base, label = gitinfo.merge_base(cwd, "HEAD", gitinfo.resolve(cwd, ref)), ref
+            break
+    tiers: list[tuple[list[str], str]] = [(chain[1:], "")]
+    if base is not None and base != head:  # HEAD is not on the target branch
+        tiers = [
+            (gitinfo.ancestors(cwd, base), f"merge-base with {label}"),
+            (chain[1:], f"on this branch; none at or below the merge-base with {label}"),
+        ]
+    for shas, how in tiers:
+        found = store.nearest_ancestor(fingerprint, shas)
+        if found is None:
+            continue
+        if how.startswith("merge-base") and found.sha != base:
+            how = "below the " + how
+        back = chain.index(found.sha) if found.sha in chain else None
+        steps = f"{back} commit{'s' if back != 1 else ''} back" if back is not None else None
+        detail = ", ".join(part for part in (steps, how) if part)
+        reason = f"nearest ancestor with a baseline: {found.sha[:7]} ({detail})"
+        return found, reason + _skipped_note(store.problems[problems_before:])
+
+    searched = len({sha for shas, _ in tiers for sha in shas})
+    shallow = gitinfo.is_shallow(cwd)
+    if searched == 0 and not shallow:
+        reason = f"HEAD ({head[:7]}) has no parent commit to compare with"
+    elif not store.commits(fingerprint):
+        reason = f"no baseline has been saved for environment {fingerprint} yet"
+    else:
+        reason = f"no baseline for environment {fingerprint} among {searched} ancestors of HEAD"
+    reason += _skipped_note(store.problems[problems_before:])
+    if shallow:
+        reason += f"; this is a shallow clone: {gitinfo.SHALLOW_FIX}"
+    return None, reason
+
+
+def _skipped_note(skipped: Sequence[StoreProblem]) -> str:
+    if not skipped:
+        return ""
+    return "; skipped unreadable baselines: " + ", ".join(str(p.path or p.sha) for p in skipped)

@@ -1,0 +1,1 @@
+"""Example models for perfguard's example suite; all load offline."""

@@ -1,0 +1,85 @@
+"""Shared fixtures: tiny real models and suites for end-to-end runs through pytester."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+# Import the runtimes once, up front: pytester's in-process runs restore
+# sys.modules afterwards, and re-importing torch/onnxruntime in one process
+# crashes inside their native extensions.
+try:
+    import onnxruntime  # noqa: F401
+    import torch  # noqa: F401
+except ImportError:  # pragma: no cover - the runtimes are test extras
+    pass
+
+TINY_MODELS = textwrap.dedent(
+    """
+    import torch
+    from torch import nn
+
+
+    def mlp(width=16):
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(8, width), nn.ReLU(), nn.Linear(width, 4)).eval()
+
+
+    class TwoInputs(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(8, 4)
+
+        def forward(self, x, scale):
+            return self.proj(x) * scale
+
+
+    def two_inputs():
+        torch.manual_seed(0)
+        return TwoInputs().eval()
+
+
+    class Nan(nn.Module):
+        def forward(self, x):
+            return x * float("nan")
+
+
+    def nan_model():
+        return Nan()
+
+
+    def not_a_module():
+        return 42
+
+
+    def explodes():
+        raise RuntimeError("weights file is corrupt")
+    """
+)
+
+FAST_DEFAULTS = """\
+defaults:
+  warmup: {iterations: 2, seconds: 0}
+  measure: {iterations: 30, seconds: 0}
+  threads: 1
+"""
+
+
+def write_suite(pytester: pytest.Pytester, name: str, body: str, *, models: bool = True) -> Path:
+    """Write ``suites/<name>.yaml`` (with the tiny models module beside it)."""
+    suites = pytester.path / "suites"
+    suites.mkdir(exist_ok=True)
+    if models:
+        (suites / "tinymodels.py").write_text(TINY_MODELS)
+    path = suites / f"{name}.yaml"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+@pytest.fixture
+def suite_writer(pytester: pytest.Pytester) -> pytest.Pytester:
+    # Keep perf runs inside the pytester directory (cache, reports).
+    pytester.makeini("[pytest]\n")
+    return pytester

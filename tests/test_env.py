@@ -1,0 +1,263 @@
+"""Environment fingerprint: what is comparable, what is only recorded, GPU discovery."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import socket
+import stat
+import sys
+import types
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perfguard import env
+from perfguard.env import collect_environment, diff_comparable, fingerprint, package_version
+from perfguard.results import Environment
+
+GPU_KEYS = {"gpu_model", "gpu_driver_major", "cuda_major"}
+
+
+@pytest.fixture
+def bin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A PATH holding only what a test puts there (so no real nvidia-smi is found)."""
+    path = tmp_path / "bin"
+    path.mkdir()
+    monkeypatch.setenv("PATH", str(path))
+    return path
+
+
+@pytest.fixture
+def no_gpu(bin_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # None in sys.modules makes `import pynvml` raise ImportError.
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+
+
+def fake_nvidia_smi(bin_dir: Path, query_output: str, *, rc: int = 0) -> Path:
+    script = bin_dir / "nvidia-smi"
+    script.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = "--query-gpu=name,driver_version" ]; then\n'
+        f"  printf '%b' '{query_output}'\n"
+        f"  exit {rc}\n"
+        "fi\n"
+        "echo '| NVIDIA-SMI 535.104.05   Driver Version: 535.104.05   CUDA Version: 12.2 |'\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script
+
+
+def fake_pynvml(
+    *,
+    name: bytes | str = b"NVIDIA A100-SXM4-80GB",
+    driver: bytes | str = b"550.54.15",
+    cuda: int = 12040,
+    count: int = 1,
+    init_error: Exception | None = None,
+) -> types.ModuleType:
+    module = types.ModuleType("pynvml")
+    calls: list[str] = []
+
+    def record(fn_name: str, result: Any = None) -> Callable[..., Any]:
+        def fn(*args: Any) -> Any:
+            calls.append(fn_name)
+            if fn_name == "nvmlInit" and init_error is not None:
+                raise init_error
+            return result
+
+        return fn
+
+    module.nvmlInit = record("nvmlInit")  # type: ignore[attr-defined]
+    module.nvmlShutdown = record("nvmlShutdown")  # type: ignore[attr-defined]
+    module.nvmlDeviceGetCount = record("nvmlDeviceGetCount", count)  # type: ignore[attr-defined]
+    module.nvmlDeviceGetHandleByIndex = record("handle", object())  # type: ignore[attr-defined]
+    module.nvmlDeviceGetName = record("name", name)  # type: ignore[attr-defined]
+    module.nvmlSystemGetDriverVersion = record("driver", driver)  # type: ignore[attr-defined]
+    module.nvmlSystemGetCudaDriverVersion = record("cuda", cuda)  # type: ignore[attr-defined]
+    module.calls = calls  # type: ignore[attr-defined]
+    return module
+
+
+def test_fingerprint_is_sha256_of_sorted_json() -> None:
+    comparable = {"b": "2", "a": "1"}
+    blob = json.dumps({"a": "1", "b": "2"}, sort_keys=True, separators=(",", ":"))
+    assert fingerprint(comparable) == hashlib.sha256(blob.encode()).hexdigest()[:12]
+    assert fingerprint({"a": "1", "b": "2"}) == fingerprint(comparable)
+
+
+@pytest.mark.usefixtures("no_gpu")
+def test_collect_environment_without_gpu() -> None:
+    environment = collect_environment()
+    comparable = environment.comparable
+    for key in ("cpu_model", "cpu_count", "machine", "os", "python"):
+        assert comparable[key], key
+    assert comparable["python"] == f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert comparable["numpy"] == metadata.version("numpy")
+    assert {"torch", "onnxruntime", "tensorrt"} <= set(comparable)
+    assert not GPU_KEYS & set(comparable)
+    assert "gpu_driver" not in environment.recorded
+    assert environment.recorded["perfguard"]
+    assert environment.recorded["python_full"].startswith(comparable["python"])
+    assert all(isinstance(v, str) for v in environment.recorded.values())
+    assert len(environment.fingerprint) == 12
+    assert environment.fingerprint == fingerprint(comparable)
+
+
+@pytest.mark.usefixtures("no_gpu")
+def test_fingerprint_stable_across_calls() -> None:
+    first, second = collect_environment(), collect_environment()
+    assert first.fingerprint == second.fingerprint
+    assert first.comparable == second.comparable
+
+
+@pytest.mark.usefixtures("no_gpu")
+def test_fingerprint_changes_with_a_comparable_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: Intel(R)  Xeon(R)   Gold 6338\n")
+    monkeypatch.setattr(env, "CPUINFO_PATH", cpuinfo)
+    before = collect_environment()
+    assert before.comparable["cpu_model"] == "Intel(R) Xeon(R) Gold 6338"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: AMD EPYC 7763 64-Core Processor\n")
+    after = collect_environment()
+    assert after.fingerprint != before.fingerprint
+    assert diff_comparable(before, after) == {
+        "cpu_model": ("Intel(R) Xeon(R) Gold 6338", "AMD EPYC 7763 64-Core Processor")
+    }
+
+
+@pytest.mark.usefixtures("no_gpu")
+def test_fingerprint_ignores_recorded_fields(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = collect_environment()
+    monkeypatch.setattr(socket, "gethostname", lambda: "some-other-runner")
+    after = collect_environment()
+    assert after.recorded["hostname"] == "some-other-runner"
+    assert after.fingerprint == before.fingerprint
+
+
+@pytest.mark.usefixtures("no_gpu")
+def test_extra_fields_are_comparable() -> None:
+    base = collect_environment()
+    one = collect_environment({"instance_type": "c6i.large"})
+    two = collect_environment({"instance_type": "c7i.large"})
+    assert one.comparable["instance_type"] == "c6i.large"
+    assert len({base.fingerprint, one.fingerprint, two.fingerprint}) == 3
+    # extra wins on a clash, e.g. to name a CPU family the same across hosts
+    assert collect_environment({"cpu_model": "xeon"}).comparable["cpu_model"] == "xeon"
+
+
+@pytest.mark.usefixtures("no_gpu")
+def test_cpu_model_falls_back_without_cpuinfo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(env, "CPUINFO_PATH", tmp_path / "missing")
+    monkeypatch.setattr(platform, "system", lambda: "Linux")
+    monkeypatch.setattr(platform, "processor", lambda: "")
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    assert collect_environment().comparable["cpu_model"] == "aarch64"
+
+
+@pytest.mark.usefixtures("no_gpu")
+def test_runtimes_are_not_imported() -> None:
+    heavy = ("torch", "onnxruntime", "tensorrt")
+    before = {name for name in heavy if name in sys.modules}
+    collect_environment()
+    assert {name for name in heavy if name in sys.modules} == before
+
+
+def test_package_version_reads_metadata(monkeypatch: pytest.MonkeyPatch) -> None:
+    installed = {"onnxruntime-gpu": "1.18.0", "tensorrt-cu12": "10.0.1"}
+
+    def version(name: str) -> str:
+        if name in installed:
+            return installed[name]
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", version)
+    assert package_version(env.RUNTIME_DISTRIBUTIONS["onnxruntime"]) == "1.18.0 (onnxruntime-gpu)"
+    assert package_version(env.RUNTIME_DISTRIBUTIONS["tensorrt"]) == "10.0.1 (tensorrt-cu12)"
+    assert package_version(env.RUNTIME_DISTRIBUTIONS["torch"]) == "absent"
+    installed["onnxruntime"] = "1.18.0"
+    # Both builds side by side shadow each other: show it.
+    assert (
+        package_version(env.RUNTIME_DISTRIBUTIONS["onnxruntime"], report_all=True)
+        == "1.18.0 + 1.18.0 (onnxruntime-gpu)"
+    )
+    installed["tensorrt"] = "10.0.1"
+    assert package_version(env.RUNTIME_DISTRIBUTIONS["tensorrt"]) == "10.0.1"
+
+
+def test_gpu_from_pynvml(bin_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    module = fake_pynvml()
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    environment = collect_environment()
+    assert environment.comparable["gpu_model"] == "NVIDIA A100-SXM4-80GB"
+    assert environment.comparable["gpu_driver_major"] == "550"
+    assert environment.comparable["cuda_major"] == "12"
+    assert environment.recorded["gpu_driver"] == "550.54.15"
+    assert environment.recorded["gpu_count"] == "1"
+    assert module.calls[0] == "nvmlInit"
+    assert module.calls[-1] == "nvmlShutdown"
+
+
+def test_pynvml_str_names_and_no_devices(monkeypatch: pytest.MonkeyPatch, bin_dir: Path) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(name="NVIDIA L4", driver="535.1"))
+    assert env.gpu_facts()["gpu_model"] == "NVIDIA L4"
+    module = fake_pynvml(count=0)
+    monkeypatch.setitem(sys.modules, "pynvml", module)
+    assert env.gpu_facts() == {}
+    assert module.calls[-1] == "nvmlShutdown"
+
+
+def test_pynvml_failure_falls_back_to_nvidia_smi(
+    bin_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(
+        sys.modules, "pynvml", fake_pynvml(init_error=RuntimeError("NVML Shared Library Not Found"))
+    )
+    fake_nvidia_smi(
+        bin_dir,
+        "NVIDIA H100 80GB HBM3, 535.104.05\\nNVIDIA H100 80GB HBM3, 535.104.05\\n",
+    )
+    environment = collect_environment()
+    assert environment.comparable["gpu_model"] == "NVIDIA H100 80GB HBM3"
+    assert environment.comparable["gpu_driver_major"] == "535"
+    assert environment.comparable["cuda_major"] == "12"
+    assert environment.recorded["gpu_driver"] == "535.104.05"
+    assert environment.recorded["gpu_count"] == "2"
+
+
+@pytest.mark.usefixtures("no_gpu")
+def test_nvidia_smi_without_pynvml_matches_nvml_fingerprint(
+    bin_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_nvidia_smi(bin_dir, "Tesla T4, 535.104.05\\n")
+    via_smi = collect_environment()
+    monkeypatch.setitem(
+        sys.modules, "pynvml", fake_pynvml(name=b"Tesla T4", driver=b"535.104.05", cuda=12020)
+    )
+    via_nvml = collect_environment()
+    # The discovery route must not change the fingerprint of the same machine.
+    assert via_smi.fingerprint == via_nvml.fingerprint
+
+
+@pytest.mark.usefixtures("no_gpu")
+def test_failing_nvidia_smi_means_no_gpu(bin_dir: Path) -> None:
+    fake_nvidia_smi(bin_dir, "NVIDIA-SMI has failed because it couldn't communicate", rc=9)
+    assert not GPU_KEYS & set(collect_environment().comparable)
+    fake_nvidia_smi(bin_dir, "")
+    assert not GPU_KEYS & set(collect_environment().comparable)
+
+
+def test_diff_comparable() -> None:
+    a = Environment("a" * 12, {"cpu_model": "x", "torch": "2.3.0", "gpu_model": "L4"}, {})
+    b = Environment("b" * 12, {"cpu_model": "x", "torch": "2.4.0"}, {"hostname": "h"})
+    assert diff_comparable(a, b) == {"gpu_model": ("L4", None), "torch": ("2.3.0", "2.4.0")}
+    assert diff_comparable(a, a) == {}
+    assert list(diff_comparable(a, b)) == ["gpu_model", "torch"]

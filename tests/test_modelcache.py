@@ -1,0 +1,255 @@
+"""The content-hashed ONNX cache: export once per key, quantize once per file."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from perfguard.errors import Location, ModelError
+from perfguard.modelcache import cache_key_of, export_key, export_onnx, quantize_int8
+from perfguard.scenario import ModelSpec
+
+pytest.importorskip("torch")
+ort = pytest.importorskip("onnxruntime")
+
+import torch  # noqa: E402  (after the skip: perfguard itself works without torch)
+
+
+class MLP(torch.nn.Module):
+    def __init__(self, width: int = 16) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(8, width)
+        self.act: torch.nn.Module = torch.nn.ReLU()
+        self.fc2 = torch.nn.Linear(width, 4)
+
+    def forward(self, x: Any) -> Any:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class TwoInputs(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 4)
+
+    def forward(self, x: Any, scale: Any) -> Any:
+        return self.proj(x) * scale
+
+
+def mlp(width: int = 16, seed: int = 0) -> MLP:
+    torch.manual_seed(seed)
+    module = MLP(width)
+    module.eval()
+    return module
+
+
+def model_spec(tmp_path: Path, **overrides: Any) -> ModelSpec:
+    fields: dict[str, Any] = {
+        "name": "tiny mlp",
+        "location": Location(tmp_path / "suite.yaml", 2),
+        "base_dir": tmp_path,
+        "factory": "models:mlp",
+        "output_names": ("y",),
+    }
+    fields.update(overrides)
+    return ModelSpec(**fields)
+
+
+FEEDS = {"x": np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)}
+
+
+def run_onnx(path: Path, feeds: dict[str, np.ndarray]) -> list[Any]:
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return list(session.run(None, feeds))
+
+
+def forbid_export(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_export(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("torch.onnx.export must not be called on a cache hit")
+
+    monkeypatch.setattr(torch.onnx, "export", no_export)
+
+
+def test_export_writes_a_runnable_model_named_by_key(tmp_path: Path) -> None:
+    cache = tmp_path / ".perfguard" / "cache"
+    module = mlp()
+    path = export_onnx(module, FEEDS, model_spec(tmp_path), cache)
+    assert path.parent == cache and path.is_file()
+    key = export_key(module, FEEDS, model_spec(tmp_path))
+    assert cache_key_of(path) == key[:16]
+    assert path.name.startswith("tiny_mlp-")
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["x"]
+    assert [o.name for o in session.get_outputs()] == ["y"]
+    with torch.no_grad():
+        expected = module(torch.from_numpy(FEEDS["x"])).numpy()
+    np.testing.assert_allclose(session.run(None, FEEDS)[0], expected, rtol=1e-4, atol=1e-4)
+    # Only the final file remains: no temporary exports left behind.
+    assert sorted(p.name for p in cache.glob("*.onnx")) == [path.name]
+    assert not list(cache.glob(".*tmp*"))
+
+
+def test_second_export_is_a_cache_hit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "cache"
+    first = export_onnx(mlp(), FEEDS, model_spec(tmp_path), cache)
+    mtime = first.stat().st_mtime_ns
+    forbid_export(monkeypatch)
+    second = export_onnx(mlp(), FEEDS, model_spec(tmp_path), cache)  # equal, fresh module
+    assert second == first
+    assert second.stat().st_mtime_ns == mtime
+
+
+def test_key_changes_with_weights_opset_shape_outputs_and_architecture(tmp_path: Path) -> None:
+    base = export_key(mlp(), FEEDS, model_spec(tmp_path))
+    assert export_key(mlp(), FEEDS, model_spec(tmp_path)) == base
+    changed = mlp()
+    with torch.no_grad():
+        changed.fc2.bias[0] += 1e-3
+    assert export_key(changed, FEEDS, model_spec(tmp_path)) != base
+    assert export_key(mlp(), FEEDS, model_spec(tmp_path, opset=18)) != base
+    assert export_key(mlp(), {"x": np.zeros((3, 8), np.float32)}, model_spec(tmp_path)) != base
+    assert export_key(mlp(), {"x": FEEDS["x"].astype(np.float64)}, model_spec(tmp_path)) != base
+    assert export_key(mlp(), FEEDS, model_spec(tmp_path, output_names=("z",))) != base
+    # Same weights and state_dict names, different architecture (no-parameter activation).
+    other = mlp()
+    other.act = torch.nn.Tanh()
+    assert list(other.state_dict()) == list(mlp().state_dict())
+    assert export_key(other, FEEDS, model_spec(tmp_path)) != base
+
+
+def test_changed_weights_or_opset_export_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    calls: list[int] = []
+    real_export = torch.onnx.export
+
+    def counting_export(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs["opset_version"])
+        return real_export(*args, **kwargs)
+
+    monkeypatch.setattr(torch.onnx, "export", counting_export)
+    first = export_onnx(mlp(seed=0), FEEDS, model_spec(tmp_path), cache)
+    by_weights = export_onnx(mlp(seed=1), FEEDS, model_spec(tmp_path), cache)
+    by_opset = export_onnx(mlp(seed=0), FEEDS, model_spec(tmp_path, opset=18), cache)
+    again = export_onnx(mlp(seed=0), FEEDS, model_spec(tmp_path), cache)
+    assert len({first, by_weights, by_opset}) == 3
+    assert again == first
+    assert calls == [17, 17, 18]
+    assert not np.allclose(run_onnx(first, FEEDS)[0], run_onnx(by_weights, FEEDS)[0])
+
+
+def test_inputs_are_named_in_forward_order_whatever_the_suite_order(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    module = TwoInputs().eval()
+    feeds = {
+        "scale": np.full((2, 4), 3.0, np.float32),  # suite lists scale first
+        "x": np.random.default_rng(1).standard_normal((2, 8)).astype(np.float32),
+    }
+    path = export_onnx(module, feeds, model_spec(tmp_path), tmp_path / "cache")
+    with torch.no_grad():
+        expected = module(x=torch.from_numpy(feeds["x"]), scale=torch.from_numpy(feeds["scale"]))
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["x", "scale"]
+    np.testing.assert_allclose(session.run(None, feeds)[0], expected.numpy(), rtol=1e-5)
+
+
+def test_concurrent_exports_export_each_key_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    calls: list[str] = []
+    real_export = torch.onnx.export
+
+    def slow_export(*args: Any, **kwargs: Any) -> Any:
+        calls.append(str(args[2]))
+        time.sleep(0.2)  # widen the window in which a second exporter could start
+        return real_export(*args, **kwargs)
+
+    monkeypatch.setattr(torch.onnx, "export", slow_export)
+    same = [mlp(seed=0) for _ in range(3)]
+    other = mlp(seed=1)  # a different key, exported at the same time
+    results: dict[int, Path] = {}
+    errors: list[BaseException] = []
+
+    def worker(index: int, module: MLP) -> None:
+        try:
+            results[index] = export_onnx(module, FEEDS, model_spec(tmp_path), cache)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i, m)) for i, m in enumerate([*same, other])]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, [repr(e.__cause__) for e in errors]
+    assert len(calls) == 2 and all(".tmp" in call for call in calls)  # temp name, then rename
+    assert results[0] == results[1] == results[2] != results[3]
+    assert all(path.is_file() for path in results.values())
+
+
+def test_export_failure_is_a_model_error_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+
+    def failing_export(*args: Any, **kwargs: Any) -> None:
+        Path(args[2]).write_bytes(b"half a model")
+        raise RuntimeError("Unsupported: ONNX export of operator foo")
+
+    monkeypatch.setattr(torch.onnx, "export", failing_export)
+    with pytest.raises(ModelError, match="operator foo") as info:
+        export_onnx(mlp(), FEEDS, model_spec(tmp_path), cache)
+    assert info.value.location == Location(tmp_path / "suite.yaml", 2)
+    assert not list(cache.glob("*.onnx")) and not list(cache.glob(".*"))
+
+
+def test_quantize_int8_gives_a_smaller_loadable_cached_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    module = mlp(width=256)
+    source = export_onnx(module, FEEDS, model_spec(tmp_path), cache)
+    quantized = quantize_int8(source, cache)
+    assert quantized != source and quantized.parent == cache
+    assert "int8" in quantized.name
+    assert quantized.stat().st_size < source.stat().st_size / 2
+    session = ort.InferenceSession(str(quantized), providers=["CPUExecutionProvider"])
+    ops = {node.op_type for node in __import__("onnx").load(str(quantized)).graph.node}
+    assert ops & {"MatMulInteger", "DynamicQuantizeLinear", "DynamicQuantizeMatMul"}
+    out = session.run(None, FEEDS)[0]
+    np.testing.assert_allclose(out, run_onnx(source, FEEDS)[0], atol=0.05)
+
+    import onnxruntime.quantization as quantization
+
+    def no_quantize(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("quantize_dynamic must not run on a cache hit")
+
+    monkeypatch.setattr(quantization, "quantize_dynamic", no_quantize)
+    assert quantize_int8(source, cache) == quantized
+
+
+def test_quantize_key_follows_the_source_content(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    a = export_onnx(mlp(seed=0), FEEDS, model_spec(tmp_path), cache)
+    b = export_onnx(mlp(seed=1), FEEDS, model_spec(tmp_path), cache)
+    copy = tmp_path / "copy-of-a.onnx"
+    copy.write_bytes(a.read_bytes())
+    qa, qb = quantize_int8(a, cache), quantize_int8(b, cache)
+    assert qa != qb
+    assert cache_key_of(quantize_int8(copy, cache)) == cache_key_of(qa)
+
+
+def test_quantize_failure_is_a_model_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a model")
+    where = Location(tmp_path / "suite.yaml", 9)
+    with pytest.raises(ModelError, match="int8 quantization") as info:
+        quantize_int8(bad, tmp_path / "cache", where)
+    assert info.value.location == where
+    assert not list((tmp_path / "cache").glob("*.onnx"))

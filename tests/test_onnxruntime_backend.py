@@ -1,0 +1,419 @@
+"""The ONNX Runtime backend: models, providers (proved), options and input checks."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import textwrap
+import types
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from perfguard.backends import get_backend
+from perfguard.backends.onnxruntime_backend import OnnxRuntimeBackend, OnnxRuntimeSession
+from perfguard.backends.torch_backend import TorchBackend
+from perfguard.errors import CellError, InputError, Location, ModelError, ProviderFallbackError
+from perfguard.inputs import make_inputs
+from perfguard.modelcache import cache_key_of
+from perfguard.scenario import InputSpec, ModelSpec, Scenario
+
+ort = pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("torch")
+
+MODELS = textwrap.dedent(
+    """
+    import torch
+    from torch import nn
+
+
+    class MLP(nn.Module):
+        def __init__(self, width):
+            super().__init__()
+            self.fc1 = nn.Linear(8, width)
+            self.fc2 = nn.Linear(width, 4)
+
+        def forward(self, x):
+            return self.fc2(torch.relu(self.fc1(x)))
+
+
+    class Conv(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3, padding=1)
+            self.head = nn.Linear(4, 2)
+
+        def forward(self, image, unused=None):
+            return self.head(torch.relu(self.conv(image)).mean(dim=(2, 3)))
+
+
+    def mlp(width=32):
+        torch.manual_seed(0)
+        return MLP(width)
+
+
+    def conv():
+        torch.manual_seed(0)
+        return Conv()
+
+
+    def sequential():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    """
+)
+LOCATION = Location(Path("suite.yaml"), 8)
+MLP_INPUTS = (InputSpec("x", (2, 8), "float32", seed=1),)
+
+
+def model_spec(tmp_path: Path, **fields: Any) -> ModelSpec:
+    (tmp_path / "pg_ort_models.py").write_text(MODELS)
+    values: dict[str, Any] = {
+        "name": "m",
+        "location": Location(tmp_path / "suite.yaml", 3),
+        "base_dir": tmp_path,
+        "inputs": MLP_INPUTS,
+    }
+    if "onnx" not in fields:
+        values["factory"] = "pg_ort_models:mlp"
+    values.update(fields)
+    return ModelSpec(**values)
+
+
+def scenario(model: ModelSpec, **fields: Any) -> Scenario:
+    return Scenario(
+        suite=model.base_dir / "suite.yaml",
+        name="s",
+        cell_id="",
+        model=model,
+        location=LOCATION,
+        backend=fields.pop("backend", "onnxruntime"),
+        **fields,
+    )
+
+
+def open_ort(sc: Scenario, tmp_path: Path) -> tuple[OnnxRuntimeSession, dict[str, np.ndarray]]:
+    feeds = make_inputs(sc.model)
+    return OnnxRuntimeBackend().open(sc, feeds, tmp_path / "cache"), feeds
+
+
+def relu_onnx(path: Path, shape: list[Any], elem: int = 1) -> Path:
+    """A one-node model; ``shape`` may hold symbolic dims (strings)."""
+    from onnx import helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", elem, shape)],
+        [helper.make_tensor_value_info("y", elem, shape)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def test_get_backend_and_availability(monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = get_backend("onnxruntime")
+    assert isinstance(backend, OnnxRuntimeBackend) and backend.name == "onnxruntime"
+    assert backend.unavailable_reason() is None
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, *args: Any, **kwargs: Any) -> Any:
+        return None if name == "onnxruntime" else real(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    assert backend.unavailable_reason() == (
+        "ONNX Runtime is not installed (pip install 'perfguard[onnx]')"
+    )
+
+
+def test_factory_fp32_matches_torch(tmp_path: Path) -> None:
+    model = model_spec(tmp_path)
+    session, feeds = open_ort(scenario(model, threads=1), tmp_path)
+    torch_session = TorchBackend().open(scenario(model, backend="torch"), feeds, tmp_path)
+    try:
+        assert session.synchronize is None
+        (ort_out,) = session.to_numpy(session.run(session.prepare(feeds)))
+        (torch_out,) = torch_session.to_numpy(torch_session.run(torch_session.prepare(feeds)))
+        np.testing.assert_allclose(ort_out, torch_out, rtol=1e-4, atol=1e-4)
+        assert ort_out.dtype == np.float32
+        info = session.runtime_info
+        assert info["onnxruntime"] == ort.__version__
+        assert info["providers"][0] == "CPUExecutionProvider"
+        assert info["graph_optimization_level"] == "all"
+        assert info["intra_op_num_threads"] == 1 and info["inter_op_num_threads"] == 1
+        path = Path(info["model_path"])
+        assert path.parent == tmp_path / "cache" and path.is_file()
+        assert info["cache_key"] == cache_key_of(path) and info["cache_key"]
+    finally:
+        session.close()
+        torch_session.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        session.run({})
+
+
+def test_int8_runs_the_quantized_export(tmp_path: Path) -> None:
+    model = model_spec(tmp_path, factory_kwargs=(("width", 256),))
+    fp32, feeds = open_ort(scenario(model), tmp_path)
+    int8, _ = open_ort(scenario(model, precision="int8"), tmp_path)
+    try:
+        fp32_path = Path(fp32.runtime_info["model_path"])
+        int8_path = Path(int8.runtime_info["model_path"])
+        assert int8_path != fp32_path and "int8" in int8_path.name
+        assert int8_path.stat().st_size < fp32_path.stat().st_size
+        assert int8.runtime_info["cache_key"] == cache_key_of(int8_path)
+        (a,) = fp32.to_numpy(fp32.run(fp32.prepare(feeds)))
+        (b,) = int8.to_numpy(int8.run(int8.prepare(feeds)))
+        np.testing.assert_allclose(a, b, atol=0.05)
+    finally:
+        fp32.close()
+        int8.close()
+
+
+def test_onnx_file_model_and_dtype_cast(tmp_path: Path) -> None:
+    path = relu_onnx(tmp_path / "relu.onnx", [2, 4])
+    inputs = (InputSpec("x", (2, 4), "float64"),)  # suite says float64, model wants float
+    model = model_spec(tmp_path, onnx=Path("relu.onnx"), inputs=inputs)
+    session, feeds = open_ort(scenario(model), tmp_path)
+    try:
+        prepared = session.prepare(feeds)
+        assert prepared["x"].dtype == np.float32 and prepared["x"].flags.c_contiguous
+        (out,) = session.to_numpy(session.run(prepared))
+        np.testing.assert_allclose(out, np.maximum(feeds["x"], 0), rtol=1e-6)
+        assert session.runtime_info["model_path"] == str(path)
+        assert session.runtime_info["cache_key"] is None
+    finally:
+        session.close()
+
+
+def test_options_reach_the_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    relu_onnx(tmp_path / "relu.onnx", [2, 4])
+    model = model_spec(tmp_path, onnx=Path("relu.onnx"), inputs=(InputSpec("x", (2, 4)),))
+    seen: list[Any] = []
+    real = ort.InferenceSession
+
+    def spy(path: str, sess_options: Any = None, providers: Any = None) -> Any:
+        seen.append((sess_options, providers))
+        return real(path, sess_options=sess_options, providers=providers)
+
+    monkeypatch.setattr(ort, "InferenceSession", spy)
+    levels = ort.GraphOptimizationLevel
+    expected = {
+        "disable": levels.ORT_DISABLE_ALL,
+        "basic": levels.ORT_ENABLE_BASIC,
+        "extended": levels.ORT_ENABLE_EXTENDED,
+        "all": levels.ORT_ENABLE_ALL,
+    }
+    for name, level in expected.items():
+        seen.clear()
+        session, _ = open_ort(scenario(model, graph_optimization_level=name, threads=2), tmp_path)
+        session.close()
+        options, providers = seen[0]
+        assert options.graph_optimization_level == level
+        assert options.intra_op_num_threads == 2 and options.inter_op_num_threads == 1
+        assert providers == ["CPUExecutionProvider"]
+
+
+def test_half_precisions_are_cell_errors(tmp_path: Path) -> None:
+    for precision in ("fp16", "bf16"):
+        with pytest.raises(CellError, match=f"precision {precision}"):
+            open_ort(scenario(model_spec(tmp_path), precision=precision), tmp_path)
+
+
+def test_unknown_device(tmp_path: Path) -> None:
+    with pytest.raises(CellError, match="unknown device"):
+        open_ort(scenario(model_spec(tmp_path), device="gpu"), tmp_path)
+
+
+def test_missing_onnx_file(tmp_path: Path) -> None:
+    model = model_spec(tmp_path, onnx=Path("nowhere.onnx"))
+    with pytest.raises(ModelError, match="not found") as info:
+        open_ort(scenario(model), tmp_path)
+    assert info.value.location == model.location
+
+
+def test_cuda_on_a_cpu_only_onnxruntime_fails_before_loading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CPUExecutionProvider"])
+
+    def never(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("no session may be created")
+
+    monkeypatch.setattr(ort, "InferenceSession", never)
+    with pytest.raises(ProviderFallbackError) as info:
+        open_ort(scenario(model_spec(tmp_path), device="cuda"), tmp_path)
+    text = str(info.value)
+    assert "CUDAExecutionProvider" in text and "only offers CPUExecutionProvider" in text
+    assert info.value.fix is not None and "onnxruntime-gpu" in info.value.fix
+    assert info.value.location == LOCATION
+
+
+class FakeNodeArg:
+    def __init__(self, name: str, shape: list[Any], type_: str = "tensor(float)") -> None:
+        self.name, self.shape, self.type = name, shape, type_
+
+
+def fake_onnxruntime(actual: list[str], created: list[dict[str, Any]]) -> types.ModuleType:
+    """Just the surface the backend touches, with a session that fell back to the CPU."""
+    fake = types.ModuleType("onnxruntime")
+    fake.__version__ = "9.9.9-fake"  # type: ignore[attr-defined]
+    fake.get_available_providers = lambda: [  # type: ignore[attr-defined]
+        "CUDAExecutionProvider",
+        "CPUExecutionProvider",
+    ]
+    fake.GraphOptimizationLevel = types.SimpleNamespace(  # type: ignore[attr-defined]
+        ORT_DISABLE_ALL=0, ORT_ENABLE_BASIC=1, ORT_ENABLE_EXTENDED=2, ORT_ENABLE_ALL=99
+    )
+    fake.SessionOptions = types.SimpleNamespace  # type: ignore[attr-defined]
+
+    class InferenceSession:
+        def __init__(self, path: str, sess_options: Any = None, providers: Any = None) -> None:
+            created.append({"path": path, "providers": providers})
+
+        def get_providers(self) -> list[str]:
+            return list(actual)
+
+        def get_inputs(self) -> list[FakeNodeArg]:
+            return [FakeNodeArg("x", [2, 4])]
+
+        def run(self, names: Any, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+            return [feeds["x"]]
+
+    fake.InferenceSession = InferenceSession  # type: ignore[attr-defined]
+    return fake
+
+
+def test_silent_cpu_fallback_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    relu_onnx(tmp_path / "relu.onnx", [2, 4])
+    model = model_spec(tmp_path, onnx=Path("relu.onnx"), inputs=(InputSpec("x", (2, 4)),))
+    created: list[dict[str, Any]] = []
+    monkeypatch.setitem(
+        sys.modules, "onnxruntime", fake_onnxruntime(["CPUExecutionProvider"], created)
+    )
+    with pytest.raises(ProviderFallbackError) as info:
+        open_ort(scenario(model, device="cuda:1"), tmp_path)
+    assert created[0]["providers"] == [
+        ("CUDAExecutionProvider", {"device_id": 1}),
+        "CPUExecutionProvider",
+    ]
+    text = str(info.value)
+    assert "requested CUDAExecutionProvider" in text
+    assert "session runs on CPUExecutionProvider" in text
+    assert "available: CUDAExecutionProvider, CPUExecutionProvider" in text
+    assert info.value.fix is not None
+    for words in ("onnxruntime-gpu", "cuDNN", "CUDAExecutionProvider first"):
+        assert words in info.value.fix
+
+
+def test_cuda_placement_that_holds_opens(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    relu_onnx(tmp_path / "relu.onnx", [2, 4])
+    model = model_spec(tmp_path, onnx=Path("relu.onnx"), inputs=(InputSpec("x", (2, 4)),))
+    created: list[dict[str, Any]] = []
+    actual = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    monkeypatch.setitem(sys.modules, "onnxruntime", fake_onnxruntime(actual, created))
+    session, feeds = open_ort(scenario(model, device="cuda"), tmp_path)
+    assert created[0]["providers"][0] == ("CUDAExecutionProvider", {"device_id": 0})
+    assert session.runtime_info["providers"] == actual
+    assert session.runtime_info["onnxruntime"] == "9.9.9-fake"
+    (out,) = session.to_numpy(session.run(session.prepare(feeds)))
+    np.testing.assert_array_equal(out, feeds["x"])
+
+
+@pytest.mark.parametrize(
+    ("inputs", "words"),
+    [
+        ((InputSpec("input", (2, 4)),), "the model has no input(s) input"),
+        ((InputSpec("input", (2, 4)),), "no suite input for model input 'x'"),
+        ((InputSpec("x", (2, 5)),), "'x' has shape [2, 5], the model wants [2, 4]"),
+        ((InputSpec("x", (2, 4, 1)),), "'x' has shape [2, 4, 1]"),
+        ((InputSpec("x", (2, 4), "int64"),), "'x' is int64, the model wants float32"),
+    ],
+)
+def test_inputs_that_do_not_match_the_model(
+    tmp_path: Path, inputs: tuple[InputSpec, ...], words: str
+) -> None:
+    relu_onnx(tmp_path / "relu.onnx", [2, 4])
+    model = model_spec(tmp_path, onnx=Path("relu.onnx"), inputs=inputs)
+    with pytest.raises(InputError) as info:
+        open_ort(scenario(model), tmp_path)
+    text = str(info.value)
+    assert words in text
+    assert "model inputs: x float32[2, 4]" in text and "suite inputs: " in text
+    assert info.value.location == model.location
+
+
+def test_factory_input_names_are_checked_before_export(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    def no_export(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a mismatch must be reported before exporting")
+
+    monkeypatch.setattr(torch.onnx, "export", no_export)
+    inputs = (InputSpec("pixels", (1, 3, 8, 8)), InputSpec("unused", (1,)))
+    model = model_spec(tmp_path, factory="pg_ort_models:conv", inputs=inputs)
+    with pytest.raises(InputError) as info:
+        open_ort(scenario(model), tmp_path)
+    text = str(info.value)
+    assert "no parameter(s) pixels" in text and "model parameters: image, unused" in text
+    assert info.value.location == model.location
+
+
+def test_symbolic_dims_accept_any_size(tmp_path: Path) -> None:
+    relu_onnx(tmp_path / "dyn.onnx", ["batch", 4])
+    for batch in (1, 7):
+        model = model_spec(tmp_path, onnx=Path("dyn.onnx"), inputs=(InputSpec("x", (batch, 4)),))
+        session, feeds = open_ort(scenario(model), tmp_path)
+        (out,) = session.to_numpy(session.run(session.prepare(feeds)))
+        assert out.shape == (batch, 4)
+        session.close()
+    model = model_spec(tmp_path, onnx=Path("dyn.onnx"), inputs=(InputSpec("x", (3, 5)),))
+    with pytest.raises(InputError, match=r"wants \['\?', 4\]"):
+        open_ort(scenario(model), tmp_path)
+
+
+def test_exported_factory_tolerates_inputs_forward_ignores(tmp_path: Path) -> None:
+    inputs = (InputSpec("image", (1, 3, 8, 8)), InputSpec("unused", (1,)))
+    model = model_spec(tmp_path, factory="pg_ort_models:conv", inputs=inputs)
+    session, feeds = open_ort(scenario(model), tmp_path)
+    try:
+        assert list(session.prepare(feeds)) == ["image"]
+        assert session.runtime_info["unused_inputs"] == ["unused"]
+        (out,) = session.to_numpy(session.run(session.prepare(feeds)))
+        assert out.shape == (1, 2)
+    finally:
+        session.close()
+
+
+def test_lone_input_exports_a_sequential_under_the_suite_name(tmp_path: Path) -> None:
+    model = model_spec(tmp_path, factory="pg_ort_models:sequential")
+    session, feeds = open_ort(scenario(model), tmp_path)
+    torch_session = TorchBackend().open(scenario(model, backend="torch"), feeds, tmp_path)
+    try:
+        exported = onnx.load(session.runtime_info["model_path"])
+        assert [i.name for i in exported.graph.input] == ["x"]
+        (a,) = session.to_numpy(session.run(session.prepare(feeds)))
+        (b,) = torch_session.to_numpy(torch_session.run(torch_session.prepare(feeds)))
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+    finally:
+        session.close()
+        torch_session.close()
+
+
+def test_float16_outputs_become_float32(tmp_path: Path) -> None:
+    relu_onnx(tmp_path / "half.onnx", [3], elem=10)  # TensorProto.FLOAT16
+    model = model_spec(tmp_path, onnx=Path("half.onnx"), inputs=(InputSpec("x", (3,)),))
+    session, feeds = open_ort(scenario(model), tmp_path)
+    try:
+        prepared = session.prepare(feeds)
+        assert prepared["x"].dtype == np.float16
+        (out,) = session.to_numpy(session.run(prepared))
+        assert out.dtype == np.float32
+    finally:
+        session.close()

@@ -1,0 +1,606 @@
+"""The baseline archive: format, pooling, agreement of the twins, concurrency, git selection."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from perfguard.errors import ResultsError, StoreError
+from perfguard.results import CommitInfo, Environment, RunResult, ScenarioResult
+from perfguard.sampleenc import ENCODING, decode_samples, encode_samples
+from perfguard.stats import summarize
+from perfguard.store import (
+    Baseline,
+    BaselineStore,
+    DirectoryStore,
+    MemoryStore,
+    select_auto_baseline,
+)
+
+FP = "fp-0123abcd"
+IDS = ("suite::resnet[torch-cpu-fp32]", "suite::bert[torch-cpu-fp32]")
+
+
+def sha_of(i: int) -> str:
+    return f"{i:040x}"
+
+
+def make_samples(seed: int, n: int = 40, salt: int = 0) -> tuple[int, ...]:
+    # Deterministic, unsorted, distinct per seed: order preservation is visible.
+    return tuple(
+        1_000_000 + ((i * 7919 + seed * 104_729 + salt * 13) % 9973) * 100 for i in range(n)
+    )
+
+
+def make_run(
+    sha: str | None,
+    *,
+    fingerprint: str = FP,
+    seed: int = 0,
+    ids: tuple[str, ...] = IDS,
+    samples: tuple[int, ...] | None = None,
+    canary: float | None = None,
+    created_at: str | None = None,
+) -> RunResult:
+    scenarios = []
+    for j, sid in enumerate(ids):
+        s = samples if samples is not None else make_samples(seed, salt=j)
+        scenarios.append(
+            ScenarioResult(
+                id=sid,
+                suite="suite",
+                name=sid.split("::")[-1],
+                backend="torch",
+                device="cpu",
+                precision="fp32",
+                latency_ns=summarize(s) if s else None,
+                throughput=123.5,
+                canary_ns=canary if canary is not None else 1000.0 + seed,
+                runtime={"threads": 4, "providers": ["cpu"]},
+                tags=("smoke",),
+                samples_ns=s,
+            )
+        )
+    stamp = datetime(2024, 1, 1) + timedelta(minutes=seed)
+    return RunResult(
+        commit=CommitInfo(sha=sha, branch="main", dirty=False),
+        environment=Environment(fingerprint, {"cpu": "test-cpu"}, {"host": "box"}),
+        scenarios=tuple(scenarios),
+        created_at=created_at or stamp.isoformat() + "Z",
+        perfguard_version=f"0.1.0+seed{seed}",
+    )
+
+
+# -- format and round trip ------------------------------------------------------------
+
+
+def test_round_trip_preserves_everything_and_the_file_is_readable(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path / "baselines")
+    run = make_run(sha_of(1), samples=(5, 3, 2**62, 0, 3, 7))
+    path = store.save(run)
+    assert path == tmp_path / "baselines" / FP / f"{sha_of(1)}.json"
+    loaded = store.load(FP, sha_of(1))
+    assert loaded is not None
+    assert loaded.launches == (run,)
+    assert loaded.launches[0].scenarios[0].samples_ns == (5, 3, 2**62, 0, 3, 7)
+    assert loaded.path == path and loaded.commit == run.commit and loaded.fingerprint == FP
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    assert (doc["schema_version"], doc["kind"], doc["fingerprint"]) == (1, "perfguard-baseline", FP)
+    scenario = doc["launches"][0]["scenarios"][0]
+    assert scenario["samples_ns"]["encoding"] == ENCODING and scenario["samples_ns"]["n"] == 6
+    assert scenario["latency_ns"]["p95"] == run.scenarios[0].latency_ns.p95  # type: ignore[union-attr]
+    # Locks are kept out of the reviewed tree, in a folder that ignores itself.
+    assert sorted(p.name for p in (tmp_path / "baselines" / FP).iterdir()) == [path.name]
+    assert (tmp_path / "baselines" / ".locks" / ".gitignore").read_text() == "*\n"
+    assert store.commits(FP) == [sha_of(1)] and store.fingerprints() == [FP]
+
+
+@given(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=200))
+@settings(max_examples=50, database=None, deadline=None)
+def test_sample_encoding_round_trips_exactly(samples: list[int]) -> None:
+    blob = encode_samples(samples)
+    assert blob["n"] == len(samples)
+    assert decode_samples(json.loads(json.dumps(blob))) == tuple(samples)
+
+
+def test_sample_decoding_refuses_a_wrong_count_or_bad_data() -> None:
+    blob = encode_samples([1, 2, 3])
+    with pytest.raises(ResultsError, match="n=4 but holds 3"):
+        decode_samples({**blob, "n": 4}, source="x.json")
+    with pytest.raises(ResultsError, match="does not decode"):
+        decode_samples({**blob, "data": blob["data"][:-6]}, source="x.json")
+    with pytest.raises(ResultsError, match="unknown samples encoding"):
+        decode_samples({**blob, "encoding": "float32"}, source="x.json")
+    assert decode_samples([4, 5]) == (4, 5)
+
+
+def test_launches_pool_and_the_oldest_are_dropped() -> None:
+    store = MemoryStore(max_launches=3)
+    for seed in range(5):
+        store.save(make_run(sha_of(1), seed=seed))
+    baseline = store.load(FP, sha_of(1))
+    assert baseline is not None
+    assert [r.perfguard_version for r in baseline.launches] == [
+        "0.1.0+seed2",
+        "0.1.0+seed3",
+        "0.1.0+seed4",
+    ]
+    assert baseline.scenario_ids() == list(IDS)
+    pooled = baseline.pooled(IDS[0])
+    assert pooled is not None and pooled.latency_ns is not None
+    expected = make_samples(2) + make_samples(3) + make_samples(4)
+    assert pooled.samples_ns == expected
+    assert pooled.latency_ns == summarize(expected)
+    assert pooled.canary_ns == 1003.0  # median of 1002, 1003, 1004
+    assert len(baseline.scenario_launches(IDS[0])) == 3
+    assert baseline.pooled("suite::gone") is None
+
+
+def test_replace_starts_afresh(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path)
+    store.save(make_run(sha_of(1), seed=1))
+    store.save(make_run(sha_of(1), seed=2))
+    store.save(make_run(sha_of(1), seed=3), replace=True)
+    baseline = store.load(FP, sha_of(1))
+    assert baseline is not None and [r.perfguard_version for r in baseline.launches] == [
+        "0.1.0+seed3"
+    ]
+
+
+def test_pooling_skips_launches_without_samples() -> None:
+    store = MemoryStore()
+    store.save(make_run(sha_of(1), seed=1))
+    skipped = make_run(sha_of(1), seed=2, samples=())
+    skipped = dataclasses.replace(
+        skipped,
+        scenarios=tuple(
+            dataclasses.replace(s, status="skipped", message="no GPU") for s in skipped.scenarios
+        ),
+    )
+    store.save(skipped)
+    baseline = store.load(FP, sha_of(1))
+    assert baseline is not None
+    pooled = baseline.pooled(IDS[0])
+    assert pooled is not None and pooled.samples_ns == make_samples(1)
+    only_skipped = MemoryStore()
+    only_skipped.save(skipped)
+    loaded = only_skipped.load(FP, sha_of(1))
+    assert loaded is not None and loaded.pooled(IDS[0]) == skipped.scenarios[0]
+
+
+def test_save_refuses_a_run_without_a_commit_and_bad_names() -> None:
+    store = MemoryStore()
+    with pytest.raises(StoreError, match="commit first, or run inside a git checkout"):
+        store.save(make_run(None))
+    with pytest.raises(StoreError, match="full commit sha"):
+        store.save(make_run("abc123"))
+    with pytest.raises(StoreError, match="fingerprint"):
+        store.save(make_run(sha_of(1), fingerprint="../escape"))
+    with pytest.raises(StoreError, match="full commit sha"):
+        store.load(FP, "HEAD")
+    assert store.fingerprints() == []
+
+
+def test_nonexistent_root_reads_empty_and_is_never_created(tmp_path: Path) -> None:
+    root = tmp_path / "nowhere"
+    store = DirectoryStore(root)
+    assert store.load(FP, sha_of(1)) is None
+    assert store.commits(FP) == [] and store.fingerprints() == [] and store.scan() == []
+    assert store.delete(FP, sha_of(1)) is False
+    assert store.nearest_ancestor(FP, [sha_of(1)]) is None
+    assert store.history(FP, IDS[0]) == [] and store.prune(FP, 0) == []
+    assert not root.exists()
+    store.save(make_run(sha_of(1)))
+    assert store.commits(FP) == [sha_of(1)]
+
+
+# -- unreadable files -----------------------------------------------------------------
+
+
+def _with_sample_count(text: str, n: int) -> str:
+    doc = json.loads(text)
+    doc["launches"][0]["scenarios"][0]["samples_ns"]["n"] = n
+    return json.dumps(doc, indent=1)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty", "wrong-n", "wrong-sha"])
+def test_corrupt_files_are_reported_by_path_and_left_untouched(tmp_path: Path, damage: str) -> None:
+    store = DirectoryStore(tmp_path)
+    path = store.save(make_run(sha_of(1)))
+    assert path is not None
+    store.save(make_run(sha_of(2)))
+    text = path.read_text(encoding="utf-8")
+    damaged = {
+        "truncate": text[: len(text) // 2],
+        "garbage": "\x00\x01 not json",
+        "empty": "",
+        "wrong-n": _with_sample_count(text, 41),
+        "wrong-sha": text.replace(sha_of(1), sha_of(9)),
+    }[damage]
+    path.write_text(damaged, encoding="utf-8")
+    before = path.read_bytes()
+
+    with pytest.raises(ResultsError) as info:
+        store.load(FP, sha_of(1))
+    assert str(path) in str(info.value) and "move the file away" in str(info.value)
+    if damage == "truncate":
+        assert info.value.location is not None and info.value.location.line is not None
+    problems = store.scan()
+    assert [(p.sha, p.path) for p in problems] == [(sha_of(1), path)]
+    # Helpers skip it, noting the problem, and fall through to the next readable one.
+    assert store.nearest_ancestor(FP, [sha_of(1), sha_of(2)]).sha == sha_of(2)  # type: ignore[union-attr]
+    assert store.problems and store.problems[-1].path == path
+    assert [sha for sha, _ in store.history(FP, IDS[0])] == [sha_of(2)]
+    assert store.prune(FP, 0) == [sha_of(2)]
+    for replace in (False, True):
+        with pytest.raises(ResultsError, match="move the file away"):
+            store.save(make_run(sha_of(1), seed=5), replace=replace)
+    assert path.read_bytes() == before
+    assert store.commits(FP) == [sha_of(1)]
+
+
+@pytest.mark.parametrize(
+    ("version", "hint"), [(2, "upgrade"), (0, "re-save"), (None, "re-save"), ("1", "re-save")]
+)
+def test_other_schema_versions_are_refused_not_misread(
+    tmp_path: Path, version: object, hint: str
+) -> None:
+    store = DirectoryStore(tmp_path)
+    path = store.save(make_run(sha_of(1)))
+    assert path is not None
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    if version is None:
+        del doc["schema_version"]
+    else:
+        doc["schema_version"] = version
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    before = path.read_bytes()
+    with pytest.raises(ResultsError, match=hint) as info:
+        store.load(FP, sha_of(1))
+    assert str(path) in str(info.value)
+    with pytest.raises(ResultsError, match=hint):
+        store.save(make_run(sha_of(1)))
+    assert path.read_bytes() == before
+
+
+def test_memory_store_reports_corruption_too() -> None:
+    store = MemoryStore()
+    store.save(make_run(sha_of(1)))
+    store.files[(FP, sha_of(1))] = store.files[(FP, sha_of(1))][:100]
+    with pytest.raises(ResultsError, match=f"memory:{FP}/{sha_of(1)}.json"):
+        store.load(FP, sha_of(1))
+    assert len(store.scan(FP)) == 1
+
+
+# -- processes ------------------------------------------------------------------------
+
+_WORKER = textwrap.dedent(
+    """
+    import dataclasses, json, sys, time
+    from pathlib import Path
+    from perfguard.results import RunResult
+    from perfguard.store import DirectoryStore
+
+    root, run_file, go_file, worker = sys.argv[1:]
+    run = RunResult.from_dict(json.loads(Path(run_file).read_text()))
+    store = DirectoryStore(root, max_launches=100)
+    deadline = time.monotonic() + 20
+    while not Path(go_file).exists() and time.monotonic() < deadline:
+        time.sleep(0.002)
+    for k in range(3):
+        store.save(dataclasses.replace(run, perfguard_version=f"w{worker}-{k}"))
+    """
+)
+
+
+def test_concurrent_writers_lose_no_launch(tmp_path: Path) -> None:
+    root = tmp_path / "baselines"
+    run_file = tmp_path / "run.json"
+    run_file.write_text(json.dumps(make_run(sha_of(7)).to_dict()), encoding="utf-8")
+    go = tmp_path / "go"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WORKER, str(root), str(run_file), str(go), str(w)],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for w in range(4)
+    ]
+    time.sleep(0.5)  # let them import, then release them together
+    go.touch()
+    for proc in procs:
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+    baseline = DirectoryStore(root).load(FP, sha_of(7))
+    assert baseline is not None
+    versions = sorted(r.perfguard_version for r in baseline.launches)
+    assert versions == sorted(f"w{w}-{k}" for w in range(4) for k in range(3))
+    # Each worker's own launches stay in its order.
+    for w in range(4):
+        mine = [r.perfguard_version for r in baseline.launches if r.perfguard_version[1] == str(w)]
+        assert mine == [f"w{w}-{k}" for k in range(3)]
+
+
+_KILLER = textwrap.dedent(
+    """
+    import json, os, sys
+    from pathlib import Path
+    from perfguard.results import RunResult
+    from perfguard.store import DirectoryStore
+
+    root, run_file, target = sys.argv[1:]
+    run = RunResult.from_dict(json.loads(Path(run_file).read_text()))
+    setattr(os, target, lambda *args, **kwargs: os._exit(1))  # die mid-save
+    DirectoryStore(root).save(run)
+    os._exit(0)
+    """
+)
+
+
+@pytest.mark.parametrize("target", ["fsync", "replace"])
+def test_a_kill_during_a_write_leaves_the_old_file_whole(tmp_path: Path, target: str) -> None:
+    root = tmp_path / "baselines"
+    store = DirectoryStore(root)
+    path = store.save(make_run(sha_of(3), seed=1))
+    assert path is not None
+    before = path.read_bytes()
+    run_file = tmp_path / "run.json"
+    run_file.write_text(json.dumps(make_run(sha_of(3), seed=2).to_dict()), encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, "-c", _KILLER, str(root), str(run_file), target],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1, proc.stderr  # it died where we made it die
+    assert path.read_bytes() == before
+    baseline = store.load(FP, sha_of(3))
+    assert baseline is not None and len(baseline.launches) == 1
+    assert store.commits(FP) == [sha_of(3)]  # a leftover temporary file is not a baseline
+    store.save(make_run(sha_of(3), seed=3))  # and the dead writer's lock is gone
+    assert len(store.load(FP, sha_of(3)).launches) == 2  # type: ignore[union-attr]
+
+
+# -- the twins agree ------------------------------------------------------------------
+
+FPS = ("fp-a", "fp-b")
+SHAS = (sha_of(1), sha_of(2), sha_of(3))
+
+
+class StoreAgreement(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tmp = Path(tempfile.mkdtemp(prefix="perfguard-store-"))
+        self.disk = DirectoryStore(self.tmp / "baselines", max_launches=3)
+        self.memory = MemoryStore(max_launches=3)
+        self.model: dict[tuple[str, str], list[str]] = {}  # launch tags, oldest first
+        self.counter = 0
+
+    @rule(
+        fp=st.sampled_from(FPS),
+        sha=st.sampled_from(SHAS),
+        samples=st.lists(st.integers(0, 2**40), min_size=1, max_size=20).map(tuple),
+        replace=st.booleans(),
+    )
+    def save(self, fp: str, sha: str, samples: tuple[int, ...], replace: bool) -> None:
+        self.counter += 1
+        run = make_run(sha, fingerprint=fp, seed=self.counter, samples=samples, ids=IDS[:1])
+        self.disk.save(run, replace=replace)
+        self.memory.save(run, replace=replace)
+        kept = [] if replace else self.model.get((fp, sha), [])
+        self.model[(fp, sha)] = [*kept, run.perfguard_version][-3:]
+
+    @rule(fp=st.sampled_from(FPS), sha=st.sampled_from(SHAS))
+    def delete(self, fp: str, sha: str) -> None:
+        expected = (fp, sha) in self.model
+        assert self.disk.delete(fp, sha) == self.memory.delete(fp, sha) == expected
+        self.model.pop((fp, sha), None)
+
+    @rule(fp=st.sampled_from(FPS), sha=st.sampled_from(SHAS))
+    def load(self, fp: str, sha: str) -> None:
+        disk, memory = self.disk.load(fp, sha), self.memory.load(fp, sha)
+        if (fp, sha) not in self.model:
+            assert disk is None and memory is None
+            return
+        assert disk is not None and memory is not None
+        assert (disk.commit, disk.launches) == (memory.commit, memory.launches)
+        assert [r.perfguard_version for r in disk.launches] == self.model[(fp, sha)]
+        assert disk.path is not None and disk.path.read_bytes() == self.memory.files[(fp, sha)]
+
+    @invariant()
+    def listings_agree(self) -> None:
+        expected_fps = sorted({fp for fp, _ in self.model})
+        assert self.disk.fingerprints() == self.memory.fingerprints() == expected_fps
+        for fp in FPS:
+            expected = sorted(sha for f, sha in self.model if f == fp)
+            assert self.disk.commits(fp) == self.memory.commits(fp) == expected
+
+    def teardown(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+TestStoreAgreement = StoreAgreement.TestCase
+TestStoreAgreement.settings = settings(
+    max_examples=50, stateful_step_count=12, deadline=None, database=None
+)
+
+
+# -- history, prune, nearest ancestor -------------------------------------------------
+
+
+def _fill(store: BaselineStore, seeds: dict[int, int]) -> None:
+    """Save one baseline per sha index, measured at minute ``seed``."""
+    for index, seed in seeds.items():
+        store.save(make_run(sha_of(index), seed=seed))
+
+
+def test_history_orders_by_time_or_by_ancestry() -> None:
+    store = MemoryStore()
+    _fill(store, {1: 30, 2: 10, 3: 20})
+    assert [sha for sha, _ in store.history(FP, IDS[0])] == [sha_of(2), sha_of(3), sha_of(1)]
+    # Ancestors come nearest first; history is oldest first and restricted to them.
+    ancestry = [sha_of(9), sha_of(1), sha_of(3)]
+    history = store.history(FP, IDS[0], ancestry)
+    assert [sha for sha, _ in history] == [sha_of(3), sha_of(1)]
+    assert history[0][1].samples_ns == make_samples(20)
+    assert store.history(FP, "suite::gone") == []
+
+
+def test_prune_keeps_the_newest(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path)
+    _fill(store, {1: 40, 2: 10, 3: 30, 4: 20})
+    assert store.prune(FP, 2) == [sha_of(2), sha_of(4)]
+    assert store.commits(FP) == [sha_of(1), sha_of(3)]
+    assert store.prune(FP, 5) == []
+    with pytest.raises(ValueError, match="keep"):
+        store.prune(FP, -1)
+
+
+def test_nearest_ancestor_takes_the_first_listed() -> None:
+    store = MemoryStore()
+    _fill(store, {2: 1, 4: 2})
+    found = store.nearest_ancestor(FP, [sha_of(1), sha_of(4), sha_of(2)])
+    assert isinstance(found, Baseline) and found.sha == sha_of(4)
+    assert store.nearest_ancestor(FP, [sha_of(1)]) is None
+    assert store.nearest_ancestor("fp-other", [sha_of(4)]) is None
+
+
+# -- automatic selection on real git repositories -------------------------------------
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(
+        GIT_AUTHOR_NAME="t",
+        GIT_AUTHOR_EMAIL="t@example.com",
+        GIT_COMMITTER_NAME="t",
+        GIT_COMMITTER_EMAIL="t@example.com",
+        GIT_CONFIG_GLOBAL=os.devnull,
+        GIT_CONFIG_NOSYSTEM="1",
+    )
+    proc = subprocess.run(
+        ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True
+    )
+    return proc.stdout.strip()
+
+
+def commit(repo: Path, message: str) -> str:
+    git(repo, "commit", "--allow-empty", "-q", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def new_repo(path: Path) -> Path:
+    path.mkdir()
+    git(path, "init", "-q", "-b", "main")
+    return path
+
+
+def save_at(store: BaselineStore, *shas: str) -> None:
+    for sha in shas:
+        store.save(make_run(sha))
+
+
+def test_auto_linear_history_skips_head(tmp_path: Path) -> None:
+    repo = new_repo(tmp_path / "repo")
+    c = [commit(repo, f"c{i}") for i in range(4)]
+    store = MemoryStore()
+    save_at(store, c[3])  # HEAD's own baseline is not a comparison point
+    assert select_auto_baseline(store, FP, repo)[0] is None
+    save_at(store, c[1])
+    found, why = select_auto_baseline(store, FP, repo)
+    assert found is not None and found.sha == c[1]
+    assert why == f"nearest ancestor with a baseline: {c[1][:7]} (2 commits back)"
+
+
+def test_auto_feature_branch_prefers_the_merge_base(tmp_path: Path) -> None:
+    repo = new_repo(tmp_path / "repo")
+    m1, m2 = commit(repo, "m1"), commit(repo, "m2")
+    git(repo, "checkout", "-q", "-b", "feature")
+    f1, f2 = commit(repo, "f1"), commit(repo, "f2")
+    git(repo, "checkout", "-q", "main")
+    m3 = commit(repo, "m3")
+    git(repo, "checkout", "-q", "feature")
+    store = MemoryStore()
+    save_at(store, m1, f1, m3)  # m3 is on main but not below HEAD: never chosen
+    found, why = select_auto_baseline(store, FP, repo)
+    assert found is not None and found.sha == m1, why
+    assert "3 commits back" in why and "below the merge-base with main" in why
+    save_at(store, m2)
+    found, why = select_auto_baseline(store, FP, repo)
+    assert found is not None and found.sha == m2
+    assert why.endswith("(2 commits back, merge-base with main)")
+    store.delete(FP, m1)
+    store.delete(FP, m2)
+    found, why = select_auto_baseline(store, FP, repo)
+    assert found is not None and found.sha == f1 and "on this branch" in why
+    assert f2 == git(repo, "rev-parse", "HEAD")
+
+    # A CI clone often has only origin/main; that counts as the target branch too.
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", f"file://{repo}", str(clone))
+    git(clone, "checkout", "-q", "-b", "topic", "origin/feature")
+    assert git(clone, "branch", "--list", "main") == ""  # the clone's default was feature
+    save_at(store, m1)
+    found, why = select_auto_baseline(store, FP, clone)
+    assert found is not None and found.sha == m1 and "merge-base with origin/main" in why
+
+
+def test_auto_detached_head(tmp_path: Path) -> None:
+    repo = new_repo(tmp_path / "repo")
+    c = [commit(repo, f"c{i}") for i in range(4)]
+    git(repo, "checkout", "-q", "--detach", c[2])
+    store = MemoryStore()
+    save_at(store, c[1], c[3])
+    found, why = select_auto_baseline(store, FP, repo)
+    assert found is not None and found.sha == c[1] and "1 commit back" in why
+
+
+def test_auto_without_commits_or_outside_git(tmp_path: Path) -> None:
+    repo = new_repo(tmp_path / "repo")
+    assert select_auto_baseline(MemoryStore(), FP, repo) == (None, "repository has no commits yet")
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    found, why = select_auto_baseline(MemoryStore(), FP, plain)
+    assert found is None and "not inside a git checkout" in why
+    commit(repo, "first")
+    found, why = select_auto_baseline(MemoryStore(), FP, repo)
+    assert found is None and "no parent commit" in why
+
+
+def test_auto_shallow_clone_says_how_to_fetch_history(tmp_path: Path) -> None:
+    repo = new_repo(tmp_path / "repo")
+    c = [commit(repo, f"c{i}") for i in range(3)]
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", "--depth", "1", f"file://{repo}", str(clone))
+    store = MemoryStore()
+    save_at(store, c[0])
+    found, why = select_auto_baseline(store, FP, clone)
+    assert found is None
+    assert "shallow clone" in why and "fetch-depth: 0" in why
+
+
+def test_auto_notes_a_skipped_unreadable_baseline(tmp_path: Path) -> None:
+    repo = new_repo(tmp_path / "repo")
+    c = [commit(repo, f"c{i}") for i in range(3)]
+    store = DirectoryStore(tmp_path / "baselines")
+    save_at(store, c[0], c[1])
+    broken = tmp_path / "baselines" / FP / f"{c[1]}.json"
+    broken.write_text("{", encoding="utf-8")
+    found, why = select_auto_baseline(store, FP, repo)
+    assert found is not None and found.sha == c[0]
+    assert "2 commits back" in why and str(broken) in why
+    assert broken.read_text(encoding="utf-8") == "{"
