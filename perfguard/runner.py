@@ -108,8 +108,7 @@ def measure_scenario(scenario: Scenario, ctx: RunContext) -> ScenarioResult:
             outputs = session.to_numpy(session.run(prepared))
         except Exception as exc:
             raise ModelError(
-                f"reading the outputs of model {scenario.model.name!r} failed: "
-                f"{_first_line(exc)}",
+                f"reading the outputs of model {scenario.model.name!r} failed: {_first_line(exc)}",
                 expected="tensors, or tuples/dicts of tensors",
                 location=scenario.location,
             ) from exc

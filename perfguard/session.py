@@ -114,32 +114,40 @@ class PerfguardSession:
     # -- running ----------------------------------------------------------------
     def run_item(self, item: ScenarioItem) -> None:
         scenario = item.scenario
-        base = {
-            "id": scenario.scenario_id(self.rootdir),
-            "suite": item.path.relative_to(self.rootdir).as_posix()
-            if item.path.is_relative_to(self.rootdir)
-            else item.path.as_posix(),
-            "name": scenario.item_name,
-            "backend": scenario.backend,
-            "device": scenario.device,
-            "precision": scenario.precision,
-            "threads": scenario.threads,
-            "tags": scenario.tags,
-        }
         try:
             result = measure_scenario(scenario, self.ctx)
         except BackendUnavailable as exc:
-            self.record(ScenarioResult(status="skipped", message=str(exc), **base))
+            self.record(self._unmeasured(item, "skipped", str(exc)))
             raise
         except PerfguardError as exc:
-            self.record(ScenarioResult(status="failed", message=str(exc), **base))
+            self.record(self._unmeasured(item, "failed", str(exc)))
             raise
         except Exception as exc:
-            self.record(
-                ScenarioResult(status="error", message=f"{type(exc).__name__}: {exc}", **base)
-            )
+            self.record(self._unmeasured(item, "error", f"{type(exc).__name__}: {exc}"))
             raise
         self.record(result)
+
+    def _unmeasured(self, item: ScenarioItem, status: str, message: str) -> ScenarioResult:
+        """The record of a cell that produced no figures, so the results file lists it."""
+        scenario = item.scenario
+        path = item.path
+        suite = (
+            path.relative_to(self.rootdir).as_posix()
+            if path.is_relative_to(self.rootdir)
+            else path.as_posix()
+        )
+        return ScenarioResult(
+            id=scenario.scenario_id(self.rootdir),
+            suite=suite,
+            name=scenario.item_name,
+            backend=scenario.backend,
+            device=scenario.device,
+            precision=scenario.precision,
+            status=status,
+            message=message,
+            threads=scenario.threads,
+            tags=scenario.tags,
+        )
 
     def record(self, result: ScenarioResult) -> None:
         self.results[result.id] = result

@@ -116,7 +116,9 @@ def test_missing_and_invalid_onnx_files(suite_writer: pytest.Pytester) -> None:
     write_suite(
         suite_writer,
         "missing",
-        _one_model_suite("onnx: nowhere.onnx\ninputs:\n  x: {shape: [1, 8]}", backend="onnxruntime"),
+        _one_model_suite(
+            "onnx: nowhere.onnx\ninputs:\n  x: {shape: [1, 8]}", backend="onnxruntime"
+        ),
     )
     (suite_writer.path / "suites" / "junk.onnx").write_text("this is not a protobuf")
     write_suite(

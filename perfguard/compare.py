@@ -1,0 +1,494 @@
+"""Compare a run with its baseline: one verdict per scenario, and the reasons.
+
+Decision rule for a latency percentile gate (e.g. ``p95``, limit L = 5%)
+-----------------------------------------------------------------------
+With r = P_cur / P_base (nearest-rank percentiles of the per-request samples)
+and [lo, hi] its bootstrap bounds, each one-sided at ``confidence`` (99%):
+
+* **regression** when r > 1 + L_eff AND lo > 1;
+* **improvement** when r < 1 / (1 + L_eff) AND hi < 1 (the mirror image in log
+  space, so swapping baseline and current turns one into the other);
+* **unchanged** otherwise.
+
+Why both conditions. The point estimate beyond the limit says the change is
+big enough to matter; the bound above 1 says it is not an artefact of sampling
+the tail of *this* run (a P95 rests on the few slowest requests). A bound-only
+rule (lo > 1 + L) would need roughly twice the effect to fire, and a
+point-only rule (what pytest-benchmark does with the mean) fires on every tail
+outlier burst: on this 2-core host it failed 13 of 30 unchanged runs.
+
+Noise floor. The bootstrap only knows the noise *within* one run; runs in
+separate processes differ more (P95 CV 3.8% here between quiet launches, 9-18%
+in noisy stretches). ``history`` holds this scenario's normalised P95 at earlier
+stored commits of the same machine fingerprint; its relative spread
+``noise_floor`` (std/mean, needs >= ``MIN_HISTORY`` values) widens the limit:
+``L_eff = max(L, NOISE_K * noise_floor)`` with ``NOISE_K = 2``. A ratio of two
+launches spreads by about sqrt(2) * noise_floor, so a 2x margin puts the limit
+~1.4 of those spreads out (~8% per round if normal), and the confirmation
+re-measurement (``confirm``, every round must regress) brings that down
+further. A gate tighter than the machine can resolve is thus widened, visibly
+(both limits are in the verdict), rather than crying wolf.
+
+Machine-speed normalisation. When both sides carry ``canary_ns``, latency
+ratios are multiplied by ``canary_base / canary_current`` (each side's samples
+divided by its own canary), throughput ratios by the inverse: a host slow spell
+that slows model and canary alike cancels out. The raw ratio is kept beside.
+
+Run-level checks override the metrics (figures stay for the report): an
+unstable current run, or one measured while other processes used more than
+``FOREIGN_CPU_LIMIT`` of the CPUs (``runtime["foreign_cpu"]``, see
+``perfguard.canary``: such contention slows a multi-threaded runtime 1.5-5x
+and the canary cannot see it), is ``invalid``; differing environments make it
+``incomparable``. An unstable or contended *baseline* only adds a note.
+
+Sample count. A one-sided order-statistic bound at confidence c on the q-th
+percentile exists only when the largest of n samples exceeds it with
+probability c: 1 - q**n >= c, i.e. n >= log(1 - c) / log(q). For P95 at 99%
+that is 90 samples per run (P99: 459, P50: 7); fewer gives ``invalid``.
+
+Throughput and peak memory (one figure per run) are decided on the point
+estimate; memory is never normalised. Absolute limits (``relative: false``, in
+ms, /s or MiB) become a relative limit at the baseline's value.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from perfguard.results import Environment, RunResult, ScenarioResult
+from perfguard.scenario import GateSpec
+from perfguard.stats import noise_floor, percentile, percentile_ratio_bound
+from perfguard.verdict import (
+    GATE_UNITS,
+    IMPROVEMENT,
+    INCOMPARABLE,
+    INVALID,
+    MISSING,
+    NEW,
+    REGRESSION,
+    UNCHANGED,
+    MetricVerdict,
+    ScenarioVerdict,
+    baseline_ref,
+    confirm,
+    describe,
+    metric_name,
+    needs_confirmation,
+    worst,
+)
+
+__all__ = [
+    "DEFAULT_GATES",
+    "FOREIGN_CPU_LIMIT",
+    "MIN_HISTORY",
+    "NOISE_K",
+    "compare_runs",
+    "compare_scenario",
+    "confirm",
+    "environment_diff",
+    "needs_confirmation",
+    "samples_needed",
+]
+
+NOISE_K = 2.0
+# Share of all CPUs that other processes may use during a measurement before it
+# is invalid: an idle CI machine shows ~0-2%; a second test run on 2 cores ~50%.
+FOREIGN_CPU_LIMIT = 0.10
+MIN_HISTORY = 3  # std/mean of 2 values is too rough to widen a gate with
+DEFAULT_GATES: tuple[GateSpec, ...] = (GateSpec(metric="p95", limit=0.05),)
+
+LATENCY_QS: dict[str, float] = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
+THROUGHPUT = "throughput"
+MEMORY_NAMES = ("peak_memory", "peak_memory_mib", "memory")
+
+
+def samples_needed(q: float, confidence: float) -> int:
+    """Fewest samples for a one-sided order-statistic bound on the q-th percentile.
+
+    The largest of n samples exceeds the true q-quantile with probability
+    1 - (q/100)**n; that must reach ``confidence``. P95 at 99% -> 90.
+    """
+    p = q / 100.0
+    if p <= 0.0:
+        return 1
+    if p >= 1.0:
+        raise ValueError(f"percentile q={q} has no finite-sample bound")
+    # The small slack keeps an exact integer from being pushed up by float error.
+    return max(1, math.ceil(math.log(1.0 - confidence) / math.log(p) - 1e-9))
+
+
+# --------------------------------------------------------------------------- figures
+
+
+@dataclass(frozen=True)
+class _Figure:
+    """What one side offers for one gate."""
+
+    value: float | None
+    samples: np.ndarray | None  # per-request latencies, latency gates only
+    n: int | None
+
+
+_UNITS = {"latency": "ns", "throughput": "/s", "memory": "MiB"}
+_KINDS = {**dict.fromkeys(LATENCY_QS, "latency"), THROUGHPUT: "throughput"}
+_KINDS.update(dict.fromkeys(MEMORY_NAMES, "memory"))
+
+
+def _figure(result: ScenarioResult, metric: str, kind: str) -> _Figure:
+    if kind == "throughput":
+        return _Figure(result.throughput, None, None)
+    if kind == "memory":
+        return _Figure(result.peak_memory_mib, None, None)
+    if result.samples_ns:
+        arr = np.asarray(result.samples_ns, dtype=np.float64)
+        return _Figure(percentile(arr, LATENCY_QS[metric]), arr, int(arr.size))
+    if result.latency_ns is not None:  # summary only: point estimate
+        return _Figure(float(getattr(result.latency_ns, metric)), None, result.latency_ns.n)
+    return _Figure(None, None, None)
+
+
+# --------------------------------------------------------------------------- metric
+
+
+def _compare_metric(
+    gate: GateSpec,
+    current: ScenarioResult,
+    baseline: ScenarioResult,
+    *,
+    commit: str | None,
+    confidence: float,
+    normalise: bool,
+    history: Sequence[float],
+    noise_k: float,
+) -> MetricVerdict:
+    metric = gate.metric.lower()
+    kind = _KINDS.get(metric, "unknown")
+    name = metric_name(metric)
+    base_ref = baseline_ref(commit)
+    common = MetricVerdict(
+        metric=gate.metric,
+        verdict=INVALID,
+        message="",
+        rule="",
+        unit=_UNITS.get(kind, ""),
+        confidence=confidence,
+        limit=gate.limit,
+        relative=gate.relative,
+        higher_is_worse=gate.higher_is_worse,
+        effective_limit=gate.limit,
+        noise_k=noise_k,
+        noise_commits=len(history),
+    )
+    if kind == "unknown":
+        return replace(
+            common,
+            verdict=INVALID,
+            rule="unknown metric",
+            message=f"gate on unknown metric {gate.metric!r}; use one of "
+            f"{', '.join([*LATENCY_QS, THROUGHPUT, MEMORY_NAMES[0]])}",
+        )
+    cur, base = _figure(current, metric, kind), _figure(baseline, metric, kind)
+    common = replace(
+        common, baseline=base.value, current=cur.value, n_baseline=base.n, n_current=cur.n
+    )
+    if base.value is None or (kind == "memory" and cur.value is None):
+        side = "the baseline" if base.value is None else "this run"
+        return replace(
+            common,
+            verdict=NEW,
+            rule="figure absent",
+            message=f"{name} not gated: {side} recorded none; gated once both have it",
+        )
+    if cur.value is None:
+        return replace(
+            common,
+            verdict=INVALID,
+            rule="figure absent",
+            message=f"{name} not gated: this run recorded none although the scenario passed",
+        )
+    needed = samples_needed(LATENCY_QS[metric], confidence) if kind == "latency" else None
+    common = replace(common, samples_needed=needed)
+    if needed is not None and min(cur.n or 0, base.n or 0) < needed:
+        return replace(
+            common,
+            verdict=INVALID,
+            rule=f"too few samples: a {confidence:.0%} bound on {metric} needs >= {needed}",
+            message=f"{name} not gated: {cur.n or 0} samples in this run, {base.n or 0} in "
+            f"{base_ref}; a {confidence:.0%} bound on {metric.upper()} needs >= {needed} per run "
+            f"(order statistics: 1 - {LATENCY_QS[metric] / 100:g}^n >= {confidence:g}). "
+            f"Fix: raise the scenario's measure iterations to >= {needed}",
+        )
+    if base.value <= 0.0:
+        return replace(
+            common,
+            verdict=INVALID,
+            rule="baseline figure <= 0",
+            message=f"{name} not gated: {base_ref} recorded {base.value}; re-record the baseline",
+        )
+
+    # --- ratio and its bounds
+    ratio_raw = cur.value / base.value
+    lower: float | None = None
+    upper: float | None = None
+    if cur.samples is not None and base.samples is not None:
+        try:
+            lower, upper = _symmetric_bound(base.samples, cur.samples, metric, confidence)
+        except ValueError as exc:  # e.g. a zero-latency sample
+            return replace(
+                common,
+                rule="bound failed",
+                message=f"{name} not gated: no confidence bound ({exc})",
+            )
+
+    factor = 1.0
+    canary_ratio: float | None = None
+    if current.canary_ns and baseline.canary_ns and current.canary_ns > 0:
+        canary_ratio = baseline.canary_ns / current.canary_ns
+    normalised = normalise and kind != "memory" and canary_ratio is not None
+    if normalised and canary_ratio is not None:
+        # Latency scales with slowness; throughput with speed.
+        factor = canary_ratio if kind == "latency" else 1.0 / canary_ratio
+    ratio = ratio_raw * factor
+    lower = None if lower is None else lower * factor
+    upper = None if upper is None else upper * factor
+
+    # --- limits: the gate's, widened by the noise floor when that is wider.
+    base_in_gate_unit = base.value * GATE_UNITS[common.unit][1]
+    rel_limit = gate.limit if gate.relative else gate.limit / base_in_gate_unit
+    floor: float | None = None
+    effective = gate.limit
+    if kind != "memory" and len(history) >= MIN_HISTORY:
+        floor = noise_floor(history)
+        if noise_k * floor > rel_limit:
+            effective = noise_k * floor * (1.0 if gate.relative else base_in_gate_unit)
+    decided = replace(
+        common,
+        effective_limit=effective,
+        ratio=ratio,
+        ratio_raw=ratio_raw,
+        lower=lower,
+        upper=upper,
+        normalised=normalised,
+        canary_ratio=canary_ratio,
+        noise_floor=floor,
+    )
+    lo, hi = decided.thresholds()
+    up = ratio > hi and (lower is None or lower > 1.0)
+    down = ratio < lo and (upper is None or upper < 1.0)
+    worse, better = (up, down) if gate.higher_is_worse else (down, up)
+    decided = replace(
+        decided, verdict=REGRESSION if worse else IMPROVEMENT if better else UNCHANGED
+    )
+    rule, message = describe(decided, commit)
+    return replace(decided, rule=rule, message=message)
+
+
+def _symmetric_bound(
+    base: np.ndarray, current: np.ndarray, metric: str, confidence: float
+) -> tuple[float, float]:
+    """Bounds on current/base, each one-sided at ``confidence``.
+
+    The bootstrap interval is two-sided, so it is asked at 2c - 1 (99% one-sided
+    = 98% two-sided). It is run both ways round and the union kept: the seeded
+    resampling otherwise depends on which run is called the baseline, and a
+    verdict must not (swapping the runs must turn a regression into an
+    improvement, nothing else). The union is slightly conservative; the two
+    bootstraps cost O(n log n) each.
+    """
+    q = LATENCY_QS[metric]
+    forward = percentile_ratio_bound(base, current, q, 2.0 * confidence - 1.0)
+    backward = percentile_ratio_bound(current, base, q, 2.0 * confidence - 1.0)
+    return min(forward.lower, 1.0 / backward.upper), max(forward.upper, 1.0 / backward.lower)
+
+
+# --------------------------------------------------------------------------- scenario
+
+
+def compare_scenario(
+    current: ScenarioResult | None,
+    baseline: ScenarioResult | None,
+    gates: Sequence[GateSpec],
+    *,
+    baseline_commit: str | None,
+    env_diff: Mapping[str, tuple[str | None, str | None]] | None = None,
+    history: Sequence[float] = (),
+    confidence: float = 0.99,
+    normalise: bool = True,
+    noise_k: float = NOISE_K,
+) -> ScenarioVerdict:
+    """Verdict of one scenario against its baseline result (see the module docstring).
+
+    ``current`` None means the scenario is in the baseline only (``missing``).
+    ``env_diff`` maps differing environment fields to (baseline, current); when
+    non-empty nothing is gated (``incomparable``), though figures are still
+    computed for the report. ``history``: normalised P95s (any one unit) of this
+    scenario at earlier stored commits of the same fingerprint.
+    """
+    if not 0.5 < confidence < 1.0:
+        raise ValueError(f"confidence={confidence}; expected a number in (0.5, 1)")
+    if current is None and baseline is None:
+        raise ValueError("compare_scenario needs a current or a baseline result")
+    diff = dict(env_diff or {})
+    base_ref = baseline_ref(baseline_commit)
+
+    def verdict_of(kind: str, metrics: Sequence[MetricVerdict], *notes: str) -> ScenarioVerdict:
+        sid = current.id if current is not None else baseline.id  # type: ignore[union-attr]
+        return ScenarioVerdict(
+            scenario_id=sid,
+            verdict=worst([kind, *(m.verdict for m in metrics)]),
+            metrics=tuple(metrics),
+            baseline_commit=baseline_commit,
+            env_diff=diff if kind == INCOMPARABLE else {},
+            messages=(*notes, *(m.message for m in metrics)),
+        )
+
+    if current is None:
+        assert baseline is not None
+        return verdict_of(
+            MISSING,
+            (),
+            f"{baseline.id} is in {base_ref} but was not measured in this run (renamed, "
+            "deleted or deselected?); if intended, record a new baseline",
+        )
+    if current.status != "passed":
+        why = f": {current.message}" if current.message else ""
+        return verdict_of(
+            INVALID, (), f"scenario {current.status}{why}; it has no figures to compare"
+        )
+    if baseline is None or baseline.status != "passed":
+        why = (
+            f"no baseline for this scenario in {base_ref}"
+            if baseline is None
+            else f"{base_ref} has no figures for this scenario ({baseline.status})"
+        )
+        return verdict_of(NEW, (), f"{why}; it is gated once a baseline includes it")
+
+    metrics = [
+        _compare_metric(
+            gate,
+            current,
+            baseline,
+            commit=baseline_commit,
+            confidence=confidence,
+            normalise=normalise,
+            history=history,
+            noise_k=noise_k,
+        )
+        for gate in gates
+    ]
+    # Run-level problems override every metric's decision; the figures stay for the report.
+    override: tuple[str, str] | None = None
+    foreign = _foreign_cpu(current)
+    if not current.stable:
+        ratio = current.stability_ratio
+        drift = f" (median of last third / first third = {ratio:.2f})" if ratio else ""
+        override = (
+            INVALID,
+            f"this run was unstable{drift}; the host was busy. "
+            "Fix: re-run; if it persists, raise warmup",
+        )
+    elif foreign is not None and foreign > FOREIGN_CPU_LIMIT:
+        override = (
+            INVALID,
+            f"other processes used {foreign:.0%} of the CPUs while this run was measured "
+            f"(limit {FOREIGN_CPU_LIMIT:.0%}); a multi-threaded runtime slows several-fold "
+            "under such contention and no canary corrects it. Fix: re-run on an idle machine",
+        )
+    elif diff:
+        fields = ", ".join(f"{k}: {b} -> {c}" for k, (b, c) in diff.items())
+        override = (
+            INCOMPARABLE,
+            f"environment differs from {base_ref} ({fields}); record a baseline on this machine",
+        )
+    notes = []
+    if not baseline.stable or (_foreign_cpu(baseline) or 0.0) > FOREIGN_CPU_LIMIT:
+        # Not invalid: a pooled multi-launch baseline is still the best figure there is.
+        notes.append(
+            f"{base_ref} was measured unstable or on a busy machine; consider re-recording"
+        )
+    if override is None:
+        return verdict_of(UNCHANGED, metrics, *notes)
+    kind, why = override
+    metrics = [
+        m
+        if m.verdict == INVALID
+        else replace(m, verdict=kind, rule=why, message=f"{metric_name(m.metric)} not gated: {why}")
+        for m in metrics
+    ]
+    return verdict_of(kind, metrics, why, *notes)
+
+
+def _foreign_cpu(result: ScenarioResult) -> float | None:
+    """Share of all CPUs other processes used while measuring (``CanaryResult.foreign_cpu``).
+
+    The runner stores it as ``runtime["foreign_cpu"]``; absent on old results.
+    """
+    value = result.runtime.get("foreign_cpu")
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def environment_diff(
+    baseline: Environment, current: Environment
+) -> dict[str, tuple[str | None, str | None]]:
+    """Comparable fields that differ, as (baseline, current); empty when comparable."""
+    keys = sorted(set(baseline.comparable) | set(current.comparable))
+    diff = {
+        k: (baseline.comparable.get(k), current.comparable.get(k))
+        for k in keys
+        if baseline.comparable.get(k) != current.comparable.get(k)
+    }
+    if not diff and baseline.fingerprint != current.fingerprint:
+        # Same recorded fields, different hash (e.g. fields not recorded): still say why.
+        diff["fingerprint"] = (baseline.fingerprint, current.fingerprint)
+    return diff
+
+
+def compare_runs(
+    current: RunResult,
+    baseline: RunResult | None,
+    gates_by_id: Mapping[str, Sequence[GateSpec]],
+    *,
+    baseline_commit: str | None,
+    histories: Mapping[str, Sequence[float]] | None = None,
+    confidence: float = 0.99,
+    normalise: bool = True,
+) -> list[ScenarioVerdict]:
+    """One verdict per scenario of ``current``, then one ``missing`` per baseline-only id.
+
+    Scenarios absent from ``gates_by_id`` get ``DEFAULT_GATES`` (P95, +5%).
+    """
+    hist = histories or {}
+    commit = baseline_commit or (baseline.commit.sha if baseline is not None else None)
+    diff = environment_diff(baseline.environment, current.environment) if baseline else {}
+    base_by_id = {s.id: s for s in baseline.scenarios} if baseline is not None else {}
+    seen = set()
+    out: list[ScenarioVerdict] = []
+    for scenario in current.scenarios:
+        seen.add(scenario.id)
+        out.append(
+            compare_scenario(
+                scenario,
+                base_by_id.get(scenario.id),
+                gates_by_id.get(scenario.id, DEFAULT_GATES),
+                baseline_commit=commit,
+                env_diff=diff,
+                history=hist.get(scenario.id, ()),
+                confidence=confidence,
+                normalise=normalise,
+            )
+        )
+    for sid, base in base_by_id.items():
+        if sid not in seen:
+            out.append(
+                compare_scenario(
+                    None,
+                    base,
+                    gates_by_id.get(sid, DEFAULT_GATES),
+                    baseline_commit=commit,
+                )
+            )
+    return out

@@ -1,0 +1,546 @@
+"""Load a suite YAML file into frozen :class:`~perfguard.scenario.Scenario` objects.
+
+A suite file names models and scenarios; each scenario expands into one
+``Scenario`` per cell of its ``matrix``. Loading is strict: any unknown key,
+wrong type or bad value raises :class:`~perfguard.errors.SuiteError` naming
+``file:line``, what was found, what was expected and the fix. Combinations that
+are well formed but cannot run (e.g. ``onnxruntime`` + ``fp16``) do not raise:
+only that cell gets ``Scenario.error`` set and fails when it runs.
+
+Format::
+
+    defaults:                 # optional; any scenario key except name/model/matrix/exclude
+      warmup: {iterations: 20, seconds: 1}   # loop runs until BOTH are reached
+      measure: {iterations: 300, seconds: 5, max_seconds: 60}
+      threads: 2
+      device: cpu
+      gate: {p95: "+5%"}
+    models:
+      minilm:
+        factory: perfguard_examples.minilm:build  # "module:function" -> torch.nn.Module
+        kwargs: {seq_len: 64}                      # optional, factory models only
+        opset: 17                                  # optional ONNX export opset (default 17)
+        # OR  onnx: models/model.onnx              # exactly one of factory / onnx
+        inputs:                                    # input name -> spec
+          input_ids: {shape: [1, 64], dtype: int64, low: 0, high: 30522, seed: 0}
+          attention_mask: {shape: [1, 64], dtype: int64, fill: 1}
+        # OR inputs_file: data/real.npz            # exactly one of inputs / inputs_file
+        outputs: [embedding]                       # optional output names
+    scenarios:
+      - name: minilm
+        model: minilm
+        backend: torch            # torch | onnxruntime                   (default torch)
+        device: cpu               # cpu | cuda | cuda:N                   (default cpu)
+        precision: fp32           # fp32 | fp16 | bf16 | int8             (default fp32)
+        threads: 2                # intra-op threads, integer >= 1        (default: runtime's)
+        graph_optimization_level: all   # disable | basic | extended | all (onnxruntime)
+        warmup: {iterations: 10, seconds: 0.5}   # default 10 iterations, 0.5 s
+        measure: {iterations: 100, seconds: 2}   # default 100 iterations, 2 s
+        stability_tolerance: 0.1  # 0 < x < 1                             (default 0.1)
+        tags: [nlp, smoke]        # pytest markers: [A-Za-z_][A-Za-z0-9_]*
+        gate: {p95: "+5%", p99: "+2ms", throughput: "-5%", peak_memory: "+50MiB"}
+        matrix:                   # axes: backend, device, precision, threads,
+          backend: [torch, onnxruntime]   #   graph_optimization_level
+          precision: [fp32, int8]
+        exclude:                  # optional partial cells to drop
+          - {backend: torch, precision: int8}
+
+Rules:
+
+* A value comes from the matrix cell, else the scenario, else ``defaults``, else
+  the built-in default. ``warmup``/``measure`` merge key by key; ``gate`` merges
+  metric by metric and always holds ``p95: "+5%"`` unless ``p95`` is given;
+  ``tags`` and every other key replace the default as a whole.
+* Loops: ``iterations`` integer >= 1, ``seconds`` >= 0, ``max_seconds`` > 0
+  (default 300) caps the loop.
+* Gates: metrics ``p50``, ``p90``, ``p95``, ``p99``, ``mean`` (latency),
+  ``throughput``, ``peak_memory``; values are quoted strings. Latency and memory
+  are written with ``+`` (higher is worse), throughput with ``-``. Relative:
+  ``"+5%"``. Absolute: latency ``"+2ms"``/``"+500us"``/``"+1s"``, memory
+  ``"+50MiB"``/``"+512KiB"``/``"+1GiB"``, throughput ``"-100/s"``.
+* Cell id: the cell's matrix values joined by ``-`` in the order the axes are
+  written (``onnxruntime-int8``); ``""`` without a matrix. pytest shows
+  ``name[cell_id]``. ``exclude`` entries must name axes and values of the matrix.
+  An axis may not also be set as a plain key of the same scenario.
+* Scenario names (letters, digits, ``_ . + -``) and cells are unique per file.
+  Tags may not be pytest's own markers (``skip``, ``xfail``, ``parametrize``, ...).
+* ``onnx`` and ``inputs_file`` are relative to the suite file's directory
+  (``ModelSpec.base_dir``, also where factory modules are imported from). Files
+  are not checked here; a missing one fails only the cells that use it.
+  ``kwargs`` reach the factory as plain data, with lists turned into tuples.
+* Input specs: ``shape`` (required; integers >= 1, ``[]`` for a scalar),
+  ``dtype`` (float32 (default), float16, bfloat16, float64, int64, int32, int16,
+  int8, uint8, bool), either ``low``+``high`` (``low < high``; high exclusive for
+  integers) or ``fill``, and ``seed`` (integer >= 0, default 0). Without a range
+  or fill, floats are standard normal and integers uniform in [0, 100).
+* Cells that cannot run get ``Scenario.error``: ``onnxruntime`` with ``fp16`` or
+  ``bf16``; ``int8`` (CPU dynamic quantization) on a ``cuda`` device; an ``onnx:``
+  model on the ``torch`` backend.
+* YAML anchors and ``<<`` merges work; duplicate keys are an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import yaml
+
+from perfguard.errors import CellError, Location
+from perfguard.scenario import (
+    BACKENDS,
+    DTYPES,
+    GRAPH_OPT_LEVELS,
+    PRECISIONS,
+    GateSpec,
+    InputSpec,
+    ModelSpec,
+    Scenario,
+)
+from perfguard.yamlpos import (
+    DuplicateKeyError,
+    PosDict,
+    Reader,
+    found,
+    frozen,
+    load_with_positions,
+    one_of,
+    suggest,
+)
+
+__all__ = ["Suite", "load_suite"]
+
+_TOP_KEYS = ("defaults", "models", "scenarios")
+_AXES = ("backend", "device", "precision", "threads", "graph_optimization_level")
+_LOOPS = ("warmup", "measure")
+_SETTINGS = (*_AXES, *_LOOPS, "stability_tolerance", "tags", "gate")
+_SCENARIO_KEYS = ("name", "model", *_SETTINGS, "matrix", "exclude")
+_DEFAULTS_HINTS = {
+    k: f"set `{k}` on each scenario; `defaults` cannot hold it"
+    for k in ("name", "model", "matrix", "exclude")
+}
+_MODEL_KEYS = ("factory", "kwargs", "opset", "onnx", "inputs", "inputs_file", "outputs")
+_INPUT_KEYS = ("shape", "dtype", "low", "high", "fill", "seed")
+_LOOP_KEYS = ("iterations", "seconds", "max_seconds")
+_LATENCY = ("p50", "p90", "p95", "p99", "mean")
+_GATE_METRICS = (*_LATENCY, "throughput", "peak_memory")
+# Factor from each written unit to the unit GateSpec stores: ms, MiB, items/s.
+_UNITS: dict[str, dict[str, float]] = {
+    "latency": {"ms": 1.0, "us": 1e-3, "s": 1000.0},
+    "peak_memory": {"KiB": 1 / 1024, "MiB": 1.0, "GiB": 1024.0},
+    "throughput": {"/s": 1.0},
+}
+_EXAMPLES = {"latency": ("+5%", "+2ms"), "peak_memory": ("+5%", "+50MiB")}
+_GATE_RE = re.compile(r"([+-]?)\s*(\d+(?:\.\d*)?|\.\d+)\s*(.*)")
+_DEVICE_RE = re.compile(r"cpu|cuda(:\d+)?")
+_IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NAME_RE = re.compile(r"[A-Za-z0-9_.+-]+")
+_FACTORY_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+# Tags become pytest markers; these names already mean something to pytest.
+_RESERVED_TAGS = ("skip", "skipif", "xfail", "parametrize", "usefixtures", "filterwarnings")
+_TAG_FORM = "letters, digits and `_`, not starting with a digit (tags become pytest markers)"
+_CHOICES = {
+    "backend": BACKENDS,
+    "precision": PRECISIONS,
+    "graph_optimization_level": GRAPH_OPT_LEVELS,
+}
+_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(Scenario)}
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A loaded suite file: every matrix cell of every scenario, in file order."""
+
+    path: Path
+    scenarios: tuple[Scenario, ...]
+
+
+def _loop(rd: Reader, value: object, line: int, what: str) -> dict[str, float]:
+    m = rd.as_map(value, line, what)
+    rd.keys(m, _LOOP_KEYS, what)
+    out: dict[str, float] = {}
+    for key, v in m.items():
+        at, name = m.key_line(key), f"`{key}` in {what}"
+        if key == "iterations":
+            out[key] = rd.as_int(v, at, name, 1)
+        elif key == "seconds":
+            out[key] = rd.as_num(v, at, name, "a number >= 0", lambda x: x >= 0)
+        else:
+            out[key] = rd.as_num(v, at, name, "a number > 0", lambda x: x > 0)
+    return out
+
+
+def _gate(rd: Reader, metric: str, value: object, line: int, where: str) -> GateSpec:
+    kind = "latency" if metric in _LATENCY else metric
+    units = _UNITS[kind]
+    rel, absolute = _EXAMPLES.get(kind, ("-5%", "-100/s"))
+    sign = rel[0]
+    what = f"gate `{metric}` in {where}"
+    why = "higher is worse" if sign == "+" else "lower is worse"
+    expected = (
+        f'a quoted string like "{rel}" or "{absolute}", written with `{sign}` because {why} '
+        f"(units: %, {', '.join(units)})"
+    )
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        fix = f'write `{metric}: "{sign}{value}%"` for a relative limit'
+        rd.fail(line, f"{what} is the bare number {value}", expected, fix)
+    match = _GATE_RE.fullmatch(value.strip()) if isinstance(value, str) else None
+    if match is None:
+        rd.fail(line, f"{what} is {found(value)}", expected, f'write e.g. `{metric}: "{rel}"`')
+    unit = match[3].strip()
+    if unit != "%" and unit not in units:
+        fix = f'write e.g. `{metric}: "{sign}{match[2]}%"` or `{metric}: "{absolute}"`'
+        rd.fail(line, f"{what} is `{value}`, unit `{unit or '(none)'}`", expected, fix)
+    if match[1] != sign:
+        fix = f'write `{metric}: "{sign}{match[2]}{unit}"`'
+        rd.fail(line, f"{what} is `{value}`, with the wrong sign", expected, fix)
+    amount, worse = float(match[2]), sign == "+"
+    if unit == "%":
+        return GateSpec(metric, amount / 100, relative=True, higher_is_worse=worse)
+    return GateSpec(metric, amount * units[unit], relative=False, higher_is_worse=worse)
+
+
+def _tags(rd: Reader, value: object, line: int, what: str) -> tuple[str, ...]:
+    tags = rd.as_list(value, line, what)
+    for i, tag in enumerate(tags):
+        at = tags.item_line(i)
+        if not isinstance(tag, str) or not _IDENT_RE.fullmatch(tag):
+            fixed = re.sub(r"\W", "_", str(tag))
+            fixed = fixed if _IDENT_RE.fullmatch(fixed) else f"_{fixed}"
+            problem = f"tag {found(tag)} in {what} is not an identifier"
+            rd.fail(at, problem, _TAG_FORM, f"use `{fixed}`")
+        if tag in _RESERVED_TAGS:
+            fix = f"rename it, e.g. `{tag}_`"
+            rd.fail(at, f"tag `{tag}` in {what} is a built-in pytest marker", "another name", fix)
+    return tuple(dict.fromkeys(tags))
+
+
+def _setting(rd: Reader, key: str, value: object, line: int, where: str) -> object:
+    what = f"`{key}` in {where}"
+    if key in _CHOICES:
+        return rd.as_choice(value, line, what, _CHOICES[key])
+    if key == "threads":
+        return rd.as_int(value, line, what, 1)
+    if key == "device":
+        if not isinstance(value, str) or not _DEVICE_RE.fullmatch(value):
+            fix = "write `cpu`, `cuda` or e.g. `cuda:0`"
+            rd.fail(line, f"{what} is {found(value)}", "`cpu`, `cuda` or `cuda:N`", fix)
+        return value
+    if key == "stability_tolerance":
+        return rd.as_num(value, line, what, "a number with 0 < x < 1", lambda x: 0 < x < 1)
+    if key in _LOOPS:
+        return _loop(rd, value, line, what)
+    if key == "tags":
+        return _tags(rd, value, line, what)
+    gates = rd.as_map(value, line, what)
+    rd.keys(gates, _GATE_METRICS, what)
+    return {k: _gate(rd, k, v, gates.key_line(k), where) for k, v in gates.items()}
+
+
+def _settings(rd: Reader, m: PosDict, where: str) -> dict[str, object]:
+    return {k: _setting(rd, k, v, m.key_line(k), where) for k, v in m.items() if k in _SETTINGS}
+
+
+def _input(rd: Reader, name: object, value: object, line: int, model: str) -> InputSpec:
+    where = f"input `{name}` of model `{model}`"
+    m = rd.as_map(value, line, where)
+    rd.keys(m, _INPUT_KEYS, where)
+    name = rd.as_str(name, line, f"the name of {where}")
+    if "shape" not in m:
+        rd.fail(line, f"{where} has no `shape`", "`shape: [d1, ...]`", "add `shape: [1, 64]`")
+    dims = rd.as_list(m["shape"], m.key_line("shape"), f"`shape` of {where}")
+    shape = tuple(
+        rd.as_int(d, dims.item_line(i), f"dimension {i} of `shape` of {where}", 1)
+        for i, d in enumerate(dims)
+    )
+    dtype = m.get("dtype", "float32")
+    dtype = rd.as_choice(dtype, m.key_line("dtype"), f"`dtype` of {where}", DTYPES)
+    nums = {
+        k: rd.as_num(m[k], m.key_line(k), f"`{k}` of {where}", "a finite number", lambda x: True)
+        for k in ("low", "high", "fill")
+        if k in m
+    }
+    low, high, fill = nums.get("low"), nums.get("high"), nums.get("fill")
+    if (low is None) != (high is None):
+        given, missing = ("low", "high") if high is None else ("high", "low")
+        fix = f"add `{missing}`, or use `fill`"
+        rd.fail(m.key_line(given), f"{where} has `{given}` but no `{missing}`", "both", fix)
+    if low is not None and fill is not None:
+        expected = "either a constant `fill` or a random range `low`/`high`"
+        fix = "remove `fill`, or remove `low` and `high`"
+        rd.fail(m.key_line("fill"), f"{where} has both `fill` and `low`/`high`", expected, fix)
+    if low is not None and high is not None and low >= high:
+        fix = "make `high` larger than `low` (high is exclusive for integers)"
+        rd.fail(m.key_line("low"), f"{where} has low={low:g} >= high={high:g}", "low < high", fix)
+    seed = rd.as_int(m.get("seed", 0), m.key_line("seed"), f"`seed` of {where}", 0)
+    return InputSpec(name, shape, dtype, low, high, fill, seed)
+
+
+def _model(rd: Reader, name: object, value: object, line: int, base_dir: Path) -> ModelSpec:
+    where = f"model `{name}`"
+    m = rd.as_map(value, line, where)
+    rd.keys(m, _MODEL_KEYS, where)
+    name = rd.as_str(name, line, "the model name")
+    for a, b, fix in (
+        ("factory", "onnx", "give `factory: package.module:function` or `onnx: model.onnx`"),
+        ("inputs", "inputs_file", "give `inputs:` (name -> shape/dtype) or `inputs_file: x.npz`"),
+    ):
+        if (a in m) == (b in m):
+            both = f"both `{a}` and `{b}`" if a in m else f"neither `{a}` nor `{b}`"
+            rd.fail(line, f"{where} has {both}", f"exactly one of `{a}` and `{b}`", fix)
+
+    def path(key: str) -> Path:
+        return base_dir / rd.as_str(m[key], m.key_line(key), f"`{key}` of {where}")
+
+    factory, onnx, inputs_file, opset = None, None, None, 17
+    kwargs: tuple[tuple[str, object], ...] = ()
+    if "factory" in m:
+        factory = rd.as_str(m["factory"], m.key_line("factory"), f"`factory` of {where}")
+        if not _FACTORY_RE.fullmatch(factory):
+            module, _, func = factory.replace(":", ".").rpartition(".")
+            fix = f"separate module and function with `:`, e.g. `{module or 'module'}:{func}`"
+            problem = f"`factory` of {where} is `{factory}`"
+            rd.fail(m.key_line("factory"), problem, "`module:function`", fix)
+        if "kwargs" in m:
+            kw = rd.as_map(m["kwargs"], m.key_line("kwargs"), f"`kwargs` of {where}")
+            for k in kw:
+                if not isinstance(k, str) or not k.isidentifier():
+                    problem = f"`kwargs` key {found(k)} of {where} is not a keyword name"
+                    rd.fail(kw.key_line(k), problem, "a Python identifier", "rename the key")
+            kwargs = tuple((k, frozen(v)) for k, v in kw.items())
+        if "opset" in m:
+            opset = rd.as_int(m["opset"], m.key_line("opset"), f"`opset` of {where}", 1)
+    else:
+        onnx = path("onnx")
+        for key in ("kwargs", "opset"):
+            if key in m:
+                problem = f"`{key}` is set on {where}, which loads an `onnx:` file"
+                rd.fail(m.key_line(key), problem, f"`{key}` only on `factory:` models", "remove it")
+    inputs: list[InputSpec] = []
+    if "inputs" in m:
+        spec = rd.as_map(m["inputs"], m.key_line("inputs"), f"`inputs` of {where}")
+        if not spec:
+            fix = "add `name: {shape: [...], dtype: ...}` entries"
+            rd.fail(m.key_line("inputs"), f"`inputs` of {where} is empty", "an input", fix)
+        inputs = [_input(rd, k, v, spec.key_line(k), name) for k, v in spec.items()]
+    else:
+        inputs_file = path("inputs_file")
+    outputs: tuple[str, ...] = ()
+    if "outputs" in m:
+        out = rd.as_list(m["outputs"], m.key_line("outputs"), f"`outputs` of {where}")
+        outputs = tuple(
+            rd.as_str(o, out.item_line(i), f"output {i} of {where}") for i, o in enumerate(out)
+        )
+    return ModelSpec(
+        name, Location(rd.path, line), base_dir, factory, kwargs, onnx, tuple(inputs),
+        inputs_file, outputs, opset,
+    )  # fmt: skip
+
+
+def _merge(*layers: dict[str, object]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for layer in layers:
+        for key, value in layer.items():
+            old = out.get(key)
+            # Loops and gates merge entry by entry; every other setting replaces.
+            if isinstance(old, dict) and isinstance(value, dict):
+                out[key] = {**old, **value}
+            else:
+                out[key] = value
+    return out
+
+
+def _unsupported(sc: Scenario) -> str | None:
+    cell = f"cell `{sc.item_name}`"
+    if sc.model.onnx is not None and sc.backend == "torch":
+        problem = f"{cell} runs the ONNX file of model `{sc.model.name}` on the `torch` backend"
+        expected = "backend `onnxruntime` for `onnx:` models"
+        fix = "use `backend: onnxruntime` for this cell, or give the model a `factory:`"
+    elif sc.backend == "onnxruntime" and sc.precision in ("fp16", "bf16"):
+        problem = f"{cell} asks onnxruntime for `{sc.precision}`, which perfguard does not support"
+        expected = "precision `fp32` or `int8` on onnxruntime"
+        fix = f"use backend `torch` for {sc.precision}, or fp32/int8 on onnxruntime (or `exclude`)"
+    elif sc.precision == "int8" and sc.is_gpu:
+        problem = f"{cell} asks for `int8` on `{sc.device}`; int8 is CPU dynamic quantization"
+        expected = "device `cpu` for precision `int8`"
+        fix = "use `device: cpu` for int8, or fp16/bf16 on the GPU (or `exclude` this cell)"
+    else:
+        return None
+    return str(CellError(problem, expected=expected, fix=fix, location=sc.location))
+
+
+def _matrix(rd: Reader, m: PosDict, where: str) -> list[tuple[str, list[object]]]:
+    if "matrix" not in m:
+        return []
+    mx = rd.as_map(m["matrix"], m.key_line("matrix"), f"`matrix` of {where}")
+    if not mx:
+        fix = "add an axis such as `backend: [torch, onnxruntime]`, or remove `matrix`"
+        rd.fail(m.key_line("matrix"), f"`matrix` of {where} is empty", "at least one axis", fix)
+    axes = []
+    for axis, raw in mx.items():
+        at = mx.key_line(axis)
+        if axis not in _AXES:
+            fix = suggest(axis, _AXES) or f"move `{axis}` out of `matrix`"
+            rd.fail(at, f"`{axis}` is not a matrix axis ({where})", one_of(_AXES), fix)
+        if axis in m:
+            fix = f"remove `{axis}: ...` or the `{axis}` axis"
+            problem = f"`{axis}` is set both as a key and as a matrix axis in {where}"
+            rd.fail(m.key_line(axis), problem, "each setting in one place", fix)
+        items = rd.as_list(raw, at, f"matrix axis `{axis}` of {where}")
+        if not items:
+            fix = f"list values, e.g. `{axis}: [...]`, or remove the axis"
+            rd.fail(at, f"matrix axis `{axis}` of {where} is an empty list", "values", fix)
+        values: list[object] = []
+        for i, raw_value in enumerate(items):
+            value = _setting(rd, axis, raw_value, items.item_line(i), where)
+            # Values never contain "-", so a repeated value is the only way to repeat a cell id.
+            if str(value) in map(str, values):
+                problem = f"matrix axis `{axis}` of {where} lists `{value}` twice"
+                rd.fail(items.item_line(i), problem, "distinct values", "remove the repeat")
+            values.append(value)
+        axes.append((axis, values))
+    return axes
+
+
+def _excludes(
+    rd: Reader, m: PosDict, axes: list[tuple[str, list[object]]], where: str
+) -> list[dict[str, str]]:
+    if "exclude" not in m:
+        return []
+    line = m.key_line("exclude")
+    if not axes:
+        rd.fail(line, f"{where} has `exclude` but no `matrix`", "a `matrix`", "remove `exclude`")
+    known = {axis: [str(v) for v in values] for axis, values in axes}
+    entries = rd.as_list(m["exclude"], line, f"`exclude` of {where}")
+    rules = []
+    for i, raw in enumerate(entries):
+        entry = rd.as_map(raw, entries.item_line(i), f"`exclude` entry {i + 1} of {where}")
+        if not entry:
+            problem = f"`exclude` entry {i + 1} of {where} is empty"
+            rd.fail(entries.item_line(i), problem, "`axis: value` pairs", "remove the entry")
+        for axis, v in entry.items():
+            if axis not in known:
+                problem = f"`exclude` names axis `{axis}`, which is not in the matrix of {where}"
+                fix = suggest(axis, list(known)) or f"remove `{axis}`"
+                rd.fail(entry.key_line(axis), problem, one_of(known), fix)
+            if isinstance(v, bool) or str(v) not in known[axis]:
+                problem = f"`exclude` value {found(v)} for `{axis}` is not in the matrix of {where}"
+                fix = suggest(v, known[axis]) or "use a value listed in the matrix"
+                rd.fail(entry.key_line(axis), problem, one_of(known[axis]), fix)
+        rules.append({axis: str(v) for axis, v in entry.items()})
+    return rules
+
+
+def _scenario(
+    rd: Reader, index: int, value: object, line: int, models: dict[str, ModelSpec],
+    defaults: dict[str, object], names: dict[str, int],
+) -> list[Scenario]:  # fmt: skip
+    m = rd.as_map(value, line, f"scenario #{index + 1}")
+    name = m.get("name")
+    where = f"scenario `{name}`" if isinstance(name, str) else f"scenario #{index + 1}"
+    rd.keys(m, _SCENARIO_KEYS, where)
+    for key in ("name", "model"):
+        if key not in m:
+            rd.fail(
+                m.line, f"{where} has no `{key}`", f"`{key}:` on every scenario", f"add `{key}:`"
+            )
+    name, at = rd.as_str(name, m.key_line("name"), f"`name` of {where}"), m.key_line("name")
+    if not _NAME_RE.fullmatch(name):
+        fix = f"rename it, e.g. `{re.sub(r'[^A-Za-z0-9_.+-]', '_', name)}`"
+        expected = "letters, digits, `_`, `.`, `+` and `-`"
+        rd.fail(at, f"scenario name `{name}` has characters pytest ids cannot carry", expected, fix)
+    if name in names:
+        problem = f"scenario name `{name}` is used twice (first at line {names[name]})"
+        rd.fail(at, problem, "unique scenario names in one file", "rename one of them")
+    names[name] = at
+    model = rd.as_str(m["model"], m.key_line("model"), f"`model` of {where}")
+    if model not in models:
+        expected = f"a model defined under `models:` ({', '.join(models) or 'none defined'})"
+        fix = suggest(model, list(models)) or "define it under `models:`"
+        rd.fail(m.key_line("model"), f"{where} uses undefined model {found(model)}", expected, fix)
+    settings = _settings(rd, m, where)
+    axes = _matrix(rd, m, where)
+    rules = _excludes(rd, m, axes, where)
+    cells = [
+        dict(zip([axis for axis, _ in axes], cell, strict=True))
+        for cell in itertools.product(*(values for _, values in axes))
+    ]
+    cells = [c for c in cells if not any(all(str(c[a]) == v for a, v in r.items()) for r in rules)]
+    if not cells:
+        fix = "narrow the `exclude` entries"
+        rd.fail(m.key_line("exclude"), f"`exclude` drops every cell of {where}", "a cell left", fix)
+    out = []
+    for cell in cells:
+        merged = _merge(defaults, settings, cell)
+        loops = {
+            k: dataclasses.replace(_DEFAULTS[k], **cast("Any", merged.pop(k, {}))) for k in _LOOPS
+        }
+        gates = {g.metric: g for g in _DEFAULTS["gates"]}
+        gates.update(cast("dict[str, GateSpec]", merged.pop("gate", {})))
+        sc = Scenario(
+            suite=rd.path, name=name, cell_id="-".join(map(str, cell.values())),
+            model=models[model], location=Location(rd.path, m.line), gates=tuple(gates.values()),
+            matrix_values=tuple((a, str(v)) for a, v in cell.items()),
+            **loops, **cast("dict[str, Any]", merged),
+        )  # fmt: skip
+        out.append(dataclasses.replace(sc, error=_unsupported(sc)))
+    return out
+
+
+def load_suite(path: Path) -> Suite:
+    """Read and validate a suite file; raises ``SuiteError`` naming ``file:line``."""
+    rd = Reader(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        rd.fail(None, f"cannot read the suite file ({exc})", "a UTF-8 YAML file", "check the path")
+    try:
+        doc = load_with_positions(text)
+    except DuplicateKeyError as exc:
+        problem = f"duplicate key: {exc.problem}"
+        rd.fail(exc.line, problem, "each key once per mapping", "remove or rename one of them")
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        # An unclosed bracket or quote is only noticed at the end of the file;
+        # the place where it was opened is the useful line then.
+        if mark is None or (exc.context_mark and mark.line >= len(text.splitlines())):
+            mark = exc.context_mark
+        context = f" ({exc.context})" if exc.context else ""
+        fix = "check the indentation, brackets and quotes on this line and the one above"
+        line = mark.line + 1 if mark else None
+        rd.fail(line, f"malformed YAML: {exc.problem}{context}", "valid YAML", fix)
+    except yaml.YAMLError as exc:
+        rd.fail(None, f"malformed YAML: {exc}", "valid YAML", "check the indentation and quotes")
+    if doc is None:
+        expected = "a mapping with `models:` and `scenarios:`"
+        rd.fail(1, "the suite file is empty", expected, "add `models:` and `scenarios:`")
+    top = rd.as_map(doc, 1, "the top level of the suite file")
+    rd.keys(top, _TOP_KEYS, "the top level of the suite file")
+    if "scenarios" not in top:
+        fix = "add `scenarios:` with `- name: ...` entries"
+        rd.fail(top.line, "the suite file has no `scenarios`", "a `scenarios:` list", fix)
+    base_dir = path.parent.resolve()
+    models: dict[str, ModelSpec] = {}
+    if "models" in top:
+        mm = rd.as_map(top["models"], top.key_line("models"), "`models`")
+        models = {k: _model(rd, k, v, mm.key_line(k), base_dir) for k, v in mm.items()}
+    defaults: dict[str, object] = {}
+    if "defaults" in top:
+        d = rd.as_map(top["defaults"], top.key_line("defaults"), "`defaults`")
+        rd.keys(d, _SETTINGS, "`defaults`", _DEFAULTS_HINTS)
+        defaults = _settings(rd, d, "`defaults`")
+    entries = rd.as_list(top["scenarios"], top.key_line("scenarios"), "`scenarios`")
+    if not entries:
+        fix = "add `- name: ...` entries"
+        rd.fail(top.key_line("scenarios"), "`scenarios` is empty", "at least one scenario", fix)
+    names: dict[str, int] = {}
+    scenarios = [
+        sc
+        for i, raw in enumerate(entries)
+        for sc in _scenario(rd, i, raw, entries.item_line(i), models, defaults, names)
+    ]
+    return Suite(path=path, scenarios=tuple(scenarios))

@@ -1,0 +1,331 @@
+"""Verdicts as plain, serialisable data: what a comparison decided, and why.
+
+``perfguard.compare`` decides them; this module holds them, words them
+(``describe``) and combines re-measurement rounds (``confirm``). The plugin,
+the terminal summary and the HTML report only read them. Every figure a
+reviewer needs to trust (or distrust) a verdict is kept beside it: both values,
+the raw and the machine-speed normalised ratio, the confidence bounds, the
+limit before and after noise-floor widening, and the rule that decided.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+REGRESSION = "regression"
+INVALID = "invalid"
+INCOMPARABLE = "incomparable"
+MISSING = "missing"
+NEW = "new"
+IMPROVEMENT = "improvement"
+UNCHANGED = "unchanged"
+
+#: Worst first. A scenario's verdict is the worst of its metrics' verdicts:
+#:
+#: * ``regression`` first: it is the one verdict that fails the pull request.
+#: * ``invalid`` next: the figures cannot be trusted (too few samples, unstable
+#:   or contended run, scenario did not pass), so a regression could hide
+#:   behind it; someone must act (re-run, raise iterations, fix the scenario).
+#: * ``incomparable``: measured on another machine/runtime, so nothing is gated;
+#:   louder than ``missing``/``new`` because *every* scenario loses its gate.
+#: * ``missing``: a gated scenario vanished (renamed or deleted), worth a look.
+#: * ``new``: nothing to compare with yet; normal for added scenarios.
+#: * ``improvement`` before ``unchanged``: worth reporting (refresh the baseline).
+SEVERITY: tuple[str, ...] = (
+    REGRESSION,
+    INVALID,
+    INCOMPARABLE,
+    MISSING,
+    NEW,
+    IMPROVEMENT,
+    UNCHANGED,
+)
+
+
+#: Figure unit -> (unit of absolute gate limits, factor from figure to gate unit).
+GATE_UNITS: dict[str, tuple[str, float]] = {
+    "ns": ("ms", 1e-6),
+    "/s": ("/s", 1.0),
+    "MiB": ("MiB", 1.0),
+    "": ("", 1.0),
+}
+
+
+def worst(kinds: Iterable[str]) -> str:
+    """The most severe verdict kind among ``kinds`` (``unchanged`` when empty)."""
+    ranked = [SEVERITY.index(k) for k in kinds]
+    return SEVERITY[min(ranked)] if ranked else UNCHANGED
+
+
+@dataclass(frozen=True)
+class MetricVerdict:
+    """One gated figure of one scenario, compared against the baseline.
+
+    Units: ``unit`` is ``ns`` for latency percentiles, ``/s`` for throughput and
+    ``MiB`` for peak memory; ``baseline``/``current`` are raw (as measured).
+    ``ratio`` is current/baseline as decided on (machine-speed normalised when
+    ``normalised``); ``ratio_raw`` is the un-normalised one, always shown beside.
+    ``lower``/``upper`` bound ``ratio`` one-sidedly at ``confidence`` each (None
+    for figures without per-request samples). ``canary_ratio`` is
+    baseline canary / current canary, the factor applied to latency ratios.
+    ``limit`` is the gate as configured (a fraction when ``relative``, else an
+    amount in the metric's gate unit: ms, /s or MiB); ``effective_limit`` is in
+    the same terms after widening to ``noise_k * noise_floor``. ``noise_floor``
+    is the relative spread of the scenario's normalised P95 over
+    ``noise_commits`` stored commits (None when too few to estimate, and for
+    memory); it widens latency and throughput gates. ``samples_needed`` is the
+    order-statistic minimum per run for a percentile gate.
+    """
+
+    metric: str
+    verdict: str
+    message: str
+    rule: str
+    unit: str = "ns"
+    baseline: float | None = None
+    current: float | None = None
+    ratio: float | None = None
+    ratio_raw: float | None = None
+    lower: float | None = None
+    upper: float | None = None
+    confidence: float = 0.99
+    normalised: bool = False
+    canary_ratio: float | None = None
+    limit: float = 0.0
+    relative: bool = True
+    higher_is_worse: bool = True
+    effective_limit: float = 0.0
+    noise_floor: float | None = None
+    noise_commits: int = 0
+    noise_k: float = 0.0
+    n_baseline: int | None = None
+    n_current: int | None = None
+    samples_needed: int | None = None
+
+    @property
+    def change(self) -> float | None:
+        """Relative change decided on (``ratio - 1``), e.g. 0.124 for +12.4%."""
+        return None if self.ratio is None else self.ratio - 1.0
+
+    def thresholds(self) -> tuple[float, float]:
+        """(lo, hi) on ``ratio``: above hi it went up, below lo down, beyond the limit.
+
+        Relative limits are symmetric in log space (1 + L and 1 / (1 + L)), so
+        swapping the two runs mirrors the verdict; absolute ones are baseline
+        +- L, as a ratio.
+        """
+        if self.relative:
+            return 1.0 / (1.0 + self.effective_limit), 1.0 + self.effective_limit
+        base = (self.baseline or 0.0) * GATE_UNITS[self.unit][1]
+        if base <= 0.0:
+            return 0.0, math.inf
+        step = self.effective_limit / base
+        return 1.0 - step, 1.0 + step
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MetricVerdict:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class ScenarioVerdict:
+    """All gates of one scenario: the worst metric verdict, and why.
+
+    ``env_diff`` maps each differing environment field to (baseline, current);
+    it is non-empty only for ``incomparable``. ``messages`` are one-line,
+    reviewer-actionable sentences: scenario-level ones first, then one per
+    metric, then notes added later (e.g. by confirmation re-measurement).
+    """
+
+    scenario_id: str
+    verdict: str
+    metrics: tuple[MetricVerdict, ...] = ()
+    baseline_commit: str | None = None
+    env_diff: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    messages: tuple[str, ...] = ()
+
+    @property
+    def failed(self) -> bool:
+        """True when this verdict should fail the pull request."""
+        return self.verdict == REGRESSION
+
+    def metric(self, name: str) -> MetricVerdict | None:
+        """The verdict of the gate on ``name`` (first one), if any."""
+        return next((m for m in self.metrics if m.metric == name), None)
+
+    def with_note(self, note: str) -> ScenarioVerdict:
+        return replace(self, messages=(*self.messages, note))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scenario_id": self.scenario_id,
+            "verdict": self.verdict,
+            "metrics": [m.to_dict() for m in self.metrics],
+            "baseline_commit": self.baseline_commit,
+            "env_diff": {
+                k: {"baseline": base, "current": cur} for k, (base, cur) in self.env_diff.items()
+            },
+            "messages": list(self.messages),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ScenarioVerdict:
+        return cls(
+            scenario_id=str(data["scenario_id"]),
+            verdict=str(data["verdict"]),
+            metrics=tuple(MetricVerdict.from_dict(m) for m in data.get("metrics", ())),
+            baseline_commit=data.get("baseline_commit"),
+            env_diff={
+                str(k): (v.get("baseline"), v.get("current"))
+                for k, v in data.get("env_diff", {}).items()
+            },
+            messages=tuple(str(m) for m in data.get("messages", ())),
+        )
+
+
+# --------------------------------------------------------------------------- confirmation
+
+
+def needs_confirmation(verdict: ScenarioVerdict) -> bool:
+    """True when the plugin should re-measure before failing: a suspected regression."""
+    return verdict.verdict == REGRESSION
+
+
+def confirm(verdicts: Sequence[ScenarioVerdict]) -> ScenarioVerdict:
+    """Combine the first verdict and its re-measurement rounds of one scenario.
+
+    A regression stands only when *every* round regressed: a slow spell or a
+    tail burst rarely repeats in the next round, a real slowdown always does.
+    Otherwise the last non-regression round's verdict is returned, noted.
+    """
+    if not verdicts:
+        raise ValueError("confirm() needs at least one verdict")
+    ids = {v.scenario_id for v in verdicts}
+    if len(ids) != 1:
+        raise ValueError(f"confirm() got verdicts of several scenarios: {sorted(ids)}")
+    total = len(verdicts)
+    regressed = sum(v.verdict == REGRESSION for v in verdicts)
+    if regressed == total:
+        last = verdicts[-1]
+        if total == 1:
+            return last
+        return last.with_note(f"regression confirmed on re-measurement ({total} of {total} rounds)")
+    chosen = [v for v in verdicts if v.verdict != REGRESSION][-1]
+    return chosen.with_note(
+        f"regression not confirmed on re-measurement ({regressed} of {total} rounds)"
+    )
+
+
+# --------------------------------------------------------------------------- wording
+
+
+def metric_name(metric: str) -> str:
+    """``p95`` -> ``P95 latency``; ``throughput``; ``peak memory``."""
+    low = metric.lower()
+    if low in ("p50", "p90", "p95", "p99", "p999"):
+        return f"{low.upper().replace('P999', 'P99.9')} latency"
+    if low.startswith("peak_memory") or low == "memory":
+        return "peak memory"
+    return low
+
+
+def format_value(unit: str, value: float) -> str:
+    if unit == "ns":
+        for scale, name in ((1e9, "s"), (1e6, "ms")):
+            if value >= scale:
+                return f"{value / scale:.2f} {name}"
+        return f"{value / 1e3:.1f} us" if value >= 1e3 else f"{value:.0f} ns"
+    if unit == "/s":
+        return f"{value:.1f}/s"
+    return f"{value:.1f} {unit}".rstrip()
+
+
+def pct(ratio: float) -> str:
+    """A ratio as a signed change: 1.124 -> ``+12.4%``."""
+    return f"{(ratio - 1.0) * 100:+.1f}%"
+
+
+def baseline_ref(commit: str | None) -> str:
+    return f"baseline {commit[:7]}" if commit else "the baseline"
+
+
+def describe(m: MetricVerdict, baseline_commit: str | None) -> tuple[str, str]:
+    """(rule, message) for a decided comparison (``ratio`` and both values set).
+
+    The message is one line a reviewer can act on: the change as decided, the
+    raw figures, the bound that made it significant, the baseline commit and
+    the limit, e.g. ``P95 latency regressed +12.4% (3.21 ms -> 3.61 ms; 99%
+    lower bound +9.8%) vs baseline 1a2b3c4 (limit +5%)``.
+    """
+    if m.ratio is None or m.baseline is None or m.current is None:
+        raise ValueError("describe() needs a decided MetricVerdict (ratio and values set)")
+    lo, hi = m.thresholds()
+    conf = f"{m.confidence:.0%}"
+    rule = _rule(m.ratio, m.lower, m.upper, lo, hi, conf, m.higher_is_worse)
+
+    change = pct(m.ratio) + (" machine-speed normalised" if m.normalised else "")
+    detail = f"{format_value(m.unit, m.baseline)} -> {format_value(m.unit, m.current)}"
+    if m.normalised and m.ratio_raw is not None:
+        detail = f"raw {pct(m.ratio_raw)}: {detail}"
+    if m.lower is None or m.upper is None:
+        detail += "; point estimate, no per-request samples"
+    elif m.verdict in (REGRESSION, IMPROVEMENT):
+        # The bound that made it significant: the one nearest to 1.
+        use_lower = (m.verdict == REGRESSION) == m.higher_is_worse
+        which, value = ("lower", m.lower) if use_lower else ("upper", m.upper)
+        detail += f"; {conf} {which} bound {pct(value)}"
+    else:
+        detail += f"; {conf} bounds {pct(m.lower)}..{pct(m.upper)}"
+
+    sign = "+" if m.higher_is_worse else "-"
+    gate_unit = GATE_UNITS[m.unit][0]
+    limit = f"limit {sign}{m.limit * 100:g}%" if m.relative else f"limit {m.limit:g} {gate_unit}"
+    if m.noise_floor is not None and m.effective_limit > m.limit:
+        eff = (
+            f"{sign}{m.effective_limit:.1%}"
+            if m.relative
+            else f"{m.effective_limit:.3g} {gate_unit}"
+        )
+        limit += (
+            f", widened to {eff} by noise floor {m.noise_floor:.1%} x{m.noise_k:g} "
+            f"over {m.noise_commits} commits"
+        )
+    verb = {REGRESSION: "regressed", IMPROVEMENT: "improved"}.get(m.verdict, "unchanged")
+    message = (
+        f"{metric_name(m.metric)} {verb} {change} ({detail}) "
+        f"vs {baseline_ref(baseline_commit)} ({limit})"
+    )
+    if m.verdict == UNCHANGED and not lo <= m.ratio <= hi:
+        message += "; beyond the limit but not significant"
+    elif m.verdict == IMPROVEMENT:
+        message += "; record a new baseline to lock it in"
+    return rule, message
+
+
+def _rule(
+    ratio: float,
+    lower: float | None,
+    upper: float | None,
+    lo: float,
+    hi: float,
+    conf: str,
+    higher_is_worse: bool,
+) -> str:
+    if ratio > hi:
+        if lower is None:
+            return f"ratio {ratio:.3f} > {hi:.3f} (point estimate only)"
+        sig = "> 1" if lower > 1.0 else "<= 1: not significant"
+        return f"ratio {ratio:.3f} > {hi:.3f} and {conf} lower bound {lower:.3f} {sig}"
+    if ratio < lo:
+        if upper is None:
+            return f"ratio {ratio:.3f} < {lo:.3f} (point estimate only)"
+        sig = "< 1" if upper < 1.0 else ">= 1: not significant"
+        return f"ratio {ratio:.3f} < {lo:.3f} and {conf} upper bound {upper:.3f} {sig}"
+    direction = "higher is worse" if higher_is_worse else "lower is worse"
+    return f"ratio {ratio:.3f} within [{lo:.3f}, {hi:.3f}] ({direction})"
