@@ -30,6 +30,70 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="where reports/<commit12>/results.json is written "
         "(default: ini perfguard_report_dir, else 'reports').",
     )
+    group.addoption(
+        "--perfguard-baseline",
+        metavar="auto|REF|PATH|none",
+        default=None,
+        help="what to compare with: 'auto' (nearest ancestor commit with a stored "
+        "baseline; default), a git ref, a results/baseline JSON file, or 'none'.",
+    )
+    group.addoption(
+        "--perfguard-baseline-dir",
+        metavar="DIR",
+        default=None,
+        help="the baseline archive (default: ini perfguard_baseline_dir, else 'baselines').",
+    )
+    group.addoption(
+        "--perfguard-save",
+        action="store_true",
+        default=False,
+        help="archive this run as the baseline of HEAD (refused on a dirty tree).",
+    )
+    group.addoption(
+        "--perfguard-allow-dirty",
+        action="store_true",
+        default=False,
+        help="allow --perfguard-save with uncommitted changes.",
+    )
+    group.addoption(
+        "--perfguard-target-branch",
+        metavar="BRANCH",
+        default=None,
+        help="branch whose merge-base 'auto' prefers (default: ini, else 'main').",
+    )
+    group.addoption(
+        "--perfguard-no-gate",
+        action="store_true",
+        default=False,
+        help="measure, compare and report, but never fail a scenario on a regression.",
+    )
+    group.addoption(
+        "--perfguard-confirm-rounds",
+        metavar="N",
+        type=int,
+        default=None,
+        help="re-measurements a suspected regression must survive (default: ini, else 2).",
+    )
+    parser.addini(
+        "perfguard_baseline",
+        help="perfguard: the twin of --perfguard-baseline.",
+        default="auto",
+    )
+    parser.addini(
+        "perfguard_baseline_dir",
+        help="perfguard: the twin of --perfguard-baseline-dir.",
+        default="baselines",
+    )
+    parser.addini(
+        "perfguard_target_branch",
+        help="perfguard: the twin of --perfguard-target-branch.",
+        default="main",
+    )
+    parser.addini(
+        "perfguard_confirm_rounds",
+        help="perfguard: the twin of --perfguard-confirm-rounds.",
+        default="2",
+    )
     parser.addini(
         "perfguard_report_dir",
         help="perfguard: report directory (the twin of --perfguard-report-dir).",

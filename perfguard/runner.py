@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from perfguard.backends import Session, get_backend
+from perfguard.canary import CanaryProbe
 from perfguard.errors import (
     BackendUnavailable,
     CellError,
@@ -23,6 +24,7 @@ from perfguard.errors import (
     PerfguardError,
 )
 from perfguard.inputs import batch_size, make_inputs
+from perfguard.memory import PeakMemory
 from perfguard.results import ScenarioResult
 from perfguard.scenario import Scenario
 from perfguard.stats import stability_ratio, summarize, throughput
@@ -100,21 +102,67 @@ def check_outputs(scenario: Scenario, outputs: Sequence[np.ndarray]) -> None:
             )
 
 
-def measure_scenario(scenario: Scenario, ctx: RunContext) -> ScenarioResult:
-    """Run one cell end to end and return its figures (raises ``PerfguardError``)."""
-    with open_session(scenario, ctx) as (session, prepared, batch):
-        result = run_loop(scenario, session, prepared)
+class ScenarioRun:
+    """One cell's open session; ``measure()`` can be called again for confirmation rounds.
+
+    The machine-speed canary is sampled in blocks of its own before and after
+    each timed loop (never inside a request), so its figure covers the same
+    time window as the scenario's samples.
+    """
+
+    def __init__(self, scenario: Scenario, ctx: RunContext) -> None:
+        self.scenario = scenario
+        self.ctx = ctx
+        self._memory = PeakMemory()
+        self._memory.start()
+        self._opened = open_session(scenario, ctx)
+        self.session, self.prepared, self.batch = self._opened.__enter__()
+
+    def close(self) -> None:
+        self._opened.__exit__(None, None, None)
+
+    def __enter__(self) -> ScenarioRun:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def measure(self) -> ScenarioResult:
+        probe = CanaryProbe()
+        probe.sample()
+        result = run_loop(self.scenario, self.session, self.prepared)
+        probe.sample()
+        canary = probe.result()
         try:
-            outputs = session.to_numpy(session.run(prepared))
+            outputs = self.session.to_numpy(self.session.run(self.prepared))
         except Exception as exc:
             raise ModelError(
-                f"reading the outputs of model {scenario.model.name!r} failed: {_first_line(exc)}",
+                f"reading the outputs of model {self.scenario.model.name!r} failed: "
+                f"{_first_line(exc)}",
                 expected="tensors, or tuples/dicts of tensors",
-                location=scenario.location,
+                location=self.scenario.location,
             ) from exc
-        check_outputs(scenario, outputs)
-        runtime = dict(session.runtime_info)
-    return build_result(scenario, ctx, result, batch, runtime)
+        check_outputs(self.scenario, outputs)
+        runtime: dict[str, object] = {
+            **self.session.runtime_info,
+            "foreign_cpu": canary.foreign_cpu,
+            "steal": canary.steal,
+        }
+        return build_result(
+            self.scenario,
+            self.ctx,
+            result,
+            self.batch,
+            runtime,
+            canary_ns=canary.median_ns,
+            peak_memory_mib=self._memory.peak_mib(),
+        )
+
+
+def measure_scenario(scenario: Scenario, ctx: RunContext) -> ScenarioResult:
+    """Run one cell end to end and return its figures (raises ``PerfguardError``)."""
+    with ScenarioRun(scenario, ctx) as run:
+        return run.measure()
 
 
 def build_result(
@@ -123,6 +171,9 @@ def build_result(
     result: Measurement,
     batch: int,
     runtime: dict[str, object],
+    *,
+    canary_ns: float | None = None,
+    peak_memory_mib: float | None = None,
 ) -> ScenarioResult:
     samples = np.asarray(result.samples_ns, dtype=np.int64)
     if samples.size == 0:
@@ -149,6 +200,8 @@ def build_result(
         stable=bool(result.stable),
         stability_ratio=float(stability_ratio(samples)),
         runtime=runtime,
+        canary_ns=canary_ns,
+        peak_memory_mib=peak_memory_mib,
         tags=scenario.tags,
         samples_ns=tuple(int(s) for s in samples),
     )

@@ -12,21 +12,25 @@ import datetime as _dt
 import fnmatch
 import json
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from perfguard import __version__
-from perfguard.errors import BackendUnavailable, PerfguardError
+from perfguard.errors import BackendUnavailable, GateFailure, PerfguardError
+from perfguard.gate import Gatekeeper, GateSettings, check_can_save, failure_message
 from perfguard.results import CommitInfo, Environment, RunResult, ScenarioResult
-from perfguard.runner import RunContext, measure_scenario
+from perfguard.runner import RunContext, ScenarioRun
+from perfguard.verdict import REGRESSION, ScenarioVerdict
 
 if TYPE_CHECKING:
     from perfguard.items import ScenarioItem
 
 STATE_KEY = pytest.StashKey["PerfguardSession"]()
 _WORKER_OUTPUT_KEY = "perfguard_results"
+_WORKER_VERDICTS_KEY = "perfguard_verdicts"
 _SUITE_SUFFIXES = (".yaml", ".yml")
 
 
@@ -49,12 +53,45 @@ class PerfguardSession:
         self._commit: CommitInfo | None = None
         self._environment: Environment | None = None
         self.results_path: Path | None = None
+        self.saved_path: Path | None = None
+        self.settings = GateSettings(
+            baseline=str(
+                config.getoption("perfguard_baseline") or config.getini("perfguard_baseline")
+            ),
+            baseline_dir=self._path_setting("perfguard_baseline_dir", "perfguard_baseline_dir"),
+            target_branch=str(
+                config.getoption("perfguard_target_branch")
+                or config.getini("perfguard_target_branch")
+            ),
+            save=bool(config.getoption("perfguard_save")),
+            allow_dirty=bool(config.getoption("perfguard_allow_dirty")),
+            gate=not config.getoption("perfguard_no_gate"),
+            confirm_rounds=self._confirm_rounds(config),
+        )
+        self._gatekeeper: Gatekeeper | None = None
+        self.verdicts: dict[str, ScenarioVerdict] = {}
+        self.collected_ids: set[str] = set()
+        self.collected_suites: set[str] = set()
 
     # -- settings ---------------------------------------------------------------
     def _path_setting(self, option: str, ini: str) -> Path:
         value = self.config.getoption(option) or str(self.config.getini(ini))
         path = Path(value)
         return path if path.is_absolute() else self.rootdir / path
+
+    @staticmethod
+    def _confirm_rounds(config: pytest.Config) -> int:
+        value = config.getoption("perfguard_confirm_rounds")
+        raw = value if value is not None else config.getini("perfguard_confirm_rounds")
+        try:
+            rounds = int(raw)
+        except ValueError:
+            rounds = -1
+        if rounds < 0:
+            raise pytest.UsageError(
+                f"perfguard_confirm_rounds must be an integer >= 0, given: {raw!r}"
+            )
+        return rounds
 
     @staticmethod
     def _explicit_args(config: pytest.Config) -> set[Path]:
@@ -81,6 +118,24 @@ class PerfguardSession:
             self._environment = collect_environment()
         return self._environment
 
+    @property
+    def gatekeeper(self) -> Gatekeeper:
+        if self._gatekeeper is None:
+            self._gatekeeper = Gatekeeper(self.settings, self.rootdir, self.environment)
+        return self._gatekeeper
+
+    @pytest.hookimpl
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        # Refuse a save that cannot be honoured, and resolve the baseline, before
+        # minutes of measurement are spent.
+        refusal = None if self.is_worker else check_can_save(self.settings, self.commit)
+        if refusal:
+            raise pytest.UsageError(refusal)
+        try:
+            self.gatekeeper.choice  # noqa: B018 - resolved now so errors surface at start
+        except PerfguardError as exc:
+            raise pytest.UsageError(f"perfguard: {exc}") from exc
+
     # -- collection -------------------------------------------------------------
     def is_suite(self, file_path: Path) -> bool:
         if file_path.suffix not in _SUITE_SUFFIXES:
@@ -103,6 +158,14 @@ class PerfguardSession:
         node.perfguard = self
         return node
 
+    @pytest.hookimpl
+    def pytest_itemcollected(self, item: pytest.Item) -> None:
+        scenario = getattr(item, "scenario", None)
+        if scenario is not None:
+            sid = scenario.scenario_id(self.rootdir)
+            self.collected_ids.add(sid)
+            self.collected_suites.add(sid.split("::", 1)[0])
+
     def register_markers(self, tags: Iterable[str]) -> None:
         """Tags become markers; registering them keeps ``--strict-markers`` happy."""
         known = {str(line).split(":", 1)[0].strip() for line in self.config.getini("markers")}
@@ -115,7 +178,10 @@ class PerfguardSession:
     def run_item(self, item: ScenarioItem) -> None:
         scenario = item.scenario
         try:
-            result = measure_scenario(scenario, self.ctx)
+            with ScenarioRun(scenario, self.ctx) as run:
+                result, verdict = self.gatekeeper.judge_confirmed(
+                    run.measure(), scenario.gates, run.measure
+                )
         except BackendUnavailable as exc:
             self.record(self._unmeasured(item, "skipped", str(exc)))
             raise
@@ -125,6 +191,10 @@ class PerfguardSession:
         except Exception as exc:
             self.record(self._unmeasured(item, "error", f"{type(exc).__name__}: {exc}"))
             raise
+        self.verdicts[verdict.scenario_id] = verdict
+        if verdict.verdict == REGRESSION and self.settings.gate:
+            self.record(replace(result, status="failed", message=failure_message(verdict)))
+            raise GateFailure(failure_message(verdict))
         self.record(result)
 
     def _unmeasured(self, item: ScenarioItem, status: str, message: str) -> ScenarioResult:
@@ -155,9 +225,12 @@ class PerfguardSession:
     # -- xdist --------------------------------------------------------------------
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:
-        payload = getattr(node, "workeroutput", {}).get(_WORKER_OUTPUT_KEY)
-        for data in json.loads(payload) if payload else []:
+        output = getattr(node, "workeroutput", {})
+        for data in json.loads(output.get(_WORKER_OUTPUT_KEY) or "[]"):
             self.record(ScenarioResult.from_dict(data))
+        for data in json.loads(output.get(_WORKER_VERDICTS_KEY) or "[]"):
+            verdict = ScenarioVerdict.from_dict(data)
+            self.verdicts[verdict.scenario_id] = verdict
 
     # -- end of session -----------------------------------------------------------
     def run_result(self) -> RunResult:
@@ -174,12 +247,31 @@ class PerfguardSession:
         if self.is_worker:
             output = self.config.workeroutput  # type: ignore[attr-defined]
             output[_WORKER_OUTPUT_KEY] = json.dumps([r.to_dict() for r in self.results.values()])
+            output[_WORKER_VERDICTS_KEY] = json.dumps([v.to_dict() for v in self.verdicts.values()])
             return
         if not self.results:
             return
+        from perfguard.atomicio import write_json_atomic
         from perfguard.resultsio import write_results
 
-        self.results_path = write_results(self.run_result(), self.report_dir)
+        gatekeeper = self.gatekeeper
+        gatekeeper.missing(self.collected_suites, self.collected_ids)
+        self.verdicts.update(
+            {k: v for k, v in gatekeeper.verdicts.items() if k not in self.verdicts}
+        )
+        run = self.run_result()
+        self.results_path = write_results(run, self.report_dir)
+        write_json_atomic(
+            self.results_path.with_name("comparison.json"),
+            {
+                "schema_version": 1,
+                "baseline": gatekeeper.choice.to_dict(),
+                "gate": self.settings.gate,
+                "verdicts": [v.to_dict() for v in self.verdicts.values()],
+            },
+        )
+        if self.settings.save:
+            self.saved_path = gatekeeper.save(run)
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         commit = self.commit
@@ -193,10 +285,16 @@ class PerfguardSession:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.is_worker or not self.results:
             return
-        from perfguard.summary import summary_lines
+        from perfguard.summary import summary_lines, verdict_notes
 
         terminalreporter.section("perfguard")
-        for line in summary_lines(list(self.results.values())):
+        choice = self.gatekeeper.choice
+        terminalreporter.write_line(f"baseline: {choice.how}")
+        for line in summary_lines(list(self.results.values()), self.verdicts):
             terminalreporter.write_line(line)
+        for line in verdict_notes(self.verdicts.values()):
+            terminalreporter.write_line(line, yellow=True)
         if self.results_path is not None:
             terminalreporter.write_line(f"results: {self.results_path}")
+        if self.saved_path is not None:
+            terminalreporter.write_line(f"baseline saved: {self.saved_path}")

@@ -210,6 +210,8 @@ def confirm(verdicts: Sequence[ScenarioVerdict]) -> ScenarioVerdict:
     if len(ids) != 1:
         raise ValueError(f"confirm() got verdicts of several scenarios: {sorted(ids)}")
     total = len(verdicts)
+    if total == 1:
+        return verdicts[0]
     regressed = sum(v.verdict == REGRESSION for v in verdicts)
     if regressed == total:
         last = verdicts[-1]

@@ -1,0 +1,220 @@
+"""End-to-end: save a baseline, change the model's speed, and watch the gate decide.
+
+The model busy-waits a set number of microseconds per call, so a slowdown can
+be injected exactly. Limits are wide (+50%) and slowdowns large (3x), so these
+tests check the plumbing (baseline chosen, item failed, message, exit status),
+not the machine: no timing assertion can flake on a noisy host.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SPIN_MODEL = """
+import time
+import torch
+
+
+class Spin(torch.nn.Module):
+    def __init__(self, us):
+        super().__init__()
+        self.us = us
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        end = time.perf_counter_ns() + self.us * 1000
+        while time.perf_counter_ns() < end:
+            pass
+        return self.lin(x)
+
+
+def spin(us=200):
+    torch.manual_seed(0)
+    return Spin(us).eval()
+"""
+
+# Contention from other processes on a shared CI host would turn verdicts into
+# `invalid`; these tests are about the plumbing, so the contention check is off.
+CONFTEST = """
+import perfguard.compare
+perfguard.compare.FOREIGN_CPU_LIMIT = 1.01
+"""
+
+
+def suite_text(us: int, *, scenarios: str = "spin") -> str:
+    body = f"""\
+defaults:
+  warmup: {{iterations: 5, seconds: 0}}
+  measure: {{iterations: 150, seconds: 0}}
+  threads: 1
+  gate: {{p95: "+50%"}}
+models:
+  spin:
+    factory: spinmodel:spin
+    kwargs: {{us: {us}}}
+    inputs:
+      x: {{shape: [1, 4]}}
+scenarios:
+"""
+    for name in scenarios.split(","):
+        body += f"  - name: {name}\n    model: spin\n"
+    return body
+
+
+class Repo:
+    def __init__(self, pytester: pytest.Pytester) -> None:
+        self.pytester = pytester
+        self.path = pytester.path
+        (self.path / "suites").mkdir()
+        (self.path / "suites" / "spinmodel.py").write_text(SPIN_MODEL)
+        pytester.makeconftest(CONFTEST)
+        pytester.makeini("[pytest]\n")
+        # pytester keeps its own capture files in the directory: not part of the repo.
+        (self.path / ".gitignore").write_text(
+            "reports/\n.perfguard/\n__pycache__/\nstdout\nstderr\nrunpytest-*\n"
+        )
+        self.git("init", "-q", "-b", "main")
+
+    def git(self, *args: str) -> str:
+        return subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            cwd=self.path,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+
+    def commit(self, us: int, message: str, *, scenarios: str = "spin") -> str:
+        (self.path / "suites" / "s.yaml").write_text(suite_text(us, scenarios=scenarios))
+        self.git("add", "-A")
+        self.git("commit", "-qm", message)
+        return self.git("rev-parse", "HEAD")
+
+    def run(self, *args: str) -> pytest.RunResult:
+        return self.pytester.runpytest("--perfguard", "-rA", *args)
+
+    def comparison(self) -> dict:
+        sha = self.git("rev-parse", "HEAD")
+        return json.loads((self.path / "reports" / sha[:12] / "comparison.json").read_text())
+
+
+@pytest.fixture
+def repo(pytester: pytest.Pytester) -> Repo:
+    return Repo(pytester)
+
+
+def test_save_then_regression_fails_the_item(repo: Repo) -> None:
+    base = repo.commit(200, "base")
+    saved = repo.run("--perfguard-save")
+    saved.assert_outcomes(passed=1)
+    stored = list((repo.path / "baselines").glob(f"*/{base}.json"))
+    assert len(stored) == 1
+    saved.stdout.fnmatch_lines(["*baseline saved:*"])
+
+    repo.commit(600, "make it 3x slower")
+    result = repo.run()
+    result.assert_outcomes(failed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            f"*P95 latency regressed +*vs baseline {base[:7]} (limit +50%)*",
+            "*regression confirmed on re-measurement (3 of 3 rounds)*",
+            f"*baseline: nearest ancestor with a baseline: {base[:7]}*",
+            "*suites/s.yaml::spin*failed REGRESSION*",
+        ]
+    )
+    verdicts = repo.comparison()["verdicts"]
+    assert [v["verdict"] for v in verdicts] == ["regression"]
+    assert repo.comparison()["baseline"]["commit"] == base
+
+
+def test_unchanged_passes_and_no_gate_never_fails(repo: Repo) -> None:
+    repo.commit(200, "base")
+    repo.run("--perfguard-save").assert_outcomes(passed=1)
+    repo.commit(200, "docs only")
+    repo.run().assert_outcomes(passed=1)
+    assert repo.comparison()["verdicts"][0]["verdict"] in {"unchanged", "improvement"}
+
+    repo.commit(600, "slower, but not gated")
+    result = repo.run("--perfguard-no-gate")
+    result.assert_outcomes(passed=1)
+    assert repo.comparison()["verdicts"][0]["verdict"] == "regression"
+    result.stdout.fnmatch_lines(["*regression: suites/s.yaml::spin*"])
+
+
+def test_first_run_is_new_and_removed_scenario_is_missing(repo: Repo) -> None:
+    repo.commit(200, "base", scenarios="spin,other")
+    first = repo.run("--perfguard-save")
+    first.assert_outcomes(passed=2)
+    first.stdout.fnmatch_lines(["*new: suites/s.yaml::spin*"])
+    repo.commit(200, "drop one", scenarios="spin")
+    result = repo.run()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*missing: suites/s.yaml::other*"])
+    kinds = {v["scenario_id"]: v["verdict"] for v in repo.comparison()["verdicts"]}
+    assert kinds["suites/s.yaml::other"] == "missing"
+
+
+def test_save_refused_on_dirty_tree(repo: Repo) -> None:
+    repo.commit(200, "base")
+    (repo.path / "suites" / "s.yaml").write_text(suite_text(300))
+    result = repo.run("--perfguard-save")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*uncommitted changes*--perfguard-allow-dirty*"])
+    assert not (repo.path / "baselines").exists()
+    repo.run("--perfguard-save", "--perfguard-allow-dirty").assert_outcomes(passed=1)
+    assert list((repo.path / "baselines").glob("*/*.json"))
+
+
+def test_baseline_none_and_explicit_results_file(repo: Repo) -> None:
+    repo.commit(200, "base")
+    repo.run().assert_outcomes(passed=1)
+    results = next((repo.path / "reports").glob("*/results.json"))
+    kept = repo.path / "kept-results.json"
+    kept.write_text(results.read_text())
+
+    repo.commit(600, "slower")
+    repo.run("--perfguard-baseline=none").assert_outcomes(passed=1)
+    assert repo.comparison()["verdicts"][0]["verdict"] == "new"
+    result = repo.run(f"--perfguard-baseline={kept}")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*P95 latency regressed*"])
+
+
+def test_baseline_from_another_environment_is_incomparable(repo: Repo) -> None:
+    repo.commit(200, "base")
+    repo.run().assert_outcomes(passed=1)
+    results = next((repo.path / "reports").glob("*/results.json"))
+    data = json.loads(results.read_text())
+    data["environment"]["comparable"]["cpu_model"] = "Some Other CPU"
+    data["environment"]["fingerprint"] = "0123456789ab"
+    other = repo.path / "other-machine.json"
+    other.write_text(json.dumps(data))
+    repo.commit(600, "slower")
+    result = repo.run(f"--perfguard-baseline={other}")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*incomparable: suites/s.yaml::spin*cpu_model*"])
+
+
+def test_unknown_ref_is_a_usage_error(repo: Repo) -> None:
+    repo.commit(200, "base")
+    result = repo.run("--perfguard-baseline=no-such-branch")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*no-such-branch*"])
+
+
+def test_corrupt_baseline_is_reported_and_left_alone(repo: Repo) -> None:
+    base = repo.commit(200, "base")
+    repo.run("--perfguard-save").assert_outcomes(passed=1)
+    stored = next((repo.path / "baselines").glob(f"*/{base}.json"))
+    stored.write_text(stored.read_text()[:200])
+    before = stored.read_bytes()
+    repo.commit(200, "next")
+    result = repo.run()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"*{Path(stored.name).stem[:7]}*"])
+    assert stored.read_bytes() == before
