@@ -15,6 +15,12 @@ import pytest
 from perfguard.session import STATE_KEY, PerfguardSession
 
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from perfguard import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("perfguard", "perfguard: performance-regression tests of ML models")
     group.addoption(

@@ -115,7 +115,10 @@ class PerfguardSession:
         if self._environment is None:
             from perfguard.env import collect_environment
 
-            self._environment = collect_environment()
+            extra: dict[str, str] = {}
+            for fields in self.config.hook.pytest_perfguard_environment(config=self.config):
+                extra.update({str(k): str(v) for k, v in (fields or {}).items()})
+            self._environment = collect_environment(extra)
         return self._environment
 
     @property

@@ -218,3 +218,27 @@ def test_corrupt_baseline_is_reported_and_left_alone(repo: Repo) -> None:
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([f"*{Path(stored.name).stem[:7]}*"])
     assert stored.read_bytes() == before
+
+
+def test_project_hook_adds_comparable_environment_fields(repo: Repo) -> None:
+    def conftest(image: str) -> None:
+        repo.pytester.makeconftest(
+            CONFTEST
+            + "\n\ndef pytest_perfguard_environment(config):\n"
+            + f"    return {{'image': '{image}'}}\n"
+        )
+
+    conftest("v1")
+    repo.commit(200, "base")
+    repo.run().assert_outcomes(passed=1)
+    results = next((repo.path / "reports").glob("*/results.json"))
+    data = json.loads(results.read_text())
+    assert data["environment"]["comparable"]["image"] == "v1"
+    kept = repo.path / "v1-results.json"
+    kept.write_text(results.read_text())
+
+    conftest("v2")
+    repo.commit(200, "new image")
+    result = repo.run(f"--perfguard-baseline={kept}")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*incomparable: suites/s.yaml::spin*image*"])
