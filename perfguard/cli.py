@@ -1,0 +1,398 @@
+"""The ``perfguard`` command: compare stored runs, inspect the baseline archive, show history.
+
+Commands read what ``pytest --perfguard`` stored and never run a model. Exit status:
+0 ok, 1 ``compare`` found a regression, 2 an error (``perfguard: error: ...``) or bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import re
+import sys
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from perfguard import gitinfo
+from perfguard.atomicio import read_json
+from perfguard.env import collect_environment
+from perfguard.errors import GitError, PerfguardError, ResultsError, StoreError
+from perfguard.results import RunResult, ScenarioResult
+from perfguard.sampleenc import BASELINE_KIND, decode_document
+from perfguard.scenario import GateSpec
+from perfguard.store import DEFAULT_ROOT, Baseline, DirectoryStore, MemoryStore, StoreProblem
+
+_FULL_SHA = re.compile(r"[0-9a-fA-F]{40}(?:[0-9a-fA-F]{24})?")
+_SHORT_SHA = re.compile(r"[0-9a-fA-F]{4,63}")
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> list[str]:
+    """Aligned rows: the first ``left`` columns left-aligned, the rest right-aligned."""
+    every = [list(headers), *(list(r) for r in rows)]
+    widths = [max(len(r[i]) for r in every) for i in range(len(headers))]
+    return [
+        "  ".join(
+            c.ljust(widths[i]) if i < left else c.rjust(widths[i]) for i, c in enumerate(r)
+        ).rstrip()
+        for r in every
+    ]
+
+
+def _figures(r: ScenarioResult) -> dict[str, Any]:
+    """The figures shown per scenario (latencies in ms), None where not measured."""
+    lat = r.latency_ns
+    ms = {f"{k}_ms": getattr(lat, k) / 1e6 if lat else None for k in ("p50", "p95", "p99")}
+    return {
+        "status": r.status,
+        "n": lat.n if lat else None,
+        **ms,
+        "throughput": r.throughput,
+        "canary_ns": r.canary_ns,
+        "p95_per_canary": lat.p95 / r.canary_ns if lat and r.canary_ns else None,
+    }
+
+
+def _problem(p: StoreProblem) -> str:
+    """An unreadable file's path and what is wrong (its message often names the path)."""
+    return p.message if str(p.path) in p.message else f"{p.path}: {p.message}"
+
+
+def _iso(baseline: Baseline) -> str:
+    return baseline.created_at.isoformat(timespec="seconds")
+
+
+def _fmt(value: float | int | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _cells(f: dict[str, Any]) -> list[str]:
+    """n, P50, P95, P99 (ms) and throughput of :func:`_figures`, as table cells."""
+    lat = [_fmt(f[k], ".3f") for k in ("p50_ms", "p95_ms", "p99_ms")]
+    return [_fmt(f["n"], "d"), *lat, _fmt(f["throughput"], ".1f")]
+
+
+def _fingerprint(store: DirectoryStore, chosen: str | None) -> str:
+    """``--fingerprint`` or this machine's; StoreError naming the stored ones if it has none."""
+    fp = chosen or collect_environment().fingerprint
+    if store.commits(fp):
+        return fp
+    whose, stored = "" if chosen else " (this machine)", ", ".join(store.fingerprints())
+    fix = f"pass --fingerprint with one of: {stored}" if stored else "check --dir"
+    raise StoreError(f"no baselines for environment {fp}{whose} under {store.root}", fix=fix)
+
+
+def _readable(store: DirectoryStore, fp: str) -> list[Baseline]:
+    """The baselines of ``fp`` that can be read, oldest first (``scan()`` lists the rest)."""
+    found = []
+    for sha in store.commits(fp):
+        with contextlib.suppress(ResultsError):
+            if (baseline := store.load(fp, sha)) is not None:
+                found.append(baseline)
+    return sorted(found, key=lambda b: (b.created_at, b.sha))
+
+
+def _read_baseline(path: Path, doc: dict[str, Any]) -> Baseline:
+    """A baseline file, read by the store when it sits in the store's layout."""
+    store, fp, sha = DirectoryStore(path.parent.parent), path.parent.name, path.stem
+    try:
+        filed = store.path_for(fp, sha).resolve() == path.resolve()
+    except StoreError:
+        filed = False
+    found = store.load(fp, sha) if filed else None
+    if found is not None:
+        return found
+    # A copy outside the archive: the same decoder, against the names it states itself.
+    commit = doc.get("commit")
+    stated = doc.get("fingerprint"), commit.get("sha") if isinstance(commit, dict) else None
+    fp, sha = (v if isinstance(v, str) else "" for v in stated)
+    info, launches, _ = decode_document(path.read_bytes(), fp, sha, path)
+    return Baseline(fp, info, tuple(launches), path)
+
+
+def _load_run(path: Path) -> RunResult:
+    """A results file, or a baseline file pooled per scenario into one run."""
+    data = read_json(path)
+    if not (isinstance(data, dict) and data.get("kind") == BASELINE_KIND):
+        from perfguard.resultsio import read_results
+
+        return read_results(path)
+    baseline = _read_baseline(path, data)
+    pooled = (baseline.pooled(sid) for sid in baseline.scenario_ids())
+    newest = baseline.launches[-1]
+    return RunResult(
+        commit=baseline.commit,
+        environment=newest.environment,
+        scenarios=tuple(p for p in pooled if p is not None),
+        created_at=_iso(baseline),
+        perfguard_version=newest.perfguard_version,
+    )
+
+
+def _suite_gates(ids: Sequence[str], rootdir: Path) -> dict[str, tuple[GateSpec, ...]]:
+    """Gates of each id whose suite file exists under ``rootdir`` and still has it."""
+    from perfguard.suite import Suite, load_suite
+
+    suites: dict[Path, Suite | None] = {}
+    gates: dict[str, tuple[GateSpec, ...]] = {}
+    for sid in ids:
+        rel, sep, _ = sid.partition("::")
+        if not sep:
+            continue
+        path = rootdir / rel
+        if path not in suites:
+            suites[path] = load_suite(path) if path.is_file() else None
+        suite = suites[path]
+        for scenario in suite.scenarios if suite is not None else ():
+            if scenario.scenario_id(rootdir) == sid:
+                gates[sid] = scenario.gates
+    return gates
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from perfguard.compare import compare_runs
+    from perfguard.verdict import REGRESSION, SEVERITY
+
+    base, current = _load_run(Path(args.base)), _load_run(Path(args.current))
+    ids = list(dict.fromkeys(s.id for run in (current, base) for s in run.scenarios))
+    rootdir = Path(args.rootdir) if args.rootdir else Path.cwd()
+    verdicts = compare_runs(
+        current,
+        base,
+        _suite_gates(ids, rootdir),
+        baseline_commit=base.commit.sha,
+        confidence=args.confidence,
+        normalise=not args.no_normalise,
+    )
+    if args.json:
+        print(json.dumps([v.to_dict() for v in verdicts], indent=2))
+    else:
+        for v in sorted(verdicts, key=lambda v: SEVERITY.index(v.verdict)):
+            shown: list[str] = []
+            for message in v.messages:  # a metric often repeats the scenario-level reason
+                if not any(earlier in message for earlier in shown):
+                    shown.append(message)
+            print(f"{v.verdict:<12} {v.scenario_id}: {'; '.join(shown) or '-'}")
+        counts = Counter(v.verdict for v in verdicts)
+        total = f"{len(verdicts)} scenario{'s' if len(verdicts) != 1 else ''}"
+        parts = [f"{counts[k]} {k}" for k in SEVERITY if counts[k]]
+        print(f"{total}: {', '.join(parts)}" if parts else total)
+    return 1 if any(v.verdict == REGRESSION for v in verdicts) else 0
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    store = DirectoryStore(args.dir)
+    problems = store.scan()
+    fingerprints = store.fingerprints()
+    if not fingerprints:
+        print(f"no baselines under {store.root}")
+    here = collect_environment().fingerprint if fingerprints else ""
+    for fp in fingerprints:
+        found = _readable(store, fp)
+        mark = " (this machine)" if fp == here else ""
+        print(f"environment {fp}{mark}: {len(found)} baseline{'s' if len(found) != 1 else ''}")
+        rows = [
+            (b.sha[:12], _iso(b), str(len(b.launches)), str(len(b.scenario_ids()))) for b in found
+        ]
+        for line in _table(("commit", "created_at", "launches", "scenarios"), rows, left=2):
+            print(f"  {line}")
+    if problems:
+        print(f"unreadable baseline files ({len(problems)}, left untouched):")
+        for p in problems:
+            print(f"  {_problem(p)}")
+    return 0
+
+
+def _resolve_ref(ref: str, store: DirectoryStore, fp: str) -> str:
+    """A full sha as given, else git's answer in the cwd, else a unique stored sha prefix."""
+    if _FULL_SHA.fullmatch(ref):
+        return ref.lower()
+    try:
+        return gitinfo.resolve(Path.cwd(), ref)
+    except GitError:
+        matches = [s for s in store.commits(fp) if s.startswith(ref.lower())]
+        if _SHORT_SHA.fullmatch(ref) and len(matches) == 1:
+            return matches[0]
+        raise
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    store = DirectoryStore(args.dir)
+    fp = _fingerprint(store, args.fingerprint)
+    sha = _resolve_ref(args.ref, store, fp)
+    baseline = store.load(fp, sha)
+    if baseline is None:
+        elsewhere = ", ".join(f for f in store.fingerprints() if sha in store.commits(f))
+        fix = f"it is stored for {elsewhere} (pass --fingerprint)" if elsewhere else None
+        problem = f"no baseline for commit {sha[:12]} in environment {fp} under {store.root}"
+        raise StoreError(problem, fix=fix or "see `perfguard baseline list`")
+    branch = f" ({baseline.commit.branch})" if baseline.commit.branch else ""
+    launches = f"{len(baseline.launches)} launch{'es' if len(baseline.launches) != 1 else ''}"
+    print(f"baseline {sha[:12]}{branch}, environment {fp}, {launches}, newest {_iso(baseline)}")
+    rows = []
+    for sid in baseline.scenario_ids():
+        r = baseline.pooled(sid)
+        assert r is not None  # every listed id is in some launch
+        canary = None if r.canary_ns is None else r.canary_ns / 1e3
+        note = r.status if r.status != "passed" else ("UNSTABLE" if not r.stable else "")
+        rows.append([sid, *_cells(_figures(r)), _fmt(canary, ".1f"), note])
+    headers = ("scenario", "n", "P50 ms", "P95 ms", "P99 ms", "thrpt/s", "canary us", "")
+    print("\n".join(_table(headers, rows)))
+    return 0
+
+
+def _cmd_prune(args: argparse.Namespace) -> int:
+    store = DirectoryStore(args.dir)
+    fps = store.fingerprints() if args.all_fingerprints else [_fingerprint(store, args.fingerprint)]
+    if not fps:
+        print(f"no baselines under {store.root}")
+    verb = "would delete" if args.dry_run else "deleted"
+    for fp in fps:
+        commits, problems = store.commits(fp), store.scan(fp)
+        memory = MemoryStore()  # a dry run applies the same rule to a copy of the bytes
+        for sha in commits if args.dry_run else ():
+            memory.files[(fp, sha)] = store.path_for(fp, sha).read_bytes()
+        doomed = (memory if args.dry_run else store).prune(fp, args.keep)
+        kept = len(commits) - len(problems) - len(doomed)
+        print(f"environment {fp}: {verb} {len(doomed)}, kept {kept} (--keep {args.keep})")
+        for sha in doomed:
+            print(f"  {verb} {store.path_for(fp, sha)}")
+        for p in problems:
+            print(f"  skipped unreadable {_problem(p)}")
+    return 0
+
+
+def _ancestry(cwd: Path) -> tuple[list[str] | None, str]:
+    """HEAD's ancestors (nearest first) in a git checkout, with how the order was chosen."""
+    try:
+        if gitinfo.repo_root(cwd) is None:
+            return None, "by created_at (not in a git checkout)"
+        shas = gitinfo.ancestors(cwd, "HEAD", limit=10_000)
+    except GitError as exc:
+        return None, f"by created_at (git: {exc.problem})"
+    return shas, f"by ancestry of HEAD {shas[0][:12]}"
+
+
+def _cmd_history(args: argparse.Namespace) -> int:
+    store = DirectoryStore(args.dir)
+    fp = _fingerprint(store, args.fingerprint)
+    ancestors, how = _ancestry(Path.cwd())
+    entries: list[dict[str, Any]] = []
+    for sha, result in store.history(fp, args.scenario_id, ancestors):
+        loaded = store.load(fp, sha)
+        when = _iso(loaded) if loaded else None
+        entries.append({"commit": sha, "created_at": when, **_figures(result)})
+    for p in store.problems:
+        print(f"perfguard: skipped unreadable {_problem(p)}", file=sys.stderr)
+    known = entries or any(args.scenario_id in b.scenario_ids() for b in _readable(store, fp))
+    if not known:
+        raise StoreError(
+            f"no baseline of environment {fp} holds scenario {args.scenario_id!r}",
+            expected="an id such as suites/x.yaml::name[cell]",
+            fix="see `perfguard baseline show <commit>` for the stored ids",
+        )
+    if args.json:
+        print(json.dumps(entries, indent=2))
+        return 0
+    print(f"history of {args.scenario_id} in environment {fp}, oldest first, {how}")
+    if not entries:
+        print("no stored commit that holds it is an ancestor of HEAD")
+        return 0
+    rows = []
+    for e in entries:
+        date = (e["created_at"] or "-")[:16].replace("T", " ")
+        rows.append([e["commit"][:12], date, *_cells(e), _fmt(e["p95_per_canary"], ".2f")])
+    headers = ("commit", "date", "n", "P50 ms", "P95 ms", "P99 ms", "thrpt/s", "P95/canary")
+    print("\n".join(_table(headers, rows, left=2)))
+    return 0
+
+
+def _cmd_env(args: argparse.Namespace) -> int:
+    env = collect_environment()
+    if args.json:
+        print(json.dumps(env.to_dict(), indent=2))
+        return 0
+    print(f"fingerprint {env.fingerprint}")
+    for title, fields in (("comparable", env.comparable), ("recorded", env.recorded)):
+        print(title + (" (must match to compare runs):" if fields is env.comparable else ":"))
+        for line in _table(("field", "value"), sorted(fields.items()), left=2)[1:]:
+            print(f"  {line}")
+    return 0
+
+
+def _confidence(text: str) -> float:
+    value = float(text) if re.fullmatch(r"0?\.\d+", text.strip()) else 0.0
+    if not 0.5 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number in (0.5, 1), e.g. 0.99")
+    return value
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 0")
+    return int(text)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="perfguard", description="Compare stored perfguard runs and manage baselines."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    fp_help = "environment fingerprint (default: this machine's)"
+
+    def command(
+        owner: Any, name: str, func: Handler, text: str, store: bool = False, fp: bool = False
+    ) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = owner.add_parser(name, help=text, description=text)
+        p.set_defaults(func=func)
+        if store:
+            p.add_argument("--dir", default=str(DEFAULT_ROOT), help="default: baselines")
+        if fp:
+            p.add_argument("--fingerprint", help=fp_help)
+        return p
+
+    p = command(sub, "compare", _cmd_compare, "compare two results or baseline files")
+    p.add_argument("base", metavar="BASE", help="reports/<c>/results.json or a baseline file")
+    p.add_argument("current", metavar="CURRENT", help="the run to judge (same kinds of file)")
+    p.add_argument("--confidence", type=_confidence, default=0.99, help="default 0.99")
+    p.add_argument("--no-normalise", action="store_true", help="ignore the canary")
+    p.add_argument("--rootdir", help="where suite files are found (default: cwd)")
+    p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+
+    text = "inspect or prune the baseline archive"
+    base = sub.add_parser("baseline", help=text, description=text)
+    bsub = base.add_subparsers(dest="action", required=True, metavar="ACTION")
+    command(bsub, "list", _cmd_list, "list stored baselines", store=True)
+    p = command(bsub, "show", _cmd_show, "show one baseline's figures", store=True, fp=True)
+    p.add_argument("ref", metavar="REF", help="commit sha or git ref")
+    p = command(bsub, "prune", _cmd_prune, "delete all but the newest N", store=True)
+    p.add_argument("--keep", type=_count, required=True, metavar="N")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--fingerprint", help=fp_help)
+    which.add_argument("--all-fingerprints", action="store_true")
+    p.add_argument("--dry-run", action="store_true", help="only say what would be deleted")
+
+    p = command(sub, "history", _cmd_history, "one scenario across commits", store=True, fp=True)
+    p.add_argument("scenario_id", metavar="SCENARIO_ID", help="e.g. suites/x.yaml::name[cell]")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+
+    p = command(sub, "env", _cmd_env, "this machine's environment fingerprint")
+    p.add_argument("--json", action="store_true", help="print it as JSON")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; 0 ok, 1 regression (compare), 2 error."""
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error argparse already printed
+        return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
+    try:
+        status: int = args.func(args)
+    except (PerfguardError, OSError) as exc:  # str(PerfguardError) is its full message
+        print(f"perfguard: error: {exc}", file=sys.stderr)
+        return 2
+    return status
