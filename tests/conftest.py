@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -83,3 +84,14 @@ def suite_writer(pytester: pytest.Pytester) -> pytest.Pytester:
     # Keep perf runs inside the pytester directory (cache, reports).
     pytester.makeini("[pytest]\n")
     return pytester
+
+
+def run_git(cwd: Path, *args: str) -> str:
+    """Run git in ``cwd`` with a throwaway identity; returns stripped stdout."""
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()

@@ -9,10 +9,11 @@ not the machine: no timing assertion can flake on a noisy host.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import run_git
 
 SPIN_MODEL = """
 import time
@@ -80,13 +81,7 @@ class Repo:
         self.git("init", "-q", "-b", "main")
 
     def git(self, *args: str) -> str:
-        return subprocess.run(
-            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-            cwd=self.path,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
+        return run_git(self.path, *args)
 
     def commit(self, us: int, message: str, *, scenarios: str = "spin") -> str:
         (self.path / "suites" / "s.yaml").write_text(suite_text(us, scenarios=scenarios))

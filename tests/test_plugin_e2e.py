@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from perfguard.resultsio import validate
-from tests.conftest import FAST_DEFAULTS, write_suite
+from tests.conftest import FAST_DEFAULTS, run_git, write_suite
 
 MATRIX_SUITE = (
     FAST_DEFAULTS
@@ -114,13 +113,7 @@ def test_results_directory_is_named_after_the_commit(suite_writer: pytest.Pytest
     write_suite(suite_writer, "s", MATRIX_SUITE)
 
     def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-            cwd=suite_writer.path,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
+        return run_git(suite_writer.path, *args)
 
     git("init", "-q", "-b", "main")
     git("add", "suites")
