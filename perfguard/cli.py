@@ -165,7 +165,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         _suite_gates(ids, rootdir),
         baseline_commit=base.commit.sha,
         confidence=args.confidence,
-        normalise=not args.no_normalise,
+        normalise=args.normalise,
     )
     if args.json:
         print(json.dumps([v.to_dict() for v in verdicts], indent=2))
@@ -358,7 +358,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("base", metavar="BASE", help="reports/<c>/results.json or a baseline file")
     p.add_argument("current", metavar="CURRENT", help="the run to judge (same kinds of file)")
     p.add_argument("--confidence", type=_confidence, default=0.99, help="default 0.99")
-    p.add_argument("--no-normalise", action="store_true", help="ignore the canary")
+    p.add_argument(
+        "--normalise",
+        action="store_true",
+        help="gate on canary-normalised latencies (as pytest --perfguard-normalise)",
+    )
     p.add_argument("--rootdir", help="where suite files are found (default: cwd)")
     p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
 

@@ -99,3 +99,11 @@ class GateFailure(PerfguardError):
 
 class StoreError(PerfguardError):
     """The baseline archive cannot do what was asked (run without a commit, bad name, lock)."""
+
+
+class AccuracyError(PerfguardError):
+    """Accuracy checks cannot run on their input (shapes, outputs, labels, NaN reference)."""
+
+
+class AccuracyFailure(GateFailure):
+    """An accuracy check against the reference or the baseline fell outside its limit."""

@@ -39,6 +39,10 @@ class GateSettings:
     gate: bool = True
     confirm_rounds: int = 2
     confidence: float = 0.99
+    # Gate on canary-normalised latencies. Off by default: on the shared 2-core
+    # host of benchmarks/verdicts-results.md the canary did not track the slow
+    # spells (contention from other tenants), and normalising added noise.
+    normalise: bool = False
 
 
 @dataclass(frozen=True)
@@ -188,6 +192,13 @@ class Gatekeeper:
             values.append(p95 / result.canary_ns if result.canary_ns else p95)
         return tuple(values)
 
+    def baseline_result(self, scenario_id: str) -> ScenarioResult | None:
+        """The baseline's (pooled) result of a scenario, when it may be compared."""
+        choice = self.choice
+        if choice.baseline is None or choice.env_diff:
+            return None
+        return choice.baseline.pooled(scenario_id)
+
     # -- judging ------------------------------------------------------------------
     def judge(self, current: ScenarioResult, gates: Sequence[GateSpec]) -> ScenarioVerdict:
         choice = self.choice
@@ -200,6 +211,7 @@ class Gatekeeper:
             env_diff=choice.env_diff,
             history=self.history(current.id),
             confidence=self.settings.confidence,
+            normalise=self.settings.normalise,
         )
 
     def judge_confirmed(

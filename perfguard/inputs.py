@@ -5,10 +5,16 @@ Inputs come either from ``ModelSpec.inputs`` (generated from a seed) or from
 Generated tensors depend only on (seed, name, shape, dtype, range): the random
 generator is seeded with ``[seed, crc32(name)]`` and numpy's PCG64 stream is
 the same on every platform.
+
+:func:`make_accuracy_inputs` builds the N samples accuracy is checked on
+(``AccuracyInputs``): generated with seeds ``seed + i``, rows of an ``.npz``, or
+what a ``module:function`` returns, each validated against the timing inputs.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import zipfile
 import zlib
 from collections.abc import Mapping
@@ -17,9 +23,21 @@ from pathlib import Path
 import numpy as np
 
 from perfguard.errors import InputError, Location
-from perfguard.scenario import DTYPES, InputSpec, ModelSpec
 
-__all__ = ["batch_size", "generate_input", "load_inputs_file", "make_inputs"]
+# The factory loader's helpers, so that accuracy functions are imported the same way.
+from perfguard.models import _forget_shadowed, _on_sys_path
+from perfguard.scenario import DTYPES, AccuracyInputs, InputSpec, ModelSpec
+
+__all__ = [
+    "batch_size",
+    "generate_input",
+    "load_inputs_file",
+    "load_labels",
+    "make_accuracy_inputs",
+    "make_inputs",
+]
+
+Feeds = dict[str, np.ndarray]
 
 _INT_DEFAULT_LOW = 0
 _INT_DEFAULT_HIGH = 100
@@ -162,3 +180,239 @@ def batch_size(feeds: Mapping[str, np.ndarray]) -> int:
         shape = np.shape(array)
         return int(shape[0]) if shape else 1
     return 1
+
+
+def make_accuracy_inputs(
+    model: ModelSpec, spec: AccuracyInputs, location: Location | None = None
+) -> tuple[list[Feeds], np.ndarray | None]:
+    """``spec.count`` feed dicts shaped like ``make_inputs(model)``, and the labels or ``None``.
+
+    Labels come from ``spec.labels`` or from a function returning ``(inputs,
+    labels)`` (not both), one per sample of the source: the file's or the
+    function's N samples, or ``count`` for generated inputs. Both are cut to
+    the first ``count``.
+    """
+    where = location or model.location
+    labels: object = None
+    if spec.function is not None:
+        result = _call_function(spec.function, model.base_dir, where)
+        # A pair of feed dicts is two samples, not (inputs, labels).
+        if isinstance(result, tuple) and len(result) == 2 and not isinstance(result[1], Mapping):
+            result, labels = result
+            if spec.labels is not None:
+                raise InputError(
+                    f"accuracy labels come from both {spec.function} and {spec.labels}",
+                    expected="one source of labels",
+                    fix="remove `labels:` from `accuracy`, or return only the inputs",
+                    location=where,
+                )
+        source = f"accuracy inputs function {spec.function}"
+        samples, rows = _samples_of(result, make_inputs(model), spec.count, source, where)
+    elif spec.file is not None:
+        path = model.base_dir / spec.file
+        stacked = load_inputs_file(path, where)
+        source = f"accuracy inputs file {path}"
+        samples, rows = _unstack(stacked, make_inputs(model), spec.count, source, where)
+    else:
+        samples, rows = _generated(model, spec, where), spec.count
+    if spec.labels is not None:
+        labels = load_labels(model.base_dir / spec.labels, where)
+    if labels is None:
+        return samples, None
+    label_array = np.asarray(labels)
+    if label_array.ndim == 0 or len(label_array) != rows:
+        found = "a scalar" if label_array.ndim == 0 else f"{len(label_array)} rows"
+        raise InputError(
+            f"the accuracy labels have {found} but the accuracy inputs have {rows} samples",
+            expected=f"{rows} labels, one per sample, in the same order",
+            fix="save one label per accuracy input sample",
+            location=where,
+        )
+    return samples, np.ascontiguousarray(label_array[: spec.count])
+
+
+def load_labels(path: Path, location: Location | None = None) -> np.ndarray:
+    """The labels array of a ``.npy`` file, or of an ``.npz`` holding exactly one array."""
+    fix = "save the labels with numpy.save(path, labels), or savez with one array"
+    try:
+        # Our own handle: np.load leaks its file when the archive is corrupt.
+        with path.open("rb") as handle:
+            loaded = np.load(handle, allow_pickle=False)
+            if not isinstance(loaded, np.lib.npyio.NpzFile):
+                return np.asarray(loaded)
+            with loaded:
+                names = list(loaded.files)
+                arrays = [np.asarray(loaded[name]) for name in names]
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise InputError(
+            f"cannot read accuracy labels {path} ({type(exc).__name__}: {exc})",
+            expected="an existing .npy file, or an .npz of one array",
+            fix=f"check `labels:` (relative to the suite file); {fix}",
+            location=location,
+        ) from exc
+    if len(arrays) != 1:
+        raise InputError(
+            f"accuracy labels {path} hold {len(arrays)} arrays ({', '.join(names) or 'none'})",
+            expected="exactly one array of labels",
+            fix=fix,
+            location=location,
+        )
+    return arrays[0]
+
+
+def _generated(model: ModelSpec, spec: AccuracyInputs, location: Location) -> list[Feeds]:
+    if not model.inputs:
+        raise InputError(
+            f"model {model.name!r} has no input specs to generate accuracy inputs from",
+            expected="`inputs:` specs on the model, or accuracy inputs from `file:`/`function:`",
+            fix="give `accuracy: {inputs: {file: samples.npz}}` (inputs stacked on a first axis)",
+            location=location,
+        )
+    # `fill` inputs (e.g. an attention mask) stay constant; random ones differ per sample.
+    return [
+        {s.name: generate_input(dataclasses.replace(s, seed=spec.seed + i), location)
+         for s in model.inputs}
+        for i in range(spec.count)
+    ]  # fmt: skip
+
+
+def _call_function(ref: str, base_dir: Path, location: Location) -> object:
+    module_name, _, function_name = ref.partition(":")
+    entry = str(Path(base_dir).resolve())
+    fix = f"check `function: {ref}` (a module importable from {entry} and a function in it)"
+    # The suite's folder stays on sys.path during the call: the function may import lazily.
+    with _on_sys_path(entry):
+        try:
+            importlib.invalidate_caches()
+            _forget_shadowed(module_name, Path(entry))
+            module = importlib.import_module(module_name)
+        except Exception as exc:
+            raise InputError(
+                f"cannot import accuracy inputs module {module_name!r} "
+                f"({type(exc).__name__}: {exc})",
+                expected=f"{module_name.replace('.', '/')}.py beside the suite, or installed",
+                fix=fix,
+                location=location,
+            ) from exc
+        function = getattr(module, function_name, None)
+        if not callable(function):
+            raise InputError(
+                f"module {module_name!r} has no function {function_name!r}",
+                expected="a function taking no arguments that returns the accuracy inputs",
+                fix=fix,
+                location=location,
+            )
+        try:
+            return function()
+        except Exception as exc:
+            raise InputError(
+                f"accuracy inputs function {ref} raised {type(exc).__name__}: {exc}",
+                expected="the function to return the inputs without raising",
+                fix="fix the function (call it in Python to see the traceback)",
+                location=location,
+            ) from exc
+
+
+def _samples_of(
+    result: object, template: Feeds, count: int, source: str, location: Location
+) -> tuple[list[Feeds], int]:
+    """The first ``count`` samples of what a function returned, and how many it returned."""
+    if isinstance(result, Mapping):
+        return _unstack(result, template, count, source, location)
+    if isinstance(result, list | tuple) and all(isinstance(feed, Mapping) for feed in result):
+        _check_rows(len(result), count, source, location)
+        samples = []
+        for i, feed in enumerate(result[:count]):
+            where = f"sample {i} of {source}"
+            names = _checked_names(feed, template, where, location)
+            samples.append({name: _checked(feed[name], name, template, where, location)
+                            for name in names})  # fmt: skip
+        return samples, len(result)
+    raise InputError(
+        f"{source} returned {type(result).__module__}.{type(result).__qualname__}",
+        expected="a list of feed dicts {input name: array}, a dict of arrays stacked on a "
+        "leading axis of N samples, or a tuple (inputs, labels) of either",
+        fix="return e.g. [{'x': array}, ...] or {'x': numpy.stack(samples)}",
+        location=location,
+    )
+
+
+def _unstack(
+    stacked: Mapping[str, object], template: Feeds, count: int, source: str, location: Location
+) -> tuple[list[Feeds], int]:
+    """The first ``count`` samples of arrays stacked on a leading axis, and that axis' N."""
+    names = _checked_names(stacked, template, source, location)
+    arrays = {name: np.asarray(stacked[name]) for name in names}
+    for name, array in arrays.items():
+        want = list(template[name].shape)
+        if array.ndim != len(want) + 1:
+            raise InputError(
+                f"input {name!r} in {source} has shape {list(array.shape)}",
+                expected=f"shape [N, {', '.join(map(str, want))}]: N samples of the timing "
+                f"input's shape {want}",
+                fix="stack the samples on a new first axis (numpy.stack)",
+                location=location,
+            )
+    rows = {name: int(array.shape[0]) for name, array in arrays.items()}
+    if len(set(rows.values())) > 1:
+        counts = ", ".join(f"{name}: {n}" for name, n in rows.items())
+        raise InputError(
+            f"the inputs in {source} have different numbers of samples ({counts})",
+            expected="the same leading axis N for every input",
+            fix="save the same samples for every input",
+            location=location,
+        )
+    n = next(iter(rows.values()))
+    _check_rows(n, count, source, location)
+    samples = [
+        {name: _checked(a[i], name, template, f"sample {i} of {source}", location)
+         for name, a in arrays.items()}
+        for i in range(count)
+    ]  # fmt: skip
+    return samples, n
+
+
+def _check_rows(rows: int, count: int, source: str, location: Location) -> None:
+    if rows < count:
+        raise InputError(
+            f"{source} has {rows} samples, fewer than `count: {count}`",
+            expected=f"at least {count} samples",
+            fix=f"lower `count` to {rows}, or provide more samples",
+            location=location,
+        )
+
+
+def _checked_names(
+    feeds: Mapping[str, object], template: Feeds, source: str, location: Location
+) -> list[str]:
+    """The model's input names, in its order, when ``feeds`` has exactly those."""
+    missing = [name for name in template if name not in feeds]
+    extra = [str(name) for name in feeds if name not in template]
+    if missing or extra:
+        problems = [f"missing {', '.join(map(repr, missing))}"] if missing else []
+        problems += [f"unexpected {', '.join(map(repr, extra))}"] if extra else []
+        raise InputError(
+            f"the inputs in {source} do not match the model's: {'; '.join(problems)}",
+            expected=f"exactly the inputs {', '.join(template)}",
+            fix="name the arrays after the model's inputs (as in `inputs:`)",
+            location=location,
+        )
+    return list(template)
+
+
+def _checked(
+    value: object, name: str, template: Feeds, source: str, location: Location
+) -> np.ndarray:
+    array, want = np.asarray(value), template[name]
+    if array.shape != want.shape:
+        fix = f"give every sample the timing input's shape {list(want.shape)}"
+    elif array.dtype != want.dtype:
+        fix = f"cast it, e.g. array.astype(numpy.{want.dtype})"
+    else:
+        return np.ascontiguousarray(array)
+    raise InputError(
+        f"input {name!r} in {source} has shape {list(array.shape)} and dtype {array.dtype}",
+        expected=f"shape {list(want.shape)} and dtype {want.dtype}, like the timing inputs",
+        fix=fix,
+        location=location,
+    )

@@ -33,6 +33,7 @@ class SuiteFile(pytest.File):
         except SuiteError as exc:
             yield SuiteErrorItem.from_parent(self, name="suite", error=exc)
             return
+        self.perfguard.register_suite(self.path, suite.scenarios)
         for scenario in suite.scenarios:
             item = ScenarioItem.from_parent(self, name=scenario.item_name, scenario=scenario)
             self.perfguard.register_markers(scenario.tags)

@@ -1,4 +1,4 @@
-"""A content-hashed cache of exported and quantized ONNX models.
+"""A content-hashed cache of exported, quantized and fp16-converted ONNX models.
 
 Files live under ``<rootdir>/.perfguard/cache`` and are named
 ``<model>-<key>.onnx``; the key is a sha256 over everything that changes the
@@ -6,7 +6,8 @@ exported graph (weights, architecture, input signature, opset, output names,
 torch version), so a model is exported again only when one of those changes.
 Writes go to a temporary name in the same folder and are renamed into place
 under a file lock: concurrent pytest workers never export the same key twice
-and never see a half-written file.
+and never see a half-written file. The int8 and fp16 variants are made in
+``perfguard.quantize`` and cached the same way.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import os
 import re
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,13 +29,15 @@ from filelock import FileLock
 
 from perfguard.errors import Location, ModelError
 from perfguard.models import feeds_positionally
-from perfguard.scenario import ModelSpec
+from perfguard.scenario import ModelSpec, QuantSpec
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = [
     "cache_key_of",
+    "DEFAULT_QUANT",
+    "convert_fp16",
     "export_key",
     "export_onnx",
     "ordered_input_names",
@@ -56,7 +59,8 @@ _NOISY_LOGGERS = (
 )
 # torch's TorchScript exporter keeps global state: one export at a time per process.
 _EXPORT_LOCK = threading.Lock()
-_QUANT_SETTINGS = "quantize_dynamic:weight_type=QInt8:per_channel=False:reduce_range=False"
+# Dynamic int8 with onnxruntime.quantization's defaults (a frozen value, safe to share).
+DEFAULT_QUANT = QuantSpec()
 
 
 @contextlib.contextmanager
@@ -202,34 +206,28 @@ def _export(
         module.train(was_training)
 
 
-def quantize_int8(onnx_path: Path, cache_dir: Path, location: Location | None = None) -> Path:
-    """A dynamically int8-quantized copy of ``onnx_path``, cached by content."""
-    import onnxruntime
+def quantize_int8(
+    onnx_path: Path,
+    cache_dir: Path,
+    location: Location | None = None,
+    quant: QuantSpec = DEFAULT_QUANT,
+    calibration: Sequence[Mapping[str, np.ndarray]] | None = None,
+) -> Path:
+    """An int8 copy of ``onnx_path`` (dynamic or static, per ``quant``), cached by content.
 
-    digest = hashlib.sha256()
-    with Path(onnx_path).open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    digest.update(f"\0{_QUANT_SETTINGS}\0{onnxruntime.__version__}".encode())
-    key = digest.hexdigest()
-    stem = _KEY_SUFFIX.sub("", Path(onnx_path).stem)
-    target = Path(cache_dir) / f"{_safe(stem)}-int8-{key[:_KEY_CHARS]}.onnx"
+    See ``perfguard.quantize.quantize_int8``; static quantization calibrates on
+    ``calibration`` and raises ``CellError`` without it.
+    """
+    from perfguard import quantize
 
-    def write(tmp: Path) -> None:
-        from onnxruntime.quantization import QuantType, quantize_dynamic
+    return quantize.quantize_int8(onnx_path, cache_dir, location, quant, calibration)
 
-        try:
-            with quiet():
-                quantize_dynamic(str(onnx_path), str(tmp), weight_type=QuantType.QInt8)
-        except Exception as exc:
-            raise ModelError(
-                f"int8 quantization of {onnx_path} failed: {type(exc).__name__}: {exc}",
-                expected="a model onnxruntime.quantization.quantize_dynamic accepts",
-                fix="run this model at fp32, or quantize it yourself and point `onnx:` at it",
-                location=location,
-            ) from exc
 
-    return _build_once(target, write, location, f"int8 quantization of {onnx_path}")
+def convert_fp16(onnx_path: Path, cache_dir: Path, location: Location | None = None) -> Path:
+    """A float16 copy of ``onnx_path`` (inputs/outputs stay float32), cached by content."""
+    from perfguard import quantize
+
+    return quantize.convert_fp16(onnx_path, cache_dir, location)
 
 
 def _build_once(

@@ -11,11 +11,11 @@ import difflib
 import importlib
 import inspect
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from perfguard.errors import InputError, Location, ModelError
 from perfguard.scenario import ModelSpec
@@ -63,6 +63,29 @@ def load_factory(model: ModelSpec) -> torch.nn.Module:
     with _on_sys_path(entry):
         module = _import_module(module_name, entry, model.location)
         return _call_factory(module, module_name, function_name, model)
+
+
+def import_function(spec: str, base_dir: Path, location: Location) -> Callable[..., Any]:
+    """Import ``module:function`` (the suite's folder importable) and return the callable.
+
+    Used for user functions other than factories: accuracy inputs, task metrics.
+    """
+    module_name, function_name = split_factory(spec, location)
+    entry = str(Path(base_dir).resolve())
+    with _on_sys_path(entry):
+        module = _import_module(module_name, entry, location)
+    function = getattr(module, function_name, None)
+    if function is None or not callable(function):
+        names = [name for name in dir(module) if not name.startswith("_")]
+        close = difflib.get_close_matches(function_name, names, n=5, cutoff=0.5)
+        raise ModelError(
+            f"module {module_name!r} ({_module_file(module)}) has no function {function_name!r}",
+            expected=f"a callable `{function_name}`",
+            fix=f"check the name in `{spec}`"
+            + (f" (close names: {', '.join(close)})" if close else ""),
+            location=location,
+        )
+    return cast("Callable[..., Any]", function)
 
 
 def _call_factory(

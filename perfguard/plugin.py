@@ -80,6 +80,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="re-measurements a suspected regression must survive (default: ini, else 2).",
     )
+    group.addoption(
+        "--perfguard-normalise",
+        action="store_true",
+        default=None,
+        help="gate on latencies normalised by the machine-speed canary (default: ini "
+        "perfguard_normalise, else off); both figures are always reported.",
+    )
+    parser.addini(
+        "perfguard_normalise",
+        type="bool",
+        help="perfguard: the twin of --perfguard-normalise.",
+        default=False,
+    )
     parser.addini(
         "perfguard_baseline",
         help="perfguard: the twin of --perfguard-baseline.",

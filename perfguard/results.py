@@ -127,6 +127,13 @@ class ScenarioResult:
     # the ratio of two runs' canaries normalises their latencies for host slow spells.
     canary_ns: float | None = None
     peak_memory_mib: float | None = None
+    # Accuracy against the reference cell / baseline (see perfguard.accuracy):
+    # {"reference": ..., "outputs": {name: {metric: value}}, "checks": [...],
+    #  "worst_inputs": [...], "task_metric": ...}
+    accuracy: dict[str, Any] | None = None
+    # Outputs of the first few accuracy inputs, archived with a baseline so the
+    # next commit can be checked against them: {output: {"shape", "dtype", "data"}}.
+    golden_outputs: dict[str, Any] | None = None
     tags: tuple[str, ...] = ()
     samples_ns: tuple[int, ...] = ()
 

@@ -6,7 +6,7 @@ calls ``measure_scenario`` and turns its exceptions into a clean failure.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,8 +40,15 @@ class RunContext:
 
 
 @contextmanager
-def open_session(scenario: Scenario, ctx: RunContext) -> Iterator[tuple[Session, object, int]]:
-    """Open the scenario's backend session with its prepared inputs; always closed."""
+def open_session(
+    scenario: Scenario,
+    ctx: RunContext,
+    calibration: Sequence[Mapping[str, np.ndarray]] | None = None,
+) -> Iterator[tuple[Session, object, int]]:
+    """Open the scenario's backend session with its prepared inputs; always closed.
+
+    ``calibration`` feeds (the accuracy inputs) are only needed by static int8.
+    """
     if scenario.error:
         raise CellError(scenario.error)
     backend = get_backend(scenario.backend)
@@ -49,7 +56,10 @@ def open_session(scenario: Scenario, ctx: RunContext) -> Iterator[tuple[Session,
     if reason:
         raise BackendUnavailable(reason, location=scenario.location)
     feeds = make_inputs(scenario.model)
-    session = backend.open(scenario, feeds, ctx.cache_dir)
+    if calibration is not None:
+        session = backend.open(scenario, feeds, ctx.cache_dir, calibration=calibration)
+    else:
+        session = backend.open(scenario, feeds, ctx.cache_dir)
     try:
         yield session, session.prepare(feeds), batch_size(feeds)
     finally:
@@ -110,12 +120,17 @@ class ScenarioRun:
     time window as the scenario's samples.
     """
 
-    def __init__(self, scenario: Scenario, ctx: RunContext) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        ctx: RunContext,
+        calibration: Sequence[Mapping[str, np.ndarray]] | None = None,
+    ) -> None:
         self.scenario = scenario
         self.ctx = ctx
         self._memory = PeakMemory()
         self._memory.start()
-        self._opened = open_session(scenario, ctx)
+        self._opened = open_session(scenario, ctx, calibration)
         self.session, self.prepared, self.batch = self._opened.__enter__()
 
     def close(self) -> None:

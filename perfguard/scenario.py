@@ -92,6 +92,109 @@ class GateSpec:
 
 
 @dataclass(frozen=True)
+class QuantSpec:
+    """How ``int8`` is produced on ONNX Runtime (``onnxruntime.quantization``).
+
+    ``mode`` ``dynamic`` quantizes weights ahead of time and activations on the
+    fly; ``static`` also fixes activation ranges from calibration data (the
+    scenario's accuracy inputs) with ``calibration`` = minmax | entropy |
+    percentile. ``name`` is the preset's name in the suite (``quantization:``
+    axis / key), used in cell ids.
+    """
+
+    name: str = "default"
+    mode: str = "dynamic"
+    per_channel: bool = False
+    reduce_range: bool = False
+    weight_type: str = "qint8"  # qint8 | quint8
+    activation_type: str = "quint8"  # static only: qint8 | quint8
+    calibration: str = "minmax"  # static only: minmax | entropy | percentile
+    calibration_samples: int | None = None  # None: all accuracy inputs
+
+
+@dataclass(frozen=True)
+class AccuracyInputs:
+    """The N inputs accuracy is checked on, separate from the timing inputs.
+
+    Exactly one source: ``function`` (``module:function`` returning a list of
+    feed dicts, a dict of arrays stacked on a new leading axis of length N, or a
+    tuple ``(inputs, labels)``), ``file`` (``.npz``, each key an input name with
+    a leading axis of length N), or generated from the model's input specs with
+    seeds ``seed + i`` (the default). Each sample has the timing inputs' shapes.
+    ``labels`` is an optional ``.npy``/``.npz`` file of N labels for the task metric.
+    """
+
+    count: int = 32
+    seed: int = 1000
+    file: Path | None = None
+    function: str | None = None
+    labels: Path | None = None
+
+
+@dataclass(frozen=True)
+class AccuracyGates:
+    """Limits on accuracy figures; ``None`` is not checked.
+
+    Against the reference: ``cosine_min`` (lowest per-sample cosine),
+    ``cosine_mean_min``, ``kl_max`` (mean KL(reference || current)),
+    ``topk_agreement_min`` (share of samples whose top-``topk`` index sets
+    agree, order ignored), ``max_abs_err``, ``mean_abs_err``, ``max_rel_err``
+    (see ``perfguard.accuracy`` for how zeros are treated), ``nonfinite_max``
+    (NaN/Inf count, default 0). Against the baseline commit's golden outputs:
+    ``baseline_cosine_min``.
+    """
+
+    cosine_min: float | None = None
+    cosine_mean_min: float | None = None
+    kl_max: float | None = None
+    topk: int = 1
+    topk_agreement_min: float | None = None
+    max_abs_err: float | None = None
+    mean_abs_err: float | None = None
+    max_rel_err: float | None = None
+    nonfinite_max: int = 0
+    baseline_cosine_min: float | None = 0.999
+
+
+@dataclass(frozen=True)
+class TaskMetricSpec:
+    """A user metric ``module:function(outputs, labels) -> float`` and its allowed drop.
+
+    ``outputs`` is the list of output arrays stacked over the N accuracy inputs.
+    ``drop_max`` is in the metric's own units (1.0 = one point on a 0-100 scale).
+    """
+
+    function: str
+    higher_is_better: bool = True
+    drop_max: float = 1.0
+
+
+@dataclass(frozen=True)
+class AccuracySpec:
+    """Accuracy checks of one cell.
+
+    ``reference`` holds matrix overrides naming another cell of the same
+    scenario (e.g. ``(("backend", "torch"), ("precision", "fp32"))``); empty means
+    no reference cell (only the baseline's golden outputs are used). ``golden``
+    inputs' outputs are archived with the baseline. ``outputs`` selects outputs
+    by name or index (empty: all). ``kl_on`` is ``probabilities`` or ``logits``
+    (softmax with ``temperature`` first). ``per_output`` overrides ``gates``
+    for named/indexed outputs.
+    """
+
+    inputs: AccuracyInputs = AccuracyInputs()
+    reference: tuple[tuple[str, str], ...] = ()
+    against_baseline: bool = True
+    golden: int = 16
+    outputs: tuple[str, ...] = ()
+    kl_on: str = "logits"
+    temperature: float = 1.0
+    gates: AccuracyGates = AccuracyGates()
+    per_output: tuple[tuple[str, AccuracyGates], ...] = ()
+    task: TaskMetricSpec | None = None
+
+
+@dataclass(frozen=True)
 class Scenario:
     """One matrix cell of one scenario of one suite: everything needed to measure it."""
 
@@ -110,6 +213,8 @@ class Scenario:
     stability_tolerance: float = 0.10
     tags: tuple[str, ...] = ()
     gates: tuple[GateSpec, ...] = (GateSpec(metric="p95", limit=0.05),)
+    quantization: QuantSpec = QuantSpec()
+    accuracy: AccuracySpec | None = None
     # Set when the cell's combination is unsupported: the cell fails with it.
     error: str | None = None
     matrix_values: tuple[tuple[str, str], ...] = field(default=())

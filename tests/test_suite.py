@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import tempfile
 import textwrap
@@ -13,16 +14,22 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from perfguard import suite_accuracy
 from perfguard.errors import SuiteError
 from perfguard.scenario import (
     BACKENDS,
     DTYPES,
     GRAPH_OPT_LEVELS,
     PRECISIONS,
+    AccuracyGates,
+    AccuracyInputs,
+    AccuracySpec,
     GateSpec,
     InputSpec,
     LoopSpec,
+    QuantSpec,
     Scenario,
+    TaskMetricSpec,
 )
 from perfguard.suite import Suite, load_suite
 
@@ -314,8 +321,6 @@ def test_unsupported_combinations_fail_only_their_cell(tmp_path: Path) -> None:
     assert len(cells) == 18
     broken = {name for name, sc in cells.items() if sc.error is not None}
     assert broken == {
-        "grid[onnxruntime-fp16-cpu]",
-        "grid[onnxruntime-fp16-cuda]",
         "grid[onnxruntime-bf16-cpu]",
         "grid[onnxruntime-bf16-cuda]",
         "grid[torch-int8-cuda]",
@@ -327,8 +332,10 @@ def test_unsupported_combinations_fail_only_their_cell(tmp_path: Path) -> None:
         assert sc.error is not None
         assert sc.error.startswith(f"{path}:{sc.location.line}: cell `{name}`")
         assert "; expected " in sc.error and ". Fix: " in sc.error
-    fp16 = cells["grid[onnxruntime-fp16-cpu]"].error
-    assert fp16 is not None and "backend `torch` for fp16" in fp16
+    bf16 = cells["grid[onnxruntime-bf16-cpu]"].error
+    assert bf16 is not None and "backend `torch` for bf16" in bf16
+    # fp16 runs on ONNX Runtime (cast model); bf16 does not.
+    assert cells["grid[onnxruntime-fp16-cpu]"].error is None
     int8 = cells["grid[torch-int8-cuda]"].error
     assert int8 is not None and "CPU dynamic quantization" in int8 and "`device: cpu`" in int8
     onnx = cells["file[torch]"].error
@@ -840,7 +847,7 @@ def check_cell(
     assert sc.model.inputs == expected_inputs
     unsupported = (
         ("onnx" in model and sc.backend == "torch")
-        or (sc.backend == "onnxruntime" and sc.precision in ("fp16", "bf16"))
+        or (sc.backend == "onnxruntime" and sc.precision == "bf16")
         or (sc.precision == "int8" and sc.device.startswith("cuda"))
     )
     assert (sc.error is not None) == unsupported
@@ -916,3 +923,507 @@ def test_junk_keys_anywhere_are_reported_at_their_line(
     message = str(info.value)
     assert f"`{junk}`" in message, message
     assert message.startswith(f"{path}:{line}: "), (message, text)
+
+
+# --------------------------------------------------------------------------- accuracy, quantization
+
+ACC_EXAMPLE = """\
+defaults:
+  accuracy:
+    golden: 4
+    gate: {nonfinite_max: 2, kl_max: 0.5}
+quantizations:
+  default: {}
+  perchannel: {per_channel: true}
+  static_entropy: {mode: static, calibration: entropy, calibration_samples: 32}
+models:
+  minilm:
+    factory: perfguard_examples.minilm:build
+    inputs:
+      input_ids: {shape: [1, 64], dtype: int64, low: 0, high: 30522}
+    outputs: [embedding, logits]
+scenarios:
+  - name: minilm
+    model: minilm
+    matrix:
+      backend: [torch, onnxruntime]
+      precision: [fp32, int8]
+      quantization: [default, perchannel]
+    exclude:
+      - {backend: torch, precision: int8}
+      - {backend: torch, quantization: perchannel}
+    accuracy:
+      inputs: {count: 64, function: perfguard_examples.sentences:tokenized}
+      labels: data/labels.npy
+      reference: {precision: fp32, backend: torch, quantization: default}
+      baseline: false
+      golden: 16
+      outputs: [embedding, 1]
+      kl: {on: probabilities, temperature: 2}
+      gate: {cosine_min: 0.99, cosine_mean_min: 0.995, kl_max: 0.01, topk: 5,
+             topk_agreement_min: 0.99, max_abs_err: 1e-3, mean_abs_err: 1.0e-4,
+             max_rel_err: 0.05, baseline_cosine_min: null}
+      per_output:
+        logits: {kl_max: 0.02}
+        0: {cosine_min: 0.9}
+      task: {function: mymetrics:accuracy, higher_is_better: false, drop_max: 0.5}
+  - name: static
+    model: minilm
+    backend: onnxruntime
+    precision: int8
+    quantization: static_entropy
+    accuracy:
+      inputs: {count: 32, seed: 7}
+"""
+
+
+def test_accuracy_example(tmp_path: Path) -> None:
+    cells = {sc.item_name: sc for sc in load_suite(write(tmp_path, ACC_EXAMPLE)).scenarios}
+    assert list(cells) == [
+        "minilm[torch-fp32-default]",
+        "minilm[onnxruntime-fp32-default]",
+        "minilm[onnxruntime-fp32-perchannel]",
+        "minilm[onnxruntime-int8-default]",
+        "minilm[onnxruntime-int8-perchannel]",
+        "static",
+    ]
+    assert all(sc.error is None for sc in cells.values()), [sc.error for sc in cells.values()]
+    ort = cells["minilm[onnxruntime-int8-perchannel]"]
+    assert ort.matrix_values[-1] == ("quantization", "perchannel")
+    assert ort.quantization == QuantSpec(name="perchannel", per_channel=True)
+    assert cells["minilm[onnxruntime-int8-default]"].quantization == QuantSpec()
+    acc = ort.accuracy
+    assert acc is not None
+    assert acc.inputs == AccuracyInputs(
+        count=64,
+        function="perfguard_examples.sentences:tokenized",
+        labels=tmp_path.resolve() / "data" / "labels.npy",
+    )
+    assert acc.reference == (
+        ("backend", "torch"),
+        ("precision", "fp32"),
+        ("quantization", "default"),
+    )
+    assert (acc.against_baseline, acc.golden, acc.outputs) == (False, 16, ("embedding", "1"))
+    assert (acc.kl_on, acc.temperature) == ("probabilities", 2.0)
+    gates = AccuracyGates(
+        cosine_min=0.99, cosine_mean_min=0.995, kl_max=0.01, topk=5, topk_agreement_min=0.99,
+        max_abs_err=1e-3, mean_abs_err=1e-4, max_rel_err=0.05, nonfinite_max=2,
+        baseline_cosine_min=None,
+    )  # fmt: skip
+    assert acc.gates == gates
+    assert acc.per_output == (
+        ("logits", dataclasses.replace(gates, kl_max=0.02)),
+        ("0", dataclasses.replace(gates, cosine_min=0.9)),
+    )
+    assert acc.task == TaskMetricSpec("mymetrics:accuracy", higher_is_better=False, drop_max=0.5)
+    # The reference cell itself has no reference; the rest of its spec is the same.
+    torch_acc = cells["minilm[torch-fp32-default]"].accuracy
+    assert torch_acc is not None and torch_acc.reference == ()
+    assert dataclasses.replace(torch_acc, reference=acc.reference) == acc
+    static = cells["static"]
+    assert static.quantization == QuantSpec(
+        "static_entropy", mode="static", calibration="entropy", calibration_samples=32
+    )
+    assert static.accuracy == AccuracySpec(
+        inputs=AccuracyInputs(count=32, seed=7),
+        golden=4,
+        gates=AccuracyGates(nonfinite_max=2, kl_max=0.5),
+    )
+    hash(ort)
+
+
+def test_the_documented_example_loads(tmp_path: Path) -> None:
+    doc = suite_accuracy.__doc__ or ""
+    example = textwrap.dedent(doc.split("Format::\n")[1].split("\nRules:")[0])
+    models = "models:\n  minilm: {factory: 'a:b', inputs: {x: {shape: [1, 4]}}}\n"
+    cells = load_suite(write(tmp_path, models + example)).scenarios
+    assert [sc.item_name for sc in cells] == [
+        "minilm[torch-fp32-default]",
+        "minilm[onnxruntime-fp32-default]",
+        "minilm[onnxruntime-fp32-perchannel]",
+        "minilm[onnxruntime-int8-default]",
+        "minilm[onnxruntime-int8-perchannel]",
+        "minilm-static",
+    ]
+    assert all(sc.error is None and sc.accuracy is not None for sc in cells)
+    assert cells[-1].quantization.calibration == "entropy"
+    assert cells[-1].accuracy is not None and cells[-1].accuracy.golden == 8
+
+
+def test_no_accuracy_and_default_quantization(tmp_path: Path) -> None:
+    (sc,) = load_suite(write(tmp_path, BASE)).scenarios
+    assert sc.accuracy is None and sc.quantization == QuantSpec()
+    (sc,) = load_suite(write(tmp_path, scen("accuracy: {}\n"))).scenarios
+    assert sc.accuracy == AccuracySpec()
+
+
+def test_accuracy_merges_over_defaults_and_false_turns_it_off(tmp_path: Path) -> None:
+    text = """\
+    defaults:
+      accuracy:
+        inputs: {function: "a:b"}
+        golden: 3
+        gate: {cosine_min: 0.9, kl_max: 0.1}
+        per_output: {y: {kl_max: 1}}
+    models:
+      m: {factory: "a:b", inputs: {x: {shape: [2]}}}
+    scenarios:
+      - name: merged
+        model: m
+        accuracy:
+          inputs: {count: 5}
+          gate: {kl_max: 0.2, baseline_cosine_min: null}
+          per_output: {z: {topk: 3}}
+      - name: disabled
+        model: m
+        accuracy: false
+      - name: inherited
+        model: m
+    """
+    merged, off, inherited = load_suite(write(tmp_path, text)).scenarios
+    assert merged.accuracy is not None and inherited.accuracy is not None
+    assert merged.accuracy.inputs == AccuracyInputs(count=5)  # `inputs` replaces as a whole
+    assert merged.accuracy.golden == 3
+    gates = AccuracyGates(cosine_min=0.9, kl_max=0.2, baseline_cosine_min=None)
+    assert merged.accuracy.gates == gates  # limit by limit
+    assert merged.accuracy.per_output == (
+        ("y", dataclasses.replace(gates, kl_max=1.0)),
+        ("z", dataclasses.replace(gates, topk=3)),
+    )
+    assert off.accuracy is None
+    assert inherited.accuracy.inputs == AccuracyInputs(function="a:b")
+    assert inherited.accuracy.gates == AccuracyGates(cosine_min=0.9, kl_max=0.1)
+
+
+def test_quantization_key_presets_and_inline(tmp_path: Path) -> None:
+    text = """\
+    defaults:
+      quantization: pc
+    quantizations:
+      default: {reduce_range: true}
+      pc: {per_channel: true, weight_type: quint8}
+    models:
+      m: {factory: "a:b", inputs: {x: {shape: [2]}}}
+    scenarios:
+      - {name: preset, model: m, backend: onnxruntime, precision: int8}
+      - name: inline
+        model: m
+        backend: onnxruntime
+        precision: int8
+        quantization: {mode: static, activation_type: qint8, calibration: percentile}
+        accuracy: {inputs: {count: 4}}
+      - {name: fp32, model: m, backend: onnxruntime, quantization: default}
+    """
+    preset, inline, fp32 = load_suite(write(tmp_path, text)).scenarios
+    assert preset.quantization == QuantSpec("pc", per_channel=True, weight_type="quint8")
+    assert inline.quantization == QuantSpec(
+        "custom", mode="static", activation_type="qint8", calibration="percentile"
+    )
+    assert fp32.quantization == QuantSpec("default", reduce_range=True)  # redefined default
+    assert [sc.error for sc in (preset, inline, fp32)] == [None, None, None]
+
+
+def test_reference_with_plain_keys_and_partial_overrides(tmp_path: Path) -> None:
+    text = BASE + textwrap.indent(
+        "backend: onnxruntime\n"
+        "matrix:\n"
+        "  precision: [fp32, int8]\n"
+        "  threads: [1, 2]\n"
+        "accuracy:\n"
+        "  reference: {precision: fp32, backend: onnxruntime}\n",
+        "    ",
+    )
+    refs = {
+        sc.cell_id: sc.accuracy.reference
+        for sc in load_suite(write(tmp_path, text)).scenarios
+        if sc.accuracy
+    }
+    pairs = (("backend", "onnxruntime"), ("precision", "fp32"))
+    assert refs == {"fp32-1": (), "fp32-2": (), "int8-1": pairs, "int8-2": pairs}
+    text = text.replace("{precision: fp32, backend: onnxruntime}", "{threads: 1}")
+    refs = {
+        sc.cell_id: sc.accuracy.reference
+        for sc in load_suite(write(tmp_path, text)).scenarios
+        if sc.accuracy
+    }
+    assert refs == {
+        "fp32-1": (),
+        "fp32-2": (("threads", "1"),),
+        "int8-1": (),
+        "int8-2": (("threads", "1"),),
+    }
+
+
+def test_quantization_cell_errors(tmp_path: Path) -> None:
+    text = """\
+    quantizations:
+      pc: {per_channel: true}
+      plain: {}
+      st: {mode: static}
+      st64: {mode: static, calibration_samples: 64}
+    models:
+      m: {factory: "a:b", inputs: {x: {shape: [2]}}}
+    scenarios:
+      - name: grid
+        model: m
+        matrix:
+          backend: [torch, onnxruntime]
+          precision: [fp32, int8]
+          quantization: [default, plain, pc, st]
+      - name: with-inputs
+        model: m
+        matrix: {quantization: [st, st64]}
+        backend: onnxruntime
+        precision: int8
+        accuracy: {inputs: {count: 32}}
+      - name: accuracy-without-inputs
+        model: m
+        backend: onnxruntime
+        precision: int8
+        quantization: st
+        accuracy: {golden: 1}
+    """
+    path = write(tmp_path, text)
+    cells = {sc.item_name: sc for sc in load_suite(path).scenarios}
+    broken = {name: sc.error for name, sc in cells.items() if sc.error}
+    assert set(broken) == {
+        "grid[torch-int8-pc]",
+        "grid[torch-int8-st]",
+        "grid[onnxruntime-int8-st]",
+        "with-inputs[st64]",
+        "accuracy-without-inputs",
+    }
+    for name, error in broken.items():
+        assert error.startswith(f"{path}:{cells[name].location.line}: cell `{name}`"), error
+        assert "; expected " in error and ". Fix: " in error
+    assert "always dynamic per-tensor" in broken["grid[torch-int8-pc]"]
+    assert "`backend: onnxruntime`" in broken["grid[torch-int8-st]"]
+    assert "no `accuracy.inputs`" in broken["grid[onnxruntime-int8-st]"]
+    assert "no `accuracy.inputs`" in broken["accuracy-without-inputs"]
+    assert "calibrates on 64 of 32 accuracy inputs" in broken["with-inputs[st64]"]
+    # Quantization is ignored on fp32 cells, even a static preset without inputs.
+    assert cells["grid[onnxruntime-fp32-st]"].quantization.mode == "static"
+
+
+def test_exclude_on_the_quantization_axis(tmp_path: Path) -> None:
+    text = "quantizations: {pc: {per_channel: true}}\n" + scen(
+        "matrix:\n"
+        "  backend: [torch, onnxruntime]\n"
+        "  quantization: [default, pc]\n"
+        "exclude: [{backend: torch, quantization: pc}]\n"
+    )
+    ids = [sc.cell_id for sc in load_suite(write(tmp_path, text)).scenarios]
+    assert ids == ["torch-default", "onnxruntime-default", "onnxruntime-pc"]
+
+
+def acc(lines: str) -> str:
+    """A scenario with a torch/onnxruntime x fp32/int8 matrix and ``lines`` in `accuracy:`."""
+    return (
+        "quantizations:\n  perchannel: {per_channel: true}\n"
+        + BASE.replace("x: {shape: [1, 4]}", "x: {shape: [1, 4]}\n    outputs: [logits]")
+        + "    matrix:\n      backend: [torch, onnxruntime]\n      precision: [fp32, int8]\n"
+        + "    exclude: [{backend: torch, precision: int8}]\n"
+        + "    accuracy:\n"
+        + textwrap.indent(lines, "      ")
+    )
+
+
+def quant(preset: str) -> str:
+    """BASE with one preset ``q`` (the line to blame) used by its scenario."""
+    return f"quantizations:\n  q: {preset}  # <-\n" + scen("quantization: q\n")
+
+
+ACC_ERROR_CASES = [
+    case("acc-key", acc("gaet: {}  # <-\n"), "`gaet`", "did you mean `gate`?"),
+    case("acc-gate-key", acc("gate:\n  cosine_mni: 0.9  # <-\n"), "did you mean `cosine_min`?"),
+    case("acc-inputs-key", acc("inputs: {cout: 3}  # <-\n"), "did you mean `count`?"),
+    case("acc-kl-key", acc("kl: {tempreature: 2}  # <-\n"), "did you mean `temperature`?"),
+    case("acc-kl-on", acc("kl: {on: logit}  # <-\n"), "`logit`", "did you mean `logits`?"),
+    case("acc-task-key", acc("task: {function: 'a:b', drop_mx: 1}  # <-\n"), "`drop_max`?"),
+    case("acc-per-output-key", acc("per_output:\n  logits: {kl_mx: 1}  # <-\n"), "`kl_max`?"),
+    case("acc-ref-key", acc("reference: {backedn: torch}  # <-\n"), "did you mean `backend`?"),
+    case("acc-ref-value", acc("reference: {backend: torhc}  # <-\n"), "did you mean `torch`?"),
+    case(
+        "acc-ref-not-a-cell",
+        acc("reference: {backend: torch, precision: int8}  # <-\n"),
+        "reference cell backend=torch precision=int8 is not a cell of scenario `s`",
+        "cells: backend=torch precision=fp32, backend=onnxruntime precision=fp32, "
+        "backend=onnxruntime precision=int8",
+    ),
+    case(
+        "acc-ref-partial",
+        acc("reference: {backend: torch}  # <-\n"),
+        "reference cell backend=torch (the reference of cell `s[onnxruntime-int8]`)",
+    ),
+    case(
+        "acc-ref-name-every-axis",
+        "quantizations: {pc: {per_channel: true}}\n"
+        + scen(
+            "matrix:\n  backend: [torch, onnxruntime]\n  quantization: [default, pc]\n"
+            "exclude: [{backend: torch, quantization: pc}]\n"
+            "accuracy: {reference: {backend: torch}}  # <-\n"
+        ),
+        "(the reference of cell `s[onnxruntime-pc]`)",
+        "`reference: {backend: torch, quantization: default}`",
+    ),
+    case(
+        "acc-ref-plain-key",
+        acc("reference:\n  threads: 2  # <-\n"),
+        "threads=2",
+        "not a cell of scenario `s`",
+    ),
+    case(
+        "acc-ref-preset",
+        acc("reference:\n  quantization: perchanel  # <-\n"),
+        "`perchanel` is not defined",
+        "did you mean `perchannel`?",
+    ),
+    case("acc-ref-empty", acc("reference: {}  # <-\n"), "is empty"),
+    case("acc-count", acc("inputs: {count: 0}  # <-\n"), "`count`", "an integer >= 1"),
+    case("acc-seed", acc("inputs: {seed: -1}  # <-\n"), "`seed`", "an integer >= 0"),
+    case("acc-golden", acc("golden: -1  # <-\n"), "`golden`", "an integer >= 0"),
+    case("acc-cosine", acc("gate: {cosine_min: 1.5}  # <-\n"), "a number in [-1, 1]"),
+    case("acc-cosine-mean", acc("gate: {cosine_mean_min: -2}  # <-\n"), "[-1, 1]"),
+    case("acc-baseline-cos", acc("gate: {baseline_cosine_min: 2}  # <-\n"), "[-1, 1]"),
+    case("acc-kl-max", acc("gate: {kl_max: -0.1}  # <-\n"), "`kl_max`", "a number >= 0"),
+    case("acc-topk", acc("gate: {topk: 0}  # <-\n"), "`topk`", "an integer >= 1"),
+    case("acc-topk-null", acc("gate: {topk: null}  # <-\n"), "`topk`", "an integer >= 1"),
+    case("acc-nonfinite", acc("gate: {nonfinite_max: -1}  # <-\n"), "an integer >= 0"),
+    case("acc-agreement", acc("gate: {topk_agreement_min: 1.1}  # <-\n"), "[0, 1]"),
+    case("acc-abs-err", acc("gate: {max_abs_err: abc}  # <-\n"), "`abc`", "a number >= 0"),
+    case("acc-nan", acc("gate: {max_rel_err: .nan}  # <-\n"), "a number >= 0"),
+    case("acc-temperature", acc("kl: {temperature: 0}  # <-\n"), "a number > 0"),
+    case("acc-drop", acc("task: {function: 'a:b', drop_max: -1}  # <-\n"), "a number >= 0"),
+    case("acc-better", acc("task: {function: 'a:b', higher_is_better: 1}  # <-\n"), "`true`"),
+    case("acc-baseline", acc("baseline: 'yes'  # <-\n"), "`baseline`", "`true` or `false`"),
+    case(
+        "acc-file-and-function",
+        acc("inputs: {file: a.npz, function: 'a:b'}  # <-\n"),
+        "both `file` and `function`",
+    ),
+    case(
+        "acc-seed-with-file",
+        acc("inputs:\n  file: a.npz\n  seed: 3  # <-\n"),
+        "inputs come from `file`",
+        "`seed` only for generated inputs",
+    ),
+    case(
+        "acc-function-form",
+        acc("inputs: {function: mod.fn}  # <-\n"),
+        "`module:function`",
+        "`mod:fn`",
+    ),
+    case("acc-task-form", acc("task: {function: m.acc}  # <-\n"), "`module:function`", "`m:acc`"),
+    case("acc-task-function", acc("task: {drop_max: 1}  # <-\n"), "has no `function`"),
+    case("acc-labels", acc("labels: 3  # <-\n"), "`labels`", "a non-empty string"),
+    case("acc-outputs-empty", acc("outputs: []  # <-\n"), "is empty"),
+    case(
+        "acc-outputs-item", acc("outputs:\n  - logits\n  - -1  # <-\n"), "an output name or index"
+    ),
+    case("acc-per-output-key-type", acc("per_output:\n  true: {}  # <-\n"), "`True` (bool)"),
+    case("acc-not-mapping", scen("accuracy: 5  # <-\n"), "`accuracy`", "or `false`"),
+    case("acc-defaults", "defaults:\n  accuracy: {golde: 3}  # <-\n" + BASE, "`golden`?"),
+    case("q-key", quant("{per_chanel: true}"), "`per_chanel`", "did you mean `per_channel`?"),
+    case("q-mode", quant("{mode: statc}"), "`statc`", "did you mean `static`?"),
+    case("q-calibration", quant("{mode: static, calibration: entropi}"), "`entropy`?"),
+    case("q-weight-type", quant("{weight_type: int8}"), "one of `qint8`, `quint8`"),
+    case("q-activation-type", quant("{mode: static, activation_type: uint8}"), "`quint8`"),
+    case("q-static-only", quant("{calibration: entropy}"), "whose mode is `dynamic`"),
+    case("q-bool", quant("{per_channel: 1}"), "`per_channel`", "`true` or `false`"),
+    case("q-samples", quant("{mode: static, calibration_samples: 0}"), "an integer >= 1"),
+    case(
+        "q-name",
+        "quantizations:\n  per-channel: {}  # <-\n" + BASE,
+        "`per-channel`",
+        "`per_channel`",
+    ),
+    case("q-custom", "quantizations:\n  custom: {}  # <-\n" + BASE, "reserved"),
+    case("q-not-mapping", "quantizations: [a]  # <-\n" + BASE, "a mapping"),
+    case(
+        "q-top-key",
+        "quantizatons: {}  # <-\n" + BASE,
+        "`quantizatons`",
+        "did you mean `quantizations`?",
+    ),
+    case(
+        "q-unknown",
+        "quantizations: {perchannel: {}}\n" + scen("quantization: perchanel  # <-\n"),
+        "`perchanel` is not defined",
+        "did you mean `perchannel`?",
+    ),
+    case(
+        "q-unknown-in-defaults",
+        "defaults:\n  quantization: nope  # <-\n" + scen("quantization: default\n"),
+        "`nope` is not defined",
+    ),
+    case(
+        "q-unknown-axis-value",
+        scen(
+            "matrix:\n  quantization:\n    - default\n    - perchanel  # <-\n"
+            "exclude: [{quantization: perchanel}]\n"
+        ),
+        "`perchanel` is not defined",
+        "one of `default`",
+    ),
+    case(
+        "q-inline-in-matrix",
+        scen("matrix:\n  quantization:\n    - {per_channel: true}  # <-\n"),
+        "a preset name from `quantizations:`",
+    ),
+    case("q-not-string", scen("quantization: 3  # <-\n"), "a preset name", "or a mapping"),
+    case(
+        "q-axis-typo",
+        scen("matrix:\n  quantisation: [default]  # <-\n"),
+        "did you mean `quantization`?",
+    ),
+    case(
+        "q-axis-and-key",
+        scen("quantization: default  # <-\nmatrix: {quantization: [default]}\n"),
+        "both as a key and as a matrix axis",
+    ),
+    case(
+        "q-inline-key",
+        scen("quantization: {per_channle: true}  # <-\n"),
+        "inline `quantization`",
+        "did you mean `per_channel`?",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "fragments"), ACC_ERROR_CASES)
+def test_accuracy_errors_point_at_the_line(tmp_path: Path, text: str, fragments: list[str]) -> None:
+    test_errors_point_at_the_line(tmp_path, text, fragments)
+
+
+LIMITS: dict[str, st.SearchStrategy[Any]] = {
+    "cosine_min": st.floats(-1, 1) | st.none(),
+    "cosine_mean_min": st.floats(-1, 1),
+    "baseline_cosine_min": st.floats(-1, 1) | st.none(),
+    "topk_agreement_min": st.floats(0, 1),
+    "kl_max": st.floats(0, 1e6) | st.none(),
+    "max_abs_err": st.floats(0, 1e6),
+    "mean_abs_err": st.sampled_from([0, 1e-4, 0.5, 1e-12, 3]),
+    "max_rel_err": st.floats(0, 10),
+    "topk": st.integers(1, 100),
+    "nonfinite_max": st.integers(0, 100),
+}
+gate_dicts = st.dictionaries(st.sampled_from(sorted(LIMITS)), st.none(), max_size=6).flatmap(
+    lambda keys: st.fixed_dictionaries({k: LIMITS[k] for k in keys})
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(defaults=gate_dicts, own=gate_dicts, per=gate_dicts)
+def test_accuracy_gates_round_trip(
+    defaults: dict[str, Any], own: dict[str, Any], per: dict[str, Any]
+) -> None:
+    doc = yaml.safe_load(BASE)
+    doc["defaults"] = {"accuracy": {"gate": defaults}}
+    doc["scenarios"][0]["accuracy"] = {"gate": own, "per_output": {"out": per}}
+    with tempfile.TemporaryDirectory() as directory:
+        (sc,) = load_suite(dump(doc, directory)).scenarios
+    assert sc.accuracy is not None
+    gates = AccuracyGates(**{**defaults, **own})
+    assert sc.accuracy.gates == gates
+    assert sc.accuracy.per_output == (("out", dataclasses.replace(gates, **per)),)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -10,7 +9,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from perfguard.backends import get_backend
 from perfguard.backends.torch_backend import TorchBackend, TorchSession
 from perfguard.errors import CellError, InputError, Location
 from perfguard.inputs import make_inputs
@@ -106,21 +104,6 @@ def reference(feeds: dict[str, np.ndarray]) -> np.ndarray:
         x = torch.from_numpy(feeds["x"])
         result: np.ndarray = fc2(torch.relu(fc1(x))).numpy()
     return result
-
-
-def test_get_backend_and_availability(monkeypatch: pytest.MonkeyPatch) -> None:
-    backend = get_backend("torch")
-    assert isinstance(backend, TorchBackend) and backend.name == "torch"
-    assert backend.unavailable_reason() is None
-    real = importlib.util.find_spec
-
-    def find_spec(name: str, *args: Any, **kwargs: Any) -> Any:
-        return None if name == "torch" else real(name, *args, **kwargs)
-
-    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
-    assert backend.unavailable_reason() == (
-        "PyTorch is not installed (pip install 'perfguard[torch]')"
-    )
 
 
 def test_fp32_cpu_session_runs_the_factory_model(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ so a missing runtime costs nothing until a cell needs it. ``open`` returns a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -49,8 +49,19 @@ class Backend(Protocol):
     def unavailable_reason(self) -> str | None:
         """``None`` when the runtime can be imported; else why not, with the install hint."""
 
-    def open(self, scenario: Scenario, feeds: Mapping[str, np.ndarray], cache_dir: Path) -> Session:
+    def open(
+        self,
+        scenario: Scenario,
+        feeds: Mapping[str, np.ndarray],
+        cache_dir: Path,
+        *,
+        calibration: Sequence[Mapping[str, np.ndarray]] | None = None,
+    ) -> Session:
         """Build/load the scenario's model and return a ready session.
+
+        ``calibration`` holds the feeds (the scenario's accuracy inputs) that
+        static int8 quantization calibrates on; a backend that does not
+        calibrate ignores it.
 
         Raises ``ModelError``, ``InputError``, ``CellError`` or
         ``ProviderFallbackError`` with a message naming the suite location.

@@ -1,5 +1,9 @@
 """The ONNX Runtime backend: an ``onnx:`` file, or a factory exported through the cache.
 
+Precisions: fp32; fp16 is the fp32 model converted to float16 with float32
+inputs/outputs; int8 is quantized as ``scenario.quantization`` says (dynamic, or
+static calibrated on the ``calibration`` feeds). bf16 is not supported.
+
 Placement is proved, not assumed: ONNX Runtime silently falls back to the CPU
 when the CUDA provider cannot load, so the session's first provider is checked
 against the one requested and a mismatch fails the cell.
@@ -15,8 +19,16 @@ from typing import Any
 import numpy as np
 
 from perfguard.errors import CellError, InputError, ModelError, ProviderFallbackError
-from perfguard.modelcache import cache_key_of, export_onnx, quantize_int8
+from perfguard.modelcache import cache_key_of, export_onnx
 from perfguard.models import check_forward_inputs, check_onnx_file, load_factory
+from perfguard.quantize import (
+    calibration_samples,
+    check_quant_spec,
+    convert_fp16,
+    quant_settings,
+    quantize_int8,
+    require_calibration,
+)
 from perfguard.scenario import Scenario
 
 __all__ = ["OnnxRuntimeBackend", "OnnxRuntimeSession", "ort_providers"]
@@ -61,9 +73,15 @@ class OnnxRuntimeBackend:
         return None if importlib.util.find_spec("onnxruntime") is not None else _INSTALL_HINT
 
     def open(
-        self, scenario: Scenario, feeds: Mapping[str, np.ndarray], cache_dir: Path
+        self,
+        scenario: Scenario,
+        feeds: Mapping[str, np.ndarray],
+        cache_dir: Path,
+        *,
+        calibration: Sequence[Mapping[str, np.ndarray]] | None = None,
     ) -> OnnxRuntimeSession:
-        return OnnxRuntimeSession(scenario, feeds, cache_dir)
+        """``calibration``: the feeds static int8 quantization calibrates on (accuracy inputs)."""
+        return OnnxRuntimeSession(scenario, feeds, cache_dir, calibration=calibration)
 
 
 def ort_providers(scenario: Scenario) -> list[str | tuple[str, dict[str, Any]]]:
@@ -106,20 +124,29 @@ class OnnxRuntimeSession:
     synchronize: Callable[[], None] | None = None  # session.run returns host arrays
 
     def __init__(
-        self, scenario: Scenario, feeds: Mapping[str, np.ndarray], cache_dir: Path
+        self,
+        scenario: Scenario,
+        feeds: Mapping[str, np.ndarray],
+        cache_dir: Path,
+        *,
+        calibration: Sequence[Mapping[str, np.ndarray]] | None = None,
     ) -> None:
         import onnxruntime as ort
 
         self._scenario = scenario
         model = scenario.model
-        if scenario.precision not in ("fp32", "int8"):
+        if scenario.precision not in ("fp32", "fp16", "int8"):
             raise CellError(
                 f"precision {scenario.precision} is not supported by the onnxruntime backend",
-                expected="fp32 or int8 (dynamic quantization)",
-                fix="run fp16/bf16 on the torch backend, or convert the model to float16 "
+                expected="fp32, fp16 (converted from fp32) or int8 (quantized)",
+                fix="run bf16 on the torch backend, or convert the model to bfloat16 "
                 "yourself, point `onnx:` at it and use `precision: fp32`",
                 location=scenario.location,
             )
+        quant = scenario.quantization
+        if scenario.precision == "int8":  # before any export: a bad preset fails fast
+            check_quant_spec(quant, scenario.location)
+            require_calibration(quant, calibration, scenario.location)
         if scenario.graph_optimization_level not in _OPT_LEVELS:
             raise CellError(
                 f"unknown graph_optimization_level {scenario.graph_optimization_level!r}",
@@ -141,9 +168,20 @@ class OnnxRuntimeSession:
 
         from_factory = model.onnx is None
         path, key = self._model_file(scenario, feeds, cache_dir)
-        if scenario.precision == "int8":
-            path = quantize_int8(path, cache_dir, model.location)
+        variant: dict[str, Any] | None = None
+        if scenario.precision == "fp16":
+            path = convert_fp16(path, cache_dir, model.location)
             key = cache_key_of(path)
+            variant = {"converter": "onnxruntime.transformers.float16", "keep_io_types": True}
+        elif scenario.precision == "int8":
+            path = quantize_int8(path, cache_dir, model.location, quant, calibration)
+            key = cache_key_of(path)
+            variant = {"name": quant.name, **quant_settings(quant)}
+            samples = calibration_samples(quant, calibration)
+            if samples is not None:
+                variant["calibration_inputs"] = len(samples)
+        if variant is not None:
+            variant["cache_key"] = key
 
         options = ort.SessionOptions()
         level_name = _OPT_LEVELS[scenario.graph_optimization_level]
@@ -186,6 +224,8 @@ class OnnxRuntimeSession:
             "model_path": str(path),
             "cache_key": key,
         }
+        if variant is not None:
+            self.runtime_info["fp16" if scenario.precision == "fp16" else "quantization"] = variant
         if unused:
             self.runtime_info["unused_inputs"] = unused
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,8 +36,14 @@ class TorchBackend:
         return None if importlib.util.find_spec("torch") is not None else _INSTALL_HINT
 
     def open(
-        self, scenario: Scenario, feeds: Mapping[str, np.ndarray], cache_dir: Path
+        self,
+        scenario: Scenario,
+        feeds: Mapping[str, np.ndarray],
+        cache_dir: Path,
+        *,
+        calibration: Sequence[Mapping[str, np.ndarray]] | None = None,
     ) -> TorchSession:
+        """``calibration`` is ignored: torch int8 is dynamic quantization."""
         return TorchSession(scenario, feeds)
 
 

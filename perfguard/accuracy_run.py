@@ -1,0 +1,245 @@
+"""Run a cell's accuracy checks: its outputs on the accuracy inputs, against a reference.
+
+The reference is another cell of the same scenario (opened on demand and
+cached for the session, so every cell that names it is compared with the same
+outputs) and/or the golden outputs archived with the baseline commit. The
+metrics themselves live in ``perfguard.accuracy``; this module only gathers
+outputs and hands them over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perfguard.arraycodec import decode_outputs, encode_outputs
+from perfguard.backends import Session
+from perfguard.errors import AccuracyError, InputError, PerfguardError
+from perfguard.results import ScenarioResult
+from perfguard.scenario import Scenario
+
+Feeds = dict[str, np.ndarray]
+
+
+def collect_outputs(
+    session: Session, feeds_list: Sequence[Mapping[str, np.ndarray]]
+) -> list[np.ndarray]:
+    """Each output stacked over all accuracy inputs (axis 0 = samples)."""
+    per_output: list[list[np.ndarray]] = []
+    for feeds in feeds_list:
+        outputs = session.to_numpy(session.run(session.prepare(feeds)))
+        if not per_output:
+            per_output = [[] for _ in outputs]
+        for parts, array in zip(per_output, outputs, strict=True):
+            parts.append(np.asarray(array))
+    return [np.stack(parts) for parts in per_output]
+
+
+def output_names(scenario: Scenario, count: int) -> list[str]:
+    """Declared output names, then indices for any output the suite did not name."""
+    named = list(scenario.model.output_names[:count])
+    return named + [str(i) for i in range(len(named), count)]
+
+
+def cell_label(scenario: Scenario) -> str:
+    return scenario.cell_id or scenario.name
+
+
+def _cell_value(scenario: Scenario, key: str) -> str:
+    """A cell's value for a matrix axis or plain key, as the suite spells it."""
+    if key == "quantization":
+        return scenario.quantization.name
+    return str(getattr(scenario, key))
+
+
+def find_reference(scenario: Scenario, candidates: Sequence[Scenario]) -> Scenario | None:
+    """The reference cell named by ``accuracy.reference``; None when it is this cell."""
+    spec = scenario.accuracy
+    if spec is None or not spec.reference:
+        return None
+    wanted = dict(spec.reference)
+    if all(_cell_value(scenario, k) == v for k, v in wanted.items()):
+        return None
+    own = {k: v for k, v in scenario.matrix_values if k not in wanted}
+    for other in candidates:
+        if (
+            other.name == scenario.name
+            and all(_cell_value(other, k) == v for k, v in wanted.items())
+            and all(dict(other.matrix_values).get(k) == v for k, v in own.items())
+        ):
+            return other
+    cells = ", ".join(c.cell_id for c in candidates if c.name == scenario.name) or "none"
+    raise AccuracyError(
+        "accuracy reference "
+        + " ".join(f"{k}={v}" for k, v in sorted(wanted.items()))
+        + f" is not a cell of scenario {scenario.name!r}",
+        expected=f"one of its cells: {cells}",
+        fix="point `accuracy.reference` at a cell of the scenario's matrix",
+        location=scenario.location,
+    )
+
+
+@dataclass
+class AccuracyChecker:
+    """Per-session caches: accuracy inputs per model, reference outputs per cell."""
+
+    open_session: Callable[[Scenario, Sequence[Feeds] | None], Any]
+    scenarios_of: Callable[[Path], Sequence[Scenario]]
+    _inputs: dict[tuple[Any, ...], tuple[list[Feeds], np.ndarray | None]] = field(
+        default_factory=dict
+    )
+    _references: dict[str, list[np.ndarray]] = field(default_factory=dict)
+
+    def inputs_for(self, scenario: Scenario) -> tuple[list[Feeds], np.ndarray | None]:
+        from perfguard.inputs import make_accuracy_inputs
+
+        spec = scenario.accuracy
+        if spec is None:
+            return [], None
+        key = (scenario.model, spec.inputs)
+        if key not in self._inputs:
+            self._inputs[key] = make_accuracy_inputs(scenario.model, spec.inputs, scenario.location)
+        return self._inputs[key]
+
+    def calibration_for(self, scenario: Scenario) -> list[Feeds] | None:
+        """Static int8 calibrates on the accuracy inputs; nothing else needs them early."""
+        wants = (
+            scenario.backend == "onnxruntime"
+            and scenario.precision == "int8"
+            and scenario.quantization.mode == "static"
+            and scenario.accuracy is not None
+        )
+        return self.inputs_for(scenario)[0] if wants else None
+
+    def reference_outputs(self, reference: Scenario) -> list[np.ndarray]:
+        sid = reference.scenario_id()
+        if sid not in self._references:
+            feeds, _labels = self.inputs_for(reference)
+            try:
+                with self.open_session(reference, self.calibration_for(reference)) as opened:
+                    session = opened[0]
+                    self._references[sid] = collect_outputs(session, feeds)
+            except PerfguardError as exc:
+                raise AccuracyError(
+                    f"the accuracy reference cell {cell_label(reference)!r} could not run: {exc}",
+                    fix="fix the reference cell, or point `accuracy.reference` elsewhere",
+                    location=reference.location,
+                ) from exc
+        return self._references[sid]
+
+    def check(
+        self,
+        scenario: Scenario,
+        session: Session,
+        baseline: ScenarioResult | None,
+        baseline_commit: str | None,
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """Accuracy figures for ``results.json`` and the golden outputs to archive."""
+        from perfguard.accuracy import check_finite, compare_outputs
+
+        spec = scenario.accuracy
+        assert spec is not None
+        feeds, labels = self.inputs_for(scenario)
+        current = collect_outputs(session, feeds)
+        names = output_names(scenario, len(current))
+        accuracy: dict[str, Any] = {"n": len(feeds), "reference": None, "report": None}
+        failures: list[str] = []
+
+        reference = find_reference(scenario, self.scenarios_of(scenario.suite))
+        ref_outputs: list[np.ndarray] | None = None
+        if reference is not None:
+            ref_outputs = self.reference_outputs(reference)
+            ref_name = cell_label(reference)
+            check_finite(ref_name, ref_outputs)
+            if len(ref_outputs) != len(current):
+                raise AccuracyError(
+                    f"reference cell {ref_name!r} returns {len(ref_outputs)} outputs, "
+                    f"this cell {len(current)}",
+                    expected="the same outputs on both cells",
+                    location=scenario.location,
+                )
+            report = compare_outputs(
+                current, ref_outputs, spec, reference_name=ref_name, output_names=names
+            )
+            accuracy["reference"] = ref_name
+            accuracy["report"] = report.to_dict()
+            failures.extend(check.message for check in report.failures)
+
+        if spec.task is not None:
+            accuracy["task_metric"], failure = self._task_metric(
+                scenario, current, ref_outputs, labels
+            )
+            if failure:
+                failures.append(failure)
+
+        golden = baseline.golden_outputs if baseline is not None else None
+        if spec.against_baseline and golden:
+            accuracy["baseline"], drift = self._against_golden(
+                scenario, current, names, golden, baseline_commit
+            )
+            failures.extend(drift)
+        accuracy["failures"] = failures
+        accuracy["passed"] = not failures
+        archived = encode_outputs(names, current, spec.golden) if spec.golden else None
+        return accuracy, archived
+
+    def _task_metric(
+        self,
+        scenario: Scenario,
+        current: list[np.ndarray],
+        reference: list[np.ndarray] | None,
+        labels: np.ndarray | None,
+    ) -> tuple[dict[str, Any], str | None]:
+        from perfguard.accuracy import task_metric_check
+        from perfguard.models import import_function
+
+        spec = scenario.accuracy
+        assert spec is not None and spec.task is not None
+        if labels is None:
+            raise InputError(
+                f"task metric {spec.task.function} needs labels, but the accuracy inputs have none",
+                expected="`accuracy.labels: file.npy`, or an inputs function returning "
+                "(inputs, labels)",
+                location=scenario.location,
+            )
+        fn = import_function(spec.task.function, scenario.model.base_dir, scenario.location)
+        figures, check = task_metric_check(
+            fn, current, reference, labels, spec.task, self._ref_name(scenario)
+        )
+        return figures, (None if check.passed else check.message)
+
+    def _ref_name(self, scenario: Scenario) -> str:
+        reference = find_reference(scenario, self.scenarios_of(scenario.suite))
+        return cell_label(reference) if reference is not None else "none"
+
+    def _against_golden(
+        self,
+        scenario: Scenario,
+        current: list[np.ndarray],
+        names: list[str],
+        golden: Mapping[str, Any],
+        baseline_commit: str | None,
+    ) -> tuple[dict[str, Any], list[str]]:
+        from perfguard.accuracy import compare_outputs
+
+        spec = scenario.accuracy
+        assert spec is not None
+        stored = decode_outputs(golden, source=f"baseline {baseline_commit or ''}".strip())
+        pairs = [(n, c) for n, c in zip(names, current, strict=True) if n in stored]
+        if not pairs:
+            return {"skipped": "the baseline archived none of these outputs"}, []
+        count = min(min(len(stored[n]) for n, _ in pairs), min(len(c) for _, c in pairs))
+        ref_name = f"baseline {baseline_commit[:7]}" if baseline_commit else "baseline"
+        report = compare_outputs(
+            [c[:count] for _, c in pairs],
+            [stored[n][:count] for n, _ in pairs],
+            spec,
+            reference_name=ref_name,
+            output_names=[n for n, _ in pairs],
+            baseline=True,
+        )
+        return report.to_dict(), [check.message for check in report.failures]

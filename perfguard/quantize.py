@@ -1,0 +1,378 @@
+"""Precision variants of an ONNX model for ONNX Runtime, cached like exports.
+
+``quantize_int8`` makes an int8 copy with ``onnxruntime.quantization``:
+dynamic (weights ahead of time, activations on the fly) or static (activation
+ranges fixed from calibration feeds, QDQ format). ``convert_fp16`` makes a
+float16 copy whose inputs and outputs stay float32, so feeds do not change.
+
+Each variant is named ``<model>-<variant>-<key>.onnx`` in the cache folder, the
+key a sha256 over the source file's bytes, every setting that changes the
+result, the onnxruntime version and, for static quantization, the calibration
+data. ORT's quantizer writes an ``-inferred`` copy next to its input and an
+augmented model for calibration: it works on a private copy of the source in
+a temporary folder inside the cache, removed afterwards, so nothing lands next
+to a user's ``onnx:`` file and concurrent builds never share a scratch name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perfguard.errors import CellError, InputError, Location, ModelError
+from perfguard.modelcache import (
+    _KEY_CHARS,
+    _KEY_SUFFIX,
+    DEFAULT_QUANT,
+    _build_once,
+    _safe,
+    quiet,
+)
+from perfguard.scenario import QuantSpec
+
+__all__ = [
+    "calibration_samples",
+    "check_quant_spec",
+    "convert_fp16",
+    "quant_settings",
+    "quantize_int8",
+    "quantize_key",
+    "require_calibration",
+]
+
+Feeds = Mapping[str, np.ndarray]
+
+_MODES = ("dynamic", "static")
+_QUANT_TYPES = {"qint8": "QInt8", "quint8": "QUInt8"}
+_CALIBRATIONS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
+_FP16_SETTINGS = "convert_float_to_float16:keep_io_types=True"
+
+
+def quant_settings(quant: QuantSpec) -> dict[str, Any]:
+    """The fields of ``quant`` that change the quantized model (not the preset name)."""
+    settings: dict[str, Any] = {
+        "mode": quant.mode,
+        "per_channel": quant.per_channel,
+        "reduce_range": quant.reduce_range,
+        "weight_type": quant.weight_type,
+    }
+    if quant.mode == "static":
+        settings["activation_type"] = quant.activation_type
+        settings["calibration"] = quant.calibration
+        settings["calibration_samples"] = quant.calibration_samples
+    return settings
+
+
+def check_quant_spec(quant: QuantSpec, location: Location | None = None) -> None:
+    """Raise ``CellError`` for a value ``onnxruntime.quantization`` cannot do."""
+    problems: list[str] = []
+    if quant.mode not in _MODES:
+        problems.append(f"mode {quant.mode!r} (dynamic | static)")
+    if quant.weight_type not in _QUANT_TYPES:
+        problems.append(f"weight_type {quant.weight_type!r} (qint8 | quint8)")
+    if quant.mode == "static":
+        if quant.activation_type not in _QUANT_TYPES:
+            problems.append(f"activation_type {quant.activation_type!r} (qint8 | quint8)")
+        elif quant.activation_type == "qint8" and quant.weight_type == "quint8":
+            problems.append("activation_type qint8 with weight_type quint8 (ORT rejects it)")
+        if quant.calibration not in _CALIBRATIONS:
+            problems.append(f"calibration {quant.calibration!r} (minmax | entropy | percentile)")
+        if quant.calibration_samples is not None and quant.calibration_samples < 1:
+            problems.append(f"calibration_samples {quant.calibration_samples} (at least 1)")
+    if problems:
+        raise CellError(
+            f"quantization preset {quant.name!r} has unsupported value(s): " + "; ".join(problems),
+            expected="values onnxruntime.quantization supports (shown in parentheses)",
+            fix="change the preset under `quantization:`",
+            location=location,
+        )
+
+
+def calibration_samples(
+    quant: QuantSpec, calibration: Sequence[Feeds] | None
+) -> list[Feeds] | None:
+    """The calibration feeds static quantization uses: the first ``calibration_samples``."""
+    if quant.mode != "static" or calibration is None:
+        return None
+    samples = list(calibration)
+    if quant.calibration_samples is not None:
+        samples = samples[: quant.calibration_samples]
+    return samples or None
+
+
+def require_calibration(
+    quant: QuantSpec, calibration: Sequence[Feeds] | None, location: Location | None = None
+) -> None:
+    """Raise ``CellError`` when static quantization has no calibration data."""
+    if quant.mode != "static" or calibration_samples(quant, calibration):
+        return
+    raise CellError(
+        f"int8 quantization preset {quant.name!r} is static and needs calibration data, "
+        "but this scenario has no accuracy inputs",
+        expected="calibration feeds for static quantization: the scenario's accuracy inputs",
+        fix="add `accuracy: {inputs: ...}` to the scenario (the accuracy inputs are the "
+        "calibration data), or use `mode: dynamic` in the quantization preset",
+        location=location,
+    )
+
+
+def _file_digest(path: Path) -> hashlib._Hash:
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest
+
+
+def _add(digest: hashlib._Hash, *parts: object) -> None:
+    for part in parts:
+        digest.update(b"\0")
+        digest.update(str(part).encode())
+
+
+def _source_digest(onnx_path: Path, location: Location | None, what: str) -> hashlib._Hash:
+    try:
+        return _file_digest(onnx_path)
+    except OSError as exc:
+        raise ModelError(
+            f"{what} cannot read {onnx_path}: {exc}",
+            expected="a readable ONNX file",
+            fix="check the `onnx:` path and its permissions",
+            location=location,
+        ) from exc
+
+
+def quantize_key(
+    onnx_path: Path,
+    quant: QuantSpec = DEFAULT_QUANT,
+    calibration: Sequence[Feeds] | None = None,
+    location: Location | None = None,
+) -> str:
+    """The sha256 (hex) naming the int8 copy of ``onnx_path`` under ``quant``.
+
+    It covers the source's bytes, ``quant_settings(quant)``, the onnxruntime
+    version and, for static quantization, the calibration samples' bytes.
+    """
+    import onnxruntime
+
+    digest = _source_digest(onnx_path, location, f"int8 quantization of {onnx_path}")
+    settings = json.dumps(quant_settings(quant), sort_keys=True)
+    _add(digest, "perfguard-int8-v2", onnxruntime.__version__, settings)
+    for index, feed in enumerate(calibration_samples(quant, calibration) or ()):
+        for name in sorted(feed):
+            array = np.ascontiguousarray(feed[name])
+            _add(digest, "calibration", index, name, array.dtype.str, array.shape)
+            digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def quantize_int8(
+    onnx_path: Path,
+    cache_dir: Path,
+    location: Location | None = None,
+    quant: QuantSpec = DEFAULT_QUANT,
+    calibration: Sequence[Feeds] | None = None,
+) -> Path:
+    """An int8 copy of ``onnx_path`` made as ``quant`` says, cached by content.
+
+    Static quantization calibrates on ``calibration`` (the first
+    ``quant.calibration_samples`` feeds, or all) and raises ``CellError``
+    without it; dynamic quantization ignores it.
+    """
+    check_quant_spec(quant, location)
+    require_calibration(quant, calibration, location)
+    samples = calibration_samples(quant, calibration)
+    what = f"int8 quantization ({quant.mode}) of {onnx_path}"
+    key = quantize_key(onnx_path, quant, calibration, location)
+    variant = "int8-static" if quant.mode == "static" else "int8"
+    target = _target(onnx_path, cache_dir, variant, key)
+
+    def write(tmp: Path) -> None:
+        try:
+            with _scratch(tmp) as scratch, _silent():
+                source, inputs = _stage(onnx_path, scratch)
+                if samples is None:
+                    _dynamic(source, tmp, quant)
+                else:
+                    _static(source, tmp, quant, _calibration_feeds(inputs, samples, location))
+        except (InputError, CellError):
+            raise
+        except Exception as exc:
+            raise ModelError(
+                f"{what} failed: {type(exc).__name__}: {exc}",
+                expected=f"a model onnxruntime.quantization.quantize_{quant.mode} accepts",
+                fix="run this model at fp32, try another quantization preset, or quantize "
+                "it yourself and point `onnx:` at it",
+                location=location,
+            ) from exc
+
+    return _build_once(target, write, location, what)
+
+
+def convert_fp16(onnx_path: Path, cache_dir: Path, location: Location | None = None) -> Path:
+    """A float16 copy of ``onnx_path`` (inputs/outputs stay float32), cached by content."""
+    import onnxruntime
+
+    what = f"fp16 conversion of {onnx_path}"
+    digest = _source_digest(onnx_path, location, what)
+    _add(digest, "perfguard-fp16-v1", onnxruntime.__version__, _FP16_SETTINGS)
+    target = _target(onnx_path, cache_dir, "fp16", digest.hexdigest())
+
+    def write(tmp: Path) -> None:
+        import onnx
+
+        try:
+            with _silent():
+                from onnxruntime.transformers.float16 import convert_float_to_float16
+
+                model = onnx.load(str(onnx_path))
+                converted = convert_float_to_float16(model, keep_io_types=True)
+                onnx.save_model(converted, str(tmp))
+        except Exception as exc:
+            raise ModelError(
+                f"{what} failed: {type(exc).__name__}: {exc}",
+                expected="a float32 model onnxruntime.transformers.float16 can convert",
+                fix="run this model at fp32, or convert it to float16 yourself, point "
+                "`onnx:` at it and use `precision: fp32`",
+                location=location,
+            ) from exc
+
+    return _build_once(target, write, location, what)
+
+
+def _target(onnx_path: Path, cache_dir: Path, variant: str, key: str) -> Path:
+    stem = _KEY_SUFFIX.sub("", Path(onnx_path).stem)
+    return Path(cache_dir) / f"{_safe(stem)}-{variant}-{key[:_KEY_CHARS]}.onnx"
+
+
+@contextlib.contextmanager
+def _silent() -> Iterator[None]:
+    """``quiet()``, and ``print`` too: ORT's histogram calibrators print their progress."""
+    with quiet(), contextlib.redirect_stdout(io.StringIO()):
+        yield
+
+
+@contextlib.contextmanager
+def _scratch(tmp: Path) -> Iterator[Path]:
+    """A private folder beside ``tmp`` (so inside the cache), removed afterwards."""
+    folder = Path(tempfile.mkdtemp(prefix=f"{tmp.stem}.", suffix=".work", dir=tmp.parent))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _stage(onnx_path: Path, scratch: Path) -> tuple[Path, dict[str, np.dtype[Any]]]:
+    """Copy the source into ``scratch`` (with its external data); its inputs' dtypes."""
+    import onnx
+    from onnx.external_data_helper import uses_external_data
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    staged = scratch / "source.onnx"
+    model = onnx.load(str(onnx_path), load_external_data=False)
+    if any(uses_external_data(tensor) for tensor in model.graph.initializer):
+        onnx.load_external_data_for_model(model, str(Path(onnx_path).parent))
+        onnx.save_model(
+            model,
+            str(staged),
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location="source.onnx.data",
+        )
+    else:
+        shutil.copyfile(onnx_path, staged)
+    constants = {init.name for init in model.graph.initializer}
+    inputs: dict[str, np.dtype[Any]] = {}
+    for value in model.graph.input:
+        if value.name not in constants:
+            inputs[value.name] = np.dtype(
+                tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
+            )
+    return staged, inputs
+
+
+def _calibration_feeds(
+    inputs: Mapping[str, np.dtype[Any]], samples: Sequence[Feeds], location: Location | None
+) -> list[dict[str, np.ndarray]]:
+    """Each sample's arrays for the model's inputs, in the dtypes the model declares."""
+    feeds: list[dict[str, np.ndarray]] = []
+    for index, sample in enumerate(samples):
+        missing = [name for name in inputs if name not in sample]
+        if missing:
+            raise InputError(
+                f"calibration sample {index} has no input(s) {', '.join(missing)} "
+                f"(it has: {', '.join(sample) or 'nothing'})",
+                expected=f"every model input in each accuracy input: {', '.join(inputs)}",
+                fix="make the scenario's `accuracy: {inputs: ...}` provide every model input",
+                location=location,
+            )
+        feeds.append(
+            {
+                name: np.ascontiguousarray(np.asarray(sample[name]).astype(dtype, copy=False))
+                for name, dtype in inputs.items()
+            }
+        )
+    return feeds
+
+
+def _dynamic(source: Path, output: Path, quant: QuantSpec) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(
+        str(source),
+        str(output),
+        per_channel=quant.per_channel,
+        reduce_range=quant.reduce_range,
+        weight_type=getattr(QuantType, _QUANT_TYPES[quant.weight_type]),
+    )
+
+
+def _static(
+    source: Path, output: Path, quant: QuantSpec, feeds: list[dict[str, np.ndarray]]
+) -> None:
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    class FeedReader(CalibrationDataReader):  # type: ignore[misc]
+        """The calibration feeds, one per ``get_next``."""
+
+        def __init__(self) -> None:
+            self._start, self._end, self._next = 0, len(feeds), 0
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            if self._next >= self._end:
+                return None
+            self._next += 1
+            return feeds[self._next - 1]
+
+        def __len__(self) -> int:
+            return len(feeds)
+
+        def set_range(self, start_index: int, end_index: int) -> None:
+            self._start, self._end, self._next = start_index, end_index, start_index
+
+    quantize_static(
+        str(source),
+        str(output),
+        calibration_data_reader=FeedReader(),
+        quant_format=QuantFormat.QDQ,
+        per_channel=quant.per_channel,
+        reduce_range=quant.reduce_range,
+        activation_type=getattr(QuantType, _QUANT_TYPES[quant.activation_type]),
+        weight_type=getattr(QuantType, _QUANT_TYPES[quant.weight_type]),
+        calibrate_method=getattr(CalibrationMethod, _CALIBRATIONS[quant.calibration]),
+    )
