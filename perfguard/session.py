@@ -322,13 +322,15 @@ class PerfguardSession:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.is_worker or not self.results:
             return
-        from perfguard.summary import summary_lines, verdict_notes
+        from perfguard.summary import accuracy_lines, summary_lines, verdict_notes
 
         terminalreporter.section("perfguard")
         choice = self.gatekeeper.choice
         terminalreporter.write_line(f"baseline: {choice.how}")
         for line in summary_lines(list(self.results.values()), self.verdicts):
             terminalreporter.write_line(line)
+        for line in accuracy_lines(list(self.results.values())):
+            terminalreporter.write_line(f"accuracy: {line}")
         for line in verdict_notes(self.verdicts.values()):
             terminalreporter.write_line(line, yellow=True)
         if self.results_path is not None:

@@ -81,3 +81,47 @@ def verdict_notes(verdicts: Iterable[ScenarioVerdict]) -> list[str]:
         reason = "; ".join(verdict.messages) or verdict.verdict
         lines.append(f"{verdict.verdict}: {verdict.scenario_id}: {reason}")
     return lines
+
+
+def accuracy_lines(results: Sequence[ScenarioResult]) -> list[str]:
+    """One line per cell with accuracy figures: the headline metrics and the verdict."""
+    lines = []
+    for result in results:
+        accuracy = result.accuracy
+        if not accuracy:
+            continue
+        parts = []
+        report = accuracy.get("report") or {}
+        for output in report.get("outputs", ()):
+            values = output.get("values", {})
+            # Cosines near 1 need six digits: 0.99996 must not read as "1".
+            figures = [
+                f"{label} {values[key]:.{digits}g}"
+                for key, label, digits in (
+                    ("cosine_mean", "cos mean", 6),
+                    ("cosine_min", "min", 6),
+                    ("kl_mean", "KL", 4),
+                    ("max_abs_err", "max abs err", 4),
+                    ("mismatch_share", "mismatch", 4),
+                )
+                if values.get(key) is not None
+            ]
+            parts.append(f"{output.get('name')}: " + ", ".join(figures))
+        if accuracy.get("reference"):
+            parts.append(f"vs {accuracy['reference']}")
+        task = accuracy.get("task_metric") or {}
+        if task.get("current") is not None:
+            ref = task.get("reference")
+            parts.append(
+                f"task {task['current']:.4g}" + (f" (ref {ref:.4g})" if ref is not None else "")
+            )
+        baseline = accuracy.get("baseline") or {}
+        for output in baseline.get("outputs", ()):
+            cos = output.get("values", {}).get("cosine_min")
+            if cos is not None:
+                parts.append(f"vs baseline: {output.get('name')} cos min {cos:.4g}")
+        if not parts:  # e.g. the reference cell itself, with nothing to compare yet
+            continue
+        verdict = "ok" if accuracy.get("passed", True) else "FAILED"
+        lines.append(f"{result.id}: {'; '.join(parts)} [{verdict}]")
+    return lines
