@@ -336,6 +336,26 @@ def _count(text: str) -> int:
     return int(text)
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    from perfguard.export import export_command
+
+    written = export_command(Path(args.results), args.format, Path(args.out) if args.out else None)
+    print(written if isinstance(written, str) else f"wrote {written}")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from perfguard.report.cli_report import report_command
+
+    html = report_command(
+        Path(args.results),
+        Path(args.baseline) if args.baseline else None,
+        Path(args.out) if args.out else None,
+    )
+    print(f"wrote {html}")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="perfguard", description="Compare stored perfguard runs and manage baselines."
@@ -382,6 +402,16 @@ def _parser() -> argparse.ArgumentParser:
     p = command(sub, "history", _cmd_history, "one scenario across commits", store=True, fp=True)
     p.add_argument("scenario_id", metavar="SCENARIO_ID", help="e.g. suites/x.yaml::name[cell]")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
+
+    p = command(sub, "report", _cmd_report, "render the HTML report of a stored run")
+    p.add_argument("results", metavar="RESULTS", help="reports/<c>/results.json")
+    p.add_argument("--baseline", help="results.json or baseline file to compare with")
+    p.add_argument("--out", help="directory for <commit12>/report.html (default: beside RESULTS)")
+
+    p = command(sub, "export", _cmd_export, "write results in another tool's format")
+    p.add_argument("results", metavar="RESULTS", help="reports/<c>/results.json")
+    p.add_argument("--format", required=True, choices=["pytest-benchmark"])
+    p.add_argument("-o", "--out", help="file to write (default: stdout)")
 
     p = command(sub, "env", _cmd_env, "this machine's environment fingerprint")
     p.add_argument("--json", action="store_true", help="print it as JSON")

@@ -177,6 +177,11 @@ class Gatekeeper:
         except GitError:
             return []
 
+    def history_results(self, scenario_id: str) -> list[tuple[str, ScenarioResult]]:
+        """The scenario's stored results on this environment, oldest first (for trends)."""
+        fingerprint = self.environment.fingerprint
+        return self.store.history(fingerprint, scenario_id, self._ancestors() or None)
+
     @functools.cache  # noqa: B019 - see above
     def history(self, scenario_id: str) -> tuple[float, ...]:
         """Canary-normalised P95s of this scenario at stored ancestor commits."""

@@ -60,6 +60,9 @@ class ScenarioItem(pytest.Item):
             session.run_item(self)
         except BackendUnavailable as exc:
             pytest.skip(str(exc))
+        finally:
+            # The figures travel with the item: --junitxml writes them as <property>.
+            self.user_properties.extend(session.item_properties(self.scenario))
 
     def repr_failure(
         self,

@@ -139,6 +139,10 @@ def pytest_configure(config: pytest.Config) -> None:
     session = PerfguardSession(config)
     config.stash[STATE_KEY] = session
     config.pluginmanager.register(session, "perfguard-session")
+    # pytest-benchmark tests join the same results, comparison and gate.
+    from perfguard.benchmark_bridge import register_bridge
+
+    register_bridge(config, session.on_benchmark)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -56,6 +56,7 @@ class PerfguardSession:
         self._environment: Environment | None = None
         self.results_path: Path | None = None
         self.saved_path: Path | None = None
+        self.report_path: Path | None = None
         self.settings = GateSettings(
             baseline=str(
                 config.getoption("perfguard_baseline") or config.getini("perfguard_baseline")
@@ -78,6 +79,7 @@ class PerfguardSession:
         self.collected_ids: set[str] = set()
         self.collected_suites: set[str] = set()
         self.suites: dict[Path, tuple[Scenario, ...]] = {}
+        self.locations: dict[str, tuple[str, int | None]] = {}
         self.accuracy = AccuracyChecker(
             open_session=lambda scenario, calibration: open_session(
                 scenario, self.ctx, calibration
@@ -178,8 +180,15 @@ class PerfguardSession:
         scenario = getattr(item, "scenario", None)
         if scenario is not None:
             sid = scenario.scenario_id(self.rootdir)
-            self.collected_ids.add(sid)
-            self.collected_suites.add(sid.split("::", 1)[0])
+            line = scenario.location.line
+        elif "benchmark" in getattr(item, "fixturenames", ()):
+            sid = item.nodeid
+            line = item.location[1] + 1 if item.location[1] is not None else None
+        else:
+            return
+        self.collected_ids.add(sid)
+        self.collected_suites.add(sid.split("::", 1)[0])
+        self.locations[sid] = (str(item.path), line)
 
     def register_suite(self, path: Path, scenarios: tuple[Scenario, ...]) -> None:
         """Remember a suite's cells: accuracy references are looked up among them."""
@@ -233,6 +242,50 @@ class PerfguardSession:
                 )
                 result = replace(result, accuracy=accuracy, golden_outputs=golden)
         return result, verdict
+
+    def on_benchmark(self, item: pytest.Item, result: ScenarioResult) -> None:
+        """A pytest-benchmark test finished: record it and gate it like a scenario.
+
+        pytest-benchmark owns that loop, so there is no confirmation round.
+        """
+        from perfguard.compare import DEFAULT_GATES
+
+        verdict = self.gatekeeper.judge(result, DEFAULT_GATES)
+        self.verdicts[verdict.scenario_id] = verdict
+        if verdict.verdict == REGRESSION and self.settings.gate:
+            message = failure_message(verdict)
+            self.record(replace(result, status="failed", message=message))
+            # A plain test function: fail it with the reason alone, not a traceback
+            # through perfguard's hook.
+            pytest.fail(message, pytrace=False)
+        self.record(result)
+
+    def item_properties(self, scenario: Scenario) -> list[tuple[str, object]]:
+        """(name, value) pairs for JUnit XML: the cell's figures and its verdict."""
+        sid = scenario.scenario_id(self.rootdir)
+        result = self.results.get(sid)
+        if result is None:
+            return []
+        props: list[tuple[str, object]] = [("perfguard_status", result.status)]
+        if result.latency_ns is not None:
+            for key in ("p50", "p95", "p99"):
+                props.append(
+                    (f"perfguard_{key}_ms", round(getattr(result.latency_ns, key) / 1e6, 6))
+                )
+            props.append(("perfguard_n", result.latency_ns.n))
+        if result.throughput is not None:
+            props.append(("perfguard_throughput", round(result.throughput, 3)))
+        if result.peak_memory_mib is not None:
+            props.append(("perfguard_peak_memory_mib", round(result.peak_memory_mib, 1)))
+        verdict = self.verdicts.get(sid)
+        if verdict is not None:
+            props.append(("perfguard_verdict", verdict.verdict))
+            p95 = verdict.metric("p95")
+            if p95 is not None and p95.change is not None:
+                props.append(("perfguard_p95_change_pct", round(p95.change * 100, 2)))
+        if result.accuracy:
+            props.append(("perfguard_accuracy_passed", bool(result.accuracy.get("passed", True))))
+        return props
 
     def _unmeasured(self, item: ScenarioItem, status: str, message: str) -> ScenarioResult:
         """The record of a cell that produced no figures, so the results file lists it."""
@@ -309,6 +362,37 @@ class PerfguardSession:
         )
         if self.settings.save:
             self.saved_path = gatekeeper.save(run)
+        self.report_path = self._write_report(run)
+
+    def _write_report(self, run: RunResult) -> Path:
+        """report.html + summary.md beside results.json; the job summary on GitHub."""
+        from perfguard.github import in_github_actions, write_step_summary
+        from perfguard.report import render_markdown, write_report
+        from perfguard.report.model import ReportInput
+
+        gatekeeper = self.gatekeeper
+        choice = gatekeeper.choice
+        baseline = {}
+        if choice.baseline is not None:
+            for sid in choice.baseline.scenario_ids():
+                pooled = choice.baseline.pooled(sid)
+                if pooled is not None:
+                    baseline[sid] = pooled
+        report = ReportInput(
+            run=run,
+            verdicts=tuple(self.verdicts.values()),
+            baseline=baseline,
+            baseline_info=choice.to_dict(),
+            baseline_environment=(
+                choice.baseline.launches[-1].environment if choice.baseline else None
+            ),
+            history={sid: gatekeeper.history_results(sid) for sid in self.results},
+            gate=self.settings.gate,
+        )
+        path = write_report(report, self.report_dir)
+        if in_github_actions():
+            write_step_summary(render_markdown(report))
+        return path
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         commit = self.commit
@@ -318,6 +402,21 @@ class PerfguardSession:
             f"perfguard: commit {where}{dirty}; environment {self.environment.fingerprint}; "
             f"reports -> {self.report_dir}"
         ]
+
+    def _annotations(self) -> list[str]:
+        """Under GitHub Actions, one ``::error`` per failed cell, at its suite line."""
+        from perfguard.github import annotation, in_github_actions
+
+        if not in_github_actions():
+            return []
+        lines = []
+        for result in self.results.values():
+            if result.status not in ("failed", "error"):
+                continue
+            path, line = self.locations.get(result.id, (result.suite, None))
+            title = f"perfguard: {result.name}"
+            lines.append(annotation(path, line, title, result.message or result.status))
+        return lines
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.is_worker or not self.results:
@@ -333,7 +432,11 @@ class PerfguardSession:
             terminalreporter.write_line(f"accuracy: {line}")
         for line in verdict_notes(self.verdicts.values()):
             terminalreporter.write_line(line, yellow=True)
+        for line in self._annotations():
+            terminalreporter.write_line(line)
         if self.results_path is not None:
             terminalreporter.write_line(f"results: {self.results_path}")
+        if self.report_path is not None:
+            terminalreporter.write_line(f"report: {self.report_path}")
         if self.saved_path is not None:
             terminalreporter.write_line(f"baseline saved: {self.saved_path}")

@@ -134,3 +134,18 @@ def test_named_file_outside_suites_dir_is_collected(suite_writer: pytest.Pyteste
     (suite_writer.path / "suites" / "__init__.py").write_text("")
     result = suite_writer.runpytest("--perfguard", "elsewhere.yaml", "-k", "torch and fp32")
     result.assert_outcomes(passed=1, deselected=3)
+
+
+def test_junit_xml_carries_the_figures(suite_writer: pytest.Pytester) -> None:
+    import xml.etree.ElementTree as ET
+
+    write_suite(suite_writer, "s", MATRIX_SUITE)
+    suite_writer.runpytest(
+        "--perfguard", "-k", "torch and fp32", "--junitxml=junit.xml"
+    ).assert_outcomes(passed=1, deselected=3)
+    tree = ET.parse(suite_writer.path / "junit.xml")
+    props = {p.get("name"): p.get("value") for p in tree.iter("property")}
+    assert props["perfguard_status"] == "passed"
+    assert float(props["perfguard_p95_ms"]) > 0
+    assert int(props["perfguard_n"]) >= 30
+    assert props["perfguard_verdict"] == "new"

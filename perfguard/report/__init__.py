@@ -1,0 +1,42 @@
+"""The HTML report and the PR-comment summary of a run (see ``perfguard.report.model``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from perfguard.atomicio import write_text_atomic
+from perfguard.report.index import render_index
+from perfguard.report.markdown import render_markdown
+from perfguard.report.model import ReportInput
+from perfguard.report.render import render_html
+
+REPORT_FILENAME = "report.html"
+SUMMARY_FILENAME = "summary.md"
+
+
+def write_report(inp: ReportInput, report_dir: Path) -> Path:
+    """Write ``<commit12>/report.html`` and ``summary.md`` atomically, refresh the index.
+
+    Returns the path of ``report.html``.
+    """
+    html_path = write_report_files(inp, Path(report_dir) / inp.run.commit.short)
+    render_index(Path(report_dir))
+    return html_path
+
+
+def write_report_files(inp: ReportInput, directory: Path) -> Path:
+    """Write ``report.html`` and ``summary.md`` into ``directory``; return the HTML path."""
+    html_path = Path(directory) / REPORT_FILENAME
+    write_text_atomic(html_path, render_html(inp))
+    write_text_atomic(html_path.with_name(SUMMARY_FILENAME), render_markdown(inp))
+    return html_path
+
+
+__all__ = [
+    "ReportInput",
+    "render_html",
+    "render_index",
+    "render_markdown",
+    "write_report",
+    "write_report_files",
+]

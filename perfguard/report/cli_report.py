@@ -1,0 +1,142 @@
+"""``perfguard report RESULTS [--baseline FILE] [--out DIR]``: render from stored files.
+
+Nothing is measured: the report is rendered from a ``results.json``, the
+``comparison.json`` beside it (verdicts and how the baseline was chosen) and,
+with ``--baseline``, a baseline to compare against afresh (a ``results.json``
+or a baseline archive file), in which case the verdicts are recomputed with the
+default gates.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from perfguard.atomicio import read_json
+from perfguard.errors import PerfguardError, ResultsError
+from perfguard.report import write_report_files
+from perfguard.report.index import COMPARISON_FILENAME, render_index
+from perfguard.report.model import ReportInput
+from perfguard.results import RunResult, ScenarioResult
+from perfguard.resultsio import read_results
+from perfguard.verdict import ScenarioVerdict
+
+
+def _stored_comparison(path: Path) -> tuple[tuple[ScenarioVerdict, ...], dict[str, Any], bool]:
+    data = read_json(path)
+    try:
+        if not isinstance(data, dict) or data.get("schema_version") != 1:
+            raise ValueError("not a schema_version 1 comparison object")
+        verdicts = tuple(ScenarioVerdict.from_dict(v) for v in data.get("verdicts", ()))
+        info = data.get("baseline") or {}
+        if not isinstance(info, dict):
+            raise ValueError("'baseline' is not an object")
+        return verdicts, info, bool(data.get("gate", True))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ResultsError(
+            f"{path}: comparison file is malformed ({exc})",
+            expected='{"schema_version": 1, "baseline": {...}, "gate": ..., "verdicts": [...]}',
+            fix="delete it to render without verdicts, or re-run `pytest --perfguard`",
+        ) from exc
+
+
+def _load_baseline(path: Path) -> tuple[RunResult, dict[str, ScenarioResult], str]:
+    """The baseline as one pooled RunResult, its scenarios by id, and a commit sha."""
+    from perfguard.store import MemoryStore
+
+    data = read_json(path)
+    if isinstance(data, dict) and data.get("kind") == "perfguard-baseline":
+        memory = MemoryStore()
+        fingerprint = str(data.get("fingerprint"))
+        sha = str((data.get("commit") or {}).get("sha"))
+        memory.files[(fingerprint, sha)] = path.read_bytes()
+        try:
+            baseline = memory.load(fingerprint, sha)
+        except ResultsError:
+            raise
+        except PerfguardError as exc:  # e.g. StoreError: a bad name in the archive
+            raise ResultsError(
+                f"{path}: baseline archive cannot be read ({exc})",
+                expected="a baseline file written by `pytest --perfguard --perfguard-save`",
+                fix="pass another baseline file, or save a new one",
+            ) from exc
+        if baseline is None:
+            raise ResultsError(
+                f"{path}: baseline archive holds no readable baseline",
+                expected="a baseline file written by `pytest --perfguard --perfguard-save`",
+                fix="pass another baseline file, or save a new one",
+            )
+        pooled = {sid: r for sid in baseline.scenario_ids() if (r := baseline.pooled(sid))}
+        newest = baseline.launches[-1]
+        run = RunResult(
+            commit=baseline.commit,
+            environment=newest.environment,
+            scenarios=tuple(pooled.values()),
+            created_at=newest.created_at,
+            perfguard_version=newest.perfguard_version,
+        )
+        return run, pooled, baseline.sha
+    if not isinstance(data, dict):
+        raise ResultsError(
+            f"{path}: holds a JSON {type(data).__name__}, not an object",
+            expected="a results.json or a baseline archive file",
+            fix="pass the path of a file written by perfguard",
+        )
+    run = RunResult.from_dict(data, source=str(path))
+    return run, {s.id: s for s in run.scenarios}, run.commit.sha or ""
+
+
+def report_command(results: Path, baseline: Path | None, out_dir: Path | None) -> Path:
+    """Render ``report.html``/``summary.md`` for ``results``; return the HTML path.
+
+    Files go to ``out_dir``, else beside ``results``; when that directory is the
+    usual ``<report_dir>/<commit12>``, ``<report_dir>/index.html`` is refreshed.
+
+    Raises ResultsError (naming the file and the fix) when an input is missing
+    or corrupt.
+    """
+    from perfguard.compare import compare_runs, environment_diff
+
+    results = Path(results)
+    run = read_results(results)
+    verdicts: tuple[ScenarioVerdict, ...] = ()
+    info: dict[str, Any] = {}
+    gate = True
+    comparison = results.with_name(COMPARISON_FILENAME)
+    if comparison.is_file():
+        verdicts, info, gate = _stored_comparison(comparison)
+    base_by_id: dict[str, ScenarioResult] = {}
+    base_env = None
+    stored = info.get("path")
+    if baseline is None and isinstance(stored, str) and Path(stored).is_file():
+        # The stored comparison's baseline, for the overlaid distributions only.
+        try:
+            base_run, base_by_id, _sha = _load_baseline(Path(stored))
+            base_env = base_run.environment
+        except ResultsError:
+            base_by_id = {}
+    if baseline is not None:
+        baseline = Path(baseline)
+        base_run, base_by_id, sha = _load_baseline(baseline)
+        base_env = base_run.environment
+        verdicts = tuple(compare_runs(run, base_run, {}, baseline_commit=sha or None))
+        diff = environment_diff(base_env, run.environment)
+        info = {
+            "commit": sha or None,
+            "how": f"file {baseline}, as asked (verdicts recomputed with the default gates)",
+            "path": str(baseline),
+            "env_diff": {k: list(v) for k, v in diff.items()},
+        }
+    inp = ReportInput(
+        run=run,
+        verdicts=verdicts,
+        baseline=base_by_id,
+        baseline_info=info,
+        baseline_environment=base_env,
+        gate=gate,
+    )
+    dest = Path(out_dir) if out_dir is not None else results.parent
+    html_path = write_report_files(inp, dest)
+    if dest.name == run.commit.short:  # the usual reports/<commit12>/ layout
+        render_index(dest.parent)
+    return html_path

@@ -1,0 +1,88 @@
+"""``report_dir/index.html``: every stored report, newest first, with verdict counts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from urllib.parse import quote
+
+from perfguard.atomicio import read_json, write_text_atomic
+from perfguard.errors import PerfguardError
+from perfguard.resultsio import RESULTS_FILENAME, read_results
+from perfguard.verdict import SEVERITY
+
+INDEX_FILENAME = "index.html"
+COMPARISON_FILENAME = "comparison.json"
+
+
+@dataclass
+class Entry:
+    name: str
+    created_at: str = ""
+    sha: str = ""
+    branch: str = ""
+    dirty: bool = False
+    scenarios: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    gate: str = ""
+    href: str | None = None
+    problem: str | None = None
+
+
+def _when(text: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return datetime.min.replace(tzinfo=timezone.utc)
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def _entry(directory: Path) -> Entry:
+    entry = Entry(name=directory.name)
+    if (directory / "report.html").is_file():
+        entry.href = f"{quote(directory.name)}/report.html"
+    try:
+        run = read_results(directory / RESULTS_FILENAME)
+    except PerfguardError as exc:
+        entry.problem = str(exc)
+        return entry
+    entry.created_at = run.created_at
+    entry.sha = (run.commit.sha or "")[:12]
+    entry.branch = run.commit.branch or ""
+    entry.dirty = run.commit.dirty
+    entry.scenarios = len(run.scenarios)
+    comparison = directory / COMPARISON_FILENAME
+    if comparison.is_file():
+        try:
+            data = read_json(comparison)
+            verdicts = data["verdicts"]
+            for v in verdicts:
+                kind = str(v["verdict"])
+                entry.counts[kind] = entry.counts.get(kind, 0) + 1
+            entry.gate = "FAILED" if entry.counts.get("regression") and data.get("gate") else "ok"
+        except (PerfguardError, KeyError, TypeError) as exc:
+            entry.problem = f"{comparison}: unreadable ({exc})"
+    return entry
+
+
+def render_index(report_dir: Path) -> Path:
+    """Write ``report_dir/index.html`` listing each ``*/results.json``; return its path."""
+    from perfguard.report.render import environment
+
+    report_dir = Path(report_dir)
+    entries = [_entry(p.parent) for p in sorted(report_dir.glob(f"*/{RESULTS_FILENAME}"))]
+    readable = sorted(
+        (e for e in entries if e.created_at),
+        key=lambda e: (_when(e.created_at), e.name),
+        reverse=True,
+    )
+    broken = [e for e in entries if not e.created_at]
+    html = (
+        environment()
+        .get_template("index.html.j2")
+        .render(entries=readable, broken=broken, kinds=SEVERITY)
+    )
+    path = report_dir / INDEX_FILENAME
+    write_text_atomic(path, html)
+    return path

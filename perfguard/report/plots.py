@@ -1,0 +1,218 @@
+"""Inline SVG figures for the HTML report.
+
+Two kinds:
+
+* full matplotlib figures (latency CDF, P95 trend, latency-vs-throughput) for
+  the scenarios a reviewer looks at first; each costs ~25 ms and ~20 KB, so a
+  report draws at most a budget of them (see ``perfguard.report.render``);
+* hand-written sparklines (a few hundred bytes, microseconds) for the rest, so
+  a 500-scenario report stays fast and small.
+
+No user-supplied string ever enters an SVG: axes carry numbers, commit labels
+are reduced to hex digits, and cells in the scatter are numbered (the legend is
+an HTML table, autoescaped). Output is deterministic: fixed hash salt, no date,
+no metadata block; element ids are prefixed per figure so several inline SVGs
+can share one document.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import re
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+
+import matplotlib
+import numpy as np
+from matplotlib.backends.backend_svg import FigureCanvasSVG
+from matplotlib.figure import Figure
+
+#: Points per CDF curve in a full figure / in a sparkline.
+CDF_POINTS = 300
+SPARK_POINTS = 48
+FIGSIZE = (5.0, 2.6)
+CURRENT_COLOR = "#d62728"
+BASELINE_COLOR = "#1f77b4"
+
+_PROLOG = re.compile(r"\A.*?(?=<svg\b)", re.S)
+_METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.S)
+_IDS = re.compile(r'(\bid="|url\(#|href="#)')
+_counter = itertools.count()
+_PCTS = ((50.0, "P50", ":"), (95.0, "P95", "--"), (99.0, "P99", "-."))
+
+
+def reset_ids() -> None:
+    """Restart the per-figure id prefixes (once per document: same input, same bytes)."""
+    global _counter
+    _counter = itertools.count()
+
+
+def cdf_points(samples_ns: Sequence[int], n: int = CDF_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """(latency ms, cumulative share) at ``n`` evenly spaced quantiles of the samples."""
+    arr = np.sort(np.asarray(samples_ns, dtype=np.float64)) / 1e6
+    if arr.size <= n:
+        return arr, np.arange(1, arr.size + 1, dtype=np.float64) / arr.size
+    probs = np.linspace(1.0 / arr.size, 1.0, n)
+    idx = np.clip(np.ceil(probs * arr.size).astype(np.int64) - 1, 0, arr.size - 1)
+    return arr[idx], probs
+
+
+def _nearest_rank(sorted_ms: np.ndarray, q: float) -> float:
+    k = int(np.clip(np.ceil(q / 100.0 * sorted_ms.size) - 1, 0, sorted_ms.size - 1))
+    return float(sorted_ms[k])
+
+
+def _style() -> AbstractContextManager[None]:
+    """Deterministic, inline-friendly SVG: text as text, fixed id salt, small fonts."""
+    return matplotlib.rc_context(
+        {
+            "svg.fonttype": "none",
+            "svg.hashsalt": "perfguard",
+            "font.size": 8.0,
+            "legend.fontsize": 7.0,
+        }
+    )
+
+
+def _finish(fig: Figure) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None})
+    svg = _METADATA.sub("", _PROLOG.sub("", buf.getvalue()))
+    prefix = f"f{next(_counter)}-"
+    return _IDS.sub(lambda m: m.group(1) + prefix, svg).strip()
+
+
+def _figure(bottom: float = 0.17) -> Figure:
+    # Fixed margins: constrained layout would double the cost of every figure.
+    fig = Figure(figsize=FIGSIZE)
+    FigureCanvasSVG(fig)
+    fig.subplots_adjust(left=0.12, right=0.98, top=0.96, bottom=bottom)
+    return fig
+
+
+def safe_label(commit: str) -> str:
+    """A commit label fit for an SVG: the first 7 hex digits, or ``?``."""
+    digits = re.sub(r"[^0-9a-fA-F]", "", commit)[:7]
+    return digits or "?"
+
+
+def cdf_svg(current: Sequence[int], baseline: Sequence[int] | None) -> str:
+    """Latency CDF of the current run (and the baseline), P50/P95/P99 as vertical lines."""
+    series = [("current", current, CURRENT_COLOR)]
+    if baseline:
+        series.insert(0, ("baseline", baseline, BASELINE_COLOR))
+    with _style():
+        fig = _figure()
+        ax = fig.add_subplot()
+        lo, hi = np.inf, 0.0
+        for label, samples, color in series:
+            xs, ys = cdf_points(samples)
+            lo, hi = min(lo, float(xs[0])), max(hi, float(xs[-1]))
+            ax.step(xs, ys, where="post", color=color, label=label, linewidth=1.2)
+            full = np.sort(np.asarray(samples, dtype=np.float64)) / 1e6
+            for q, _name, style in _PCTS:
+                ax.axvline(_nearest_rank(full, q), color=color, linestyle=style, linewidth=0.8)
+        if lo > 0 and hi / lo > 20:
+            ax.set_xscale("log")
+        ax.set_xlabel("latency (ms); lines: P50 dotted, P95 dashed, P99 dash-dot")
+        ax.set_ylabel("share of requests")
+        ax.xaxis.label.set_fontsize(7.0)
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right")
+        return _finish(fig)
+
+
+def trend_svg(points: Sequence[tuple[str, float]]) -> str:
+    """P95 (ms) over commits, oldest first; the last point (this run) highlighted."""
+    labels = [safe_label(c) for c, _ in points]
+    values = [v for _, v in points]
+    xs = np.arange(len(values))
+    with _style():
+        fig = _figure(bottom=0.25)
+        ax = fig.add_subplot()
+        ax.plot(xs, values, color=BASELINE_COLOR, marker="." if len(xs) < 60 else None, lw=1)
+        ax.plot(xs[-1:], values[-1:], "o", color=CURRENT_COLOR, label="this run")
+        step = max(1, len(xs) // 12)
+        ticks = list(range(0, len(xs), step))
+        if len(xs) - 1 - ticks[-1] < max(1, step // 2):
+            ticks[-1] = len(xs) - 1  # the current run's label, not one crowding it
+        else:
+            ticks.append(len(xs) - 1)
+        ax.set_xticks(ticks, [labels[i] for i in ticks], rotation=45, ha="right")
+        ax.set_ylabel("P95 (ms)")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best")
+        return _finish(fig)
+
+
+def scatter_svg(points: Sequence[tuple[float, float]], highlight: int) -> str:
+    """P50 latency (ms) vs throughput of several cells of one model, numbered 1..n."""
+    with _style():
+        fig = _figure()
+        ax = fig.add_subplot()
+        lats = [lat for lat, _ in points]
+        rates = [rate for _, rate in points]
+        colors = [CURRENT_COLOR if i == highlight else BASELINE_COLOR for i in range(len(lats))]
+        ax.scatter(lats, rates, c=colors, s=16)
+        for i, (lat, rate) in enumerate(points):
+            ax.annotate(str(i + 1), (lat, rate), textcoords="offset points", xytext=(3, 3))
+        ax.set_xlabel("P50 latency (ms)")
+        ax.set_ylabel("throughput (/s)")
+        ax.grid(alpha=0.3)
+        return _finish(fig)
+
+
+# --------------------------------------------------------------------------- sparklines
+
+
+def _polyline(xs: Sequence[float], ys: Sequence[float], color: str) -> str:
+    pts = " ".join(f"{x:.1f},{y:.1f}" for x, y in zip(xs, ys, strict=True))
+    return f'<polyline fill="none" stroke="{color}" stroke-width="1.2" points="{pts}"/>'
+
+
+def cdf_sparkline(current: Sequence[int], baseline: Sequence[int] | None) -> str:
+    """A 240x60 CDF of baseline (blue) and current (red) on a shared linear axis."""
+    width, height = 240.0, 60.0
+    curves = [(cdf_points(s, SPARK_POINTS), c) for s, c in ((baseline, BASELINE_COLOR),) if s]
+    curves.append((cdf_points(current, SPARK_POINTS), CURRENT_COLOR))
+    lo = min(float(xs[0]) for (xs, _), _c in curves)
+    hi = max(float(xs[-1]) for (xs, _), _c in curves)
+    span = (hi - lo) or 1.0
+    lines = [
+        _polyline(
+            [2 + (float(x) - lo) / span * (width - 4) for x in xs],
+            [height - 2 - float(y) * (height - 4) for y in ys],
+            color,
+        )
+        for (xs, ys), color in curves
+    ]
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="spark" width="{width:g}" '
+        f'height="{height:g}" viewBox="0 0 {width:g} {height:g}" role="img">'
+        f"<title>latency CDF {lo:.3f} ms to {hi:.3f} ms</title>{''.join(lines)}</svg>"
+    )
+
+
+def trend_sparkline(values: Sequence[float]) -> str:
+    """A 240x40 line of P95 over commits (decimated), the current run as a red dot."""
+    width, height = 240.0, 40.0
+    vals = np.asarray(values, dtype=np.float64)
+    if vals.size > 2 * SPARK_POINTS:
+        keep = np.unique(np.linspace(0, vals.size - 1, 2 * SPARK_POINTS).astype(np.int64))
+        xs_idx, vals = keep, vals[keep]
+    else:
+        xs_idx = np.arange(vals.size)
+    lo, hi = float(vals.min()), float(vals.max())
+    span = (hi - lo) or 1.0
+    last = max(int(xs_idx[-1]), 1)
+    xs = [2 + float(i) / last * (width - 8) for i in xs_idx]
+    ys = [height - 3 - (float(v) - lo) / span * (height - 6) for v in vals]
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="spark" width="{width:g}" '
+        f'height="{height:g}" viewBox="0 0 {width:g} {height:g}" role="img">'
+        f"<title>P95 over {len(values)} commits, {lo:.3f} ms to {hi:.3f} ms</title>"
+        f"{_polyline(xs, ys, BASELINE_COLOR)}"
+        f'<circle cx="{xs[-1]:.1f}" cy="{ys[-1]:.1f}" r="2.5" fill="{CURRENT_COLOR}"/></svg>'
+    )

@@ -1,0 +1,398 @@
+"""The HTML report of one commit: a view model built from ``ReportInput``, rendered by Jinja2.
+
+Everything a template shows is a plain string or number prepared here, so the
+template stays logic-light and every user-supplied string passes through Jinja's
+autoescape; only the SVGs made by ``perfguard.report.plots`` are marked safe.
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+
+from perfguard.env import diff_comparable
+from perfguard.report import plots
+from perfguard.report.model import ReportInput
+from perfguard.results import ScenarioResult
+from perfguard.verdict import REGRESSION, SEVERITY, ScenarioVerdict, pct
+
+#: Scenarios (in table order: regressions first) drawn as full matplotlib figures;
+#: the rest get sparklines. ~25 ms and ~20 KB per figure: 24 scenarios x 2-3
+#: figures keep a 500-scenario report within ~2 s and a few MB.
+FULL_PLOT_BUDGET = 24
+#: Canary moves beyond this (relative) between baseline and current get a banner.
+CANARY_BANNER = 0.05
+NO_VERDICT = "none"
+#: The latency-vs-throughput scatter is drawn for models with 3..this many cells.
+MAX_SCATTER_CELLS = 24
+
+
+@functools.cache
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("perfguard.report", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    return env
+
+
+def ms(value_ns: float | None) -> str:
+    return "-" if value_ns is None else f"{value_ns / 1e6:.3f}"
+
+
+def rank(verdict: str) -> int:
+    return SEVERITY.index(verdict) if verdict in SEVERITY else len(SEVERITY)
+
+
+def verdict_counts(verdicts: Sequence[ScenarioVerdict]) -> dict[str, int]:
+    counts = Counter(v.verdict for v in verdicts)
+    return {kind: counts.get(kind, 0) for kind in SEVERITY}
+
+
+def canary_ratio(
+    run_scenarios: Sequence[ScenarioResult], baseline: Mapping[str, ScenarioResult]
+) -> float | None:
+    """Median current/baseline canary over scenarios measured with a canary on both sides."""
+    ratios = [
+        s.canary_ns / base.canary_ns
+        for s in run_scenarios
+        if s.canary_ns and (base := baseline.get(s.id)) is not None and base.canary_ns
+    ]
+    return float(statistics.median(ratios)) if ratios else None
+
+
+def env_diff(inp: ReportInput) -> dict[str, tuple[str | None, str | None]]:
+    stored = inp.baseline_info.get("env_diff") if inp.baseline_info else None
+    if isinstance(stored, Mapping) and stored:
+        out: dict[str, tuple[str | None, str | None]] = {}
+        for key, pair in stored.items():
+            if isinstance(pair, Mapping):
+                out[str(key)] = (pair.get("baseline"), pair.get("current"))
+            elif isinstance(pair, Sequence) and len(pair) == 2:
+                out[str(key)] = (pair[0], pair[1])
+        return out
+    if inp.baseline_environment is not None:
+        return diff_comparable(inp.baseline_environment, inp.run.environment)
+    return {}
+
+
+# --------------------------------------------------------------------------- accuracy
+
+
+def _fmt(value: Any, digits: int = 6) -> str:
+    if isinstance(value, bool) or value is None:
+        return "-" if value is None else str(value)
+    if isinstance(value, int | float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def _report_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def accuracy_headline(accuracy: Mapping[str, Any] | None) -> str:
+    """``cos 0.99996/0.9993 vs torch-fp32; 2 failures`` or ``-``."""
+    if not accuracy:
+        return "-"
+    parts = []
+    report = _report_dict(accuracy.get("report"))
+    for output in report.get("outputs") or ():
+        values = _report_dict(_report_dict(output).get("values"))
+        if values.get("cosine_mean") is not None:
+            parts.append(f"cos {_fmt(values['cosine_mean'])}/{_fmt(values.get('cosine_min'))}")
+            break
+    if accuracy.get("reference"):
+        parts.append(f"vs {accuracy['reference']}")
+    failures = accuracy.get("failures") or []
+    if failures:
+        parts.append(f"{len(failures)} failure{'s' if len(failures) != 1 else ''}")
+    elif accuracy.get("passed") is not None:
+        parts.append("ok" if accuracy.get("passed") else "FAILED")
+    return " ".join(parts) or "-"
+
+
+@dataclass
+class AccuracyView:
+    headline: str
+    passed: bool
+    reference: str
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    baseline: list[dict[str, Any]] = field(default_factory=list)
+    baseline_note: str = ""
+    task: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _outputs(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for output in report.get("outputs") or ():
+        out = _report_dict(output)
+        values = _report_dict(out.get("values"))
+        rows.append(
+            {
+                "name": str(out.get("name", "")),
+                "values": [(str(k), _fmt(v)) for k, v in values.items()],
+                "worst": ", ".join(str(i) for i in out.get("worst_inputs") or ()),
+            }
+        )
+    return rows
+
+
+def _checks(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {
+            "metric": str(c.get("metric", "")),
+            "output": str(c.get("output", "")),
+            "value": _fmt(c.get("value")),
+            "limit": _fmt(c.get("limit")),
+            "passed": bool(c.get("passed")),
+            "worst": ", ".join(str(i) for i in c.get("worst_inputs") or ()),
+            "message": str(c.get("message", "")),
+        }
+        for c in map(_report_dict, report.get("checks") or ())
+    ]
+
+
+def accuracy_view(accuracy: Mapping[str, Any] | None) -> AccuracyView | None:
+    if not accuracy:
+        return None
+    report = _report_dict(accuracy.get("report"))
+    base = _report_dict(accuracy.get("baseline"))
+    task = _report_dict(accuracy.get("task_metric") or report.get("task_metric"))
+    return AccuracyView(
+        headline=accuracy_headline(accuracy),
+        passed=bool(accuracy.get("passed", True)),
+        reference=str(accuracy.get("reference") or report.get("reference") or "none"),
+        outputs=_outputs(report),
+        checks=_checks(report) + _checks(base),
+        failures=[str(f) for f in accuracy.get("failures") or ()],
+        baseline=_outputs(base),
+        baseline_note=str(base.get("skipped", "")),
+        task=[(str(k), _fmt(v)) for k, v in task.items()],
+    )
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+@dataclass
+class Row:
+    """One scenario: its table row and its section."""
+
+    sid: str
+    anchor: str
+    verdict: str
+    backend: str
+    device: str
+    precision: str
+    status: str
+    base: tuple[str, str, str]
+    cur: tuple[str, str, str]
+    change: str
+    change_sort: str
+    bound: str
+    throughput: str
+    memory: str
+    accuracy: AccuracyView | None
+    messages: list[str]
+    cdf: Markup | None = None
+    trend: Markup | None = None
+    trend_points: int = 0
+    scatter: Markup | None = None
+    scatter_legend: list[tuple[int, str, str, str]] = field(default_factory=list)
+    runtime: list[tuple[str, str]] = field(default_factory=list)
+    facts: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _triple(result: ScenarioResult | None) -> tuple[str, str, str]:
+    lat = result.latency_ns if result is not None else None
+    if lat is None:
+        return ("-", "-", "-")
+    return (ms(lat.p50), ms(lat.p95), ms(lat.p99))
+
+
+def _facts(result: ScenarioResult | None) -> list[tuple[str, str]]:
+    if result is None:
+        return [("status", "not measured in this run")]
+    facts = [("status", result.status)]
+    if result.message:
+        facts.append(("message", result.message))
+    facts.append(("batch size", str(result.batch_size)))
+    if result.threads is not None:
+        facts.append(("threads", str(result.threads)))
+    if result.latency_ns is not None:
+        facts.append(("samples", str(result.latency_ns.n)))
+    facts.append(("cold start", f"{ms(result.cold_start_ns)} ms"))
+    facts.append(("warm-up", f"{result.warmup_iterations} iterations, {ms(result.warmup_ns)} ms"))
+    ratio = "-" if result.stability_ratio is None else f"{result.stability_ratio:.3f}"
+    stable = "stable" if result.stable else "UNSTABLE"
+    facts.append(("stability", f"{stable} (median last/first third {ratio})"))
+    if result.canary_ns is not None:
+        facts.append(("canary", f"{ms(result.canary_ns)} ms"))
+    if result.tags:
+        facts.append(("tags", ", ".join(result.tags)))
+    return facts
+
+
+def _row(
+    index: int,
+    sid: str,
+    cur: ScenarioResult | None,
+    base: ScenarioResult | None,
+    verdict: ScenarioVerdict | None,
+) -> Row:
+    src = cur or base
+    p95 = verdict.metric("p95") if verdict is not None else None
+    change = "-" if p95 is None or p95.change is None else f"{p95.change * 100:+.1f}%"
+    bound = "-"
+    if p95 is not None and p95.lower is not None and p95.upper is not None:
+        bound = f"{pct(p95.lower)}..{pct(p95.upper)} ({p95.confidence:.0%})"
+    messages = list(verdict.messages) if verdict is not None else []
+    if verdict is not None and not messages:
+        messages = [m.message for m in verdict.metrics]
+    return Row(
+        sid=sid,
+        anchor=f"s{index}",
+        verdict=verdict.verdict if verdict is not None else NO_VERDICT,
+        backend=src.backend if src else "-",
+        device=src.device if src else "-",
+        precision=src.precision if src else "-",
+        status=cur.status if cur else "absent",
+        base=_triple(base),
+        cur=_triple(cur),
+        change=change,
+        change_sort="" if p95 is None or p95.change is None else f"{p95.change:.6f}",
+        bound=bound,
+        throughput="-" if cur is None or cur.throughput is None else f"{cur.throughput:.1f}",
+        memory="-" if cur is None or cur.peak_memory_mib is None else f"{cur.peak_memory_mib:.1f}",
+        accuracy=accuracy_view(cur.accuracy if cur else None),
+        messages=messages,
+        runtime=[(str(k), str(v)) for k, v in (cur.runtime if cur else {}).items()],
+        facts=_facts(cur),
+    )
+
+
+def _trend_values(
+    inp: ReportInput, sid: str, cur: ScenarioResult | None
+) -> list[tuple[str, float]]:
+    points = [
+        (sha, r.latency_ns.p95 / 1e6)
+        for sha, r in inp.history.get(sid, ())
+        if r.latency_ns is not None
+    ]
+    if cur is not None and cur.latency_ns is not None:
+        sha = inp.run.commit.sha or "current"
+        if points and points[-1][0] == sha:
+            points.pop()
+        points.append((sha, cur.latency_ns.p95 / 1e6))
+    return points
+
+
+def _add_plots(
+    row: Row,
+    inp: ReportInput,
+    cur: ScenarioResult | None,
+    base: ScenarioResult | None,
+    full: bool,
+    siblings: Sequence[ScenarioResult],
+) -> None:
+    base_samples = base.samples_ns if base is not None else None
+    if cur is not None and cur.samples_ns:
+        draw = plots.cdf_svg if full else plots.cdf_sparkline
+        row.cdf = Markup(draw(cur.samples_ns, base_samples))
+    elif base_samples:
+        row.cdf = Markup(plots.cdf_sparkline(base_samples, None))
+    points = _trend_values(inp, row.sid, cur)
+    row.trend_points = len(points)
+    if len(points) >= 2:
+        row.trend = Markup(
+            plots.trend_svg(points) if full else plots.trend_sparkline([v for _, v in points])
+        )
+    cells = [s for s in siblings if s.latency_ns is not None and s.throughput]
+    if full and cur is not None and 3 <= len(cells) <= MAX_SCATTER_CELLS and cur in cells:
+        row.scatter = Markup(
+            plots.scatter_svg(
+                [
+                    (s.latency_ns.p50 / 1e6, float(s.throughput or 0.0))  # type: ignore[union-attr]
+                    for s in cells
+                ],
+                cells.index(cur),
+            )
+        )
+        row.scatter_legend = [
+            (i + 1, s.backend, s.device, s.precision) for i, s in enumerate(cells)
+        ]
+
+
+def build_rows(inp: ReportInput) -> list[Row]:
+    """One row per scenario of the run and per verdict-only (missing) id, worst first."""
+    current = {s.id: s for s in inp.run.scenarios}
+    verdicts = {v.scenario_id: v for v in inp.verdicts}
+    ids = list(dict.fromkeys([*current, *verdicts]))
+    order = sorted(
+        ids,
+        key=lambda sid: (
+            rank(verdicts[sid].verdict) if sid in verdicts else len(SEVERITY),
+            sid,
+        ),
+    )
+    siblings: dict[tuple[str, str], list[ScenarioResult]] = {}
+    for s in inp.run.scenarios:
+        siblings.setdefault((s.suite, s.name), []).append(s)
+    rows = []
+    budget = FULL_PLOT_BUDGET
+    for index, sid in enumerate(order):
+        cur, base = current.get(sid), inp.baseline.get(sid)
+        row = _row(index, sid, cur, base, verdicts.get(sid))
+        full = budget > 0 and cur is not None and bool(cur.samples_ns)
+        budget -= int(full)
+        group = siblings.get((cur.suite, cur.name), []) if cur is not None else []
+        _add_plots(row, inp, cur, base, full, group)
+        rows.append(row)
+    return rows
+
+
+def render_html(inp: ReportInput) -> str:
+    """The self-contained HTML report (inline CSS, SVG and JS; no external URL)."""
+    plots.reset_ids()
+    rows = build_rows(inp)
+    ratio = canary_ratio(inp.run.scenarios, inp.baseline)
+    info = dict(inp.baseline_info or {})
+    base_env = inp.baseline_environment
+    context = {
+        "run": inp.run,
+        "commit": inp.run.commit,
+        "gate": inp.gate,
+        "baseline_commit": info.get("commit")
+        or (next((v.baseline_commit for v in inp.verdicts if v.baseline_commit), None)),
+        "baseline_how": info.get("how") or ("no baseline" if not inp.baseline else ""),
+        "baseline_path": info.get("path"),
+        "baseline_launches": info.get("launches"),
+        "counts": verdict_counts(inp.verdicts),
+        "failed": any(v.verdict == REGRESSION for v in inp.verdicts),
+        "env_diff": env_diff(inp),
+        "canary_ratio": ratio,
+        "canary_moved": ratio is not None and abs(ratio - 1.0) > CANARY_BANNER,
+        "canary_change": pct(ratio) if ratio is not None else "",
+        "rows": rows,
+        "filters": {
+            "verdict": sorted({r.verdict for r in rows}, key=rank),
+            "backend": sorted({r.backend for r in rows}),
+            "device": sorted({r.device for r in rows}),
+        },
+        "environment": inp.run.environment,
+        "baseline_environment": base_env,
+    }
+    return environment().get_template("report.html.j2").render(**context)

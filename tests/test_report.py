@@ -1,0 +1,341 @@
+"""The HTML report, the PR summary, the index and ``perfguard report``."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from perfguard.errors import ResultsError
+from perfguard.report import render_html, render_index, render_markdown, write_report
+from perfguard.report.cli_report import report_command
+from perfguard.report.markdown import MARKER
+from perfguard.report.model import ReportInput
+from perfguard.results import CommitInfo, Environment, RunResult, ScenarioResult
+from perfguard.resultsio import write_results
+from perfguard.stats import summarize, throughput
+from perfguard.verdict import (
+    IMPROVEMENT,
+    NEW,
+    REGRESSION,
+    UNCHANGED,
+    MetricVerdict,
+    ScenarioVerdict,
+)
+
+EVIL = "<script>alert(1)</script>\"quoted\" 'single'"
+SHA = "a" * 40
+BASE_SHA = "b" * 40
+
+
+def scenario(
+    sid: str,
+    *,
+    seed: int = 0,
+    scale_ms: float = 2.0,
+    n: int = 200,
+    backend: str = "onnxruntime",
+    accuracy: dict[str, object] | None = None,
+    canary_ns: float | None = 1e6,
+) -> ScenarioResult:
+    rng = np.random.default_rng(seed)
+    samples = tuple(int(v) for v in rng.lognormal(np.log(scale_ms * 1e6), 0.2, n))
+    return ScenarioResult(
+        id=sid,
+        suite=sid.split("::")[0],
+        name="model",
+        backend=backend,
+        device="cpu",
+        precision="fp32",
+        latency_ns=summarize(samples),
+        throughput=throughput(samples, 1),
+        peak_memory_mib=123.4,
+        canary_ns=canary_ns,
+        cold_start_ns=50_000_000,
+        runtime={"providers": "CPUExecutionProvider"},
+        accuracy=accuracy,
+        samples_ns=samples,
+    )
+
+
+def run_of(
+    scenarios: list[ScenarioResult],
+    sha: str | None = SHA,
+    created_at: str = "2026-01-02T03:04:05+00:00",
+    fingerprint: str = "f00000000001",
+) -> RunResult:
+    return RunResult(
+        commit=CommitInfo(sha=sha, branch="feature", dirty=False),
+        environment=Environment(fingerprint, {"cpu": "TestCPU"}, {"host": "box"}),
+        scenarios=tuple(scenarios),
+        created_at=created_at,
+        perfguard_version="0.0.test",
+    )
+
+
+def p95_verdict(sid: str, kind: str, ratio: float, message: str) -> ScenarioVerdict:
+    metric = MetricVerdict(
+        metric="p95",
+        verdict=kind,
+        message=message,
+        rule="test",
+        baseline=2e6,
+        current=2e6 * ratio,
+        ratio=ratio,
+        ratio_raw=ratio,
+        lower=ratio * 0.97,
+        upper=ratio * 1.03,
+        limit=0.05,
+        effective_limit=0.05,
+    )
+    return ScenarioVerdict(sid, kind, (metric,), BASE_SHA, messages=(message,))
+
+
+def full_input() -> ReportInput:
+    acc = {
+        "n": 8,
+        "reference": "torch-fp32",
+        "report": {
+            "reference": "torch-fp32",
+            "passed": False,
+            "outputs": [
+                {
+                    "name": "emb",
+                    "values": {"cosine_mean": 0.97, "cosine_min": 0.9},
+                    "worst_inputs": [3, 1],
+                }
+            ],
+            "checks": [
+                {
+                    "metric": "cosine_min",
+                    "output": "emb",
+                    "value": 0.9,
+                    "limit": 0.98,
+                    "passed": False,
+                    "reference": "torch-fp32",
+                    "worst_inputs": [3],
+                    "message": "cosine similarity min 0.9 < 0.98",
+                }
+            ],
+        },
+        "task_metric": {"function": "m:f", "current": 0.8, "reference": 0.9, "drop": 0.1},
+        "failures": ["cosine similarity min 0.9 < 0.98 on output emb"],
+        "passed": False,
+    }
+    current = [
+        scenario("s::fast", seed=1, scale_ms=1.0),
+        scenario("s::slow", seed=2, scale_ms=3.0, accuracy=acc),
+        scenario("s::better", seed=3, scale_ms=1.5, backend="torch"),
+    ]
+    baseline = {
+        "s::fast": scenario("s::fast", seed=11, scale_ms=1.0),
+        "s::slow": scenario("s::slow", seed=12, scale_ms=2.0),
+        "s::better": scenario("s::better", seed=13, scale_ms=2.0, backend="torch"),
+    }
+    verdicts = (
+        p95_verdict("s::fast", UNCHANGED, 1.0, "P95 latency unchanged +0.0%"),
+        p95_verdict("s::slow", REGRESSION, 1.5, "P95 latency regressed +50.0%"),
+        p95_verdict("s::better", IMPROVEMENT, 0.75, "P95 latency improved -25.0%"),
+    )
+    history = {
+        "s::slow": [(f"{i:040x}", scenario("s::slow", seed=100 + i)) for i in range(5)],
+    }
+    return ReportInput(
+        run=run_of(current),
+        verdicts=verdicts,
+        baseline=baseline,
+        baseline_info={"commit": BASE_SHA, "how": "nearest ancestor on main", "env_diff": {}},
+        history=history,
+    )
+
+
+# --------------------------------------------------------------------------- HTML
+
+
+def test_structure_regressions_first_and_sections() -> None:
+    html = render_html(full_input())
+    assert html.startswith("<!DOCTYPE html>")
+    assert SHA[:12] in html and "nearest ancestor on main" in html
+    rows = re.findall(r'<tr class="v-\w+" data-verdict="(\w+)"', html)
+    assert rows == [REGRESSION, IMPROVEMENT, UNCHANGED]
+    assert 'data-backend="torch"' in html and 'data-device="cpu"' in html
+    for anchor in ("s0", "s1", "s2"):
+        assert f'href="#{anchor}"' in html and f'id="{anchor}"' in html
+    assert html.count("<svg") >= 4  # 3 CDFs and the trend of s::slow
+    assert "P95 over 6 commits" in html
+    assert "cosine similarity min 0.9 &lt; 0.98" in html
+    assert "regression: <b>1</b>" in html
+    assert "CPUExecutionProvider" in html
+    assert "<script>" in html  # the filter/sort script itself
+
+
+def test_user_strings_are_escaped() -> None:
+    sid = f"s::{EVIL}"
+    inp = ReportInput(
+        run=run_of([scenario(sid)]),
+        verdicts=(p95_verdict(sid, REGRESSION, 1.5, f"regressed {EVIL}"),),
+        baseline={sid: scenario(sid, seed=5)},
+        baseline_info={"commit": BASE_SHA, "how": EVIL, "env_diff": {EVIL: [EVIL, "x"]}},
+    )
+    html = render_html(inp)
+    assert "<script>alert(1)" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "&#34;quoted&#34;" in html or "&quot;quoted&quot;" in html
+    assert 'id="env-banner"' in html
+    md = render_markdown(inp)
+    assert "<script>alert(1)" not in md
+
+
+def test_no_external_urls() -> None:
+    html = render_html(full_input())
+    without_ns = re.sub(r'\sxmlns(:\w+)?="[^"]*"', "", html)
+    assert not re.search(r"https?://", without_ns)
+    assert not re.search(r"""(src|href)\s*=\s*["']?//""", without_ns)
+    assert not re.search(r"""\bsrc\s*=""", without_ns)
+
+
+def test_edge_cases_render() -> None:
+    # No baseline at all.
+    html = render_html(ReportInput(run=run_of([scenario("s::a")])))
+    assert "s::a" in html and "none" in html
+    # Only new scenarios.
+    verdict = ScenarioVerdict("s::a", NEW, messages=("no baseline result for this scenario",))
+    html = render_html(ReportInput(run=run_of([scenario("s::a")]), verdicts=(verdict,)))
+    assert 'data-verdict="new"' in html
+    # Zero scenarios, no commit.
+    html = render_html(ReportInput(run=run_of([], sha=None)))
+    assert "Scenarios (0)" in html
+    # A scenario without samples (errored).
+    broken = ScenarioResult(
+        "s::e", "s", "e", "torch", "cpu", "fp32", status="error", message="boom"
+    )
+    assert "boom" in render_html(ReportInput(run=run_of([broken])))
+
+
+def test_canary_and_env_banners() -> None:
+    inp = ReportInput(
+        run=run_of([scenario("s::a", canary_ns=1.2e6)]),
+        baseline={"s::a": scenario("s::a", canary_ns=1e6)},
+        baseline_environment=Environment("f00000000002", {"cpu": "OtherCPU"}, {}),
+    )
+    html = render_html(inp)
+    assert 'id="canary-banner"' in html and "+20.0%" in html
+    assert 'id="env-banner"' in html and "OtherCPU -&gt; TestCPU" in html
+    quiet = ReportInput(run=run_of([scenario("s::a")]), baseline={"s::a": scenario("s::a")})
+    assert 'id="canary-banner"' not in render_html(quiet)
+
+
+def test_render_is_deterministic() -> None:
+    assert render_html(full_input()) == render_html(full_input())
+
+
+# --------------------------------------------------------------------------- Markdown
+
+
+def test_markdown_marker_and_lines() -> None:
+    md = render_markdown(full_input(), link="report.html")
+    assert md.splitlines()[0] == MARKER
+    assert "P95 latency regressed +50.0%" in md
+    assert "P95 latency improved -25.0%" in md
+    assert "s::fast" not in md  # unchanged ones are left out
+    assert "Accuracy failures" in md and "(report.html)" in md
+
+
+def test_markdown_stays_small_for_500_scenarios() -> None:
+    verdicts = tuple(
+        p95_verdict(
+            f"suite::scenario-{i:03d}" + "x" * 80,
+            REGRESSION if i % 2 else NEW,
+            1.5,
+            "P95 latency regressed " + "y" * 400,
+        )
+        for i in range(500)
+    )
+    md = render_markdown(ReportInput(run=run_of([]), verdicts=verdicts))
+    assert len(md.encode()) < 60_000
+    assert "... and 210 more" in md and "250 new" in md
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _store(report_dir: Path, sha: str, created: str, verdicts: list[str]) -> None:
+    run = run_of([scenario("s::a")], sha=sha, created_at=created)
+    write_results(run, report_dir)
+    data = {
+        "schema_version": 1,
+        "baseline": {"commit": BASE_SHA, "how": "test"},
+        "gate": True,
+        "verdicts": [ScenarioVerdict(f"s::{i}", kind).to_dict() for i, kind in enumerate(verdicts)],
+    }
+    (report_dir / sha[:12] / "comparison.json").write_text(json.dumps(data))
+
+
+def test_write_report_and_index(tmp_path: Path) -> None:
+    _store(tmp_path, "1" * 40, "2026-01-01T00:00:00+00:00", [UNCHANGED])
+    _store(tmp_path, "2" * 40, "2026-03-01T00:00:00+00:00", [REGRESSION, UNCHANGED])
+    _store(tmp_path, "3" * 40, "2026-02-01T00:00:00+00:00", [IMPROVEMENT])
+    (tmp_path / "corrupt000000").mkdir()
+    (tmp_path / "corrupt000000" / "results.json").write_text("{not json")
+    inp = full_input()
+    write_results(inp.run, tmp_path)  # the session writes results.json; the report sits beside
+    path = write_report(inp, tmp_path)
+    assert path == tmp_path / SHA[:12] / "report.html"
+    assert (path.parent / "summary.md").read_text().startswith(MARKER)
+    index = (tmp_path / "index.html").read_text()
+    order = re.findall(r'data-commit="(\w+)"', index)
+    # full_input() is 2026-01-02: between the first and the third.
+    assert order == ["2" * 12, "3" * 12, SHA[:12], "1" * 12]
+    assert 'href="aaaaaaaaaaaa/report.html"' in index
+    assert "corrupt000000" in index and "Unreadable" in index
+    assert "FAILED" in index
+    assert render_index(tmp_path) == tmp_path / "index.html"
+
+
+def test_report_command(tmp_path: Path) -> None:
+    run = run_of([scenario("s::a", scale_ms=3.0), scenario("s::b")])
+    results = write_results(run, tmp_path / "reports")
+    base = run_of([scenario("s::a", seed=9), scenario("s::gone")], sha=BASE_SHA)
+    base_path = tmp_path / "base.json"
+    base_path.write_text(json.dumps(base.to_dict()))
+    html_path = report_command(results, base_path, None)
+    assert html_path == results.parent / "report.html"
+    html = html_path.read_text()
+    assert 'data-verdict="regression"' in html and 'data-verdict="missing"' in html
+    assert (results.parent.parent / "index.html").is_file()
+    out = report_command(results, None, tmp_path / "out")
+    assert out == tmp_path / "out" / "report.html"
+
+
+def test_report_command_errors_name_the_file(tmp_path: Path) -> None:
+    missing = tmp_path / "nope" / "results.json"
+    with pytest.raises(ResultsError, match=re.escape(str(missing))):
+        report_command(missing, None, None)
+    corrupt = tmp_path / "results.json"
+    corrupt.write_text('{"schema_version": 1, "created_at": ')
+    with pytest.raises(ResultsError, match=re.escape(str(corrupt))):
+        report_command(corrupt, None, None)
+    good = write_results(run_of([scenario("s::a")]), tmp_path / "r")
+    bad_base = tmp_path / "base.json"
+    bad_base.write_text("[1, 2]")
+    with pytest.raises(ResultsError, match=re.escape(str(bad_base))):
+        report_command(good, bad_base, None)
+    (good.parent / "comparison.json").write_text('{"schema_version": 1, "verdicts": [1]}')
+    with pytest.raises(ResultsError, match=r"comparison\.json"):
+        report_command(good, None, None)
+
+
+def test_report_command_with_baseline_archive(tmp_path: Path) -> None:
+    from perfguard.store import DirectoryStore
+
+    base = run_of([scenario("s::a", seed=9, scale_ms=1.0)], sha=BASE_SHA)
+    archive = DirectoryStore(tmp_path / "baselines").save(base)
+    assert archive is not None
+    run = run_of([scenario("s::a", scale_ms=3.0)])
+    results = write_results(run, tmp_path / "reports")
+    html = report_command(results, archive, None).read_text()
+    assert 'data-verdict="regression"' in html
+    assert BASE_SHA[:12] in html
