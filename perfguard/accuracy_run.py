@@ -83,6 +83,57 @@ def find_reference(scenario: Scenario, candidates: Sequence[Scenario]) -> Scenar
     )
 
 
+def _gates_for(scenario: Scenario, output: str) -> Any:
+    spec = scenario.accuracy
+    assert spec is not None
+    return dict(spec.per_output).get(output, spec.gates)
+
+
+def figure_drift(
+    scenario: Scenario,
+    report: Mapping[str, Any],
+    baseline: ScenarioResult | None,
+    baseline_commit: str | None,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """``cosine_mean`` vs the reference now and at the baseline commit, per output.
+
+    Gated by ``cosine_drift_max``: a change that makes the cell drift further from
+    its reference than it was at the baseline fails, even above ``cosine_min``.
+    """
+    before = (baseline.accuracy or {}) if baseline is not None else {}
+    if not before.get("report") or before.get("reference") != report.get("reference"):
+        return [], []
+    old = {o["name"]: o.get("values", {}) for o in before["report"].get("outputs", ())}
+    rows: list[dict[str, Any]] = []
+    failures: list[str] = []
+    where = f"baseline {baseline_commit[:7]}" if baseline_commit else "the baseline"
+    for output in report.get("outputs", ()):
+        was = old.get(output["name"], {}).get("cosine_mean")
+        now = output.get("values", {}).get("cosine_mean")
+        if was is None or now is None:
+            continue
+        limit = _gates_for(scenario, output["name"]).cosine_drift_max
+        drop = float(was) - float(now)
+        passed = limit is None or drop <= limit
+        rows.append(
+            {
+                "output": output["name"],
+                "baseline": was,
+                "current": now,
+                "drop": drop,
+                "limit": limit,
+                "passed": passed,
+            }
+        )
+        if not passed:
+            failures.append(
+                f"cosine similarity mean on output {output['name']} vs reference "
+                f"{report.get('reference')} dropped {drop:.4g} since {where} "
+                f"({was:.6g} -> {now:.6g}); limit cosine_drift_max {limit:g}"
+            )
+    return rows, failures
+
+
 @dataclass
 class AccuracyChecker:
     """Per-session caches: accuracy inputs per model, reference outputs per cell."""
@@ -168,6 +219,12 @@ class AccuracyChecker:
             accuracy["reference"] = ref_name
             accuracy["report"] = report.to_dict()
             failures.extend(check.message for check in report.failures)
+            drift, drift_failures = figure_drift(
+                scenario, accuracy["report"], baseline, baseline_commit
+            )
+            if drift:
+                accuracy["drift"] = drift
+            failures.extend(drift_failures)
 
         if spec.task is not None:
             accuracy["task_metric"], failure = self._task_metric(
@@ -178,10 +235,10 @@ class AccuracyChecker:
 
         golden = baseline.golden_outputs if baseline is not None else None
         if spec.against_baseline and golden:
-            accuracy["baseline"], drift = self._against_golden(
+            accuracy["baseline"], golden_failures = self._against_golden(
                 scenario, current, names, golden, baseline_commit
             )
-            failures.extend(drift)
+            failures.extend(golden_failures)
         accuracy["failures"] = failures
         accuracy["passed"] = not failures
         archived = encode_outputs(names, current, spec.golden) if spec.golden else None

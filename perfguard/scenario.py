@@ -141,7 +141,7 @@ class AccuracyGates:
     agree, order ignored), ``max_abs_err``, ``mean_abs_err``, ``max_rel_err``
     (see ``perfguard.accuracy`` for how zeros are treated), ``nonfinite_max``
     (NaN/Inf count, default 0). Against the baseline commit's golden outputs:
-    ``baseline_cosine_min``.
+    ``baseline_cosine_min``; against its accuracy figures: ``cosine_drift_max``.
     """
 
     cosine_min: float | None = None
@@ -154,6 +154,9 @@ class AccuracyGates:
     max_rel_err: float | None = None
     nonfinite_max: int = 0
     baseline_cosine_min: float | None = 0.999
+    # Drift of the figures between commits: the largest allowed drop of
+    # cosine_mean (vs the same reference) since the baseline commit.
+    cosine_drift_max: float | None = None
 
 
 @dataclass(frozen=True)

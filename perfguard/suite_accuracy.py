@@ -120,7 +120,10 @@ _NON_NEGATIVE: Check = ("a number >= 0", lambda x: x >= 0)
 _FLOAT_LIMITS: dict[str, Check] = {
     "cosine_min": _COSINE, "cosine_mean_min": _COSINE, "baseline_cosine_min": _COSINE,
     "topk_agreement_min": ("a number in [0, 1]", lambda x: 0 <= x <= 1),
-    **dict.fromkeys(("kl_max", "max_abs_err", "mean_abs_err", "max_rel_err"), _NON_NEGATIVE),
+    **dict.fromkeys(
+        ("kl_max", "max_abs_err", "mean_abs_err", "max_rel_err", "cosine_drift_max"),
+        _NON_NEGATIVE,
+    ),
 }
 # fmt: on
 # Preset names end up in cell ids, which are joined with "-".
