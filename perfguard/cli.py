@@ -17,11 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from perfguard import gitinfo
-from perfguard.atomicio import read_json
 from perfguard.env import collect_environment
 from perfguard.errors import GitError, PerfguardError, ResultsError, StoreError
 from perfguard.results import RunResult, ScenarioResult
-from perfguard.sampleenc import BASELINE_KIND, decode_document
 from perfguard.scenario import GateSpec
 from perfguard.store import DEFAULT_ROOT, Baseline, DirectoryStore, MemoryStore, StoreProblem
 
@@ -95,41 +93,11 @@ def _readable(store: DirectoryStore, fp: str) -> list[Baseline]:
     return sorted(found, key=lambda b: (b.created_at, b.sha))
 
 
-def _read_baseline(path: Path, doc: dict[str, Any]) -> Baseline:
-    """A baseline file, read by the store when it sits in the store's layout."""
-    store, fp, sha = DirectoryStore(path.parent.parent), path.parent.name, path.stem
-    try:
-        filed = store.path_for(fp, sha).resolve() == path.resolve()
-    except StoreError:
-        filed = False
-    found = store.load(fp, sha) if filed else None
-    if found is not None:
-        return found
-    # A copy outside the archive: the same decoder, against the names it states itself.
-    commit = doc.get("commit")
-    stated = doc.get("fingerprint"), commit.get("sha") if isinstance(commit, dict) else None
-    fp, sha = (v if isinstance(v, str) else "" for v in stated)
-    info, launches, _ = decode_document(path.read_bytes(), fp, sha, path)
-    return Baseline(fp, info, tuple(launches), path)
-
-
 def _load_run(path: Path) -> RunResult:
     """A results file, or a baseline file pooled per scenario into one run."""
-    data = read_json(path)
-    if not (isinstance(data, dict) and data.get("kind") == BASELINE_KIND):
-        from perfguard.resultsio import read_results
+    from perfguard.baselinefile import pooled_run, read_baseline_file
 
-        return read_results(path)
-    baseline = _read_baseline(path, data)
-    pooled = (baseline.pooled(sid) for sid in baseline.scenario_ids())
-    newest = baseline.launches[-1]
-    return RunResult(
-        commit=baseline.commit,
-        environment=newest.environment,
-        scenarios=tuple(p for p in pooled if p is not None),
-        created_at=_iso(baseline),
-        perfguard_version=newest.perfguard_version,
-    )
+    return pooled_run(read_baseline_file(path))
 
 
 def _suite_gates(ids: Sequence[str], rootdir: Path) -> dict[str, tuple[GateSpec, ...]]:

@@ -132,22 +132,9 @@ class Gatekeeper:
         )
 
     def _from_file(self, path: Path) -> BaselineChoice:
-        from perfguard.atomicio import read_json
-        from perfguard.store import MemoryStore
+        from perfguard.baselinefile import read_baseline_file
 
-        data = read_json(path)
-        if isinstance(data, dict) and data.get("kind") == "perfguard-baseline":
-            # A baseline archive file: let the store decode (and validate) it.
-            memory = MemoryStore()
-            fingerprint = str(data.get("fingerprint"))
-            sha = str((data.get("commit") or {}).get("sha"))
-            memory.files[(fingerprint, sha)] = path.read_bytes()
-            baseline = memory.load(fingerprint, sha)
-            assert baseline is not None
-            baseline = Baseline(baseline.fingerprint, baseline.commit, baseline.launches, path)
-        else:
-            run = RunResult.from_dict(data, source=str(path))
-            baseline = Baseline(run.environment.fingerprint, run.commit, (run,), path)
+        baseline = read_baseline_file(path)
         diff = environment_diff(baseline.launches[-1].environment, self.environment)
         return BaselineChoice(baseline, f"results file {path}, as asked", diff)
 

@@ -22,7 +22,7 @@ def spin(us):
 
 
 def test_preprocess(benchmark):
-    benchmark.pedantic(spin, args=({us},), rounds=150, iterations=1, warmup_rounds=5)
+    benchmark.pedantic(spin, args=({us},), rounds=400, iterations=1, warmup_rounds=5)
 """
 
 
@@ -38,7 +38,7 @@ def test_benchmark_tests_join_the_gate_and_export(
     data = json.loads(results.read_text())
     bench = {s["id"]: s for s in data["scenarios"]}["test_pre.py::test_preprocess"]
     assert bench["runtime"]["source"] == "pytest-benchmark"
-    assert len(bench["samples_ns"]) == 150
+    assert len(bench["samples_ns"]) == 400
 
     exported = tmp_path / "bench.json"  # type: ignore[operator]
     assert (
@@ -69,8 +69,8 @@ def test_github_annotation_points_at_the_suite_line(
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     result = repo.run()
     result.assert_outcomes(failed=1)
-    # The scenario `- name: spin` sits on line 13 of the suite written by Repo.
+    # The scenario `- name: spin` sits on line 15 of the suite written by Repo.
     result.stdout.fnmatch_lines(
-        ["::error file=suites/s.yaml,line=13,title=perfguard%3A spin::P95 latency regressed*"]
+        ["::error file=suites/s.yaml,line=15,title=perfguard%3A spin::P95 latency regressed*"]
     )
     assert "<!-- perfguard-summary -->" in summary.read_text()

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from perfguard.atomicio import read_json
-from perfguard.errors import PerfguardError, ResultsError
+from perfguard.errors import ResultsError
 from perfguard.report import write_report_files
 from perfguard.report.index import COMPARISON_FILENAME, render_index
 from perfguard.report.model import ReportInput
@@ -42,47 +42,9 @@ def _stored_comparison(path: Path) -> tuple[tuple[ScenarioVerdict, ...], dict[st
 
 def _load_baseline(path: Path) -> tuple[RunResult, dict[str, ScenarioResult], str]:
     """The baseline as one pooled RunResult, its scenarios by id, and a commit sha."""
-    from perfguard.store import MemoryStore
+    from perfguard.baselinefile import pooled_run, read_baseline_file
 
-    data = read_json(path)
-    if isinstance(data, dict) and data.get("kind") == "perfguard-baseline":
-        memory = MemoryStore()
-        fingerprint = str(data.get("fingerprint"))
-        sha = str((data.get("commit") or {}).get("sha"))
-        memory.files[(fingerprint, sha)] = path.read_bytes()
-        try:
-            baseline = memory.load(fingerprint, sha)
-        except ResultsError:
-            raise
-        except PerfguardError as exc:  # e.g. StoreError: a bad name in the archive
-            raise ResultsError(
-                f"{path}: baseline archive cannot be read ({exc})",
-                expected="a baseline file written by `pytest --perfguard --perfguard-save`",
-                fix="pass another baseline file, or save a new one",
-            ) from exc
-        if baseline is None:
-            raise ResultsError(
-                f"{path}: baseline archive holds no readable baseline",
-                expected="a baseline file written by `pytest --perfguard --perfguard-save`",
-                fix="pass another baseline file, or save a new one",
-            )
-        pooled = {sid: r for sid in baseline.scenario_ids() if (r := baseline.pooled(sid))}
-        newest = baseline.launches[-1]
-        run = RunResult(
-            commit=baseline.commit,
-            environment=newest.environment,
-            scenarios=tuple(pooled.values()),
-            created_at=newest.created_at,
-            perfguard_version=newest.perfguard_version,
-        )
-        return run, pooled, baseline.sha
-    if not isinstance(data, dict):
-        raise ResultsError(
-            f"{path}: holds a JSON {type(data).__name__}, not an object",
-            expected="a results.json or a baseline archive file",
-            fix="pass the path of a file written by perfguard",
-        )
-    run = RunResult.from_dict(data, source=str(path))
+    run = pooled_run(read_baseline_file(path))
     return run, {s.id: s for s in run.scenarios}, run.commit.sha or ""
 
 
