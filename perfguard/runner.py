@@ -6,6 +6,7 @@ calls ``measure_scenario`` and turns its exceptions into a clean failure.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -69,9 +70,8 @@ def open_session(
 def run_loop(scenario: Scenario, session: Session, prepared: object) -> Measurement:
     """Warm up and time the scenario; a model error becomes a located ``ModelError``."""
 
-    def call() -> object:
-        return session.run(prepared)
-
+    # partial, not a closure: one less Python frame inside every timed request.
+    call = functools.partial(session.run, prepared)
     try:
         return measure(
             call,
