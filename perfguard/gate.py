@@ -164,10 +164,15 @@ class Gatekeeper:
         except GitError:
             return []
 
+    @functools.cached_property
+    def _archive(self) -> list[Baseline]:
+        """This environment's stored ancestors, oldest first: read once per session."""
+        return self.store.ordered_baselines(self.environment.fingerprint, self._ancestors() or None)
+
     def history_results(self, scenario_id: str) -> list[tuple[str, ScenarioResult]]:
         """The scenario's stored results on this environment, oldest first (for trends)."""
-        fingerprint = self.environment.fingerprint
-        return self.store.history(fingerprint, scenario_id, self._ancestors() or None)
+        pooled = ((b.sha, b.pooled(scenario_id)) for b in self._archive)
+        return [(sha, result) for sha, result in pooled if result is not None]
 
     @functools.cache  # noqa: B019 - see above
     def history(self, scenario_id: str) -> tuple[float, ...]:
@@ -175,9 +180,8 @@ class Gatekeeper:
         choice = self.choice
         if choice.baseline is None or choice.env_diff:
             return ()
-        shas = self._ancestors() or None
         values = []
-        for _sha, result in self.store.history(choice.baseline.fingerprint, scenario_id, shas):
+        for _sha, result in self.history_results(scenario_id):
             if result.latency_ns is None:
                 continue
             p95 = result.latency_ns.p95

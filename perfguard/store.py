@@ -267,23 +267,26 @@ class BaselineStore(ABC):
         found = (self._try_load(fingerprint, sha) for sha in self.commits(fingerprint))
         return sorted((b for b in found if b is not None), key=lambda b: (b.created_at, b.sha))
 
+    def ordered_baselines(
+        self, fingerprint: str, ancestor_shas: Sequence[str] | None = None
+    ) -> list[Baseline]:
+        """Readable baselines, oldest first: in ancestry order when ``ancestor_shas``
+        (nearest first, as git lists them) is given, else by when last measured."""
+        if ancestor_shas is None:
+            return self._readable(fingerprint)
+        have = set(self.commits(fingerprint))
+        chosen = [sha.lower() for sha in reversed(ancestor_shas) if sha.lower() in have]
+        loaded = (self._try_load(fingerprint, sha) for sha in dict.fromkeys(chosen))
+        return [b for b in loaded if b is not None]
+
     def history(
         self, fingerprint: str, scenario_id: str, ancestor_shas: Sequence[str] | None = None
     ) -> list[tuple[str, ScenarioResult]]:
-        """The pooled result per commit, oldest first.
-
-        With ``ancestor_shas`` (nearest first, as git lists them) only those commits
-        count and their ancestry gives the order; otherwise baselines are ordered by
-        when they were last measured.
-        """
-        if ancestor_shas is None:
-            baselines = self._readable(fingerprint)
-        else:
-            have = set(self.commits(fingerprint))
-            chosen = [sha.lower() for sha in reversed(ancestor_shas) if sha.lower() in have]
-            loaded = (self._try_load(fingerprint, sha) for sha in dict.fromkeys(chosen))
-            baselines = [b for b in loaded if b is not None]
-        pooled = ((b.sha, b.pooled(scenario_id)) for b in baselines)
+        """The pooled result per commit, oldest first (see ``ordered_baselines``)."""
+        pooled = (
+            (b.sha, b.pooled(scenario_id))
+            for b in self.ordered_baselines(fingerprint, ancestor_shas)
+        )
         return [(sha, result) for sha, result in pooled if result is not None]
 
     def prune(self, fingerprint: str, keep: int) -> list[str]:
