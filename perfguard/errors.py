@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,8 @@ class PerfguardError(Exception):
         self.expected = expected
         self.fix = fix
         self.location = location
+        # Figures measured before the error (a ScenarioResult), kept in the results file.
+        self.result: Any = None
         super().__init__(self.message)
 
     @property
@@ -107,3 +110,12 @@ class AccuracyError(PerfguardError):
 
 class AccuracyFailure(GateFailure):
     """An accuracy check against the reference or the baseline fell outside its limit."""
+
+
+class LoadError(PerfguardError):
+    """A cell under concurrent load failed: errors per request, a hang, a batch shape."""
+
+
+class RunInvalid(PerfguardError):
+    """The measurement cannot be trusted (the load generator fell behind): reported,
+    not gated, never a baseline. The item is skipped with the reason."""

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 from _pytest._code.code import ExceptionInfo, TerminalRepr
 
-from perfguard.errors import BackendUnavailable, PerfguardError, SuiteError
+from perfguard.errors import BackendUnavailable, PerfguardError, RunInvalid, SuiteError
 from perfguard.scenario import Scenario
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ class ScenarioItem(pytest.Item):
         session: PerfguardSession = self.parent.perfguard  # type: ignore[union-attr]
         try:
             session.run_item(self)
-        except BackendUnavailable as exc:
+        except (BackendUnavailable, RunInvalid) as exc:
             pytest.skip(str(exc))
         finally:
             # The figures travel with the item: --junitxml writes them as <property>.

@@ -106,7 +106,12 @@ def ordered_input_names(module: torch.nn.Module, names: list[str]) -> list[str]:
     return sorted(names, key=lambda name: (position.get(name, len(params)), names.index(name)))
 
 
-def export_key(module: torch.nn.Module, feeds: Mapping[str, np.ndarray], model: ModelSpec) -> str:
+def export_key(
+    module: torch.nn.Module,
+    feeds: Mapping[str, np.ndarray],
+    model: ModelSpec,
+    dynamic_batch: bool = False,
+) -> str:
     """The sha256 (hex) that names ``module``'s export for these inputs."""
     import torch
 
@@ -118,6 +123,8 @@ def export_key(module: torch.nn.Module, feeds: Mapping[str, np.ndarray], model: 
             digest.update(b"\0")
 
     add("perfguard-export-v1", torch.__version__, model.opset, tuple(model.output_names))
+    if dynamic_batch:  # added only when set, so existing cache keys stay valid
+        add("dynamic-batch")
     for name, array in feeds.items():
         add("input", name, tuple(np.shape(array)), np.asarray(array).dtype.str)
     add("architecture", repr(module))
@@ -157,19 +164,29 @@ def export_onnx(
     feeds: Mapping[str, np.ndarray],
     model: ModelSpec,
     cache_dir: Path,
+    *,
+    dynamic_batch: bool = False,
 ) -> Path:
-    """The cached ONNX export of ``module`` for ``feeds``; exported only on a key change."""
-    key = export_key(module, feeds, model)
+    """The cached ONNX export of ``module`` for ``feeds``; exported only on a key change.
+
+    ``dynamic_batch`` makes axis 0 of every input (and named output) symbolic,
+    so one session serves the batches a dynamic batcher forms.
+    """
+    key = export_key(module, feeds, model, dynamic_batch)
     target = Path(cache_dir) / f"{_safe(model.name)}-{key[:_KEY_CHARS]}.onnx"
 
     def write(tmp: Path) -> None:
-        _export(module, feeds, model, tmp)
+        _export(module, feeds, model, tmp, dynamic_batch)
 
     return _build_once(target, write, model.location, f"export of factory {model.factory}")
 
 
 def _export(
-    module: torch.nn.Module, feeds: Mapping[str, np.ndarray], model: ModelSpec, tmp: Path
+    module: torch.nn.Module,
+    feeds: Mapping[str, np.ndarray],
+    model: ModelSpec,
+    tmp: Path,
+    dynamic_batch: bool = False,
 ) -> None:
     import torch
 
@@ -178,6 +195,9 @@ def _export(
     positional = feeds_positionally(module, names)
     args = tuple(tensors.values()) if positional else ()
     kwargs = None if positional else tensors
+    dynamic_axes = (
+        {name: {0: "batch"} for name in [*names, *model.output_names]} if dynamic_batch else None
+    )
     was_training = module.training
     module.eval()
     try:
@@ -192,6 +212,7 @@ def _export(
                 input_names=names,
                 output_names=list(model.output_names) or None,
                 do_constant_folding=True,
+                dynamic_axes=dynamic_axes,
             )
     except Exception as exc:
         raise ModelError(

@@ -134,6 +134,11 @@ class ScenarioResult:
     # Outputs of the first few accuracy inputs, archived with a baseline so the
     # next commit can be checked against them: {output: {"shape", "dtype", "data"}}.
     golden_outputs: dict[str, Any] | None = None
+    # Figures of a cell measured under concurrent load (perfguard.load_run):
+    # mode, level, concurrency/rate asked and achieved, the uncorrected latency
+    # summary, queue share, late and failed requests, batching and SLO search.
+    # ``latency_ns``/``samples_ns`` then hold the corrected per-request latencies.
+    load: dict[str, Any] | None = None
     tags: tuple[str, ...] = ()
     samples_ns: tuple[int, ...] = ()
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,6 +31,9 @@ from perfguard.results import ScenarioResult
 from perfguard.scenario import Scenario
 from perfguard.stats import stability_ratio, summarize, throughput
 from perfguard.timing import Measurement, measure
+
+if TYPE_CHECKING:
+    from perfguard.load_run import LoadRunner
 
 
 @dataclass(frozen=True)
@@ -132,9 +136,14 @@ class ScenarioRun:
         self._memory.start()
         self._opened = open_session(scenario, ctx, calibration)
         self.session, self.prepared, self.batch = self._opened.__enter__()
+        self._load: LoadRunner | None = None
 
     def close(self) -> None:
-        self._opened.__exit__(None, None, None)
+        try:
+            if self._load is not None:
+                self._load.close()
+        finally:
+            self._opened.__exit__(None, None, None)
 
     def __enter__(self) -> ScenarioRun:
         return self
@@ -142,12 +151,8 @@ class ScenarioRun:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def measure(self) -> ScenarioResult:
-        probe = CanaryProbe()
-        probe.sample()
-        result = run_loop(self.scenario, self.session, self.prepared)
-        probe.sample()
-        canary = probe.result()
+    def check_final_outputs(self) -> None:
+        """One more request after timing: its outputs must be readable and finite."""
         try:
             outputs = self.session.to_numpy(self.session.run(self.prepared))
         except Exception as exc:
@@ -158,6 +163,25 @@ class ScenarioRun:
                 location=self.scenario.location,
             ) from exc
         check_outputs(self.scenario, outputs)
+
+    def peak_memory_mib(self) -> float | None:
+        return self._memory.peak_mib()
+
+    def measure(self) -> ScenarioResult:
+        if self.scenario.load is not None:
+            from perfguard.load_run import LoadRunner, measure_load
+
+            if self._load is None:
+                self._load = LoadRunner(self)
+            loaded = measure_load(self, self._load)
+            self.check_final_outputs()
+            return loaded
+        probe = CanaryProbe()
+        probe.sample()
+        result = run_loop(self.scenario, self.session, self.prepared)
+        probe.sample()
+        canary = probe.result()
+        self.check_final_outputs()
         runtime: dict[str, object] = {
             **self.session.runtime_info,
             "foreign_cpu": canary.foreign_cpu,
@@ -197,16 +221,8 @@ def build_result(
             expected="measure.iterations >= 1",
             location=scenario.location,
         )
-    return ScenarioResult(
-        id=scenario.scenario_id(ctx.rootdir),
-        suite=_relative(scenario.suite, ctx.rootdir),
-        name=scenario.item_name,
-        backend=scenario.backend,
-        device=scenario.device,
-        precision=scenario.precision,
-        status="passed",
-        batch_size=batch,
-        threads=scenario.threads,
+    return replace(
+        base_result(scenario, ctx, batch),
         latency_ns=summarize(samples),
         throughput=throughput(samples, batch),
         cold_start_ns=int(result.cold_start_ns),
@@ -217,8 +233,23 @@ def build_result(
         runtime=runtime,
         canary_ns=canary_ns,
         peak_memory_mib=peak_memory_mib,
-        tags=scenario.tags,
         samples_ns=tuple(int(s) for s in samples),
+    )
+
+
+def base_result(scenario: Scenario, ctx: RunContext, batch: int) -> ScenarioResult:
+    """A passed result naming the cell, before any figure is filled in."""
+    return ScenarioResult(
+        id=scenario.scenario_id(ctx.rootdir),
+        suite=_relative(scenario.suite, ctx.rootdir),
+        name=scenario.item_name,
+        backend=scenario.backend,
+        device=scenario.device,
+        precision=scenario.precision,
+        status="passed",
+        batch_size=batch,
+        threads=scenario.threads,
+        tags=scenario.tags,
     )
 
 

@@ -197,6 +197,78 @@ class AccuracySpec:
     task: TaskMetricSpec | None = None
 
 
+LOAD_MODES: tuple[str, ...] = ("closed", "open")
+ARRIVALS: tuple[str, ...] = ("poisson", "constant")
+SESSION_MODES: tuple[str, ...] = ("shared", "per_worker")
+
+
+@dataclass(frozen=True)
+class BatchingSpec:
+    """Dynamic batching as an inference server does it (``perfguard.loadgen``).
+
+    A model worker takes the oldest queued request, then waits for more until it
+    holds ``max_batch`` requests or ``max_wait_ms`` has passed since that oldest
+    request arrived, and serves them in one model call of ``k x`` the request's
+    batch. Each request's latency includes its wait in the queue.
+    """
+
+    max_batch: int
+    max_wait_ms: float
+
+
+@dataclass(frozen=True)
+class SloSpec:
+    """Search for the highest throughput whose latency percentile meets a target.
+
+    The level (rate or concurrency, whichever the load names) starts at
+    ``start`` and is multiplied by ``factor`` until the target is missed (or
+    ``max_level`` is reached); then ``refine`` bisection steps narrow the gap
+    between the last level that met it and the first that did not. The cell is
+    gated on the throughput of the best level that met the target.
+    """
+
+    percentile: float  # 95.0 for `p95_ms`
+    target_ms: float
+    start: float
+    factor: float = 2.0
+    refine: int = 4
+    max_level: float | None = None
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """Concurrent load for one cell (one level of the scenario's `load:`).
+
+    ``mode`` ``closed``: ``level`` clients each send their next request when
+    the last one returned. ``open``: requests arrive at ``level`` per second
+    (``arrivals`` poisson or constant, seeded), scheduled in advance and sent at
+    their times whatever happened to earlier ones; ``workers`` model instances
+    serve them from one queue. ``sessions`` says whether the workers share one
+    runtime session or each opens its own. A request dispatched more than
+    ``late_ms`` after its scheduled time is *late*; more than ``late_max`` of
+    them makes the level ``invalid`` (the generator, not the model, fell behind).
+    ``slo`` is set on the one search cell of a scenario (``level`` = its start).
+    """
+
+    mode: str
+    level: float
+    arrivals: str = "poisson"
+    seed: int = 0
+    workers: int = 1
+    sessions: str = "shared"
+    batching: BatchingSpec | None = None
+    slo: SloSpec | None = None
+    late_ms: float = 1.0
+    late_max: float = 0.05
+
+    @property
+    def level_id(self) -> str:
+        """The cell id part: ``c4`` (closed), ``r200`` (open, per second), ``slo``."""
+        if self.slo is not None:
+            return "slo"
+        return f"c{int(self.level)}" if self.mode == "closed" else f"r{self.level:g}"
+
+
 @dataclass(frozen=True)
 class Scenario:
     """One matrix cell of one scenario of one suite: everything needed to measure it."""
@@ -221,6 +293,10 @@ class Scenario:
     # Set when the cell's combination is unsupported: the cell fails with it.
     error: str | None = None
     matrix_values: tuple[tuple[str, str], ...] = field(default=())
+    # Concurrent load (perfguard.load_run); None: one request at a time.
+    load: LoadSpec | None = None
+    # The `shapes:` bucket this cell's inputs come from ("" without buckets).
+    shape_bucket: str = ""
 
     @property
     def item_name(self) -> str:

@@ -239,7 +239,9 @@ class OnnxRuntimeSession:
         module = load_factory(model)
         module.eval()
         check_forward_inputs(module, list(feeds), model.location)
-        path = export_onnx(module, feeds, model, cache_dir)
+        load = scenario.load
+        dynamic = load is not None and load.batching is not None
+        path = export_onnx(module, feeds, model, cache_dir, dynamic_batch=dynamic)
         return path, cache_key_of(path)
 
     def _check_inputs(

@@ -1,0 +1,473 @@
+"""Measure one cell under concurrent load: sessions -> workers -> levels -> a result.
+
+A load cell (``Scenario.load`` set) runs through :class:`LoadRunner`, which
+:class:`perfguard.runner.ScenarioRun` creates once per cell (confirmation rounds
+reuse it):
+
+1. **Workers.** One worker per client (closed loop) or per model instance
+   (open loop / batching). ``sessions: shared`` gives every worker the cell's
+   one runtime session (ONNX Runtime sessions are thread-safe; torch modules run
+   under ``torch.inference_mode`` in each thread); ``per_worker`` opens one more
+   session per worker. With batching, each worker has a prepared input for
+   every batch of ``k`` requests (the request's inputs repeated ``k`` times
+   along axis 0), made before timing.
+2. **Warm-up.** Every worker's every batch size is called once (a model that
+   cannot take a batch fails here, with the fix), then the same load pattern
+   runs for ``warmup.seconds`` (at least ``warmup.iterations`` requests) and is
+   discarded.
+3. **The level** (:mod:`perfguard.loadgen`), then its figures
+   (:mod:`perfguard.loadstats`). An open-loop level stops at
+   ``min(measure.max_seconds, max(3 x its duration, duration + 5 s))``:
+   requests still waiting then count as unserved, with the latency they had
+   waited (a lower bound).
+4. **SLO search** (``slo:``): levels step up by ``factor`` from ``start`` until
+   the percentile misses the target (or the level saturates: fewer than 90% of
+   the asked rate answered, requests unserved), then ``refine`` bisection
+   steps; the best level that met the target is the cell's result.
+
+Stability (``stable``) is judged on the uncorrected samples: the model calls'
+own drift shows a host slow spell, while growing queueing delay under load is
+the system's behaviour and must be gated, not excused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from perfguard.backends import Session
+from perfguard.canary import CanaryProbe
+from perfguard.errors import LoadError, PerfguardError, RunInvalid
+from perfguard.inputs import make_inputs
+from perfguard.loadgen import Batching, LoadLog, Worker, closed_loop, open_loop, schedule
+from perfguard.loadstats import LevelFigures, level_figures
+from perfguard.results import ScenarioResult
+from perfguard.scenario import LoadSpec, LoopSpec, Scenario
+from perfguard.stats import stability_ratio, summarize
+
+if TYPE_CHECKING:
+    from perfguard.runner import ScenarioRun
+
+__all__ = ["LevelRun", "LoadRunner", "measure_load"]
+
+_PROBE_CALLS = 20
+_SATURATED = 0.9  # answered under this share of the asked rate: the level is overloaded
+_MAX_STEPS = 30
+
+
+@dataclasses.dataclass(frozen=True)
+class LevelRun:
+    """A measured level with what its warm-up took."""
+
+    figures: LevelFigures
+    log: LoadLog
+    cold_start_ns: int
+    warmup_requests: int
+    warmup_ns: int
+
+
+def _tiled(feeds: Mapping[str, np.ndarray], k: int) -> dict[str, np.ndarray]:
+    return {name: np.concatenate([np.asarray(a)] * k, axis=0) for name, a in feeds.items()}
+
+
+class LoadRunner:
+    """Workers, warm-up and levels for one load cell (closed with the ScenarioRun)."""
+
+    def __init__(self, run: ScenarioRun) -> None:
+        from perfguard.runner import open_session
+
+        self.run = run
+        self.scenario: Scenario = run.scenario
+        assert self.scenario.load is not None
+        self.spec: LoadSpec = self.scenario.load
+        self._open_session = open_session
+        self._feeds = make_inputs(self.scenario.model)
+        self._sessions: list[Session] = [run.session]
+        self._extra: list[AbstractContextManager[Any]] = []
+        self._prepared: dict[tuple[int, int], object] = {(0, 1): run.prepared}
+        self.cold_start_ns: int | None = None
+
+    def close(self) -> None:
+        while self._extra:
+            self._extra.pop().__exit__(None, None, None)
+
+    # -- workers ------------------------------------------------------------------
+    def _batch_sizes(self) -> range:
+        batching = self.spec.batching
+        return range(1, (batching.max_batch if batching else 1) + 1)
+
+    def _session(self, index: int) -> tuple[int, Session]:
+        if self.spec.sessions == "shared":
+            return 0, self._sessions[0]
+        while len(self._sessions) <= index:
+            opened = self._open_session(self.scenario, self.run.ctx)
+            session, _, _ = opened.__enter__()
+            self._extra.append(opened)
+            self._sessions.append(session)
+        return index, self._sessions[index]
+
+    def _worker(self, index: int) -> Worker:
+        slot, session = self._session(index)
+        calls = {}
+        for k in self._batch_sizes():
+            if (slot, k) not in self._prepared:
+                feeds = self._feeds if k == 1 else _tiled(self._feeds, k)
+                self._prepared[(slot, k)] = session.prepare(feeds)
+            calls[k] = functools.partial(session.run, self._prepared[(slot, k)])
+        return Worker(calls=calls, synchronize=session.synchronize)
+
+    def _check_workers(self, workers: Sequence[Worker]) -> int:
+        """Call every batch size of every worker once; returns the first call's time."""
+        first: int | None = None
+        for worker in workers:
+            for k, call in worker.calls.items():
+                t0 = time.perf_counter_ns()
+                try:
+                    call()
+                    if worker.synchronize is not None:
+                        worker.synchronize()
+                except Exception as exc:
+                    raise self._batch_error(k, exc) from exc
+                if first is None:
+                    first = time.perf_counter_ns() - t0
+        return first or 0
+
+    def _batch_error(self, k: int, exc: Exception) -> PerfguardError:
+        sc = self.scenario
+        detail = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}"
+        if k == 1:
+            return LoadError(
+                f"model {sc.model.name!r} failed before the load started: {detail}",
+                expected="the model to serve one request",
+                fix="run the cell without `load:` to see the model's own error",
+                location=sc.location,
+            )
+        return LoadError(
+            f"model {sc.model.name!r} cannot serve a batch of {k} requests (their inputs "
+            f"stacked along axis 0) for dynamic batching: {detail}",
+            expected="a model whose first input axis is a batch axis of any size",
+            fix="give an `onnx:` model a dynamic first axis (torch.onnx.export(..., "
+            "dynamic_axes={name: {0: 'batch'}})) — factory models are exported that way "
+            "for batching cells — or remove `batching:`",
+            location=sc.location,
+        )
+
+    # -- levels -------------------------------------------------------------------
+    def _open_cap(self, duration_s: float) -> float:
+        measure = self.scenario.measure
+        return min(measure.max_seconds, max(3 * duration_s, duration_s + 5.0))
+
+    def _pattern(self, spec: LoadSpec, loop: LoopSpec, seed_offset: int) -> LoadLog:
+        batching = spec.batching
+        batch = (
+            Batching(batching.max_batch, int(batching.max_wait_ms * 1e6))
+            if batching is not None
+            else None
+        )
+        if spec.mode == "closed":
+            clients = int(spec.level)
+            if batch is None:
+                workers = [self._worker(i) for i in range(clients)]
+                self._check_workers(workers)
+                return closed_loop(
+                    workers,
+                    iterations=loop.iterations,
+                    seconds=loop.seconds,
+                    max_seconds=loop.max_seconds,
+                )
+            servers = [self._worker(i) for i in range(spec.workers)]
+            self._check_workers(servers)
+            return closed_loop(
+                [Worker({}) for _ in range(clients)],
+                iterations=loop.iterations,
+                seconds=loop.seconds,
+                max_seconds=loop.max_seconds,
+                batching=batch,
+                server_workers=servers,
+            )
+        servers = [self._worker(i) for i in range(spec.workers)]
+        self._check_workers(servers)
+        count = max(loop.iterations, round(spec.level * loop.seconds), 1)
+        offsets = schedule(spec.level, count, spec.arrivals, spec.seed + seed_offset)
+        return open_loop(
+            offsets,
+            servers,
+            batch or Batching(),
+            max_seconds=self._open_cap(count / spec.level),
+        )
+
+    def level(self, spec: LoadSpec) -> LevelRun:
+        """Warm up and measure one level (no SLO); raises ``LoadError`` on failures."""
+        sc = self.scenario
+        if self.cold_start_ns is None:
+            first = self._worker(0)
+            t0 = time.perf_counter_ns()
+            self._check_workers([first])
+            self.cold_start_ns = time.perf_counter_ns() - t0
+        warm = sc.warmup
+        t0 = time.perf_counter_ns()
+        warm_spec = dataclasses.replace(spec, seed=spec.seed + 7919)
+        warm_loop = LoopSpec(
+            iterations=max(1, warm.iterations),
+            seconds=warm.seconds,
+            max_seconds=max(warm.max_seconds, warm.seconds),
+        )
+        if spec.mode == "open":  # open loop: the schedule's length is the warm-up
+            warm_loop = dataclasses.replace(warm_loop, iterations=1)
+        warm_log = self._pattern(warm_spec, warm_loop, 1)
+        warmup_ns = time.perf_counter_ns() - t0
+        self._check_hung(warm_log, spec, "warm-up")
+        log = self._pattern(spec, sc.measure, 0)
+        self._check_hung(log, spec, "measurement")
+        figures = level_figures(log, spec, self.run.batch)
+        return LevelRun(
+            figures, log, self.cold_start_ns, int(warm_log.scheduled_ns.size), warmup_ns
+        )
+
+    def _check_hung(self, log: LoadLog, spec: LoadSpec, phase: str) -> None:
+        if log.hung:
+            who = "clients" if spec.mode == "closed" and spec.batching is None else "workers"
+            raise LoadError(
+                f"{log.hung} {who} of {self.scenario.item_name} were still inside a model "
+                f"call 5 s after the {phase} cap (at {spec.level_id}): the model hangs when "
+                "called concurrently",
+                expected="every model call to return",
+                fix="check the model for locks or thread-unsafe state; try "
+                "`sessions: per_worker`, or lower the concurrency",
+                location=self.scenario.location,
+            )
+
+    def service_probe(self) -> dict[str, float | None]:
+        """Median model-call time at batch 1 and at ``max_batch`` on worker 0 (ms), and
+        the capacities they imply: the throughput gained by batching."""
+        batching = self.spec.batching
+        assert batching is not None
+        worker = self._worker(0)
+        times = {}
+        for k in (1, batching.max_batch):
+            call, sync = worker.calls[k], worker.synchronize
+            samples = []
+            for _ in range(_PROBE_CALLS):
+                t0 = time.perf_counter_ns()
+                call()
+                if sync is not None:
+                    sync()
+                samples.append(time.perf_counter_ns() - t0)
+            times[k] = float(np.median(samples)) / 1e6
+        per_request = self.run.batch * self.spec.workers
+        unbatched = per_request * 1000.0 / times[1] if times[1] > 0 else None
+        batched = (
+            per_request * batching.max_batch * 1000.0 / times[batching.max_batch]
+            if times[batching.max_batch] > 0
+            else None
+        )
+        return {
+            "service_ms_batch1": times[1],
+            "service_ms_max_batch": times[batching.max_batch],
+            "capacity_unbatched": unbatched,
+            "capacity_batched": batched,
+            "gain": batched / unbatched if batched and unbatched else None,
+        }
+
+    # -- SLO search ---------------------------------------------------------------
+    def search(self) -> tuple[LevelRun, dict[str, Any]]:
+        """Step the level up to the SLO's limit; the best level meeting it and the steps."""
+        slo = self.spec.slo
+        assert slo is not None
+        closed = self.spec.mode == "closed"
+        steps: list[dict[str, Any]] = []
+        runs: dict[float, LevelRun] = {}
+
+        def step(level: float) -> bool:
+            spec = dataclasses.replace(self.spec, slo=None, level=level)
+            run = self.level(spec)
+            runs[level] = run
+            figures = run.figures
+            p_ms = figures.percentile_ms(slo.percentile)
+            load = figures.load
+            saturated = load["unserved"] > 0 or (
+                not closed and (load["rate_achieved"] or 0.0) < _SATURATED * level
+            )
+            ok = (
+                p_ms is not None
+                and p_ms <= slo.target_ms
+                and figures.invalid is None
+                and not saturated
+                and load["failed"] == 0
+            )
+            steps.append(
+                {
+                    "level": level,
+                    "p_ms": p_ms,
+                    "throughput": figures.throughput,
+                    "ok": ok,
+                    "invalid": figures.invalid or ("saturated" if saturated else None),
+                }
+            )
+            return ok
+
+        good: float | None = None
+        bad: float | None = None
+        level = slo.start
+        for _ in range(_MAX_STEPS):
+            if step(level):
+                good = level
+                if slo.max_level is not None and level >= slo.max_level:
+                    break
+                nxt = level * slo.factor
+                if slo.max_level is not None:
+                    nxt = min(nxt, slo.max_level)
+                level = float(max(int(nxt), int(level) + 1)) if closed else nxt
+            else:
+                bad = level
+                break
+        for _ in range(slo.refine):
+            if good is None or bad is None:
+                break
+            mid = (good + bad) / 2
+            if closed:
+                mid = float(int(mid))
+                if mid <= good:
+                    break
+            if step(mid):
+                good = mid
+            else:
+                bad = mid
+        summary = {
+            "percentile": slo.percentile,
+            "target_ms": slo.target_ms,
+            "over": "concurrency" if closed else "rate",
+            "best_level": None,
+            "best_throughput": None,
+            "best_p_ms": None,
+            "steps": steps,
+        }
+        passing = [s for s in steps if s["ok"]]
+        if not passing:
+            first = steps[0]
+            return runs[first["level"]], summary
+        best = max(passing, key=lambda s: s["throughput"])
+        summary.update(
+            best_level=best["level"], best_throughput=best["throughput"], best_p_ms=best["p_ms"]
+        )
+        return runs[best["level"]], summary
+
+
+def stable_under_load(log: LoadLog, tolerance: float) -> tuple[bool, float]:
+    """Stability of the model calls themselves (uncorrected, in send order)."""
+    ok = (log.end_ns >= 0) & ~log.failed
+    service = (log.end_ns - log.start_ns)[ok]
+    order = np.argsort(log.scheduled_ns[ok])
+    service = service[order]
+    if service.size < 6:
+        return True, 1.0
+    ratio = float(stability_ratio(service))
+    return abs(ratio - 1.0) <= tolerance, ratio
+
+
+def measure_load(run: ScenarioRun, runner: LoadRunner) -> ScenarioResult:
+    """One round of a load cell: its level (or SLO search) as a ``ScenarioResult``.
+
+    Raises ``LoadError`` (requests failed, nothing answered, SLO never met) or
+    ``RunInvalid`` (the generator fell behind); both carry the figures in
+    ``.result`` so the results file keeps them.
+    """
+    from perfguard.runner import base_result
+
+    sc = run.scenario
+    spec = runner.spec
+    probe = CanaryProbe()
+    probe.sample()
+    if spec.slo is not None:
+        level_run, slo = runner.search()
+    else:
+        level_run, slo = runner.level(spec), None
+    probe.sample()
+    canary = probe.result()
+    figures = level_run.figures
+    load = dict(figures.load)
+    if slo is not None:
+        load.update(level=spec.level_id, slo=slo)
+    if spec.batching is not None and load["batching"] is not None:
+        load["batching"] = {**load["batching"], **runner.service_probe()}
+    samples = figures.samples_ns
+    if samples.size == 0:
+        raise LoadError(
+            f"no request of {sc.item_name} was answered at {spec.level_id} "
+            f"({load['failed']} failed: {_errors_text(load['errors'])})",
+            expected="answered requests to time",
+            fix="run the cell without `load:` to see the model's own behaviour",
+            location=sc.location,
+        )
+    stable, ratio = stable_under_load(level_run.log, sc.stability_tolerance)
+    result = dataclasses.replace(
+        base_result(sc, run.ctx, run.batch),
+        latency_ns=summarize(samples),
+        throughput=figures.throughput,
+        cold_start_ns=level_run.cold_start_ns,
+        warmup_iterations=level_run.warmup_requests,
+        warmup_ns=level_run.warmup_ns,
+        stable=stable,
+        stability_ratio=ratio,
+        runtime={
+            **run.session.runtime_info,
+            "foreign_cpu": canary.foreign_cpu,
+            "steal": canary.steal,
+            "sessions": len(runner._sessions),
+        },
+        canary_ns=canary.median_ns,
+        peak_memory_mib=run.peak_memory_mib(),
+        load=load,
+        samples_ns=tuple(int(s) for s in samples),
+    )
+    _raise_for(result, load, spec, sc)
+    return result
+
+
+def _errors_text(errors: Mapping[str, int]) -> str:
+    return "; ".join(f"{count} x {text}" for text, count in errors.items()) or "no error"
+
+
+def _raise_for(result: ScenarioResult, load: dict[str, Any], spec: LoadSpec, sc: Scenario) -> None:
+    where = (
+        f"{spec.level:g} concurrent clients" if spec.mode == "closed" else f"{spec.level:g}/s"
+    )
+    problem: PerfguardError | None = None
+    if load["failed"]:
+        problem = LoadError(
+            f"{load['failed']} of {load['requests']} requests failed under load ({where}): "
+            f"{_errors_text(load['errors'])}",
+            expected="every request answered without an error",
+            fix="the model may not be safe to call from several threads: use "
+            "`sessions: per_worker`, or fix the shared state in the model",
+            location=sc.location,
+        )
+    elif load.get("slo") is not None and load["slo"]["best_level"] is None:
+        slo = load["slo"]
+        first = slo["steps"][0]
+        seen = f"{first['p_ms']:.2f} ms" if first["p_ms"] is not None else "no answer"
+        why = f"; {first['invalid']}" if first["invalid"] else ""
+        problem = LoadError(
+            f"no level met P{slo['percentile']:g} <= {slo['target_ms']:g} ms: already at the "
+            f"start level {first['level']:g} ({slo['over']}) it was {seen}{why}",
+            expected=f"P{slo['percentile']:g} within the target at the start level",
+            fix="lower `slo.start` (the first listed level), or raise the target",
+            location=sc.location,
+        )
+    elif load["invalid"]:
+        problem = RunInvalid(
+            f"{sc.item_name}: {load['invalid']}",
+            expected="a load generator that keeps to its schedule",
+            fix="re-run on an idle machine, or lower the rate",
+            location=sc.location,
+        )
+    if problem is not None:
+        status = "skipped" if isinstance(problem, RunInvalid) else "failed"
+        problem.result = dataclasses.replace(result, status=status, message=str(problem))
+        raise problem

@@ -1,0 +1,81 @@
+"""Figures of a load level from a hand-made log whose answers are worked out by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from perfguard.loadgen import LoadLog
+from perfguard.loadstats import level_figures
+from perfguard.scenario import LoadSpec
+
+MS = 1_000_000
+
+
+def log_of(**columns: list[int]) -> LoadLog:
+    n = len(columns["scheduled"])
+    return LoadLog(
+        scheduled_ns=np.array(columns["scheduled"], dtype=np.int64) * MS,
+        sent_ns=np.array([v * MS if v >= 0 else -1 for v in columns["sent"]], dtype=np.int64),
+        start_ns=np.array([v * MS if v >= 0 else -1 for v in columns["start"]], dtype=np.int64),
+        end_ns=np.array([v * MS if v >= 0 else -1 for v in columns["end"]], dtype=np.int64),
+        batch=np.array(columns.get("batch", [1] * n), dtype=np.int32),
+        failed=np.array(columns.get("failed", [0] * n), dtype=bool),
+        calls=np.zeros((0, 3), dtype=np.int64),
+        errors={"RuntimeError: boom": 1} if any(columns.get("failed", [])) else {},
+        window_ns=(0, columns["window_end"][0] * MS),
+    )
+
+
+# Request 0 on time; 1 waits 2 ms in the queue; 2 is sent 5 ms late and fails;
+# 3 is never sent (the run ended at 40 ms).
+LOG = log_of(
+    scheduled=[0, 10, 20, 30],
+    sent=[0, 10, 25, -1],
+    start=[1, 12, 26, -1],
+    end=[3, 14, 28, -1],
+    failed=[0, 0, 1, 0],
+    window_end=[40],
+)
+OPEN = LoadSpec(mode="open", level=100.0, arrivals="constant", late_ms=1.0, late_max=0.05)
+
+
+def test_corrected_latency_runs_from_the_scheduled_time_and_keeps_the_unanswered() -> None:
+    figures = level_figures(LOG, OPEN, request_batch=1)
+    # Answered and not failed: 3 ms and 4 ms; unanswered request 3: 40 - 30 = 10 ms.
+    assert (figures.samples_ns / MS).tolist() == [3, 4, 10]
+    uncorrected = figures.load["uncorrected_ns"]
+    assert uncorrected["n"] == 2 and uncorrected["max"] == 2 * MS  # model calls: 2 ms each
+
+
+def test_queue_share_late_requests_rates_and_invalid() -> None:
+    load = level_figures(LOG, OPEN, request_batch=1).load
+    # Waited before the call: 1 + 2 ms out of 3 + 4 ms of corrected latency.
+    assert load["queue_share"] == pytest.approx(3 / 7)
+    # Late: request 2 (5 ms > 1 ms) and request 3 (never sent) -> 2 of 4.
+    assert load["late"]["count"] == 2 and load["late"]["share"] == 0.5
+    assert load["late"]["lag_max_ms"] == 5.0
+    assert load["invalid"] is not None and "50.0%" in load["invalid"]
+    assert "asked 100/s" in load["invalid"]
+    # 2 good answers x batch 1 in 40 ms; 3 answered (one failed) in 40 ms; 3 sent by 25 ms.
+    assert load["throughput"] == pytest.approx(50.0)
+    assert load["rate_achieved"] == pytest.approx(75.0)
+    assert load["rate_sent"] == pytest.approx(120.0)
+    assert (load["completed"], load["failed"], load["unserved"]) == (3, 1, 1)
+    assert load["errors"] == {"RuntimeError: boom": 1}
+
+
+def test_a_lenient_limit_keeps_the_level_valid_and_batch_scales_throughput() -> None:
+    lenient = LoadSpec(mode="open", level=100.0, late_ms=10.0, late_max=0.3)
+    figures = level_figures(LOG, lenient, request_batch=4)
+    # Only the never-sent request is late now: 1 of 4 = 25% <= 30%.
+    assert figures.invalid is None
+    assert figures.throughput == pytest.approx(4 * 50.0)
+
+
+def test_closed_loop_has_no_rates_and_is_never_invalid_for_lag() -> None:
+    closed = LoadSpec(mode="closed", level=2.0)
+    load = level_figures(LOG, closed, 1).load
+    assert load["concurrency"] == 2 and load["rate_asked"] is None
+    assert load["rate_sent"] is None and load["invalid"] is None
+    assert load["level"] == "c2"
