@@ -211,7 +211,9 @@ class PerfguardSession:
             self.record(self._unmeasured(item, "skipped", str(exc)))
             raise
         except PerfguardError as exc:
-            self.record(self._unmeasured(item, "failed", str(exc)))
+            # A load cell keeps its figures (failed requests, an invalid run).
+            kept = exc.result if isinstance(exc.result, ScenarioResult) else None
+            self.record(kept or self._unmeasured(item, "failed", str(exc)))
             raise
         except Exception as exc:
             self.record(self._unmeasured(item, "error", f"{type(exc).__name__}: {exc}"))
@@ -421,12 +423,17 @@ class PerfguardSession:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.is_worker or not self.results:
             return
-        from perfguard.summary import accuracy_lines, summary_lines, verdict_notes
+        from perfguard.summary import accuracy_lines, load_lines, summary_lines, verdict_notes
 
         terminalreporter.section("perfguard")
         choice = self.gatekeeper.choice
         terminalreporter.write_line(f"baseline: {choice.how}")
         for line in summary_lines(list(self.results.values()), self.verdicts):
+            terminalreporter.write_line(line)
+        loaded = load_lines(list(self.results.values()))
+        if loaded:
+            terminalreporter.write_line("under load (latency from the scheduled send time):")
+        for line in loaded:
             terminalreporter.write_line(line)
         for line in accuracy_lines(list(self.results.values())):
             terminalreporter.write_line(f"accuracy: {line}")

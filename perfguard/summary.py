@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from perfguard.results import ScenarioResult
 from perfguard.verdict import REGRESSION, UNCHANGED, ScenarioVerdict
@@ -125,3 +126,189 @@ def accuracy_lines(results: Sequence[ScenarioResult]) -> list[str]:
         verdict = "ok" if accuracy.get("passed", True) else "FAILED"
         lines.append(f"{result.id}: {'; '.join(parts)} [{verdict}]")
     return lines
+
+
+# --------------------------------------------------------------------------- load
+
+#: Columns of the load table (``load_lines`` and the report's Load sections).
+LOAD_HEADERS = (
+    "scenario",
+    "level",
+    "P50 ms",
+    "P90 ms",
+    "P95 ms",
+    "P99 ms",
+    "unc P95",
+    "thrpt/s",
+    "queue %",
+    "asked/s",
+    "achvd/s",
+    "late",
+    "failed",
+    "notes",
+)
+_LOAD_NUMERIC = frozenset(range(2, 13))
+#: An invalid level's reason is cut to this many characters in the notes column.
+INVALID_NOTE_LIMIT = 60
+
+
+def _num(value: Any, spec: str = ".1f") -> str:
+    return "-" if value is None else format(float(value), spec)
+
+
+def _opt_ms(summary: Mapping[str, Any] | None, key: str) -> float | None:
+    if not summary or summary.get(key) is None:
+        return None
+    return float(summary[key]) / 1e6
+
+
+def load_group(result: ScenarioResult) -> str:
+    """The id of a load cell with its level part removed: the cells of one load curve.
+
+    ``s.yaml::m[onnxruntime-c4]`` -> ``s.yaml::m[onnxruntime]``; ``s.yaml::m[r200]`` ->
+    ``s.yaml::m``. A result without load (or an unusual id) keeps its id.
+    """
+    level = str((result.load or {}).get("level") or "")
+    sid = result.id
+    if not level or not sid.endswith("]") or "[" not in sid:
+        return sid
+    head, cell = sid[:-1].split("[", 1)
+    if cell == level:
+        rest = ""
+    elif cell.endswith("-" + level):
+        rest = cell[: -len(level) - 1]
+    elif cell.startswith(level + "-"):
+        rest = cell[len(level) + 1 :]
+    elif f"-{level}-" in cell:
+        before, _sep, after = cell.rpartition(f"-{level}-")
+        rest = f"{before}-{after}"
+    else:
+        return sid
+    return f"{head}[{rest}]" if rest else head
+
+
+def load_level_key(load: Mapping[str, Any]) -> tuple[int, float, str]:
+    """Sort key of a level in its group: closed by concurrency, then open by rate, SLO last."""
+    if load.get("slo"):
+        return (2, 0.0, str(load.get("level")))
+    if load.get("mode") == "closed":
+        return (0, float(load.get("concurrency") or 0), str(load.get("level")))
+    return (1, float(load.get("rate_asked") or 0.0), str(load.get("level")))
+
+
+def ordered_load_results(results: Sequence[ScenarioResult]) -> list[ScenarioResult]:
+    """The results with load, grouped (in order of first appearance), levels in order."""
+    groups: dict[str, list[ScenarioResult]] = {}
+    for result in results:
+        if result.load:
+            groups.setdefault(load_group(result), []).append(result)
+    return [
+        r
+        for members in groups.values()
+        for r in sorted(members, key=lambda r: load_level_key(r.load or {}))
+    ]
+
+
+def short_invalid(reason: str, limit: int = INVALID_NOTE_LIMIT) -> str:
+    """The head of an invalid level's reason (up to the first ``;``), at most ``limit`` chars."""
+    head = " ".join(reason.split(";", 1)[0].split())
+    if len(head) > limit and ": " in head:
+        head = head.split(": ", 1)[0]
+    return head if len(head) <= limit else head[: limit - 3] + "..."
+
+
+def batching_note(batching: Mapping[str, Any]) -> str:
+    """``batch 3.8 avg, x3.64 capacity, wait P95 1.9 ms`` (parts absent when unknown)."""
+    parts = []
+    if batching.get("mean_batch") is not None:
+        parts.append(f"batch {float(batching['mean_batch']):.1f} avg")
+    if batching.get("gain") is not None:
+        parts.append(f"x{float(batching['gain']):.2f} capacity")
+    wait = _opt_ms(batching.get("wait_ns"), "p95")
+    if wait is not None:
+        parts.append(f"wait P95 {wait:.3g} ms")
+    return ", ".join(parts) or "batched"
+
+
+def slo_level(slo: Mapping[str, Any], level: Any) -> str:
+    """A search level as read: ``340/s`` over a rate, ``c8`` over a concurrency."""
+    if level is None:
+        return "-"
+    return f"c{float(level):g}" if slo.get("over") == "concurrency" else f"{float(level):g}/s"
+
+
+def slo_note(slo: Mapping[str, Any]) -> str:
+    """``SLO P95<=50 ms: best 340/s -> 338.1/s`` (or ``no level met it``)."""
+    head = f"SLO P{float(slo.get('percentile') or 0):g}<={float(slo.get('target_ms') or 0):g} ms"
+    if slo.get("best_level") is None:
+        return f"{head}: no level met it"
+    best = slo_level(slo, slo["best_level"])
+    return f"{head}: best {best} -> {_num(slo.get('best_throughput'))}/s"
+
+
+def load_notes(load: Mapping[str, Any]) -> list[str]:
+    """The short notes of one level: invalid reason, batching, SLO, unserved requests."""
+    notes = []
+    if load.get("invalid"):
+        notes.append(f"INVALID: {short_invalid(str(load['invalid']))}")
+    if load.get("batching"):
+        notes.append(batching_note(load["batching"]))
+    if load.get("slo"):
+        notes.append(slo_note(load["slo"]))
+    if load.get("unserved"):
+        notes.append(f"{load['unserved']} unserved")
+    return notes
+
+
+def load_figures(result: ScenarioResult) -> tuple[str, ...]:
+    """The level's figures, in ``LOAD_HEADERS`` order from ``level`` to ``failed``."""
+    load = result.load or {}
+    lat = result.latency_ns
+    values = () if lat is None else (lat.p50, lat.p90, lat.p95, lat.p99)
+    pcts = tuple(_ms(v) for v in values) or ("-",) * 4
+    is_open = load.get("mode") == "open"
+    unc = _opt_ms(load.get("uncorrected_ns"), "p95") if is_open else None
+    thrpt = result.throughput if result.throughput is not None else load.get("throughput")
+    share = load.get("queue_share")
+    late = load.get("late") or {}
+    count = int(late.get("count") or 0)
+    late_text = f"{count} ({float(late.get('share') or 0) * 100:.1f}%)" if count else "0"
+    return (
+        str(load.get("level", "-")),
+        *pcts,
+        _num(unc, ".3f"),
+        _num(thrpt),
+        "-" if share is None else f"{float(share) * 100:.1f}",
+        _num(load.get("rate_asked")) if is_open else "-",
+        _num(load.get("rate_achieved")) if is_open else "-",
+        late_text,
+        str(int(load.get("failed") or 0)),
+    )
+
+
+def load_row(result: ScenarioResult) -> tuple[str, ...]:
+    """One row of the load table, in ``LOAD_HEADERS`` order."""
+    notes = load_notes(result.load or {})
+    if result.status != "passed":
+        notes.insert(0, result.status)
+    return (result.id, *load_figures(result), "; ".join(notes))
+
+
+def load_lines(results: Sequence[ScenarioResult]) -> list[str]:
+    """The load table: one aligned row per result with ``load`` (``[]`` when none has).
+
+    Latency columns are the corrected percentiles (from the scheduled send time);
+    ``unc P95`` is what a naive harness would report (open loop only).
+    """
+    ordered = ordered_load_results(results)
+    if not ordered:
+        return []
+    rows = [LOAD_HEADERS, *(load_row(r) for r in ordered)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(LOAD_HEADERS))]
+    return [
+        "  ".join(
+            cell.rjust(widths[i]) if i in _LOAD_NUMERIC else cell.ljust(widths[i])
+            for i, cell in enumerate(row)
+        ).rstrip()
+        for row in rows
+    ]

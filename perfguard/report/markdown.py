@@ -9,9 +9,12 @@ scenarios by truncating each list.
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 
 from perfguard.report.model import ReportInput
 from perfguard.report.render import verdict_counts
+from perfguard.results import ScenarioResult
+from perfguard.summary import load_figures, load_notes, ordered_load_results
 from perfguard.verdict import IMPROVEMENT, REGRESSION, ScenarioVerdict
 
 MARKER = "<!-- perfguard-summary -->"
@@ -50,6 +53,30 @@ def _table(title: str, rows: list[tuple[str, str, str]]) -> list[str]:
     return [*lines, ""]
 
 
+def _load_table(results: Sequence[ScenarioResult]) -> list[str]:
+    """Load levels a reviewer must read: invalid ones and SLO searches (P95, thrpt, note)."""
+    wanted = [
+        r
+        for r in ordered_load_results(results)
+        if r.load and (r.load.get("invalid") or r.load.get("slo"))
+    ]
+    if not wanted:
+        return []
+    lines = [
+        f"**Load ({len(wanted)})**",
+        "",
+        "| load cell | P95 ms | thrpt/s | note |",
+        "| --- | --- | --- | --- |",
+    ]
+    for r in wanted[:MAX_ROWS]:
+        figures = load_figures(r)
+        note = str((r.load or {}).get("invalid") or "; ".join(load_notes(r.load or {})))
+        lines.append(f"| {cell(r.id, 200)} | {figures[3]} | {figures[6]} | {cell(note)} |")
+    if len(wanted) > MAX_ROWS:
+        lines.append(f"| ... and {len(wanted) - MAX_ROWS} more | | | |")
+    return [*lines, ""]
+
+
 def render_markdown(inp: ReportInput, *, link: str | None = None) -> str:
     """A PR-comment summary: header, regressions, improvements, accuracy failures, counts."""
     counts = verdict_counts(inp.verdicts)
@@ -77,6 +104,7 @@ def render_markdown(inp: ReportInput, *, link: str | None = None) -> str:
         if s.accuracy and s.accuracy.get("passed") is False
     ]
     lines += _table("Accuracy failures", acc)
+    lines += _load_table(inp.run.scenarios)
     rest = [f"{counts[k]} {k}" for k in ("new", "missing", "incomparable", "invalid") if counts[k]]
     if rest:
         lines.append("Also: " + ", ".join(rest) + ".")

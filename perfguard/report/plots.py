@@ -22,9 +22,11 @@ import itertools
 import re
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from typing import NamedTuple
 
 import matplotlib
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_svg import FigureCanvasSVG
 from matplotlib.figure import Figure
 
@@ -161,6 +163,115 @@ def scatter_svg(points: Sequence[tuple[float, float]], highlight: int) -> str:
         ax.set_xlabel("P50 latency (ms)")
         ax.set_ylabel("throughput (/s)")
         ax.grid(alpha=0.3)
+        return _finish(fig)
+
+
+class LoadPoint(NamedTuple):
+    """One load level on the latency-vs-throughput curve (latencies in ms)."""
+
+    label: str
+    throughput: float
+    p50_ms: float
+    p95_ms: float
+    unc_p95_ms: float | None = None
+    invalid: bool = False  # drawn apart: its figures do not describe the model
+
+
+class SloStep(NamedTuple):
+    """One step of an SLO search: achieved throughput, the percentile (ms), outcome."""
+
+    throughput: float
+    p_ms: float
+    outcome: str  # "ok" | "missed" | "invalid"
+
+
+_STEP_STYLE = {
+    "ok": ("o", "#2ca02c", "step met"),
+    "missed": ("X", "#7f0000", "step missed"),
+    "invalid": ("s", "#999999", "step invalid"),
+}
+LOAD_FIGSIZE = (5.6, 3.0)
+
+
+def level_label(label: str) -> str:
+    """A level id fit for an SVG: letters, digits, ``.+-`` only, at most 12 characters."""
+    return re.sub(r"[^0-9A-Za-z.+-]", "", label)[:12] or "?"
+
+
+def _load_lines(ax: Axes, segments: Sequence[Sequence[LoadPoint]], baseline: bool) -> None:
+    """One polyline per segment; invalid levels as hollow grey markers, not joined."""
+    color = BASELINE_COLOR if baseline else CURRENT_COLOR
+    alpha = 0.45 if baseline else 1.0
+    prefix = "baseline " if baseline else ""
+    labelled: set[str] = set()
+
+    def label(name: str) -> str | None:
+        fresh = name not in labelled
+        labelled.add(name)
+        return name if fresh else None
+
+    for points in segments:
+        valid = [p for p in points if not p.invalid]
+        xs = [p.throughput for p in valid]
+        if valid:
+            ax.plot(xs, [p.p50_ms for p in valid], color=color, alpha=alpha, lw=1.0, marker=".",
+                    linestyle=":", label=label(f"{prefix}P50"))  # fmt: skip
+            ax.plot(xs, [p.p95_ms for p in valid], color=color, alpha=alpha, lw=1.4, marker="o",
+                    markersize=3.5, label=label(f"{prefix}P95"))  # fmt: skip
+        unc = [(p.throughput, p.unc_p95_ms) for p in valid if p.unc_p95_ms is not None]
+        if unc and not baseline:
+            ax.plot([x for x, _ in unc], [y for _, y in unc], color=color, alpha=0.8, lw=1.0,
+                    linestyle="--", label=label("P95 uncorrected"))  # fmt: skip
+        bad = [p for p in points if p.invalid]
+        if bad and not baseline:
+            ax.scatter([p.throughput for p in bad], [p.p95_ms for p in bad], s=26,
+                       facecolors="none", edgecolors="#777777",
+                       label=label("invalid level"))  # fmt: skip
+        if not baseline:
+            for p in points:
+                ax.annotate(level_label(p.label), (p.throughput, p.p95_ms),
+                            textcoords="offset points", xytext=(3, 4), fontsize=6.5)  # fmt: skip
+
+
+def load_curve_svg(
+    current: Sequence[Sequence[LoadPoint]],
+    baseline: Sequence[Sequence[LoadPoint]] = (),
+    slo_targets_ms: Sequence[float] = (),
+    slo_steps: Sequence[SloStep] = (),
+) -> str:
+    """Latency (ms) vs throughput (/s) of a scenario's load levels.
+
+    ``current``/``baseline``: one polyline per load mode, levels in order (P50
+    dotted, P95 solid, uncorrected P95 dashed; baseline fainter, in blue; invalid
+    levels hollow grey markers off the lines). An SLO
+    search adds its target as a horizontal line and its steps as markers.
+    """
+    with _style():
+        fig = Figure(figsize=LOAD_FIGSIZE)
+        FigureCanvasSVG(fig)
+        fig.subplots_adjust(left=0.11, right=0.98, top=0.96, bottom=0.15)
+        ax = fig.add_subplot()
+        _load_lines(ax, baseline, baseline=True)
+        _load_lines(ax, current, baseline=False)
+        for target in slo_targets_ms:
+            ax.axhline(target, color="#555555", linestyle="-.", lw=0.9, label="SLO target")
+        for outcome, (marker, color, label) in _STEP_STYLE.items():
+            steps = [s for s in slo_steps if s.outcome == outcome]
+            if steps:
+                ax.scatter([s.throughput for s in steps], [s.p_ms for s in steps], marker=marker,
+                           color=color, s=22, zorder=3, label=label)  # fmt: skip
+        ys = [p.p95_ms for line in (*current, *baseline) for p in line] + [
+            p.p50_ms for line in current for p in line
+        ]
+        ys += [s.p_ms for s in slo_steps] + list(slo_targets_ms)
+        positive = [y for y in ys if y > 0]
+        if positive and max(positive) / min(positive) > 20:
+            ax.set_yscale("log")
+        ax.margins(x=0.08)
+        ax.set_xlabel("throughput (samples/s)")
+        ax.set_ylabel("latency (ms)")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize=6.0, ncol=2)
         return _finish(fig)
 
 

@@ -19,6 +19,7 @@ from markupsafe import Markup
 
 from perfguard.env import diff_comparable
 from perfguard.report import plots
+from perfguard.report.load import load_context, load_fact
 from perfguard.report.model import ReportInput
 from perfguard.results import ScenarioResult
 from perfguard.verdict import REGRESSION, SEVERITY, ScenarioVerdict, pct
@@ -243,6 +244,8 @@ def _facts(result: ScenarioResult | None) -> list[tuple[str, str]]:
         facts.append(("canary", f"{ms(result.canary_ns)} ms"))
     if result.tags:
         facts.append(("tags", ", ".join(result.tags)))
+    if (load := load_fact(result)) is not None:
+        facts.append(("load", load))
     return facts
 
 
@@ -350,7 +353,8 @@ def build_rows(inp: ReportInput) -> list[Row]:
     )
     siblings: dict[tuple[str, str], list[ScenarioResult]] = {}
     for s in inp.run.scenarios:
-        siblings.setdefault((s.suite, s.name), []).append(s)
+        if not s.load:  # load levels get their own curve (perfguard.report.load)
+            siblings.setdefault((s.suite, s.name), []).append(s)
     rows = []
     budget = FULL_PLOT_BUDGET
     for index, sid in enumerate(order):
@@ -394,5 +398,6 @@ def render_html(inp: ReportInput) -> str:
         },
         "environment": inp.run.environment,
         "baseline_environment": base_env,
+        **load_context(inp, {r.sid: r.anchor for r in rows}),
     }
     return environment().get_template("report.html.j2").render(**context)

@@ -1,0 +1,287 @@
+"""The report's Load sections: one per scenario group measured under concurrent load.
+
+A group is the load cells sharing suite, scenario and every cell-id part but the
+level (``perfguard.summary.load_group``). Each section has the level table (the
+terminal's figures), a latency-vs-throughput curve, the batching trade-off of
+batched levels, the SLO search and, prominently, why a level is invalid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from markupsafe import Markup
+
+from perfguard.report import plots
+from perfguard.report.model import ReportInput
+from perfguard.results import ScenarioResult
+from perfguard.summary import (
+    LOAD_HEADERS,
+    batching_note,
+    load_figures,
+    load_group,
+    load_level_key,
+    load_notes,
+    slo_level,
+    slo_note,
+)
+
+#: Groups drawn with a full curve (the rest get the tables only).
+LOAD_PLOT_BUDGET = 24
+#: Width in px of the longest bar of a batch-size histogram.
+BAR_PX = 120
+
+
+def _f(value: Any, spec: str = ".1f") -> str:
+    return "-" if value is None else format(float(value), spec)
+
+
+def _ms(summary: Any, key: str) -> float | None:
+    if not isinstance(summary, Mapping) or summary.get(key) is None:
+        return None
+    return float(summary[key]) / 1e6
+
+
+@dataclass
+class BatchingView:
+    """What a batched level gained in throughput and paid in latency."""
+
+    level: str
+    headline: str
+    gained: str
+    paid: str
+    histogram: list[tuple[str, int, int]] = field(default_factory=list)  # size, count, px
+
+
+@dataclass
+class SloView:
+    level: str
+    headline: str
+    met: bool
+    steps: list[tuple[str, str, str, str]] = field(default_factory=list)  # level, P, thrpt, result
+
+
+@dataclass
+class LoadLevel:
+    sid: str
+    anchor: str
+    figures: tuple[str, ...]
+    notes: str
+    invalid: str | None
+    details: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class LoadGroup:
+    key: str
+    anchor: str
+    levels: list[LoadLevel]
+    curve: Markup | None = None
+    invalid: list[tuple[str, str]] = field(default_factory=list)  # level, reason
+    batching: list[BatchingView] = field(default_factory=list)
+    slo: list[SloView] = field(default_factory=list)
+    baseline_levels: int = 0
+
+
+def batching_view(level: str, batching: Mapping[str, Any]) -> BatchingView:
+    cap = f"{_f(batching.get('capacity_unbatched'))}/s -> {_f(batching.get('capacity_batched'))}/s"
+    gain = batching.get("gain")
+    service = (
+        f"; model call {_f(batching.get('service_ms_batch1'), '.3g')} ms at batch 1, "
+        f"{_f(batching.get('service_ms_max_batch'), '.3g')} ms at batch "
+        f"{batching.get('max_batch', '-')}"
+    )
+    wait = batching.get("wait_ns")
+    paid = (
+        f"queue wait P50 {_f(_ms(wait, 'p50'), '.3g')} ms, P95 {_f(_ms(wait, 'p95'), '.3g')} ms; "
+        f"mean batch {_f(batching.get('mean_batch'))} over {batching.get('batches', '-')} "
+        f"batches (max {batching.get('max_batch', '-')}, "
+        f"wait up to {_f(batching.get('max_wait_ms'), 'g')} ms)"
+    )
+    sizes = batching.get("sizes") or {}
+    counts = sorted(
+        ((str(k), int(v)) for k, v in sizes.items()),
+        key=lambda kv: (not kv[0].isdigit(), int(kv[0]) if kv[0].isdigit() else 0, kv[0]),
+    )
+    top = max((c for _, c in counts), default=0) or 1
+    return BatchingView(
+        level=level,
+        headline=batching_note(batching),
+        gained=f"x{_f(gain, '.2f')} capacity ({cap}{service})",
+        paid=paid,
+        histogram=[(k, c, max(1, round(c / top * BAR_PX))) for k, c in counts],
+    )
+
+
+def slo_view(level: str, slo: Mapping[str, Any]) -> SloView:
+    steps = []
+    for step in slo.get("steps") or ():
+        invalid = step.get("invalid")
+        outcome = f"invalid: {invalid}" if invalid else ("met" if step.get("ok") else "missed")
+        steps.append(
+            (
+                slo_level(slo, step.get("level")),
+                _f(step.get("p_ms"), ".3f"),
+                _f(step.get("throughput")),
+                outcome,
+            )
+        )
+    return SloView(level, slo_note(slo), slo.get("best_level") is not None, steps)
+
+
+def _details(load: Mapping[str, Any]) -> list[tuple[str, str]]:
+    out = []
+    if load.get("mode") == "open":
+        out.append(
+            (
+                "rates",
+                f"asked {_f(load.get('rate_asked'))}/s, sent {_f(load.get('rate_sent'))}/s, "
+                f"completed {_f(load.get('rate_achieved'))}/s ({load.get('arrivals') or '-'})",
+            )
+        )
+    else:
+        out.append(("clients", str(load.get("concurrency", "-"))))
+    out.append(
+        (
+            "requests",
+            f"{load.get('requests', '-')} sent, {load.get('completed', '-')} completed, "
+            f"{load.get('failed', '-')} failed, {load.get('unserved', '-')} unserved "
+            f"in {_f(load.get('duration_s'), '.2f')} s; {load.get('workers', '-')} worker(s), "
+            f"sessions {load.get('sessions', '-')}",
+        )
+    )
+    late = load.get("late") or {}
+    if late:
+        out.append(
+            (
+                "late dispatch",
+                f"{late.get('count', 0)} ({float(late.get('share') or 0) * 100:.1f}%) more "
+                f"than {_f(late.get('limit_ms'), 'g')} ms late (limit "
+                f"{float(late.get('max_share') or 0) * 100:.1f}%); lag P99 "
+                f"{_f(late.get('lag_p99_ms'), '.3g')} ms, "
+                f"max {_f(late.get('lag_max_ms'), '.3g')} ms",
+            )
+        )
+    for error, count in sorted((load.get("errors") or {}).items()):
+        out.append(("error", f"{error} (x{count})"))
+    return out
+
+
+def _point(result: ScenarioResult) -> plots.LoadPoint | None:
+    load, lat = result.load or {}, result.latency_ns
+    thrpt = result.throughput if result.throughput is not None else load.get("throughput")
+    if lat is None or thrpt is None or load.get("slo"):
+        return None
+    unc = _ms(load.get("uncorrected_ns"), "p95") if load.get("mode") == "open" else None
+    return plots.LoadPoint(
+        str(load.get("level")),
+        float(thrpt),
+        lat.p50 / 1e6,
+        lat.p95 / 1e6,
+        unc,
+        bool(load.get("invalid")),
+    )
+
+
+def _segments(results: Sequence[ScenarioResult]) -> list[list[plots.LoadPoint]]:
+    by_mode: dict[str, list[plots.LoadPoint]] = {}
+    for r in sorted(results, key=lambda r: load_level_key(r.load or {})):
+        point = _point(r)
+        if point is not None:
+            by_mode.setdefault(str((r.load or {}).get("mode")), []).append(point)
+    return list(by_mode.values())
+
+
+def _steps(slo: Mapping[str, Any]) -> list[plots.SloStep]:
+    out = []
+    for step in slo.get("steps") or ():
+        if step.get("throughput") is None or step.get("p_ms") is None:
+            continue
+        outcome = "invalid" if step.get("invalid") else ("ok" if step.get("ok") else "missed")
+        out.append(plots.SloStep(float(step["throughput"]), float(step["p_ms"]), outcome))
+    return out
+
+
+def _group(
+    index: int,
+    key: str,
+    members: list[ScenarioResult],
+    base: list[ScenarioResult],
+    anchors: Mapping[str, str],
+    draw: bool,
+) -> LoadGroup:
+    group = LoadGroup(key=key, anchor=f"load{index}", levels=[], baseline_levels=len(base))
+    targets: list[float] = []
+    steps: list[plots.SloStep] = []
+    for r in members:
+        load = r.load or {}
+        level = str(load.get("level", "-"))
+        invalid = str(load["invalid"]) if load.get("invalid") else None
+        notes = load_notes(load)
+        if r.status != "passed":
+            notes.insert(0, r.status)
+        figures, details = load_figures(r), _details(load)
+        group.levels.append(
+            LoadLevel(r.id, anchors.get(r.id, ""), figures, "; ".join(notes), invalid, details)
+        )
+        if invalid:
+            group.invalid.append((level, invalid))
+        if load.get("batching"):
+            group.batching.append(batching_view(level, load["batching"]))
+        slo = load.get("slo")
+        if slo:
+            group.slo.append(slo_view(level, slo))
+            if slo.get("target_ms") is not None:
+                targets.append(float(slo["target_ms"]))
+            steps += _steps(slo)
+    current = _segments(members)
+    if draw and (any(current) or steps):
+        group.curve = Markup(plots.load_curve_svg(current, _segments(base), targets, steps))
+    return group
+
+
+def build_load_groups(inp: ReportInput, anchors: Mapping[str, str]) -> list[LoadGroup]:
+    """One group per load curve of the run, in id order; ``anchors``: scenario id -> section."""
+    groups: dict[str, list[ScenarioResult]] = {}
+    for r in sorted(inp.run.scenarios, key=lambda s: s.id):
+        if r.load:
+            groups.setdefault(load_group(r), []).append(r)
+    base: dict[str, list[ScenarioResult]] = {}
+    for r in inp.baseline.values():
+        if r.load:
+            base.setdefault(load_group(r), []).append(r)
+    return [
+        _group(
+            i,
+            key,
+            sorted(members, key=lambda r: load_level_key(r.load or {})),
+            base.get(key, []),
+            anchors,
+            i < LOAD_PLOT_BUDGET,
+        )
+        for i, (key, members) in enumerate(groups.items())
+    ]
+
+
+def load_context(inp: ReportInput, anchors: Mapping[str, str]) -> dict[str, Any]:
+    """The template variables of the Load sections (``load_groups``, headers, invalid count)."""
+    groups = build_load_groups(inp, anchors)
+    return {
+        "load_groups": groups,
+        "load_headers": LOAD_HEADERS[1:-1],
+        "load_invalid": [(g.anchor, g.key, lvl, why) for g in groups for lvl, why in g.invalid],
+    }
+
+
+def load_fact(result: ScenarioResult) -> str | None:
+    """A one-line description of a load cell for its scenario section, or None."""
+    load = result.load
+    if not load:
+        return None
+    if load.get("mode") == "closed":
+        how = f"closed loop, {load.get('concurrency')} clients"
+    else:
+        how = f"open loop, {_f(load.get('rate_asked'))}/s {load.get('arrivals') or ''}".rstrip()
+    return f"{how} (level {load.get('level')}): latencies are corrected, see the Load section"

@@ -1,0 +1,311 @@
+"""Load cells in the terminal table, the HTML report and the PR summary."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from perfguard.report import render_html, render_markdown
+from perfguard.report.model import ReportInput
+from perfguard.results import ScenarioResult
+from perfguard.stats import summarize
+from perfguard.summary import LOAD_HEADERS, load_group, load_lines, short_invalid
+from tests.test_report import run_of, scenario
+
+SUITE = "suites/x.yaml"
+INVALID = (
+    "the generator fell behind: 12% of requests were dispatched more than 1 ms late "
+    "(limit 5%); asked 5000/s, sent 3100/s"
+)
+
+
+def _summary(scale_ms: float, seed: int, n: int = 300) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
+    return summarize(rng.lognormal(np.log(scale_ms * 1e6), 0.3, n).astype(np.int64)).to_dict()
+
+
+def load_dict(level: str, **over: Any) -> dict[str, Any]:
+    """A complete ``load`` object (every key present), closed loop unless overridden."""
+    data: dict[str, Any] = {
+        "mode": "closed",
+        "level": level,
+        "concurrency": None,
+        "rate_asked": None,
+        "rate_sent": None,
+        "rate_achieved": None,
+        "arrivals": None,
+        "workers": 1,
+        "sessions": "shared",
+        "requests": 1000,
+        "completed": 1000,
+        "failed": 0,
+        "unserved": 0,
+        "duration_s": 5.0,
+        "throughput": None,
+        "uncorrected_ns": None,
+        "queue_share": 0.0,
+        "late": {
+            "count": 0,
+            "share": 0.0,
+            "limit_ms": 1.0,
+            "max_share": 0.05,
+            "lag_p99_ms": 0.1,
+            "lag_max_ms": 0.4,
+        },
+        "errors": {},
+        "batching": None,
+        "slo": None,
+        "invalid": None,
+    }
+    data.update(over)
+    return data
+
+
+def load_cell(
+    level: str, scale_ms: float, thrpt: float, seed: int, *, axes: str = "onnxruntime", **load: Any
+) -> ScenarioResult:
+    base = scenario(f"{SUITE}::minilm[{axes}-{level}]", seed=seed, scale_ms=scale_ms)
+    return ScenarioResult(
+        id=base.id,
+        suite=SUITE,
+        name="minilm",
+        backend=base.backend,
+        device=base.device,
+        precision=base.precision,
+        latency_ns=base.latency_ns,
+        throughput=thrpt,
+        samples_ns=base.samples_ns,
+        load=load_dict(level, throughput=thrpt, **load),
+    )
+
+
+BATCHING: dict[str, Any] = {
+    "max_batch": 8,
+    "max_wait_ms": 2.0,
+    "batches": 260,
+    "mean_batch": 3.8,
+    "sizes": {"1": 40, "2": 60, "8": 20},
+    "wait_ns": _summary(0.9, 7),
+    "service_ms_batch1": 4.1,
+    "service_ms_max_batch": 9.0,
+    "capacity_unbatched": 243.9,
+    "capacity_batched": 888.9,
+    "gain": 3.64,
+}
+SLO: dict[str, Any] = {
+    "percentile": 95.0,
+    "target_ms": 50.0,
+    "over": "rate",
+    "best_level": 340.0,
+    "best_throughput": 338.1,
+    "best_p_ms": 47.2,
+    "steps": [
+        {"level": 20.0, "p_ms": 3.1, "throughput": 19.9, "ok": True, "invalid": None},
+        {"level": 320.0, "p_ms": 31.0, "throughput": 318.0, "ok": True, "invalid": None},
+        {"level": 640.0, "p_ms": 480.0, "throughput": 402.0, "ok": False, "invalid": None},
+        {"level": 340.0, "p_ms": 47.2, "throughput": 338.1, "ok": True, "invalid": None},
+    ],
+}
+
+
+def load_results(seed: int = 0) -> list[ScenarioResult]:
+    closed = [
+        load_cell(f"c{c}", 2.0 * c**0.5, 400.0 * c**0.8, seed + c, concurrency=c)
+        for c in (4, 1, 2)  # out of order: the table sorts the levels
+    ]
+    opened = [
+        load_cell(
+            f"r{rate}",
+            scale,
+            rate * 0.99,
+            seed + rate,
+            mode="open",
+            rate_asked=float(rate),
+            rate_sent=rate * 0.999,
+            rate_achieved=rate * 0.99,
+            arrivals="poisson",
+            uncorrected_ns=_summary(scale * 0.6, seed + rate + 1),
+            queue_share=0.12,
+            late={**load_dict("x")["late"], "count": 3, "share": 0.003},
+            failed=2,
+            errors={"RuntimeError: not thread safe": 2},
+        )
+        for rate, scale in ((100, 2.5), (200, 4.0))
+    ]
+    batched = load_cell(
+        "r400", 6.0, 396.0, seed + 3, mode="open", rate_asked=400.0, rate_achieved=396.0,
+        rate_sent=399.0, arrivals="constant", batching=BATCHING,
+    )  # fmt: skip
+    invalid = load_cell(
+        "r5000", 90.0, 3050.0, seed + 4, mode="open", rate_asked=5000.0, rate_achieved=3050.0,
+        rate_sent=3100.0, arrivals="poisson", invalid=INVALID,
+    )  # fmt: skip
+    slo = load_cell(
+        "slo", 20.0, 338.1, seed + 5, mode="open", rate_asked=340.0, rate_achieved=338.1,
+        rate_sent=339.5, arrivals="poisson", slo=SLO,
+    )  # fmt: skip
+    other = load_cell("c1", 1.0, 900.0, seed + 6, axes="torch", concurrency=1)
+    return [*closed, *opened, batched, invalid, slo, other]
+
+
+def _cells(line: str) -> list[str]:
+    return re.split(r"\s{2,}", line.strip())
+
+
+def ms(value_ns: float) -> str:
+    return f"{value_ns / 1e6:.3f}"
+
+
+# --------------------------------------------------------------------------- terminal
+
+
+def test_group_strips_the_level_only() -> None:
+    r = load_cell("c4", 1.0, 10.0, 0, concurrency=4)
+    assert load_group(r) == f"{SUITE}::minilm[onnxruntime]"
+    assert load_group(load_cell("r200", 1.0, 10.0, 0, axes="torch-fp16")) == (
+        f"{SUITE}::minilm[torch-fp16]"
+    )
+    alone = ScenarioResult(f"{SUITE}::m[slo]", SUITE, "m", "b", "c", "p", load=load_dict("slo"))
+    assert load_group(alone) == f"{SUITE}::m"
+    assert load_group(scenario("s::plain")) == "s::plain"
+
+
+def test_load_lines_rows_and_columns() -> None:
+    results = load_results()
+    lines = load_lines([scenario("s::plain"), *results])
+    assert _cells(lines[0]) == list(LOAD_HEADERS)
+    rows = {_cells(line)[0]: _cells(line) for line in lines[1:]}
+    assert len(rows) == len(results) and "s::plain" not in rows
+    # Levels in order within a group: closed by clients, open by rate, the SLO cell last.
+    ids = [_cells(line)[0] for line in lines[1:]]
+    levels = [i.rsplit("-", 1)[1].rstrip("]") for i in ids if "onnxruntime" in i]
+    assert levels == ["c1", "c2", "c4", "r100", "r200", "r400", "r5000", "slo"]
+    by_id = {r.id: r for r in results}
+    col = {name: i for i, name in enumerate(LOAD_HEADERS)}
+    for sid, cells in rows.items():
+        r = by_id[sid]
+        assert r.latency_ns is not None and r.load is not None and r.throughput is not None
+        assert cells[col["level"]] == r.load["level"]
+        for key in ("p50", "p90", "p95", "p99"):
+            assert cells[col[f"{key.upper()} ms"]] == ms(getattr(r.latency_ns, key))
+        assert cells[col["thrpt/s"]] == f"{r.throughput:.1f}"
+        assert cells[col["queue %"]] == f"{r.load['queue_share'] * 100:.1f}"
+        assert cells[col["failed"]] == str(r.load["failed"])
+        unc = r.load["uncorrected_ns"]
+        if r.load["mode"] == "open":
+            assert cells[col["asked/s"]] == f"{r.load['rate_asked']:.1f}"
+            assert cells[col["achvd/s"]] == f"{r.load['rate_achieved']:.1f}"
+            assert cells[col["unc P95"]] == (ms(unc["p95"]) if unc else "-")
+        else:
+            assert cells[col["asked/s"]] == cells[col["achvd/s"]] == cells[col["unc P95"]] == "-"
+        late = r.load["late"]
+        if late["count"]:
+            assert cells[col["late"]] == f"{late['count']} ({late['share'] * 100:.1f}%)"
+    # Numbers are right-aligned: each figure ends where its header ends.
+    line = next(line for line in lines if "r200" in line)
+    r200 = by_id[f"{SUITE}::minilm[onnxruntime-r200]"]
+    for name in ("P95 ms", "thrpt/s", "failed"):
+        end = lines[0].index(name) + len(name)
+        assert line[:end].endswith(rows[r200.id][col[name]])
+
+
+def test_load_lines_notes() -> None:
+    lines = load_lines(load_results())
+    note = {_cells(line)[0]: line for line in lines[1:]}
+    batched = note[f"{SUITE}::minilm[onnxruntime-r400]"]
+    wait_p95 = BATCHING["wait_ns"]["p95"] / 1e6
+    expected = (
+        f"batch {BATCHING['mean_batch']:.1f} avg, x{BATCHING['gain']:.2f} capacity, "
+        f"wait P95 {wait_p95:.3g} ms"
+    )
+    assert expected in batched
+    slo = note[f"{SUITE}::minilm[onnxruntime-slo]"]
+    assert (
+        f"SLO P{SLO['percentile']:g}<={SLO['target_ms']:g} ms: "
+        f"best {SLO['best_level']:g}/s -> {SLO['best_throughput']:.1f}/s"
+    ) in slo
+    invalid = note[f"{SUITE}::minilm[onnxruntime-r5000]"]
+    assert "INVALID: " + short_invalid(INVALID) in invalid
+    assert short_invalid(INVALID) == "the generator fell behind"
+    assert len(short_invalid("x" * 200)) == 60
+
+
+def test_no_load_no_lines() -> None:
+    assert load_lines([scenario("s::a"), scenario("s::b")]) == []
+    assert load_lines([]) == []
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _report(with_baseline: bool = True) -> str:
+    current = [scenario("s::plain"), *load_results()]
+    baseline = {r.id: r for r in load_results(seed=50)} if with_baseline else {}
+    return render_html(ReportInput(run=run_of(current), baseline=baseline))
+
+
+def _section(html: str, key: str) -> str:
+    start = html.index(f"<h3>Load: {key}</h3>")
+    return html[start : html.index("</section>", start)]
+
+
+def test_html_load_section() -> None:
+    html = _report()
+    assert 'id="load"' in html and "Load (2 scenarios)" in html
+    section = _section(html, f"{SUITE}::minilm[onnxruntime]")
+    assert "<svg" in section and "latency vs throughput" in section
+    assert "baseline&#39;s 8 levels" in section or "baseline's 8 levels" in section
+    # The level table carries the terminal figures.
+    r200 = load_results()[4]
+    assert r200.latency_ns is not None and r200.load is not None
+    for figure in (
+        ms(r200.latency_ns.p95),
+        ms(r200.load["uncorrected_ns"]["p95"]),
+        f"{r200.load['rate_asked']:.1f}",
+    ):
+        assert f'<td class="num">{figure}</td>' in section
+    assert "RuntimeError: not thread safe (x2)" in section
+    # Invalid: in the group's banner and at the top of the report, in full.
+    assert section.count(INVALID) >= 1 and 'class="banner invalid"' in section
+    top = html[: html.index("<h2>Scenarios")]
+    assert 'id="load-banner"' in top and INVALID in top
+    # Batching: throughput gained and latency paid.
+    gain = f"x{BATCHING['gain']:.2f} capacity"
+    assert "throughput gained" in section and gain in section
+    assert f"{BATCHING['capacity_unbatched']:.1f}/s -&gt; {BATCHING['capacity_batched']:.1f}/s" in (
+        section
+    )
+    assert "latency paid" in section and f"mean batch {BATCHING['mean_batch']:.1f}" in section
+    assert f"P95 {BATCHING['wait_ns']['p95'] / 1e6:.3g} ms" in section
+    assert section.count('class="bar"') == len(BATCHING["sizes"])
+    # SLO: the search's outcome and steps, met vs missed.
+    assert "SLO search" in section and "best 340/s -&gt; 338.1/s" in section
+    assert section.count(">met</td>") == 3 and section.count(">missed</td>") == 1
+    # The other group (torch) is its own section, with a curve of one level.
+    assert "<svg" in _section(html, f"{SUITE}::minilm[torch]")
+    # A load cell's own section says its latencies are corrected.
+    assert "latencies are corrected" in html
+
+
+def test_html_without_baseline_and_deterministic() -> None:
+    html = _report(with_baseline=False)
+    assert "baseline&#39;s" not in html and "baseline's" not in _section(
+        html, f"{SUITE}::minilm[onnxruntime]"
+    )
+    assert _report() == _report()
+
+
+def test_no_load_no_section() -> None:
+    html = render_html(ReportInput(run=run_of([scenario("s::a"), scenario("s::b")])))
+    assert 'id="load"' not in html and "Load:" not in html and 'id="load-banner"' not in html
+    assert "**Load" not in render_markdown(ReportInput(run=run_of([scenario("s::a")])))
+
+
+def test_markdown_lists_invalid_and_slo_cells() -> None:
+    md = render_markdown(ReportInput(run=run_of(load_results())))
+    assert "**Load (2)**" in md
+    assert "onnxruntime-r5000" in md and "the generator fell behind" in md
+    assert "onnxruntime-slo" in md and "best 340/s -&gt; 338.1/s" in md
+    assert "onnxruntime-c4" not in md  # valid plain levels are left out
