@@ -106,12 +106,15 @@ def threadpool_closed(clients: int, seconds: float) -> float:
     return sum(counts) / elapsed
 
 
+def _medians(runs: list[tuple[float, float]]) -> tuple[float, float]:
+    return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+
+
 def sustained(results: dict[float, list[tuple[float, float]]]) -> float:
     """The highest rate whose median-over-repeats lag P99 < 1 ms and sent >= 99%."""
     best = 0.0
     for rate, runs in sorted(results.items()):
-        lag = statistics.median(r[0] for r in runs)
-        sent = statistics.median(r[1] for r in runs)
+        lag, sent = _medians(runs)
         if lag < LAG_P99_MS and sent >= 0.99 * rate:
             best = rate
     return best
@@ -131,8 +134,8 @@ def main() -> None:
         for _ in range(args.repeats):  # interleaved, so a slow spell hits both
             ours.setdefault(rate, []).append(perfguard_open(rate, args.seconds))
             pool.setdefault(rate, []).append(threadpool_open(rate, args.seconds))
-        a = (statistics.median(r[0] for r in ours[rate]), statistics.median(r[1] for r in ours[rate]))
-        b = (statistics.median(r[0] for r in pool[rate]), statistics.median(r[1] for r in pool[rate]))
+        a = _medians(ours[rate])
+        b = _medians(pool[rate])
         print(f"{rate:>8}  {a[0]:>9.3f} / {a[1]:>8.0f}  {b[0]:>9.3f} / {b[1]:>8.0f}")
     print(
         f"highest sustained open-loop rate (lag P99 < {LAG_P99_MS:g} ms): "

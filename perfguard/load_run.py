@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -90,7 +90,7 @@ class LoadRunner:
         self._feeds = make_inputs(self.scenario.model)
         self._sessions: list[Session] = [run.session]
         self._extra: list[AbstractContextManager[Any]] = []
-        self._prepared: dict[tuple[int, int], object] = {(0, 1): run.prepared}
+        self._prepared: dict[tuple[int, int], object] = {}
         self.cold_start_ns: int | None = None
 
     def close(self) -> None:
@@ -119,24 +119,22 @@ class LoadRunner:
             if (slot, k) not in self._prepared:
                 feeds = self._feeds if k == 1 else _tiled(self._feeds, k)
                 self._prepared[(slot, k)] = session.prepare(feeds)
+                self._first_call(session, self._prepared[(slot, k)], k)
             calls[k] = functools.partial(session.run, self._prepared[(slot, k)])
         return Worker(calls=calls, synchronize=session.synchronize)
 
-    def _check_workers(self, workers: Sequence[Worker]) -> int:
-        """Call every batch size of every worker once; returns the first call's time."""
-        first: int | None = None
-        for worker in workers:
-            for k, call in worker.calls.items():
-                t0 = time.perf_counter_ns()
-                try:
-                    call()
-                    if worker.synchronize is not None:
-                        worker.synchronize()
-                except Exception as exc:
-                    raise self._batch_error(k, exc) from exc
-                if first is None:
-                    first = time.perf_counter_ns() - t0
-        return first or 0
+    def _first_call(self, session: Session, prepared: object, k: int) -> None:
+        """Each session's each batch size is called once, alone, before any load; the
+        very first such call is the cell's cold start."""
+        t0 = time.perf_counter_ns()
+        try:
+            session.run(prepared)
+            if session.synchronize is not None:
+                session.synchronize()
+        except Exception as exc:
+            raise self._batch_error(k, exc) from exc
+        if self.cold_start_ns is None:
+            self.cold_start_ns = time.perf_counter_ns() - t0
 
     def _batch_error(self, k: int, exc: Exception) -> PerfguardError:
         sc = self.scenario
@@ -163,7 +161,9 @@ class LoadRunner:
         measure = self.scenario.measure
         return min(measure.max_seconds, max(3 * duration_s, duration_s + 5.0))
 
-    def _pattern(self, spec: LoadSpec, loop: LoopSpec, seed_offset: int) -> LoadLog:
+    def _pattern(
+        self, spec: LoadSpec, loop: LoopSpec, seed_offset: int, warmup_floor: int = 0
+    ) -> LoadLog:
         batching = spec.batching
         batch = (
             Batching(batching.max_batch, int(batching.max_wait_ms * 1e6))
@@ -174,7 +174,6 @@ class LoadRunner:
             clients = int(spec.level)
             if batch is None:
                 workers = [self._worker(i) for i in range(clients)]
-                self._check_workers(workers)
                 return closed_loop(
                     workers,
                     iterations=loop.iterations,
@@ -182,7 +181,6 @@ class LoadRunner:
                     max_seconds=loop.max_seconds,
                 )
             servers = [self._worker(i) for i in range(spec.workers)]
-            self._check_workers(servers)
             return closed_loop(
                 [Worker({}) for _ in range(clients)],
                 iterations=loop.iterations,
@@ -192,8 +190,8 @@ class LoadRunner:
                 server_workers=servers,
             )
         servers = [self._worker(i) for i in range(spec.workers)]
-        self._check_workers(servers)
-        count = max(loop.iterations, round(spec.level * loop.seconds), 1)
+        # Open loop: the duration sets the count (``iterations`` only pads the warm-up).
+        count = max(1, round(spec.level * loop.seconds), warmup_floor)
         offsets = schedule(spec.level, count, spec.arrivals, spec.seed + seed_offset)
         return open_loop(
             offsets,
@@ -205,11 +203,7 @@ class LoadRunner:
     def level(self, spec: LoadSpec) -> LevelRun:
         """Warm up and measure one level (no SLO); raises ``LoadError`` on failures."""
         sc = self.scenario
-        if self.cold_start_ns is None:
-            first = self._worker(0)
-            t0 = time.perf_counter_ns()
-            self._check_workers([first])
-            self.cold_start_ns = time.perf_counter_ns() - t0
+        self._worker(0)  # the cold start, before any warm-up
         warm = sc.warmup
         t0 = time.perf_counter_ns()
         warm_spec = dataclasses.replace(spec, seed=spec.seed + 7919)
@@ -218,16 +212,14 @@ class LoadRunner:
             seconds=warm.seconds,
             max_seconds=max(warm.max_seconds, warm.seconds),
         )
-        if spec.mode == "open":  # open loop: the schedule's length is the warm-up
-            warm_loop = dataclasses.replace(warm_loop, iterations=1)
-        warm_log = self._pattern(warm_spec, warm_loop, 1)
+        warm_log = self._pattern(warm_spec, warm_loop, 1, warm_loop.iterations)
         warmup_ns = time.perf_counter_ns() - t0
         self._check_hung(warm_log, spec, "warm-up")
         log = self._pattern(spec, sc.measure, 0)
         self._check_hung(log, spec, "measurement")
         figures = level_figures(log, spec, self.run.batch)
         return LevelRun(
-            figures, log, self.cold_start_ns, int(warm_log.scheduled_ns.size), warmup_ns
+            figures, log, self.cold_start_ns or 0, int(warm_log.scheduled_ns.size), warmup_ns
         )
 
     def _check_hung(self, log: LoadLog, spec: LoadSpec, phase: str) -> None:
@@ -397,7 +389,7 @@ def measure_load(run: ScenarioRun, runner: LoadRunner) -> ScenarioResult:
     if spec.batching is not None and load["batching"] is not None:
         load["batching"] = {**load["batching"], **runner.service_probe()}
     samples = figures.samples_ns
-    if samples.size == 0:
+    if samples.size == 0 and not load["failed"]:
         raise LoadError(
             f"no request of {sc.item_name} was answered at {spec.level_id} "
             f"({load['failed']} failed: {_errors_text(load['errors'])})",
@@ -408,7 +400,7 @@ def measure_load(run: ScenarioRun, runner: LoadRunner) -> ScenarioResult:
     stable, ratio = stable_under_load(level_run.log, sc.stability_tolerance)
     result = dataclasses.replace(
         base_result(sc, run.ctx, run.batch),
-        latency_ns=summarize(samples),
+        latency_ns=summarize(samples) if samples.size else None,
         throughput=figures.throughput,
         cold_start_ns=level_run.cold_start_ns,
         warmup_iterations=level_run.warmup_requests,
@@ -435,9 +427,7 @@ def _errors_text(errors: Mapping[str, int]) -> str:
 
 
 def _raise_for(result: ScenarioResult, load: dict[str, Any], spec: LoadSpec, sc: Scenario) -> None:
-    where = (
-        f"{spec.level:g} concurrent clients" if spec.mode == "closed" else f"{spec.level:g}/s"
-    )
+    where = f"{spec.level:g} concurrent clients" if spec.mode == "closed" else f"{spec.level:g}/s"
     problem: PerfguardError | None = None
     if load["failed"]:
         problem = LoadError(

@@ -115,10 +115,16 @@ class Baseline:
         samples = tuple(v for r in measured for v in r.samples_ns)
         canaries = [r.canary_ns for r in measured if r.canary_ns is not None]
         newest = measured[-1]
-        try:
-            rate: float | None = throughput(samples, newest.batch_size)
-        except ValueError:  # zero total time: keep what the launch said
-            rate = newest.throughput
+        rates = [r.throughput for r in measured if r.throughput is not None]
+        if newest.load is not None:
+            # Under load, throughput is requests per second of wall time, not
+            # batch / mean latency: pool the launches' own figures.
+            rate: float | None = float(statistics.median(rates)) if rates else None
+        else:
+            try:
+                rate = throughput(samples, newest.batch_size)
+            except ValueError:  # zero total time: keep what the launch said
+                rate = newest.throughput
         return dataclasses.replace(
             newest,
             samples_ns=samples,

@@ -8,6 +8,8 @@ are well formed but cannot run (e.g. ``onnxruntime`` + ``bf16``) do not raise:
 only that cell gets ``Scenario.error`` set and fails when it runs.
 ``accuracy:``, ``quantization:`` and the top-level ``quantizations:`` presets are
 read by :mod:`perfguard.suite_accuracy`, whose docstring documents them.
+``load:`` and ``shapes:`` are read by :mod:`perfguard.suite_load`, whose
+docstring documents them.
 
 Format::
 
@@ -115,6 +117,7 @@ from perfguard.suite_accuracy import (
     parse_presets,
     parse_quantization,
 )
+from perfguard.suite_load import LOAD, SHAPES, expand_cells, parse_load, parse_shapes
 from perfguard.yamlpos import (
     DuplicateKeyError,
     PosDict,
@@ -131,11 +134,11 @@ __all__ = ["Suite", "load_suite"]
 _TOP_KEYS = ("defaults", PRESETS, "models", "scenarios")
 _AXES = ("backend", "device", "precision", "threads", "graph_optimization_level", QUANTIZATION)
 _LOOPS = ("warmup", "measure")
-_SETTINGS = (*_AXES, *_LOOPS, "stability_tolerance", "tags", "gate", ACCURACY)
-_SCENARIO_KEYS = ("name", "model", *_SETTINGS, "matrix", "exclude")
+_SETTINGS = (*_AXES, *_LOOPS, "stability_tolerance", "tags", "gate", ACCURACY, LOAD)
+_SCENARIO_KEYS = ("name", "model", *_SETTINGS, SHAPES, "matrix", "exclude")
 _DEFAULTS_HINTS = {
     k: f"set `{k}` on each scenario; `defaults` cannot hold it"
-    for k in ("name", "model", "matrix", "exclude")
+    for k in ("name", "model", SHAPES, "matrix", "exclude")
 }
 _MODEL_KEYS = ("factory", "kwargs", "opset", "onnx", "inputs", "inputs_file", "outputs")
 _INPUT_KEYS = ("shape", "dtype", "low", "high", "fill", "seed")
@@ -252,6 +255,8 @@ def _setting(rd: Reader, key: str, value: object, line: int, where: str) -> obje
         return parse_quantization(rd, value, line, where, axis=False)
     if key == ACCURACY:
         return parse_accuracy(rd, value, line, where)
+    if key == LOAD:
+        return parse_load(rd, value, line, where)
     if key == "tags":
         return _tags(rd, value, line, what)
     gates = rd.as_map(value, line, what)
@@ -486,6 +491,7 @@ def _scenario(
         fix = suggest(model, list(models)) or "define it under `models:`"
         rd.fail(m.key_line("model"), f"{where} uses undefined model {found(model)}", expected, fix)
     settings = _settings(rd, m, where)
+    shapes = parse_shapes(rd, m, where, models[model])
     axes = _matrix(rd, m, where)
     rules = _excludes(rd, m, axes, where)
     cells = [
@@ -502,6 +508,7 @@ def _scenario(
         merged = _merge(defaults, settings, cell)
         # Resolved by suite_accuracy once every cell exists (a reference names another cell).
         extras.append({k: merged.pop(k) for k in (QUANTIZATION, ACCURACY) if k in merged})
+        load = merged.pop(LOAD, None)  # the same in every cell: `load` is not an axis
         loops = {
             k: dataclasses.replace(_DEFAULTS[k], **cast("Any", merged.pop(k, {}))) for k in _LOOPS
         }
@@ -513,13 +520,18 @@ def _scenario(
             matrix_values=tuple((a, str(v)) for a, v in cell.items()),
             **loops, **cast("dict[str, Any]", merged),
         )  # fmt: skip
-        out.append(dataclasses.replace(sc, error=_unsupported(sc)))
+        out.append(sc)
     written = [
         defaults.get(QUANTIZATION),
         settings.get(QUANTIZATION),
         *dict(axes).get(QUANTIZATION, []),
     ]
-    return finish_cells(rd, out, extras, presets, written)
+
+    def finish(group: list[Scenario]) -> list[Scenario]:
+        group = [dataclasses.replace(sc, error=_unsupported(sc)) for sc in group]
+        return finish_cells(rd, group, extras, presets, written)
+
+    return expand_cells(rd, out, load, shapes, LOAD in settings, finish)
 
 
 def load_suite(path: Path) -> Suite:

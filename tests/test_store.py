@@ -604,3 +604,27 @@ def test_auto_notes_a_skipped_unreadable_baseline(tmp_path: Path) -> None:
     assert found is not None and found.sha == c[0]
     assert "2 commits back" in why and str(broken) in why
     assert broken.read_text(encoding="utf-8") == "{"
+
+
+def test_pooled_load_cells_keep_the_launches_own_throughput() -> None:
+    # Under load, throughput is answered requests per wall second: it cannot be
+    # recomputed from latencies (4 clients of 10 ms give 400/s, not 1/10 ms).
+    store = MemoryStore()
+    for seed, rate in ((0, 380.0), (1, 400.0), (2, 390.0)):
+        run = make_run(sha_of(1), seed=seed)
+        scenarios = tuple(
+            dataclasses.replace(s, throughput=rate, load={"mode": "closed", "level": "c4"})
+            for s in run.scenarios
+        )
+        store.save(dataclasses.replace(run, scenarios=scenarios))
+    baseline = store.load(FP, sha_of(1))
+    assert baseline is not None
+    pooled = baseline.pooled(IDS[0])
+    assert pooled is not None
+    assert pooled.throughput == 390.0  # the median launch
+    plain = MemoryStore()
+    plain.save(make_run(sha_of(1)))
+    loaded = plain.load(FP, sha_of(1))
+    assert loaded is not None
+    other = loaded.pooled(IDS[0])
+    assert other is not None and other.throughput != 123.5  # recomputed from samples
