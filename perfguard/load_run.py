@@ -114,13 +114,19 @@ class LoadRunner:
 
     def _worker(self, index: int) -> Worker:
         slot, session = self._session(index)
-        calls = {}
+        prepared = {}
         for k in self._batch_sizes():
             if (slot, k) not in self._prepared:
                 feeds = self._feeds if k == 1 else _tiled(self._feeds, k)
                 self._prepared[(slot, k)] = session.prepare(feeds)
                 self._first_call(session, self._prepared[(slot, k)], k)
-            calls[k] = functools.partial(session.run, self._prepared[(slot, k)])
+            prepared[k] = self._prepared[(slot, k)]
+        # A runtime may give each worker its own device stream (torch on CUDA).
+        own = getattr(session, "worker_calls", None)
+        if own is not None:
+            calls, sync = own(prepared)
+            return Worker(calls=calls, synchronize=sync)
+        calls = {k: functools.partial(session.run, p) for k, p in prepared.items()}
         return Worker(calls=calls, synchronize=session.synchronize)
 
     def _first_call(self, session: Session, prepared: object, k: int) -> None:

@@ -290,3 +290,53 @@ def test_to_numpy_flattens_containers_and_model_outputs(tmp_path: Path) -> None:
         assert hidden.shape == (1, 2, 3) and hidden.dtype == np.float32
     finally:
         session.close()
+
+
+def test_load_workers_on_cuda_each_run_on_their_own_stream(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fake of torch's CUDA stream surface: the session itself runs on the CPU."""
+    entered: list[int] = []
+    synced: list[int] = []
+
+    class FakeStream:
+        made = 0
+
+        def __init__(self, device: Any = None) -> None:
+            FakeStream.made += 1
+            self.number = FakeStream.made
+
+        def synchronize(self) -> None:
+            synced.append(self.number)
+
+    class FakeStreamContext:
+        def __init__(self, stream: FakeStream) -> None:
+            self.stream = stream
+
+        def __enter__(self) -> None:
+            entered.append(self.stream.number)
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+    session, feeds = open_session(scenario(tmp_path), tmp_path)
+    try:
+        plain_calls, plain_sync = session.worker_calls({1: session.prepare(feeds)})
+        assert plain_sync is None  # on the CPU: no stream, no sync
+        plain_calls[1]()
+        monkeypatch.setattr(torch.cuda, "Stream", FakeStream)
+        monkeypatch.setattr(torch.cuda, "stream", FakeStreamContext)
+        monkeypatch.setattr(session, "device", torch.device("cuda", 0))
+        prepared = {1: session.prepare(feeds), 2: session.prepare(feeds)}
+        first, sync_first = session.worker_calls(prepared)
+        second, sync_second = session.worker_calls(prepared)
+        first[2]()
+        second[1]()
+        assert sync_first is not None and sync_second is not None
+        sync_second()
+        # Two workers, two streams; every call ran inside its worker's stream, and a
+        # worker synchronises its own stream only.
+        assert entered == [1, 2] and synced == [2]
+    finally:
+        session.device = torch.device("cpu")  # close() would empty a CUDA cache
+        session.close()

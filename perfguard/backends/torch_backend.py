@@ -193,6 +193,31 @@ class TorchSession:
                 return self._call(*prepared.values())
             return self._call(**prepared)
 
+    def worker_calls(
+        self, prepared: Mapping[int, Any]
+    ) -> tuple[dict[int, Callable[[], Any]], Callable[[], None] | None]:
+        """Calls for one concurrent load worker (``prepared`` per batch size).
+
+        On CUDA each worker gets its own stream, so workers' kernels can overlap
+        as a multi-stream server's do, and the worker synchronises that stream
+        only. Elsewhere the calls are plain ``run`` calls.
+        """
+        calls: dict[int, Callable[[], Any]]
+        if self.device.type != "cuda":
+            calls = {k: functools.partial(self.run, p) for k, p in prepared.items()}
+            return calls, None
+        import torch
+
+        stream = torch.cuda.Stream(device=self.device)  # type: ignore[no-untyped-call]
+
+        def on_stream(inputs: Any) -> Any:
+            with torch.cuda.stream(stream):
+                return self.run(inputs)
+
+        calls = {k: functools.partial(on_stream, p) for k, p in prepared.items()}
+        sync: Callable[[], None] = stream.synchronize
+        return calls, sync
+
     def to_numpy(self, outputs: Any) -> list[np.ndarray]:
         arrays: list[np.ndarray] = []
         _flatten(outputs, arrays)
