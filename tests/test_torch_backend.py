@@ -326,8 +326,8 @@ def test_load_workers_on_cuda_each_run_on_their_own_stream(
         plain_calls[1]()
         monkeypatch.setattr(torch.cuda, "Stream", FakeStream)
         monkeypatch.setattr(torch.cuda, "stream", FakeStreamContext)
+        prepared = {1: session.prepare(feeds), 2: session.prepare(feeds)}  # CPU tensors
         monkeypatch.setattr(session, "device", torch.device("cuda", 0))
-        prepared = {1: session.prepare(feeds), 2: session.prepare(feeds)}
         first, sync_first = session.worker_calls(prepared)
         second, sync_second = session.worker_calls(prepared)
         first[2]()
