@@ -197,6 +197,54 @@ class AccuracySpec:
     task: TaskMetricSpec | None = None
 
 
+ORT_GPU_PROVIDERS: tuple[str, ...] = ("cuda", "tensorrt")
+COMPILE_MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune")
+
+
+@dataclass(frozen=True)
+class TensorRTSpec:
+    """How a TensorRT engine is built (``backend: tensorrt``).
+
+    ``profiles`` holds one optimization profile as ``(input, min, opt, max)``
+    shapes; empty means min = opt = max = the input's fixed shape. The engine
+    and the timing cache are keyed by the ONNX file's hash, the TensorRT
+    version, the GPU model and these settings.
+    """
+
+    workspace_mib: int = 1024
+    profiles: tuple[tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, ...]], ...] = ()
+    timing_cache: bool = True
+    builder_optimization_level: int | None = None  # 0..5; None: TensorRT's default (3)
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """GPU options of a cell (``gpu:`` in a suite); ignored on the CPU.
+
+    torch: ``cuda_graph`` (capture one request, replay it), ``cudnn_benchmark``
+    (None: leave torch's setting), ``compile_mode`` (``torch.compile`` mode;
+    None: eager). ONNX Runtime: ``ort_provider`` (``cuda`` or ``tensorrt``
+    execution provider), ``provider_options`` (passed to it as strings),
+    ``iobinding`` (inputs and outputs resident on the device), ``include_copies``
+    (time the host->device and device->host copies too), ``allow_cpu_fallback``
+    (else any node placed on the CPU provider fails the cell). Telemetry:
+    ``allow_throttle`` (a run during power/thermal throttling stays valid),
+    ``exclusive`` (refuse the run while other processes use the GPU).
+    """
+
+    cuda_graph: bool = False
+    cudnn_benchmark: bool | None = None
+    compile_mode: str | None = None
+    ort_provider: str = "cuda"
+    provider_options: tuple[tuple[str, str], ...] = ()
+    iobinding: bool = True
+    include_copies: bool = False
+    allow_cpu_fallback: bool = False
+    allow_throttle: bool = False
+    exclusive: bool = False
+    tensorrt: TensorRTSpec = TensorRTSpec()
+
+
 LOAD_MODES: tuple[str, ...] = ("closed", "open")
 ARRIVALS: tuple[str, ...] = ("poisson", "constant")
 SESSION_MODES: tuple[str, ...] = ("shared", "per_worker")
@@ -297,6 +345,7 @@ class Scenario:
     load: LoadSpec | None = None
     # The `shapes:` bucket this cell's inputs come from ("" without buckets).
     shape_bucket: str = ""
+    gpu: GpuSpec = GpuSpec()
 
     @property
     def item_name(self) -> str:
