@@ -9,8 +9,8 @@
   that does not correct for coordinated omission reports it.
 * **Queue share**: the share of all corrected latency spent before the model
   call began (generator lag + waiting in the queue or for a batch to fill).
-* **Late**: requests dispatched more than ``late_ms`` after their scheduled
-  time, or never dispatched. More than ``late_max`` of them marks the level
+* **Late**: requests dispatched more than ``LoadSpec.late_limit_ms()`` after
+  their scheduled time, or never dispatched. More than ``late_max`` of them marks the level
   ``invalid``: the generator, not the model, fell behind.
 * **Rates**: asked (the schedule), sent (requests handed over per second of the
   sending span) and achieved (requests answered per second of the window).
@@ -78,7 +78,8 @@ def level_figures(log: LoadLog, spec: LoadSpec, request_batch: int) -> LevelFigu
 
     sent = log.sent_ns >= 0
     lag = (log.sent_ns - log.scheduled_ns)[sent]
-    late_ns = int(spec.late_ms * 1e6)
+    late_ms = spec.late_limit_ms()
+    late_ns = int(late_ms * 1e6)
     late = int(np.count_nonzero(lag > late_ns)) + int(np.count_nonzero(~sent))
     n = int(log.scheduled_ns.size)
     late_share = late / n if n else 0.0
@@ -98,7 +99,7 @@ def level_figures(log: LoadLog, spec: LoadSpec, request_batch: int) -> LevelFigu
         sent_text = f"{rate_sent:.0f}/s" if rate_sent is not None else "nothing"
         invalid = (
             f"the load generator fell behind: {late} of {n} requests ({late_share:.1%}) were "
-            f"sent more than {spec.late_ms:g} ms after their scheduled time (limit "
+            f"sent more than {late_ms:g} ms after their scheduled time (limit "
             f"{spec.late_max:.0%}); asked {spec.level:g}/s, sent {sent_text}. This machine "
             "cannot generate that rate: lower `rate`, or raise `late_ms`/`late_max`"
         )
@@ -123,7 +124,7 @@ def level_figures(log: LoadLog, spec: LoadSpec, request_batch: int) -> LevelFigu
         "late": {
             "count": late,
             "share": late_share,
-            "limit_ms": spec.late_ms,
+            "limit_ms": late_ms,
             "max_share": spec.late_max,
             "lag_p99_ms": float(percentile(lag, 99)) / 1e6 if lag.size else None,
             "lag_max_ms": float(lag.max()) / 1e6 if lag.size else None,

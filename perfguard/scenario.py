@@ -293,8 +293,10 @@ class LoadSpec:
     their times whatever happened to earlier ones; ``workers`` model instances
     serve them from one queue. ``sessions`` says whether the workers share one
     runtime session or each opens its own. A request dispatched more than
-    ``late_ms`` after its scheduled time is *late*; more than ``late_max`` of
-    them makes the level ``invalid`` (the generator, not the model, fell behind).
+    ``late_ms`` after its scheduled time is *late* (default: 1 ms or a quarter of
+    the mean gap between arrivals, whichever is larger); more than ``late_max``
+    of them makes the level ``invalid`` (the generator, not the model, fell
+    behind). See :meth:`late_limit_ms`.
     ``slo`` is set on the one search cell of a scenario (``level`` = its start).
     """
 
@@ -306,8 +308,20 @@ class LoadSpec:
     sessions: str = "shared"
     batching: BatchingSpec | None = None
     slo: SloSpec | None = None
-    late_ms: float = 1.0
+    late_ms: float | None = None  # None: max(1 ms, a quarter of the mean arrival gap)
     late_max: float = 0.05
+
+    def late_limit_ms(self) -> float:
+        """How late a request may be sent before it counts as late.
+
+        Lateness never flatters a figure (latency runs from the scheduled time);
+        it matters when it thins out the offered load, so the default scales with
+        the gap between arrivals: at 30/s a 3 ms hiccup of the generator thread
+        is 10% of a gap, at 1000/s it is three requests behind.
+        """
+        if self.late_ms is not None:
+            return self.late_ms
+        return max(1.0, 250.0 / self.level) if self.mode == "open" else 1.0
 
     @property
     def level_id(self) -> str:

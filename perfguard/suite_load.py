@@ -25,7 +25,7 @@ Format::
           sessions: per_worker    # shared | per_worker                (default shared)
           batching: {max_batch: 8, max_wait_ms: 2}
           slo: {p95_ms: 50, factor: 2, refine: 4, max: 2000}   # one more cell: `slo`
-          late_ms: 1              # > 0                                (default 1)
+          late_ms: 1              # > 0     (default: max(1, 250 / rate) ms, see LoadSpec)
           late_max: 0.05          # 0 <= x < 1                         (default 0.05)
 
 Rules:

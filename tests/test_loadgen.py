@@ -48,9 +48,11 @@ def test_poisson_schedule_is_seeded_and_has_the_asked_mean_gap() -> None:
     assert np.array_equal(a, schedule(1000.0, 20_000, "poisson", seed=3))
     assert not np.array_equal(a, schedule(1000.0, 20_000, "poisson", seed=4))
     gaps = np.diff(a) / 1e9
-    assert gaps.mean() == pytest.approx(1e-3, rel=0.03)  # 20k exponential gaps: SE 0.7%
-    # Exponential gaps: the standard deviation equals the mean.
+    assert gaps.mean() == pytest.approx(1e-3, rel=0.03)  # 20k gaps: SE 0.7%
+    # Exponential gaps: the standard deviation equals the mean, and about
+    # 1 - 1/e of the gaps are shorter than the mean (a constant schedule: none).
     assert gaps.std() == pytest.approx(gaps.mean(), rel=0.05)
+    assert np.mean(gaps < gaps.mean()) == pytest.approx(1 - np.exp(-1), abs=0.02)
 
 
 @settings(max_examples=50, deadline=None)
@@ -60,14 +62,17 @@ def test_poisson_schedule_is_seeded_and_has_the_asked_mean_gap() -> None:
     arrivals=st.sampled_from(["poisson", "constant"]),
     seed=st.integers(0, 2**31),
 )
-def test_schedules_start_at_zero_and_never_go_back(
+def test_schedules_fit_the_asked_span_and_never_go_back(
     rate: float, count: int, arrivals: str, seed: int
 ) -> None:
     offsets = schedule(rate, count, arrivals, seed)
     assert offsets.size == count
     if count:
-        assert offsets[0] == 0
+        assert offsets[0] >= 0
+        assert offsets[-1] <= round(count / rate * 1e9)  # exactly the asked rate on average
         assert np.all(np.diff(offsets) >= 0)
+    if arrivals == "constant" and count:
+        assert offsets[0] == 0
 
 
 def test_schedule_rejects_bad_arguments() -> None:

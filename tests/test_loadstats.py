@@ -79,3 +79,26 @@ def test_closed_loop_has_no_rates_and_is_never_invalid_for_lag() -> None:
     assert load["concurrency"] == 2 and load["rate_asked"] is None
     assert load["rate_sent"] is None and load["invalid"] is None
     assert load["level"] == "c2"
+
+
+def test_a_level_that_kept_up_is_not_called_saturated_but_a_backlog_is() -> None:
+    from perfguard.load_run import _kept_up
+
+    # 10 requests 100 ms apart, each answered 300 ms after its time: stable, just slow.
+    steady = log_of(
+        scheduled=[i * 100 for i in range(10)],
+        sent=[i * 100 for i in range(10)],
+        start=[i * 100 + 200 for i in range(10)],
+        end=[i * 100 + 300 for i in range(10)],
+        window_end=[1200],
+    )
+    assert _kept_up(steady) == pytest.approx(1.0)
+    # The same arrivals served one per 250 ms: the backlog grows, answers trail off.
+    backlog = log_of(
+        scheduled=[i * 100 for i in range(10)],
+        sent=[i * 100 for i in range(10)],
+        start=[i * 250 for i in range(10)],
+        end=[i * 250 + 250 for i in range(10)],
+        window_end=[2500],
+    )
+    assert _kept_up(backlog) < 0.9
