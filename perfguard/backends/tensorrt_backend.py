@@ -1,0 +1,499 @@
+"""The TensorRT backend: an ``onnx:`` file or exported factory, built into a cached engine.
+
+Runs ``execute_async_v3`` on CUDA streams; memory and streams come from ``torch.cuda``
+(:class:`TorchCuda`). fp16/bf16 let TensorRT pick half kernels (bf16: TensorRT 9+); int8
+is implicit quantization calibrated on the accuracy inputs (deprecated by TensorRT 10.1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.util
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perfguard.backends import tensorrt_build as build
+from perfguard.backends.tensorrt_build import Engine, EngineSpec, Shape
+from perfguard.errors import BackendUnavailable, CellError, InputError, ModelError
+from perfguard.modelcache import export_onnx
+from perfguard.models import check_forward_inputs, check_onnx_file, load_factory
+from perfguard.scenario import Scenario
+
+__all__ = ["TensorRTBackend", "TensorRTSession", "TorchCuda"]
+
+_INSTALL_HINT = "TensorRT is not installed (pip install tensorrt, or use NVIDIA's container)"
+_TORCH_HINT = "the TensorRT backend needs PyTorch for GPU memory (pip install torch, CUDA build)"
+_PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+_DTYPES = dict(  # TensorRT DataType name -> torch/numpy dtype name
+    zip(
+        ["FLOAT", "HALF", "BF16", "INT8", "INT32", "INT64", "BOOL", "UINT8"],
+        ["float32", "float16", "bfloat16", "int8", "int32", "int64", "bool", "uint8"],
+        strict=True,
+    )
+)
+
+
+def _load_tensorrt() -> Any:
+    """``import tensorrt`` (tests replace this with a fake module)."""
+    import tensorrt
+
+    return tensorrt
+
+
+def _load_cuda(scenario: Scenario) -> TorchCuda:
+    """The CUDA device of ``scenario`` (tests replace this with a CPU fake)."""
+    from perfguard.backends.torch_backend import parse_torch_device
+
+    return TorchCuda(parse_torch_device(scenario))
+
+
+def _module_missing(name: str) -> bool:
+    return importlib.util.find_spec(name) is None
+
+
+def _cuda_problem() -> str | None:
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    return (
+        "the TensorRT backend needs an NVIDIA GPU, but torch.cuda.is_available() is False "
+        f"(torch {torch.__version__}, built with CUDA {torch.version.cuda or 'none'})"
+    )
+
+
+class TorchCuda:
+    """GPU memory, streams and device facts through ``torch.cuda``."""
+
+    def __init__(self, device: Any) -> None:
+        import torch
+
+        self.torch = torch
+        self.device = device
+
+    def name(self) -> str:
+        return str(self.torch.cuda.get_device_name(self.device))
+
+    def capability(self) -> tuple[int, int]:
+        major, minor = self.torch.cuda.get_device_capability(self.device)
+        return int(major), int(minor)
+
+    def new_stream(self) -> Any:
+        return self.torch.cuda.Stream(device=self.device)  # type: ignore[no-untyped-call]
+
+    def synchronize(self) -> None:
+        self.torch.cuda.synchronize(self.device)
+
+    def activate(self) -> None:
+        """Make the device current for this thread: TensorRT builds and runs on that one."""
+        self.torch.cuda.set_device(self.device)
+
+    def release(self) -> None:
+        self.torch.cuda.empty_cache()
+
+    def dtype(self, trt_dtype: str) -> Any:
+        return getattr(self.torch, _DTYPES[trt_dtype])
+
+    def upload(self, array: np.ndarray, trt_dtype: str) -> Any:
+        host = np.asarray(array)
+        if host.dtype.name == "bfloat16":  # numpy's bfloat16 (ml_dtypes) is unknown to torch
+            host = host.astype(np.float32)
+        tensor = self.torch.from_numpy(np.array(host, copy=True, order="C"))
+        return tensor.to(device=self.device, dtype=self.dtype(trt_dtype)).contiguous()
+
+    def empty(self, shape: Shape, trt_dtype: str) -> Any:
+        return self.torch.empty(shape, dtype=self.dtype(trt_dtype), device=self.device)
+
+    def download(self, tensor: Any) -> np.ndarray:
+        if tensor.dtype in (self.torch.float16, self.torch.bfloat16):
+            tensor = tensor.float()
+        result: np.ndarray = tensor.detach().cpu().numpy()
+        return result
+
+
+class TensorRTBackend:
+    """Builds ONNX models into TensorRT engines and runs them on a CUDA stream."""
+
+    name = "tensorrt"
+
+    def unavailable_reason(self) -> str | None:
+        if _module_missing("tensorrt"):
+            return _INSTALL_HINT
+        if _module_missing("torch"):
+            return _TORCH_HINT
+        return _cuda_problem()
+
+    def open(
+        self,
+        scenario: Scenario,
+        feeds: Mapping[str, np.ndarray],
+        cache_dir: Path,
+        *,
+        calibration: Sequence[Mapping[str, np.ndarray]] | None = None,
+    ) -> TensorRTSession:
+        return TensorRTSession(scenario, feeds, cache_dir, calibration=calibration)
+
+
+@dataclass
+class _Prepared:
+    """Device tensors for one request: inputs (with their shapes) and output buffers."""
+
+    inputs: dict[str, Any]
+    shapes: dict[str, Shape]
+    outputs: dict[str, Any]
+
+
+class _Runner:
+    """One execution context on one stream."""
+
+    def __init__(self, context: Any, stream: Any, handle: int) -> None:
+        self.context = context
+        self.stream = stream
+        self.handle = handle
+        self.bound: _Prepared | None = None
+        self.activate: Callable[[], None] | None = None  # once, on the worker's own thread
+
+    def bind(self, prepared: _Prepared) -> None:
+        context = self.context
+        for name, tensor in prepared.inputs.items():
+            if not context.set_input_shape(name, prepared.shapes[name]):
+                raise RuntimeError(f"TensorRT rejected shape {prepared.shapes[name]} for {name!r}")
+            context.set_tensor_address(name, int(tensor.data_ptr()))
+        for name, tensor in prepared.outputs.items():
+            context.set_tensor_address(name, int(tensor.data_ptr()))
+        self.bound = prepared
+
+    def run(self, prepared: _Prepared) -> dict[str, Any]:
+        """Enqueue one request on the stream; returns without waiting for it."""
+        if self.context is None:
+            raise RuntimeError("the tensorrt session is closed")
+        if (activate := self.activate) is not None:
+            self.activate = None
+            activate()
+        if self.bound is not prepared:  # (re)binding costs host time: once per prepared set
+            self.bind(prepared)
+        if not self.context.execute_async_v3(self.handle):
+            raise RuntimeError("TensorRT execute_async_v3 failed (see the TensorRT log)")
+        return prepared.outputs
+
+
+class TensorRTSession:
+    """One TensorRT engine with an execution context and a CUDA stream."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        feeds: Mapping[str, np.ndarray],
+        cache_dir: Path,
+        *,
+        calibration: Sequence[Mapping[str, np.ndarray]] | None = None,
+    ) -> None:
+        self._scenario = scenario
+        self._check_cell(scenario)
+        try:
+            trt = _load_tensorrt()
+        except ImportError as exc:
+            raise BackendUnavailable(_INSTALL_HINT, location=scenario.location) from exc
+        self._trt = trt
+        major = build.trt_major(str(trt.__version__))
+        self._check_precision(trt, scenario, calibration)
+        self._cuda = cuda = _load_cuda(scenario)
+        cuda.activate()
+        options = scenario.gpu.tensorrt
+        samples = self._samples(scenario, feeds, calibration)
+        path, from_factory = self._model_file(scenario, feeds, cache_dir)
+        batching = scenario.load.batching if scenario.load is not None else None
+        spec = EngineSpec(
+            onnx_sha256=build.file_sha256(path),
+            tensorrt=str(trt.__version__),
+            gpu=cuda.name(),
+            capability=cuda.capability(),
+            precision=scenario.precision,
+            workspace_mib=options.workspace_mib,
+            optimization_level=options.builder_optimization_level,
+            profiles=tuple(
+                (name, tuple(lo), tuple(opt), tuple(hi)) for name, lo, opt, hi in options.profiles
+            ),
+            input_shapes=tuple((name, tuple(np.shape(a))) for name, a in feeds.items()),
+            batch_multiplier=batching.max_batch if batching is not None else 1,
+            calibration=build.calibration_digest(samples) if samples else None,
+        )
+        calibrator = (
+            build.make_calibrator(trt, samples, cuda.upload, cuda.synchronize) if samples else None
+        )
+        self._engine: Engine | None = build.load_engine(
+            trt,
+            spec,
+            name=scenario.model.name,
+            onnx_path=path,
+            cache_dir=cache_dir,
+            timing_cache=options.timing_cache,
+            calibrator=calibrator,
+            location=scenario.model.location,
+        )
+        engine = self._engine.engine
+        self._profile = self._engine.profile
+        names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+        is_input = {n: engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT for n in names}
+        self._dtypes = {n: build.dtype_name(engine.get_tensor_dtype(n)) for n in names}
+        if unknown := sorted(set(self._dtypes.values()) - set(_DTYPES)):
+            raise ModelError(
+                f"the TensorRT engine has inputs/outputs of type {', '.join(unknown)}",
+                expected=", ".join(_DTYPES),
+                fix="export the model with float/int inputs and outputs",
+                location=scenario.model.location,
+            )
+        self._inputs = [n for n in names if is_input[n]]
+        self._outputs = [n for n in names if not is_input[n]]
+        for name in self._inputs:
+            self._check_feed(name, feeds)
+        self._runners: list[_Runner] = []
+        self._main = self._new_runner()
+        self.synchronize: Callable[[], None] | None = self._main.stream.synchronize
+        unused = [name for name in feeds if name not in is_input]
+        profile = {
+            n: {"min": list(lo), "opt": list(opt), "max": list(hi)}
+            for n, (lo, opt, hi) in self._profile.items()
+        }
+        self.runtime_info: dict[str, Any] = {
+            "tensorrt": str(trt.__version__),
+            "gpu": spec.gpu,
+            "compute_capability": ".".join(map(str, spec.capability)),
+            "device": scenario.device,
+            "precision": scenario.precision,
+            "engine_path": str(self._engine.path),
+            "cache_key": self._engine.key[:16],
+            "built": self._engine.built,
+            "build_s": round(self._engine.build_s, 3),
+            "workspace_mib": options.workspace_mib,
+            "builder_optimization_level": options.builder_optimization_level,
+            "profile": profile,
+            "timing_cache": str(self._engine.timing_cache) if self._engine.timing_cache else None,
+            "onnx_sha256": spec.onnx_sha256[:16],
+            "model_source": "factory export" if from_factory else "onnx file",
+        }
+        if samples:
+            self.runtime_info["int8"] = {
+                "calibrator": "IInt8EntropyCalibrator2",
+                "calibration_inputs": len(samples),
+                "calibration_sha256": (spec.calibration or "")[:16],
+                "quantization": "implicit" + (" (TensorRT 10.1+ deprecates it)" * (major >= 10)),
+            }
+        if unused:
+            self.runtime_info["unused_inputs"] = unused
+
+    # -- opening -------------------------------------------------------------------
+    @staticmethod
+    def _check_cell(scenario: Scenario) -> None:
+        if scenario.precision not in _PRECISIONS:
+            raise CellError(
+                f"unknown precision {scenario.precision!r} for the tensorrt backend",
+                expected=", ".join(_PRECISIONS),
+                fix="set `precision:` to a supported value",
+                location=scenario.location,
+            )
+        device = scenario.device.strip().lower()
+        if not re.fullmatch(r"cuda(:\d+)?", device):
+            raise CellError(
+                f"device {scenario.device!r} for the tensorrt backend, which runs on NVIDIA "
+                "GPUs only",
+                expected="cuda or cuda:N",
+                fix="set `device: cuda` (or cuda:<index>) for this cell, or run the CPU cell "
+                "with `backend: onnxruntime` or `backend: torch`",
+                location=scenario.location,
+            )
+        level = scenario.gpu.tensorrt.builder_optimization_level
+        if level is not None and not 0 <= level <= 5:
+            raise CellError(
+                f"builder_optimization_level {level} is out of range",
+                expected="0..5 (TensorRT's default is 3)",
+                fix="set `gpu: tensorrt: builder_optimization_level:` between 0 and 5",
+                location=scenario.location,
+            )
+
+    @staticmethod
+    def _check_precision(
+        trt: Any, scenario: Scenario, calibration: Sequence[Mapping[str, np.ndarray]] | None
+    ) -> None:
+        version = trt.__version__
+        if scenario.precision == "bf16" and not hasattr(trt.BuilderFlag, "BF16"):
+            raise CellError(
+                f"precision bf16 needs BuilderFlag.BF16, which TensorRT {version} lacks",
+                expected="TensorRT 9 or newer for bf16",
+                fix="upgrade TensorRT (pip install -U tensorrt) or run this cell at fp16",
+                location=scenario.location,
+            )
+        if scenario.precision != "int8":
+            return
+        if not hasattr(trt, "IInt8EntropyCalibrator2"):
+            raise CellError(
+                f"TensorRT {version} has no IInt8EntropyCalibrator2 (implicit int8 calibration)",
+                expected="a TensorRT with implicit int8 quantization (8.x-10.x)",
+                fix="quantize the model explicitly (Q/DQ nodes), point `onnx:` at it and use "
+                "`precision: fp16` or `fp32`",
+                location=scenario.location,
+            )
+        if not calibration:
+            raise CellError(
+                "precision int8 on the tensorrt backend calibrates on the scenario's accuracy "
+                "inputs, but this scenario has none",
+                expected="calibration feeds for int8: the scenario's accuracy inputs",
+                fix="add `accuracy: {inputs: ...}` to the scenario (its inputs are the "
+                "calibration data), or run this cell at fp16",
+                location=scenario.location,
+            )
+
+    @staticmethod
+    def _samples(
+        scenario: Scenario,
+        feeds: Mapping[str, np.ndarray],
+        calibration: Sequence[Mapping[str, np.ndarray]] | None,
+    ) -> list[Mapping[str, np.ndarray]]:
+        """The calibration feeds (the first ``quantization.calibration_samples``), checked."""
+        if scenario.precision != "int8" or not calibration:
+            return []
+        samples = list(calibration)[: scenario.quantization.calibration_samples]
+        for index, sample in enumerate(samples):
+            wrong = [
+                f"{name} {list(np.shape(sample[name])) if name in sample else 'missing'}"
+                for name, array in feeds.items()
+                if name not in sample or np.shape(sample[name]) != np.shape(array)
+            ]
+            if wrong:
+                want = ", ".join(f"{n} {list(np.shape(a))}" for n, a in feeds.items())
+                raise InputError(
+                    f"calibration input {index} has {', '.join(wrong)}",
+                    expected=f"the timing inputs' names and shapes: {want}",
+                    fix="make `accuracy: inputs:` give each input at the timing shape",
+                    location=scenario.location,
+                )
+        return samples
+
+    @staticmethod
+    def _model_file(
+        scenario: Scenario, feeds: Mapping[str, np.ndarray], cache_dir: Path
+    ) -> tuple[Path, bool]:
+        model = scenario.model
+        if model.onnx is not None:
+            return check_onnx_file(model.base_dir / model.onnx, model.location), False
+        module = load_factory(model)
+        module.eval()
+        check_forward_inputs(module, list(feeds), model.location)
+        dynamic = scenario.load is not None and scenario.load.batching is not None
+        return export_onnx(module, feeds, model, cache_dir, dynamic_batch=dynamic), True
+
+    def _check_feed(self, name: str, feeds: Mapping[str, np.ndarray]) -> np.ndarray:
+        location = self._scenario.location
+        if name not in feeds:
+            raise InputError(
+                f"no suite input for the engine's input {name!r}",
+                expected="inputs: " + ", ".join(self._inputs),
+                fix="name the suite's `inputs:` after the model's inputs",
+                location=location,
+            )
+        array = np.asarray(feeds[name])
+        want = _DTYPES[self._dtypes[name]]
+        have = "float32" if array.dtype.name == "bfloat16" else array.dtype.name
+        kinds = ["f" if "float" in d else "b" if d == "bool" else "i" for d in (have, want)]
+        if kinds[0] != kinds[1]:
+            raise InputError(
+                f"{name!r} is {array.dtype}, the engine wants {want}",
+                expected="the same kind of dtype (float, int or bool) as the model's input",
+                fix=f"set `dtype:` of input {name!r} to {want}",
+                location=location,
+            )
+        problem = build.outside_profile(name, tuple(array.shape), self._profile, location)
+        if problem is not None:
+            raise problem
+        return array
+
+    def _new_runner(self) -> _Runner:
+        if self._engine is None:
+            raise RuntimeError("the tensorrt session is closed")
+        context = self._engine.engine.create_execution_context()
+        if context is None:
+            raise ModelError(
+                "TensorRT could not create an execution context (out of GPU memory?): "
+                + " | ".join(build.trt_logger(self._trt).tail(0, 5)),
+                expected="enough free GPU memory for the engine's activations",
+                fix="free GPU memory (other processes), lower the batch, or fewer load workers",
+                location=self._scenario.location,
+            )
+        stream = self._cuda.new_stream()
+        runner = _Runner(context, stream, int(stream.cuda_stream))
+        self._runners.append(runner)
+        return runner
+
+    # -- Session -------------------------------------------------------------------
+    def prepare(self, feeds: Mapping[str, np.ndarray]) -> _Prepared:
+        """Device tensors in the engine's dtypes for its inputs, and output buffers."""
+        inputs: dict[str, Any] = {}
+        shapes: dict[str, Shape] = {}
+        for name in self._inputs:
+            array = self._check_feed(name, feeds)
+            inputs[name] = self._cuda.upload(array, self._dtypes[name])
+            shapes[name] = tuple(array.shape)
+        context = self._main.context
+        self._main.bound = None
+        for name in self._inputs:  # within the profile (checked): output shapes follow
+            context.set_input_shape(name, shapes[name])
+        outputs: dict[str, Any] = {}
+        for name in self._outputs:
+            shape = tuple(int(d) for d in context.get_tensor_shape(name))
+            if any(d < 0 for d in shape):
+                raise ModelError(
+                    f"output {name!r} has a data-dependent shape {list(shape)}",
+                    expected="output shapes that follow from the input shapes",
+                    fix="run this model with `backend: onnxruntime` or `backend: torch`",
+                    location=self._scenario.model.location,
+                )
+            outputs[name] = self._cuda.empty(shape, self._dtypes[name])
+        self._cuda.synchronize()  # uploads ran on torch's stream, requests run on ours
+        return _Prepared(inputs, shapes, outputs)
+
+    def run(self, prepared: Any) -> Any:
+        """Enqueue one request on the session's stream (``synchronize`` waits for it)."""
+        return self._main.run(prepared)
+
+    def worker_calls(
+        self, prepared: Mapping[int, Any]
+    ) -> tuple[dict[int, Callable[[], Any]], Callable[[], None]]:
+        """Calls for one concurrent load worker (``prepared`` per batch size).
+
+        Each call of this makes one new execution context on one new stream
+        (with its own output buffers), so workers' requests overlap on the GPU
+        as a multi-stream server's do; the returned sync waits for that stream.
+        """
+        runner = self._new_runner()
+        runner.activate = self._cuda.activate
+        calls: dict[int, Callable[[], Any]] = {}
+        for k, request in prepared.items():
+            outs = {
+                n: self._cuda.empty(tuple(t.shape), self._dtypes[n])
+                for n, t in request.outputs.items()
+            }
+            own = _Prepared(request.inputs, request.shapes, outs)
+            calls[k] = functools.partial(runner.run, own)
+        sync: Callable[[], None] = runner.stream.synchronize
+        return calls, sync
+
+    def to_numpy(self, outputs: Any) -> list[np.ndarray]:
+        """The outputs in engine order as float32/int arrays (waits for the GPU first)."""
+        self._cuda.synchronize()
+        return [self._cuda.download(outputs[name]) for name in self._outputs]
+
+    def close(self) -> None:
+        if self._engine is None:
+            return
+        with contextlib.suppress(Exception):
+            self._cuda.synchronize()
+        self._main = _Runner(None, None, 0)
+        self._runners.clear()  # contexts before the engine, the engine before its runtime
+        self._engine = None
+        self._cuda.release()

@@ -1,0 +1,773 @@
+"""The TensorRT backend against small fakes of ``tensorrt`` and the CUDA surface.
+
+No GPU and no TensorRT are needed: ``tensorrt_backend._load_tensorrt`` returns
+the fake module built by ``fake_trt`` and ``tensorrt_backend._load_cuda`` a
+``FakeCuda`` (``TorchCuda`` on the CPU with fake streams), so the device
+buffers are real CPU torch tensors whose ``data_ptr()`` the fakes can read.
+The fake "serialized engine" is JSON of the network's inputs, outputs and
+profile, so cache hits deserialize what the fake build wrote.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import json
+import textwrap
+import types
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from perfguard.backends import tensorrt_backend
+from perfguard.backends.tensorrt_backend import TensorRTBackend, TensorRTSession, TorchCuda
+from perfguard.backends.tensorrt_build import EngineSpec
+from perfguard.errors import CellError, InputError, Location, ModelError
+from perfguard.inputs import make_inputs
+from perfguard.scenario import (
+    BatchingSpec,
+    GpuSpec,
+    InputSpec,
+    LoadSpec,
+    ModelSpec,
+    QuantSpec,
+    Scenario,
+    TensorRTSpec,
+)
+
+torch = pytest.importorskip("torch")
+onnx = pytest.importorskip("onnx")
+
+LOCATION = Location(Path("suite.yaml"), 8)
+
+
+# -- the fake tensorrt -----------------------------------------------------------------
+class Severity(enum.Enum):
+    INTERNAL_ERROR = 0
+    ERROR = 1
+    WARNING = 2
+    INFO = 3
+    VERBOSE = 4
+
+
+class ILogger:
+    Severity = Severity
+
+
+class DataType(enum.Enum):
+    FLOAT = 0
+    HALF = 1
+    INT8 = 2
+    INT32 = 3
+    BOOL = 4
+    UINT8 = 5
+    BF16 = 7
+    INT64 = 8
+
+
+class TensorIOMode(enum.Enum):
+    NONE = 0
+    INPUT = 1
+    OUTPUT = 2
+
+
+class IInt8EntropyCalibrator2:
+    pass
+
+
+class Tensor(types.SimpleNamespace):
+    name: str
+    shape: tuple[int, ...]
+    dtype: DataType
+
+
+class Network:
+    def __init__(self) -> None:
+        self.inputs: list[Tensor] = []
+
+    @property
+    def num_inputs(self) -> int:
+        return len(self.inputs)
+
+    def get_input(self, index: int) -> Tensor:
+        return self.inputs[index]
+
+
+class Profile:
+    def __init__(self) -> None:
+        self.shapes: dict[str, tuple[tuple[int, ...], ...]] = {}
+
+    def set_shape(self, name: str, *shapes: Any) -> None:
+        self.shapes[name] = tuple(tuple(s) for s in shapes)
+
+
+class TimingCache:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def serialize(self) -> bytes:
+        return self.data + b"+entry"
+
+
+class Config:
+    def __init__(self) -> None:
+        self.flags: set[Any] = set()
+        self.pools: dict[Any, int] = {}
+        self.builder_optimization_level = 3
+        self.profiles: list[Profile] = []
+        self.int8_calibrator: Any = None
+        self.calibration_profile: Profile | None = None
+        self.timing_cache: TimingCache | None = None
+
+    def set_flag(self, flag: Any) -> None:
+        self.flags.add(flag.name)
+
+    def set_memory_pool_limit(self, pool: Any, size: int) -> None:
+        self.pools[pool.name] = size
+
+    def add_optimization_profile(self, profile: Profile) -> None:
+        self.profiles.append(profile)
+
+    def set_calibration_profile(self, profile: Profile) -> None:
+        self.calibration_profile = profile
+
+    def create_timing_cache(self, data: bytes) -> TimingCache:
+        return TimingCache(bytes(data))
+
+    def set_timing_cache(self, cache: TimingCache, ignore_mismatch: bool) -> bool:
+        assert ignore_mismatch is False
+        self.timing_cache = cache
+        return not cache.data.startswith(b"bad")
+
+
+class Context:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.shapes: dict[str, tuple[int, ...]] = {}
+        self.addresses: dict[str, int] = {}
+        self.executed: list[int] = []
+
+    def set_input_shape(self, name: str, shape: Any) -> bool:
+        lo, _, hi = self.engine.profile[name]
+        self.shapes[name] = tuple(shape)
+        return all(a <= s <= b for a, s, b in zip(lo, shape, hi, strict=True))
+
+    def get_tensor_shape(self, name: str) -> tuple[int, ...]:
+        batch = next(iter(self.shapes.values()))[0]
+        return tuple(batch if d == -1 else d for d in self.engine.io[name][2])
+
+    def set_tensor_address(self, name: str, pointer: int) -> bool:
+        self.addresses[name] = pointer
+        return True
+
+    def execute_async_v3(self, handle: int) -> bool:
+        self.executed.append(handle)
+        return True
+
+
+class Engine:
+    def __init__(self, blob: dict[str, Any]) -> None:
+        self.io = {n: (TensorIOMode[m], DataType[d], tuple(s)) for n, m, d, s in blob["io"]}
+        self.profile = {n: [tuple(s) for s in v] for n, v in blob["profile"].items()}
+        self.names: list[str] = [n for n, *_ in blob["io"]]
+        self.contexts: list[Context] = []
+
+    @property
+    def num_io_tensors(self) -> int:
+        return len(self.names)
+
+    def get_tensor_name(self, index: int) -> str:
+        return self.names[index]
+
+    def get_tensor_mode(self, name: str) -> TensorIOMode:
+        return self.io[name][0]
+
+    def get_tensor_dtype(self, name: str) -> DataType:
+        return self.io[name][1]
+
+    def get_tensor_shape(self, name: str) -> tuple[int, ...]:
+        return self.io[name][2]
+
+    def create_execution_context(self) -> Context:
+        self.contexts.append(Context(self))
+        return self.contexts[-1]
+
+
+def fake_trt(version: str = "10.3.0", bf16: bool = True) -> Any:
+    """A ``tensorrt`` module: scripted by its attributes, recording what was asked of it."""
+    trt: Any = types.ModuleType("tensorrt")
+    trt.__version__ = version
+    trt.ILogger = ILogger
+    trt.DataType = DataType
+    trt.TensorIOMode = TensorIOMode
+    trt.IInt8EntropyCalibrator2 = IInt8EntropyCalibrator2
+    make_enum: Any = enum.Enum
+    trt.BuilderFlag = make_enum("BuilderFlag", "FP16 INT8 BF16" if bf16 else "FP16 INT8")
+    trt.MemoryPoolType = make_enum("MemoryPoolType", "WORKSPACE")
+    int_enum: Any = enum.IntEnum  # TensorRT's enums convert with int()
+    trt.NetworkDefinitionCreationFlag = int_enum(
+        "NetworkDefinitionCreationFlag", [("EXPLICIT_BATCH", 0)]
+    )
+    # The script: the parsed network's IO, parser errors, build failure and log lines.
+    trt.inputs = [Tensor(name="x", shape=(-1, 8), dtype=DataType.FLOAT)]
+    trt.outputs = [Tensor(name="y", shape=(-1, 4), dtype=DataType.FLOAT)]
+    trt.parse_errors = []
+    trt.fail_build = False
+    trt.build_log = []
+    # What happened.
+    trt.network_flags = []
+    trt.configs = []
+    trt.calibration = []
+    trt.engines = []
+
+    class OnnxParser:
+        def __init__(self, network: Any, logger: Any) -> None:
+            self.network, self.logger = network, logger
+            self.errors: list[str] = list(trt.parse_errors)
+
+        def parse(self, data: bytes, path: str | None = None) -> bool:
+            assert data and path
+            if self.errors:
+                self.logger.log(Severity.ERROR, "ModelImporter: failed to parse the graph")
+                return False
+            self.network.inputs = list(trt.inputs)
+            return True
+
+        @property
+        def num_errors(self) -> int:
+            return len(self.errors)
+
+        def get_error(self, index: int) -> str:
+            return self.errors[index]
+
+    class Builder:
+        def __init__(self, logger: Any) -> None:
+            self.logger = logger
+
+        def create_network(self, flags: int) -> Any:
+            trt.network_flags.append(flags)
+            return Network()
+
+        def create_builder_config(self) -> Config:
+            return Config()
+
+        def create_optimization_profile(self) -> Profile:
+            return Profile()
+
+        def build_serialized_network(self, network: Any, config: Config) -> bytes | None:
+            trt.configs.append(config)
+            for line in trt.build_log:
+                self.logger.log(Severity.WARNING, line)
+            self.logger.log(Severity.INFO, "an info line nobody needs")
+            if trt.fail_build:
+                self.logger.log(Severity.ERROR, "out of device memory for tactic 7")
+                return None
+            if config.int8_calibrator is not None:
+                calibrate(config, [t.name for t in network.inputs])
+            io = [[t.name, "INPUT", t.dtype.name, list(t.shape)] for t in network.inputs]
+            io += [[t.name, "OUTPUT", t.dtype.name, list(t.shape)] for t in trt.outputs]
+            profile = {n: list(s) for n, s in config.profiles[0].shapes.items()}
+            return json.dumps({"io": io, "profile": profile}).encode()
+
+    def calibrate(config: Config, names: list[str]) -> None:
+        calibrator = config.int8_calibrator
+        assert calibrator.get_batch_size() == 1 and calibrator.read_calibration_cache() is None
+        shapes = config.calibration_profile.shapes  # type: ignore[union-attr]
+        while (pointers := calibrator.get_batch(names)) is not None:
+            batch = {}
+            for name, pointer in zip(names, pointers, strict=True):
+                shape = shapes[name][1]
+                count = int(np.prod(shape))
+                raw = (ctypes.c_float * count).from_address(pointer)
+                batch[name] = np.ctypeslib.as_array(raw).copy().reshape(shape)
+            trt.calibration.append(batch)
+        trt.calibration.append(None)
+        calibrator.write_calibration_cache(b"calibration table")
+
+    class Runtime:
+        def __init__(self, logger: Any) -> None:
+            pass
+
+        def deserialize_cuda_engine(self, data: bytes) -> Engine | None:
+            try:
+                engine = Engine(json.loads(data))
+            except ValueError:
+                return None
+            trt.engines.append(engine)
+            return engine
+
+    trt.OnnxParser, trt.Builder, trt.Runtime = OnnxParser, Builder, Runtime
+    return trt
+
+
+# -- the fake CUDA surface -------------------------------------------------------------
+class Stream:
+    def __init__(self, handle: int) -> None:
+        self.cuda_stream = handle
+        self.synced = 0
+
+    def synchronize(self) -> None:
+        self.synced += 1
+
+
+class FakeCuda(TorchCuda):
+    """``TorchCuda`` on the CPU: real tensors, fake device facts and streams."""
+
+    def __init__(self, gpu: str = "NVIDIA H200", capability: tuple[int, int] = (9, 0)) -> None:
+        super().__init__(torch.device("cpu"))
+        self.gpu, self.cc = gpu, capability
+        self.streams: list[Stream] = []
+        self.synced = 0
+        self.activated = 0
+
+    def name(self) -> str:
+        return self.gpu
+
+    def capability(self) -> tuple[int, int]:
+        return self.cc
+
+    def new_stream(self) -> Stream:
+        self.streams.append(Stream(7000 + len(self.streams)))
+        return self.streams[-1]
+
+    def synchronize(self) -> None:
+        self.synced += 1
+
+    def activate(self) -> None:
+        self.activated += 1
+
+    def release(self) -> None:
+        pass
+
+
+@pytest.fixture
+def fakes(monkeypatch: pytest.MonkeyPatch) -> types.SimpleNamespace:
+    """Install a fake tensorrt 10.3 and an H200; ``fakes.use(...)`` swaps either."""
+    state = types.SimpleNamespace(trt=fake_trt(), cuda=FakeCuda())
+
+    def use(trt: Any = None, cuda: FakeCuda | None = None) -> None:
+        state.trt = trt if trt is not None else state.trt
+        state.cuda = cuda if cuda is not None else state.cuda
+
+    state.use = use
+    monkeypatch.setattr(tensorrt_backend, "_load_tensorrt", lambda: state.trt)
+    monkeypatch.setattr(tensorrt_backend, "_load_cuda", lambda scenario: state.cuda)
+    return state
+
+
+def scenario(tmp_path: Path, **fields: Any) -> Scenario:
+    """A cuda cell of a one-input ONNX model (the fake parser ignores its content)."""
+    from onnx import helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", 1, ["batch", 8])],
+        [helper.make_tensor_value_info("y", 1, ["batch", 8])],
+    )
+    onnx.save(helper.make_model(graph), tmp_path / "m.onnx")
+    model_fields: dict[str, Any] = {
+        "name": "m",
+        "location": Location(tmp_path / "suite.yaml", 3),
+        "base_dir": tmp_path,
+        "onnx": Path("m.onnx"),
+        "inputs": (InputSpec("x", (2, 8), seed=1),),
+        **fields.pop("model", {}),
+    }
+    model = ModelSpec(**model_fields)
+    trt_spec = fields.pop("trt", {})
+    return Scenario(
+        suite=tmp_path / "suite.yaml",
+        name="s",
+        cell_id="",
+        model=model,
+        location=LOCATION,
+        backend="tensorrt",
+        device=fields.pop("device", "cuda"),
+        gpu=GpuSpec(tensorrt=TensorRTSpec(**trt_spec)),
+        **fields,
+    )
+
+
+def open_trt(sc: Scenario, tmp_path: Path, **kwargs: Any) -> TensorRTSession:
+    return TensorRTBackend().open(sc, make_inputs(sc.model), tmp_path / "cache", **kwargs)
+
+
+def calibration_feeds(count: int) -> list[dict[str, np.ndarray]]:
+    return [{"x": np.full((2, 8), i + 0.5, dtype=np.float32)} for i in range(count)]
+
+
+# -- building ----------------------------------------------------------------------------
+def test_fp32_build_records_settings(tmp_path: Path, fakes: Any) -> None:
+    session = open_trt(scenario(tmp_path), tmp_path)
+    (config,) = fakes.trt.configs
+    assert fakes.trt.network_flags == [0]  # TensorRT 10: explicit batch is the default
+    assert config.flags == set() and config.pools == {"WORKSPACE": 1024 << 20}
+    assert config.builder_optimization_level == 3  # left at TensorRT's default
+    assert config.profiles[0].shapes == {"x": ((2, 8), (2, 8), (2, 8))}
+    assert config.int8_calibrator is None
+    info = session.runtime_info
+    assert info["tensorrt"] == "10.3.0" and info["gpu"] == "NVIDIA H200"
+    assert info["compute_capability"] == "9.0" and info["precision"] == "fp32"
+    assert info["built"] is True and isinstance(info["build_s"], float)
+    assert info["profile"] == {"x": {"min": [2, 8], "opt": [2, 8], "max": [2, 8]}}
+    assert info["workspace_mib"] == 1024 and info["model_source"] == "onnx file"
+    engine = Path(info["engine_path"])
+    assert engine.is_file() and engine.parent == tmp_path / "cache"
+    assert engine.name == f"m-{info['cache_key']}.engine"
+    sidecar = json.loads(engine.with_suffix(".json").read_text())
+    assert sidecar["tensorrt"] == "10.3.0" and sidecar["gpu"] == "NVIDIA H200"
+    assert sidecar["capability"] == [9, 0] and sidecar["precision"] == "fp32"
+    assert sidecar["key"].startswith(info["cache_key"])
+    session.close()
+
+
+@pytest.mark.parametrize(
+    ("precision", "flags"), [("fp16", {"FP16"}), ("bf16", {"BF16"}), ("int8", {"INT8"})]
+)
+def test_precision_sets_its_builder_flag(
+    tmp_path: Path, fakes: Any, precision: str, flags: set[str]
+) -> None:
+    session = open_trt(
+        scenario(tmp_path, precision=precision), tmp_path, calibration=calibration_feeds(2)
+    )
+    assert fakes.trt.configs[-1].flags == flags
+    assert (fakes.trt.configs[-1].int8_calibrator is not None) == (precision == "int8")
+    session.close()
+
+
+def test_tensorrt_8_explicit_batch_and_no_bf16(tmp_path: Path, fakes: Any) -> None:
+    fakes.use(fake_trt("8.6.1", bf16=False))
+    open_trt(scenario(tmp_path), tmp_path).close()
+    assert fakes.trt.network_flags == [1 << 0]  # EXPLICIT_BATCH
+    with pytest.raises(CellError, match=r"bf16 .*TensorRT 8\.6\.1") as info:
+        open_trt(scenario(tmp_path, precision="bf16"), tmp_path)
+    assert "fp16" in str(info.value.fix)
+
+
+def test_workspace_and_optimization_level(tmp_path: Path, fakes: Any) -> None:
+    sc = scenario(tmp_path, trt={"workspace_mib": 256, "builder_optimization_level": 5})
+    session = open_trt(sc, tmp_path)
+    (config,) = fakes.trt.configs
+    assert config.pools == {"WORKSPACE": 256 << 20} and config.builder_optimization_level == 5
+    assert session.runtime_info["builder_optimization_level"] == 5
+    with pytest.raises(CellError, match="builder_optimization_level 7"):
+        open_trt(scenario(tmp_path, trt={"builder_optimization_level": 7}), tmp_path)
+
+
+def test_explicit_profile_and_shapes_outside_it(tmp_path: Path, fakes: Any) -> None:
+    sc = scenario(tmp_path, trt={"profiles": (("x", (1, 8), (4, 8), (16, 8)),)})
+    session = open_trt(sc, tmp_path)
+    assert fakes.trt.configs[0].profiles[0].shapes == {"x": ((1, 8), (4, 8), (16, 8))}
+    assert session.runtime_info["profile"]["x"] == {"min": [1, 8], "opt": [4, 8], "max": [16, 8]}
+    session.run(session.prepare({"x": np.zeros((16, 8), np.float32)}))
+    with pytest.raises(InputError) as info:
+        session.prepare({"x": np.zeros((32, 8), np.float32)})
+    text = str(info.value)
+    assert "'x'" in text and "[32, 8]" in text and "min [1, 8]" in text and "max [16, 8]" in text
+    assert "profiles" in str(info.value.fix)
+    session.close()
+    narrow = scenario(tmp_path, trt={"profiles": (("x", (4, 8), (4, 8), (8, 8)),)})
+    with pytest.raises(InputError, match=r"'x' has shape \[2, 8\], outside"):
+        open_trt(narrow, tmp_path)
+    inverted = scenario(tmp_path, trt={"profiles": (("x", (8, 8), (4, 8), (2, 8)),)})
+    with pytest.raises(InputError, match=r"`profiles` 'x' needs 1 <= min <= opt <= max"):
+        open_trt(inverted, tmp_path)
+
+
+def test_batching_widens_the_default_profile(tmp_path: Path, fakes: Any) -> None:
+    load = LoadSpec(mode="closed", level=2, batching=BatchingSpec(max_batch=4, max_wait_ms=1.0))
+    session = open_trt(scenario(tmp_path, load=load), tmp_path)
+    assert fakes.trt.configs[0].profiles[0].shapes == {"x": ((2, 8), (2, 8), (8, 8))}
+    session.prepare({"x": np.zeros((8, 8), np.float32)})
+    session.close()
+
+
+def test_model_inputs_must_match(tmp_path: Path, fakes: Any) -> None:
+    fakes.trt.inputs.append(Tensor(name="mask", shape=(-1, 8), dtype=DataType.INT64))
+    with pytest.raises(InputError, match="no suite input for model input 'mask'"):
+        open_trt(scenario(tmp_path), tmp_path)
+    fakes.trt.inputs[1:] = []
+    fakes.trt.inputs[0] = Tensor(name="x", shape=(-1, 6), dtype=DataType.FLOAT)
+    with pytest.raises(InputError, match="fixed dimensions"):
+        open_trt(scenario(tmp_path), tmp_path)
+    fakes.trt.inputs[0] = Tensor(name="x", shape=(-1, 8), dtype=DataType.INT32)
+    with pytest.raises(InputError, match="'x' is float32, the engine wants int32"):
+        open_trt(scenario(tmp_path), tmp_path)
+
+
+# -- the engine cache ------------------------------------------------------------------
+def test_second_open_loads_the_cached_engine(tmp_path: Path, fakes: Any) -> None:
+    first = open_trt(scenario(tmp_path), tmp_path)
+    first.close()
+    second = open_trt(scenario(tmp_path), tmp_path)
+    assert len(fakes.trt.configs) == 1  # no second build
+    assert second.runtime_info["built"] is False and second.runtime_info["build_s"] == 0.0
+    assert second.runtime_info["engine_path"] == first.runtime_info["engine_path"]
+    assert second.runtime_info["profile"] == first.runtime_info["profile"]
+    second.close()
+
+
+def test_other_settings_get_other_engines(tmp_path: Path, fakes: Any) -> None:
+    paths = {open_trt(scenario(tmp_path), tmp_path).runtime_info["engine_path"]}
+    paths.add(open_trt(scenario(tmp_path, precision="fp16"), tmp_path).runtime_info["engine_path"])
+    sc = scenario(tmp_path, trt={"profiles": (("x", (1, 8), (2, 8), (4, 8)),)})
+    paths.add(open_trt(sc, tmp_path).runtime_info["engine_path"])
+    fakes.use(cuda=FakeCuda("NVIDIA A100-SXM4-80GB", (8, 0)))
+    paths.add(open_trt(scenario(tmp_path), tmp_path).runtime_info["engine_path"])
+    fakes.use(trt=fake_trt("10.4.0"))
+    paths.add(open_trt(scenario(tmp_path), tmp_path).runtime_info["engine_path"])
+    assert len(paths) == 5
+
+
+names = st.sampled_from(["x", "ids"])
+dims = st.tuples(st.integers(1, 3), st.integers(1, 3))
+specs = st.builds(
+    EngineSpec,
+    onnx_sha256=st.sampled_from(["a" * 64, "b" * 64]),
+    tensorrt=st.sampled_from(["8.6.1", "10.3.0"]),
+    gpu=st.sampled_from(["NVIDIA H200", "NVIDIA A100"]),
+    capability=st.sampled_from([(8, 0), (9, 0)]),
+    precision=st.sampled_from(["fp32", "fp16", "bf16", "int8"]),
+    workspace_mib=st.sampled_from([256, 1024]),
+    optimization_level=st.sampled_from([None, 0, 3]),
+    profiles=st.lists(st.tuples(names, dims, dims, dims), max_size=1).map(tuple),
+    input_shapes=st.lists(st.tuples(names, dims), max_size=2).map(tuple),
+    batch_multiplier=st.sampled_from([1, 4]),
+    calibration=st.sampled_from([None, "c" * 64]),
+)
+
+
+@given(specs, specs)
+def test_cache_key_is_one_to_one_with_the_settings(a: EngineSpec, b: EngineSpec) -> None:
+    assert (a.key == b.key) == (a == b)
+    assert EngineSpec(**vars(a)).key == a.key
+
+
+@pytest.mark.parametrize(("field", "value"), [("tensorrt", "10.0.1"), ("gpu", "NVIDIA L4")])
+def test_engine_of_another_version_or_gpu_is_rebuilt(
+    tmp_path: Path, fakes: Any, field: str, value: str
+) -> None:
+    session = open_trt(scenario(tmp_path), tmp_path)
+    sidecar = Path(session.runtime_info["engine_path"]).with_suffix(".json")
+    meta = json.loads(sidecar.read_text())
+    sidecar.write_text(json.dumps({**meta, field: value}))
+    again = open_trt(scenario(tmp_path), tmp_path)
+    assert len(fakes.trt.configs) == 2 and again.runtime_info["built"] is True
+    assert len(fakes.trt.engines) == 2  # the stale engine was never deserialized
+    assert json.loads(sidecar.read_text())[field] == meta[field]
+
+
+def test_engine_without_sidecar_or_unreadable_is_rebuilt(tmp_path: Path, fakes: Any) -> None:
+    path = Path(open_trt(scenario(tmp_path), tmp_path).runtime_info["engine_path"])
+    path.with_suffix(".json").unlink()
+    assert open_trt(scenario(tmp_path), tmp_path).runtime_info["built"] is True
+    path.write_bytes(b"not an engine")
+    assert open_trt(scenario(tmp_path), tmp_path).runtime_info["built"] is True
+    assert len(fakes.trt.configs) == 3
+    assert open_trt(scenario(tmp_path), tmp_path).runtime_info["built"] is False
+
+
+def test_timing_cache_is_written_then_reused(tmp_path: Path, fakes: Any) -> None:
+    open_trt(scenario(tmp_path), tmp_path).close()
+    (timing,) = (tmp_path / "cache").glob("timing-*.cache")
+    assert timing.name == "timing-trt10.3.0-NVIDIA_H200-sm90.cache"
+    assert fakes.trt.configs[0].timing_cache.data == b""
+    assert timing.read_bytes() == b"+entry"
+    session = open_trt(scenario(tmp_path, precision="fp16"), tmp_path)
+    assert fakes.trt.configs[1].timing_cache.data == b"+entry"  # loaded into the config
+    assert timing.read_bytes() == b"+entry+entry"
+    assert session.runtime_info["timing_cache"] == str(timing)
+    timing.write_bytes(b"bad: another TensorRT's cache")
+    open_trt(scenario(tmp_path, precision="bf16"), tmp_path).close()
+    assert fakes.trt.configs[2].timing_cache.data == b""  # a mismatch starts afresh
+    off = open_trt(
+        scenario(tmp_path, precision="int8", trt={"timing_cache": False}),
+        tmp_path,
+        calibration=calibration_feeds(1),
+    )
+    assert fakes.trt.configs[3].timing_cache is None and off.runtime_info["timing_cache"] is None
+
+
+def test_build_failure_carries_the_log_tail(tmp_path: Path, fakes: Any) -> None:
+    fakes.trt.build_log = [f"warning number {i}" for i in range(30)]
+    fakes.trt.fail_build = True
+    with pytest.raises(ModelError) as info:
+        open_trt(scenario(tmp_path), tmp_path)
+    text = str(info.value)
+    assert "could not build" in text and "out of device memory for tactic 7" in text
+    assert "warning number 29" in text and "warning number 11" in text
+    assert "warning number 10" not in text  # the last 20 lines only
+    assert "info line" not in text
+    assert info.value.location == scenario(tmp_path).model.location
+    assert not list((tmp_path / "cache").glob("*.engine"))
+
+
+def test_parse_failure_carries_the_parser_errors(tmp_path: Path, fakes: Any) -> None:
+    fakes.trt.parse_errors = ["In node 3 (importFancyOp): UNSUPPORTED_NODE: FancyOp"]
+    with pytest.raises(ModelError) as info:
+        open_trt(scenario(tmp_path), tmp_path)
+    text = str(info.value)
+    assert "could not parse" in text and "UNSUPPORTED_NODE: FancyOp" in text
+    assert "[ERROR] ModelImporter: failed to parse the graph" in text
+    assert fakes.trt.configs == []
+
+
+def test_factory_model_is_exported_then_built(tmp_path: Path, fakes: Any) -> None:
+    (tmp_path / "pg_trt_models.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+
+            def mlp():
+                torch.manual_seed(0)
+                return torch.nn.Sequential(torch.nn.Linear(8, 4))
+            """
+        )
+    )
+    sc = scenario(tmp_path, model={"onnx": None, "factory": "pg_trt_models:mlp"})
+    session = open_trt(sc, tmp_path)
+    assert session.runtime_info["model_source"] == "factory export"
+    assert list((tmp_path / "cache").glob("m-*.onnx"))
+    session.close()
+
+
+# -- int8 ------------------------------------------------------------------------------
+def test_int8_needs_calibration_inputs(tmp_path: Path, fakes: Any) -> None:
+    nothing: tuple[list[dict[str, np.ndarray]] | None, ...] = (None, [])
+    for calibration in nothing:
+        with pytest.raises(CellError, match="accuracy inputs") as info:
+            open_trt(scenario(tmp_path, precision="int8"), tmp_path, calibration=calibration)
+        assert "accuracy:" in str(info.value.fix)
+    assert fakes.trt.configs == []
+
+
+def test_int8_calibrator_serves_the_feeds_in_order(tmp_path: Path, fakes: Any) -> None:
+    feeds = calibration_feeds(3)
+    session = open_trt(scenario(tmp_path, precision="int8"), tmp_path, calibration=feeds)
+    config = fakes.trt.configs[0]
+    assert config.calibration_profile.shapes == {"x": ((2, 8), (2, 8), (2, 8))}
+    served = fakes.trt.calibration
+    assert served[-1] is None and len(served) == 4
+    for got, sent in zip(served[:-1], feeds, strict=True):
+        np.testing.assert_array_equal(got["x"], sent["x"])
+    assert config.int8_calibrator.cache == b"calibration table"
+    info = session.runtime_info["int8"]
+    assert info["calibration_inputs"] == 3 and "10.1+ deprecates" in info["quantization"]
+    # other calibration data, other engine; calibration_samples limits the feeds used
+    other = open_trt(scenario(tmp_path, precision="int8"), tmp_path, calibration=feeds[:2])
+    assert other.runtime_info["engine_path"] != session.runtime_info["engine_path"]
+    limited = scenario(tmp_path, precision="int8", quantization=QuantSpec(calibration_samples=2))
+    same = open_trt(limited, tmp_path, calibration=feeds)
+    assert same.runtime_info["engine_path"] == other.runtime_info["engine_path"]
+
+
+def test_int8_calibration_inputs_must_match_the_timing_inputs(tmp_path: Path, fakes: Any) -> None:
+    feeds = [{"x": np.zeros((3, 8), np.float32)}]
+    with pytest.raises(InputError, match=r"calibration input 0 .*x \[3, 8\]"):
+        open_trt(scenario(tmp_path, precision="int8"), tmp_path, calibration=feeds)
+
+
+# -- running ---------------------------------------------------------------------------
+def test_run_binds_every_tensor_and_enqueues_on_the_stream(tmp_path: Path, fakes: Any) -> None:
+    session = open_trt(scenario(tmp_path), tmp_path)
+    prepared = session.prepare(make_inputs(scenario(tmp_path).model))
+    (engine,) = fakes.trt.engines
+    (context,) = engine.contexts
+    (stream,) = fakes.cuda.streams
+    assert prepared.inputs["x"].dtype == torch.float32 and prepared.outputs["y"].shape == (2, 4)
+    outputs = session.run(prepared)
+    assert context.addresses == {
+        "x": prepared.inputs["x"].data_ptr(),
+        "y": prepared.outputs["y"].data_ptr(),
+    }
+    assert context.shapes == {"x": (2, 8)} and context.executed == [stream.cuda_stream]
+    session.run(prepared)
+    assert context.executed == [stream.cuda_stream] * 2
+    assert session.synchronize is not None
+    session.synchronize()
+    assert stream.synced == 1
+    (y,) = session.to_numpy(outputs)
+    assert y.dtype == np.float32 and y.shape == (2, 4)
+    other = session.prepare({"x": np.ones((2, 8), np.float32)})
+    session.run(other)
+    assert context.addresses["x"] == other.inputs["x"].data_ptr()
+
+
+def test_outputs_come_back_as_float32_and_int(tmp_path: Path, fakes: Any) -> None:
+    fakes.trt.outputs = [
+        Tensor(name="half", shape=(-1, 4), dtype=DataType.HALF),
+        Tensor(name="ids", shape=(-1,), dtype=DataType.INT64),
+    ]
+    session = open_trt(scenario(tmp_path), tmp_path)
+    prepared = session.prepare(make_inputs(scenario(tmp_path).model))
+    half, ids = session.to_numpy(session.run(prepared))
+    assert half.dtype == np.float32 and half.shape == (2, 4)
+    assert ids.dtype == np.int64 and ids.shape == (2,)
+
+
+def test_worker_calls_get_their_own_context_and_stream(tmp_path: Path, fakes: Any) -> None:
+    session = open_trt(scenario(tmp_path), tmp_path)
+    prepared = {1: session.prepare(make_inputs(scenario(tmp_path).model))}
+    calls_a, sync_a = session.worker_calls(prepared)
+    calls_b, sync_b = session.worker_calls(prepared)
+    (engine,) = fakes.trt.engines
+    main, ctx_a, ctx_b = engine.contexts
+    _, stream_a, stream_b = fakes.cuda.streams
+    assert fakes.cuda.activated == 1  # on open
+    calls_a[1]()
+    calls_b[1]()
+    calls_b[1]()
+    assert fakes.cuda.activated == 3  # once more per worker, on its first call
+    assert main.executed == []
+    assert ctx_a.executed == [stream_a.cuda_stream]
+    assert ctx_b.executed == [stream_b.cuda_stream] * 2
+    assert ctx_a.addresses["x"] == ctx_b.addresses["x"] == prepared[1].inputs["x"].data_ptr()
+    assert ctx_a.addresses["y"] != ctx_b.addresses["y"] != prepared[1].outputs["y"].data_ptr()
+    sync_a()
+    assert (stream_a.synced, stream_b.synced) == (1, 0)
+    sync_b()
+    assert stream_b.synced == 1
+
+
+def test_close_releases_the_session(tmp_path: Path, fakes: Any) -> None:
+    session = open_trt(scenario(tmp_path), tmp_path)
+    prepared = session.prepare(make_inputs(scenario(tmp_path).model))
+    session.close()
+    session.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        session.run(prepared)
+
+
+# -- cells that cannot run -------------------------------------------------------------
+@pytest.mark.parametrize("device", ["cpu", "tpu", "cuda:x"])
+def test_non_cuda_device_fails_the_cell(tmp_path: Path, fakes: Any, device: str) -> None:
+    with pytest.raises(CellError, match="NVIDIA GPUs only") as info:
+        open_trt(scenario(tmp_path, device=device), tmp_path)
+    assert "device: cuda" in str(info.value.fix)
+
+
+def test_unknown_precision_fails_the_cell(tmp_path: Path, fakes: Any) -> None:
+    with pytest.raises(CellError, match="unknown precision 'fp8'"):
+        open_trt(scenario(tmp_path, precision="fp8"), tmp_path)
+
+
+def test_unavailable_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = TensorRTBackend()
+    assert backend.name == "tensorrt"
+    missing: set[str] = {"tensorrt"}
+    monkeypatch.setattr(tensorrt_backend, "_module_missing", lambda name: name in missing)
+    monkeypatch.setattr(tensorrt_backend, "_cuda_problem", lambda: "no GPU here")
+    assert backend.unavailable_reason() == (
+        "TensorRT is not installed (pip install tensorrt, or use NVIDIA's container)"
+    )
+    missing = {"torch"}
+    assert "PyTorch" in str(backend.unavailable_reason())
+    missing = set()
+    assert backend.unavailable_reason() == "no GPU here"
+    monkeypatch.setattr(tensorrt_backend, "_cuda_problem", lambda: None)
+    assert backend.unavailable_reason() is None
