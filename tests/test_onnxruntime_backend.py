@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import textwrap
 import types
 from pathlib import Path
@@ -401,42 +400,6 @@ def fake_onnxruntime(actual: list[str], created: list[dict[str, Any]]) -> types.
 
     fake.InferenceSession = InferenceSession  # type: ignore[attr-defined]
     return fake
-
-
-def test_silent_cpu_fallback_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    relu_onnx(tmp_path / "relu.onnx", [2, 4])
-    model = model_spec(tmp_path, onnx=Path("relu.onnx"), inputs=(InputSpec("x", (2, 4)),))
-    created: list[dict[str, Any]] = []
-    monkeypatch.setitem(
-        sys.modules, "onnxruntime", fake_onnxruntime(["CPUExecutionProvider"], created)
-    )
-    with pytest.raises(ProviderFallbackError) as info:
-        open_ort(scenario(model, device="cuda:1"), tmp_path)
-    assert created[0]["providers"] == [
-        ("CUDAExecutionProvider", {"device_id": 1}),
-        "CPUExecutionProvider",
-    ]
-    text = str(info.value)
-    assert "requested CUDAExecutionProvider" in text
-    assert "session runs on CPUExecutionProvider" in text
-    assert "available: CUDAExecutionProvider, CPUExecutionProvider" in text
-    assert info.value.fix is not None
-    for words in ("onnxruntime-gpu", "cuDNN", "CUDAExecutionProvider first"):
-        assert words in info.value.fix
-
-
-def test_cuda_placement_that_holds_opens(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    relu_onnx(tmp_path / "relu.onnx", [2, 4])
-    model = model_spec(tmp_path, onnx=Path("relu.onnx"), inputs=(InputSpec("x", (2, 4)),))
-    created: list[dict[str, Any]] = []
-    actual = ["CUDAExecutionProvider", "CPUExecutionProvider"]
-    monkeypatch.setitem(sys.modules, "onnxruntime", fake_onnxruntime(actual, created))
-    session, feeds = open_ort(scenario(model, device="cuda"), tmp_path)
-    assert created[0]["providers"][0] == ("CUDAExecutionProvider", {"device_id": 0})
-    assert session.runtime_info["providers"] == actual
-    assert session.runtime_info["onnxruntime"] == "9.9.9-fake"
-    (out,) = session.to_numpy(session.run(session.prepare(feeds)))
-    np.testing.assert_array_equal(out, feeds["x"])
 
 
 @pytest.mark.parametrize(

@@ -6,19 +6,31 @@ static calibrated on the ``calibration`` feeds). bf16 is not supported.
 
 Placement is proved, not assumed: ONNX Runtime silently falls back to the CPU
 when the CUDA provider cannot load, so the session's first provider is checked
-against the one requested and a mismatch fails the cell.
+against the one requested and a mismatch fails the cell. On ``cuda[:N]`` the
+CUDA or TensorRT provider, the proof of every node's placement and IOBinding
+live in ``perfguard.backends.ort_gpu``.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import shutil
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from perfguard.errors import CellError, InputError, ModelError, ProviderFallbackError
+from perfguard.backends.ort_gpu import BoundIO, GpuPlan
+from perfguard.errors import (
+    CellError,
+    InputError,
+    ModelError,
+    PerfguardError,
+    ProviderFallbackError,
+)
 from perfguard.modelcache import cache_key_of, export_onnx
 from perfguard.models import check_forward_inputs, check_onnx_file, load_factory
 from perfguard.quantize import (
@@ -31,7 +43,7 @@ from perfguard.quantize import (
 )
 from perfguard.scenario import Scenario
 
-__all__ = ["OnnxRuntimeBackend", "OnnxRuntimeSession", "ort_providers"]
+__all__ = ["OnnxRuntimeBackend", "OnnxRuntimeSession", "ort_device_index"]
 
 _INSTALL_HINT = "ONNX Runtime is not installed (pip install 'perfguard[onnx]')"
 _OPT_LEVELS = {
@@ -55,7 +67,6 @@ _ORT_TYPES = {
     "tensor(uint64)": "uint64",
     "tensor(bool)": "bool",
 }
-_CUDA_EP = "CUDAExecutionProvider"
 _CPU_EP = "CPUExecutionProvider"
 _GPU_FIX = (
     "install onnxruntime-gpu (and uninstall the CPU-only onnxruntime), put the CUDA and "
@@ -84,24 +95,19 @@ class OnnxRuntimeBackend:
         return OnnxRuntimeSession(scenario, feeds, cache_dir, calibration=calibration)
 
 
-def ort_providers(scenario: Scenario) -> list[str | tuple[str, dict[str, Any]]]:
-    """The provider list for ``scenario.device`` (``cpu``, ``cuda`` or ``cuda:N``)."""
+def ort_device_index(scenario: Scenario) -> int | None:
+    """The GPU index of ``scenario.device`` (``cuda`` is 0); ``None`` for ``cpu``."""
     text = scenario.device.strip().lower()
     if text == "cpu":
-        return [_CPU_EP]
+        return None
     if text == "cuda" or (text.startswith("cuda:") and text[5:].isdigit()):
-        index = int(text[5:]) if text.startswith("cuda:") else 0
-        return [(_CUDA_EP, {"device_id": index}), _CPU_EP]
+        return int(text[5:]) if text.startswith("cuda:") else 0
     raise CellError(
         f"unknown device {scenario.device!r} for the onnxruntime backend",
         expected="cpu, cuda or cuda:N",
         fix="set `device:` to cpu, cuda or cuda:<index>",
         location=scenario.location,
     )
-
-
-def _provider_name(provider: str | tuple[str, dict[str, Any]]) -> str:
-    return provider if isinstance(provider, str) else provider[0]
 
 
 def _numpy_dtype(name: str) -> np.dtype[Any]:
@@ -121,7 +127,9 @@ def _describe(name: str, dtype: str, shape: Sequence[object]) -> str:
 class OnnxRuntimeSession:
     """One ``InferenceSession`` on the requested execution provider."""
 
-    synchronize: Callable[[], None] | None = None  # session.run returns host arrays
+    # None on the CPU and for session.run with host arrays (it returns when done);
+    # IOBinding on a GPU synchronises the device (``BoundIO.synchronize``).
+    synchronize: Callable[[], None] | None = None
 
     def __init__(
         self,
@@ -154,8 +162,10 @@ class OnnxRuntimeSession:
                 fix="set `graph_optimization_level:` to a supported value",
                 location=scenario.location,
             )
-        providers = ort_providers(scenario)
-        requested = _provider_name(providers[0])
+        index = ort_device_index(scenario)
+        plan = None if index is None else GpuPlan.build(scenario, index, cache_dir, ort.__version__)
+        providers: list[Any] = [_CPU_EP] if plan is None else plan.providers
+        requested = _CPU_EP if plan is None else plan.provider
         available = list(ort.get_available_providers())
         if requested not in available:
             raise ProviderFallbackError(
@@ -183,36 +193,30 @@ class OnnxRuntimeSession:
         if variant is not None:
             variant["cache_key"] = key
 
-        options = ort.SessionOptions()
-        level_name = _OPT_LEVELS[scenario.graph_optimization_level]
-        options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level_name)
-        if scenario.threads is not None:
-            options.intra_op_num_threads = scenario.threads
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3  # errors only; placement is checked below
+        # The GPU placement check profiles into a private directory, removed after.
+        workdir = tempfile.mkdtemp(prefix="perfguard-ort-") if plan is not None else None
         try:
-            session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
-        except Exception as exc:
-            raise ModelError(
-                f"onnxruntime could not load {path}: {type(exc).__name__}: {exc}",
-                expected="a model this onnxruntime version and provider can run",
-                fix="check the model's opset and operators against onnxruntime "
-                f"{ort.__version__}, or try another `opset:`",
-                location=model.location,
-            ) from exc
-
-        actual = list(session.get_providers())
-        if not actual or actual[0] != requested:
-            raise ProviderFallbackError(
-                f"{scenario.device} requested {requested}, but the session runs on "
-                f"{', '.join(actual) or 'nothing'} (available: {', '.join(available)})",
-                expected=f"{requested} as the session's first provider",
-                fix=_GPU_FIX,
-                location=scenario.location,
-            )
-        self._session = session
-        self._dtypes, unused = self._check_inputs(session, feeds, strict=not from_factory)
-        self._run = session.run
+            session = self._create(ort, path, providers, plan, workdir, feeds)
+            actual = list(session.get_providers())
+            if not actual or actual[0] != requested:
+                raise ProviderFallbackError(
+                    f"{scenario.device} requested {requested}, but the session runs on "
+                    f"{', '.join(actual) or 'nothing'} (available: {', '.join(available)})",
+                    expected=f"{requested} as the session's first provider",
+                    fix=_GPU_FIX,
+                    location=scenario.location,
+                )
+            self._session = session
+            self._dtypes, unused = self._check_inputs(session, feeds, strict=not from_factory)
+            placement = None if plan is None else self._prove(plan, session, feeds)
+        finally:
+            if workdir is not None:
+                shutil.rmtree(workdir, ignore_errors=True)
+        self._io: BoundIO | None = None if plan is None else plan.io(ort, session)
+        self._call: Callable[[Any], Any] = functools.partial(session.run, None)
+        if self._io is not None:
+            self._call = self._io.run
+            self.synchronize = self._io.synchronize
         self.runtime_info: dict[str, Any] = {
             "onnxruntime": ort.__version__,
             "providers": actual,
@@ -228,6 +232,75 @@ class OnnxRuntimeSession:
             self.runtime_info["fp16" if scenario.precision == "fp16" else "quantization"] = variant
         if unused:
             self.runtime_info["unused_inputs"] = unused
+        if plan is not None:
+            self.runtime_info.update(plan.runtime_info(session))
+            self.runtime_info["placement"] = placement
+
+    def _options(self, ort: Any) -> Any:
+        sc = self._scenario
+        options = ort.SessionOptions()
+        level_name = _OPT_LEVELS[sc.graph_optimization_level]
+        options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level_name)
+        if sc.threads is not None:
+            options.intra_op_num_threads = sc.threads
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3  # errors only; placement is checked below
+        return options
+
+    def _prove(self, plan: GpuPlan, session: Any, feeds: Mapping[str, np.ndarray]) -> Any:
+        """Where the nodes run, from one profiled run; a model failure is located."""
+        try:
+            return plan.prove(session, self._host(feeds))
+        except PerfguardError:
+            raise
+        except Exception as exc:
+            sc = self._scenario
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise ModelError(
+                f"model {sc.model.name!r} raised {type(exc).__name__} on its first run on "
+                f"{sc.device} ({plan.provider}), the placement check: {first}",
+                expected="the model to run the suite's inputs on the GPU",
+                fix="check the inputs declared under "
+                f"models.{sc.model.name}.inputs and `gpu: provider_options`",
+                location=sc.location,
+            ) from exc
+
+    def _create(
+        self,
+        ort: Any,
+        path: Path,
+        providers: list[Any],
+        plan: GpuPlan | None,
+        workdir: str | None,
+        feeds: Mapping[str, np.ndarray],
+    ) -> Any:
+        """The ``InferenceSession``; a load failure becomes a located ``ModelError``."""
+        options = self._options(ort)
+        try:
+            if plan is None or workdir is None:
+                return ort.InferenceSession(str(path), sess_options=options, providers=providers)
+            plan.configure(options, str(Path(workdir) / "placement"))
+
+            def diagnose() -> Any:
+                def host(session: Any) -> dict[str, np.ndarray]:
+                    return self._host(feeds, self._check_inputs(session, feeds, strict=False)[0])
+
+                prefix = str(Path(workdir) / "diagnosis")
+                return plan.diagnose(ort, path, self._options(ort), prefix, host)
+
+            return plan.create(ort, path, options, diagnose)
+        except PerfguardError:
+            raise
+        except Exception as exc:
+            on = "" if plan is None else f" with {plan.provider} {plan.options}"
+            raise ModelError(
+                f"onnxruntime could not load {path}{on}: {type(exc).__name__}: {exc}",
+                expected="a model this onnxruntime version and provider can run",
+                fix="check the model's opset and operators against onnxruntime "
+                f"{ort.__version__}, or try another `opset:`"
+                + ("" if plan is None else "; check `gpu: provider_options`"),
+                location=self._scenario.model.location,
+            ) from exc
 
     @staticmethod
     def _model_file(
@@ -292,19 +365,39 @@ class OnnxRuntimeSession:
             )
         return dtypes, unused
 
-    def prepare(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _host(
+        self, feeds: Mapping[str, np.ndarray], dtypes: Mapping[str, np.dtype[Any]] | None = None
+    ) -> dict[str, np.ndarray]:
         """Contiguous arrays in the dtypes the model declares, for its inputs only."""
         return {
             name: np.asarray(np.asarray(feeds[name]).astype(dtype, copy=False), order="C")
-            for name, dtype in self._dtypes.items()
+            for name, dtype in (self._dtypes if dtypes is None else dtypes).items()
         }
 
+    def prepare(self, feeds: Mapping[str, np.ndarray]) -> Any:
+        """Host arrays in the model's dtypes; with IOBinding, also on the device and bound."""
+        host = self._host(feeds)
+        return host if self._io is None else self._io.prepare(host)
+
     def run(self, prepared: Any) -> Any:
-        return self._run(None, prepared)
+        return self._call(prepared)
+
+    def worker_calls(
+        self, prepared: Mapping[int, Any]
+    ) -> tuple[dict[int, Callable[[], Any]], Callable[[], None] | None]:
+        """Calls for one concurrent load worker (``prepared`` per batch size).
+
+        With IOBinding each worker gets IOBindings of its own (a binding is not
+        shared between threads); otherwise plain ``run`` calls and no sync.
+        """
+        if self._io is not None:
+            return self._io.worker_calls(prepared)
+        return {k: functools.partial(self.run, p) for k, p in prepared.items()}, None
 
     def to_numpy(self, outputs: Any) -> list[np.ndarray]:
+        """Works on every ``run`` result: host arrays, or an IOBinding's device outputs."""
         arrays: list[np.ndarray] = []
-        for output in outputs:
+        for output in BoundIO.to_host(outputs):
             array = np.asarray(output)
             if array.dtype == np.float16 or array.dtype.name == "bfloat16":
                 array = array.astype(np.float32)
@@ -312,9 +405,10 @@ class OnnxRuntimeSession:
         return arrays
 
     def close(self) -> None:
+        self._io = None
         if hasattr(self, "_session"):
             del self._session
-        self._run = _closed
+        self._call = _closed
 
 
 def _closed(*_: Any) -> Any:
