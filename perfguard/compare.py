@@ -104,6 +104,7 @@ DEFAULT_GATES: tuple[GateSpec, ...] = (GateSpec(metric="p95", limit=0.05),)
 LATENCY_QS: dict[str, float] = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
 THROUGHPUT = "throughput"
 MEMORY_NAMES = ("peak_memory", "peak_memory_mib", "memory")
+GPU_MEMORY_NAMES = ("gpu_mem", "gpu_peak_memory_mib")
 
 
 def samples_needed(q: float, confidence: float) -> int:
@@ -135,13 +136,15 @@ class _Figure:
 
 _UNITS = {"latency": "ns", "throughput": "/s", "memory": "MiB"}
 _KINDS = {**dict.fromkeys(LATENCY_QS, "latency"), THROUGHPUT: "throughput"}
-_KINDS.update(dict.fromkeys(MEMORY_NAMES, "memory"))
+_KINDS.update(dict.fromkeys((*MEMORY_NAMES, *GPU_MEMORY_NAMES), "memory"))
 
 
 def _figure(result: ScenarioResult, metric: str, kind: str) -> _Figure:
     if kind == "throughput":
         return _Figure(result.throughput, None, None)
     if kind == "memory":
+        if metric in GPU_MEMORY_NAMES:
+            return _Figure(result.gpu_peak_memory_mib, None, None)
         return _Figure(result.peak_memory_mib, None, None)
     if result.samples_ns:
         arr = np.asarray(result.samples_ns, dtype=np.float64)
@@ -189,7 +192,7 @@ def _compare_metric(
             verdict=INVALID,
             rule="unknown metric",
             message=f"gate on unknown metric {gate.metric!r}; use one of "
-            f"{', '.join([*LATENCY_QS, THROUGHPUT, MEMORY_NAMES[0]])}",
+            f"{', '.join([*LATENCY_QS, THROUGHPUT, MEMORY_NAMES[0], GPU_MEMORY_NAMES[0]])}",
         )
     cur, base = _figure(current, metric, kind), _figure(baseline, metric, kind)
     common = replace(

@@ -127,6 +127,9 @@ class ScenarioResult:
     # the ratio of two runs' canaries normalises their latencies for host slow spells.
     canary_ns: float | None = None
     peak_memory_mib: float | None = None
+    # Peak device memory allocated by the runtime during the cell (torch on CUDA:
+    # torch.cuda.max_memory_allocated after a reset); None where not measured.
+    gpu_peak_memory_mib: float | None = None
     # Accuracy against the reference cell / baseline (see perfguard.accuracy):
     # {"reference": ..., "outputs": {name: {metric: value}}, "checks": [...],
     #  "worst_inputs": [...], "task_metric": ...}

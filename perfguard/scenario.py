@@ -10,7 +10,7 @@ from pathlib import Path
 
 from perfguard.errors import Location
 
-BACKENDS: tuple[str, ...] = ("torch", "onnxruntime")
+BACKENDS: tuple[str, ...] = ("torch", "onnxruntime", "tensorrt")
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")
 GRAPH_OPT_LEVELS: tuple[str, ...] = ("disable", "basic", "extended", "all")
 # Numpy dtype names accepted for inputs.

@@ -8,6 +8,7 @@ are well formed but cannot run (e.g. ``onnxruntime`` + ``bf16``) do not raise:
 only that cell gets ``Scenario.error`` set and fails when it runs.
 ``accuracy:``, ``quantization:`` and the top-level ``quantizations:`` presets are
 read by :mod:`perfguard.suite_accuracy`, whose docstring documents them.
+``gpu:`` (GPU options) by :mod:`perfguard.suite_gpu`, and
 ``load:`` and ``shapes:`` are read by :mod:`perfguard.suite_load`, whose
 docstring documents them.
 
@@ -33,7 +34,7 @@ Format::
     scenarios:
       - name: minilm
         model: minilm
-        backend: torch            # torch | onnxruntime                   (default torch)
+        backend: torch            # torch | onnxruntime | tensorrt        (default torch)
         device: cpu               # cpu | cuda | cuda:N                   (default cpu)
         precision: fp32           # fp32 | fp16 | bf16 | int8             (default fp32)
         threads: 2                # intra-op threads, integer >= 1        (default: runtime's)
@@ -43,6 +44,7 @@ Format::
         stability_tolerance: 0.1  # 0 < x < 1                             (default 0.1)
         tags: [nlp, smoke]        # pytest markers: [A-Za-z_][A-Za-z0-9_]*
         gate: {p95: "+5%", p99: "+2ms", throughput: "-5%", peak_memory: "+50MiB"}
+                                  # also gpu_mem: "+10%" (peak device memory)
         quantization: default     # int8 preset from `quantizations:` (perfguard.suite_accuracy)
         accuracy: {reference: {backend: torch, precision: fp32}}   # perfguard.suite_accuracy
         matrix:                   # axes: backend, device, precision, threads,
@@ -60,7 +62,8 @@ Rules:
 * Loops: ``iterations`` integer >= 1, ``seconds`` >= 0, ``max_seconds`` > 0
   (default 300) caps the loop.
 * Gates: metrics ``p50``, ``p90``, ``p95``, ``p99``, ``mean`` (latency),
-  ``throughput``, ``peak_memory``; values are quoted strings. Latency and memory
+  ``throughput``, ``peak_memory``, ``gpu_mem`` (peak device memory); values are
+  quoted strings. Latency and memory
   are written with ``+`` (higher is worse), throughput with ``-``. Relative:
   ``"+5%"``. Absolute: latency ``"+2ms"``/``"+500us"``/``"+1s"``, memory
   ``"+50MiB"``/``"+512KiB"``/``"+1GiB"``, throughput ``"-100/s"``.
@@ -117,6 +120,7 @@ from perfguard.suite_accuracy import (
     parse_presets,
     parse_quantization,
 )
+from perfguard.suite_gpu import GPU, gpu_spec, parse_gpu
 from perfguard.suite_load import LOAD, SHAPES, expand_cells, parse_load, parse_shapes
 from perfguard.yamlpos import (
     DuplicateKeyError,
@@ -134,7 +138,7 @@ __all__ = ["Suite", "load_suite"]
 _TOP_KEYS = ("defaults", PRESETS, "models", "scenarios")
 _AXES = ("backend", "device", "precision", "threads", "graph_optimization_level", QUANTIZATION)
 _LOOPS = ("warmup", "measure")
-_SETTINGS = (*_AXES, *_LOOPS, "stability_tolerance", "tags", "gate", ACCURACY, LOAD)
+_SETTINGS = (*_AXES, *_LOOPS, "stability_tolerance", "tags", "gate", ACCURACY, LOAD, GPU)
 _SCENARIO_KEYS = ("name", "model", *_SETTINGS, SHAPES, "matrix", "exclude")
 _DEFAULTS_HINTS = {
     k: f"set `{k}` on each scenario; `defaults` cannot hold it"
@@ -144,14 +148,19 @@ _MODEL_KEYS = ("factory", "kwargs", "opset", "onnx", "inputs", "inputs_file", "o
 _INPUT_KEYS = ("shape", "dtype", "low", "high", "fill", "seed")
 _LOOP_KEYS = ("iterations", "seconds", "max_seconds")
 _LATENCY = ("p50", "p90", "p95", "p99", "mean")
-_GATE_METRICS = (*_LATENCY, "throughput", "peak_memory")
+_GATE_METRICS = (*_LATENCY, "throughput", "peak_memory", "gpu_mem")
 # Factor from each written unit to the unit GateSpec stores: ms, MiB, items/s.
 _UNITS: dict[str, dict[str, float]] = {
     "latency": {"ms": 1.0, "us": 1e-3, "s": 1000.0},
     "peak_memory": {"KiB": 1 / 1024, "MiB": 1.0, "GiB": 1024.0},
+    "gpu_mem": {"KiB": 1 / 1024, "MiB": 1.0, "GiB": 1024.0},
     "throughput": {"/s": 1.0},
 }
-_EXAMPLES = {"latency": ("+5%", "+2ms"), "peak_memory": ("+5%", "+50MiB")}
+_EXAMPLES = {
+    "latency": ("+5%", "+2ms"),
+    "peak_memory": ("+5%", "+50MiB"),
+    "gpu_mem": ("+10%", "+256MiB"),
+}
 _GATE_RE = re.compile(r"([+-]?)\s*(\d+(?:\.\d*)?|\.\d+)\s*(.*)")
 _DEVICE_RE = re.compile(r"cpu|cuda(:\d+)?")
 _IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -257,6 +266,8 @@ def _setting(rd: Reader, key: str, value: object, line: int, where: str) -> obje
         return parse_accuracy(rd, value, line, where)
     if key == LOAD:
         return parse_load(rd, value, line, where)
+    if key == GPU:
+        return parse_gpu(rd, value, line, where)
     if key == "tags":
         return _tags(rd, value, line, what)
     gates = rd.as_map(value, line, what)
@@ -387,7 +398,11 @@ def _unsupported(sc: Scenario) -> str | None:
         problem = f"{cell} asks onnxruntime for `{sc.precision}`, which perfguard does not support"
         expected = "precision `fp32`, `fp16` or `int8` on onnxruntime"
         fix = "use backend `torch` for bf16, or fp32/fp16/int8 on onnxruntime (or `exclude`)"
-    elif sc.precision == "int8" and sc.is_gpu:
+    elif sc.backend == "tensorrt" and not sc.is_gpu:
+        problem = f"{cell} asks for TensorRT on `{sc.device}`; TensorRT runs on NVIDIA GPUs"
+        expected = "device `cuda` or `cuda:N` for backend `tensorrt`"
+        fix = "set `device: cuda` for this cell (or `exclude` it)"
+    elif sc.precision == "int8" and sc.is_gpu and sc.backend != "tensorrt":
         problem = f"{cell} asks for `int8` on `{sc.device}`; int8 is CPU dynamic quantization"
         expected = "device `cpu` for precision `int8`"
         fix = "use `device: cpu` for int8, or fp16/bf16 on the GPU (or `exclude` this cell)"
@@ -509,6 +524,7 @@ def _scenario(
         # Resolved by suite_accuracy once every cell exists (a reference names another cell).
         extras.append({k: merged.pop(k) for k in (QUANTIZATION, ACCURACY) if k in merged})
         load = merged.pop(LOAD, None)  # the same in every cell: `load` is not an axis
+        merged[GPU] = gpu_spec(merged.pop(GPU, None))
         loops = {
             k: dataclasses.replace(_DEFAULTS[k], **cast("Any", merged.pop(k, {}))) for k in _LOOPS
         }

@@ -234,6 +234,8 @@ def metric_name(metric: str) -> str:
         return f"{low.upper().replace('P999', 'P99.9')} latency"
     if low.startswith("peak_memory") or low == "memory":
         return "peak memory"
+    if low in ("gpu_mem", "gpu_peak_memory_mib"):
+        return "peak GPU memory"
     return low
 
 

@@ -575,8 +575,8 @@ ERROR_CASES = [
     case("matrix-not-list", scen("matrix:\n  backend: torch  # <-\n"), "expected a list"),
     case(
         "matrix-value",
-        scen("matrix:\n  backend:\n    - torch\n    - tensorrt  # <-\n"),
-        "`tensorrt`",
+        scen("matrix:\n  backend:\n    - torch\n    - openvino  # <-\n"),
+        "`openvino`",
         "one of `torch`",
     ),
     case(
@@ -845,10 +845,12 @@ def check_cell(
         for name, spec in model.get("inputs", {}).items()
     )
     assert sc.model.inputs == expected_inputs
+    on_gpu = sc.device.startswith("cuda")
     unsupported = (
         ("onnx" in model and sc.backend == "torch")
         or (sc.backend == "onnxruntime" and sc.precision == "bf16")
-        or (sc.precision == "int8" and sc.device.startswith("cuda"))
+        or (sc.backend == "tensorrt" and not on_gpu)
+        or (sc.precision == "int8" and on_gpu and sc.backend != "tensorrt")
     )
     assert (sc.error is not None) == unsupported
 

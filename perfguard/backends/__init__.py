@@ -18,8 +18,12 @@ def get_backend(name: str) -> Backend:
         from perfguard.backends.onnxruntime_backend import OnnxRuntimeBackend
 
         return OnnxRuntimeBackend()
+    if name == "tensorrt":
+        from perfguard.backends.tensorrt_backend import TensorRTBackend
+
+        return TensorRTBackend()
     raise CellError(
         f"unknown backend {name!r}",
-        expected="one of: torch, onnxruntime",
+        expected="one of: torch, onnxruntime, tensorrt",
         fix="set `backend:` to a supported runtime",
     )

@@ -1,0 +1,159 @@
+"""The ``gpu:`` part of a suite file: GPU options of a cell (``perfguard.scenario.GpuSpec``).
+
+``perfguard.suite`` calls in here; errors are the same located ``SuiteError``.
+
+Format (every key optional; the whole mapping may sit in ``defaults`` and merges
+key by key with a scenario's, ``tensorrt`` and ``provider_options`` as a whole)::
+
+    gpu:
+      cuda_graph: true           # torch: capture one request, replay it       (default false)
+      cudnn_benchmark: true      # torch.backends.cudnn.benchmark    (default: torch's setting)
+      compile: reduce-overhead   # torch.compile mode: default | reduce-overhead | max-autotune
+      ort_provider: tensorrt     # onnxruntime on cuda: cuda | tensorrt         (default cuda)
+      provider_options: {cudnn_conv_algo_search: EXHAUSTIVE}   # passed to that provider
+      iobinding: true            # onnxruntime: inputs/outputs stay on the device (default true)
+      include_copies: false      # time host->device and device->host copies    (default false)
+      allow_cpu_fallback: false  # onnxruntime: nodes may run on the CPU provider (default false)
+      allow_throttle: false      # a run while the GPU throttled stays valid   (default false)
+      exclusive: false           # refuse to run while other processes use the GPU
+      tensorrt:                  # backend: tensorrt
+        workspace_mib: 2048      # builder workspace                           (default 1024)
+        builder_optimization_level: 3   # 0..5                      (default: TensorRT's)
+        timing_cache: true       # reuse the timing cache across builds        (default true)
+        profiles:                # one optimization profile: input -> min/opt/max shapes
+          input_ids: {min: [1, 16], opt: [1, 64], max: [1, 128]}
+
+The options only act on a ``cuda`` device; on the CPU they are accepted and
+ignored (a ``defaults`` block can serve both).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perfguard.scenario import COMPILE_MODES, ORT_GPU_PROVIDERS, GpuSpec, TensorRTSpec
+from perfguard.yamlpos import PosDict, Reader, found
+
+__all__ = ["GPU", "gpu_spec", "parse_gpu"]
+
+GPU = "gpu"
+_BOOLS = (
+    "cuda_graph",
+    "cudnn_benchmark",
+    "iobinding",
+    "include_copies",
+    "allow_cpu_fallback",
+    "allow_throttle",
+    "exclusive",
+)
+_KEYS = (*_BOOLS, "compile", "ort_provider", "provider_options", "tensorrt")
+_TRT_KEYS = ("workspace_mib", "builder_optimization_level", "timing_cache", "profiles")
+_PROFILE_KEYS = ("min", "opt", "max")
+
+
+def _bool(rd: Reader, value: object, line: int, what: str) -> bool:
+    if not isinstance(value, bool):
+        rd.fail(line, f"{what} is {found(value)}", "true or false", "write `true` or `false`")
+    return value
+
+
+def _shape(rd: Reader, value: object, line: int, what: str) -> tuple[int, ...]:
+    dims = rd.as_list(value, line, what)
+    return tuple(
+        rd.as_int(d, dims.item_line(i), f"dimension {i} of {what}", 1) for i, d in enumerate(dims)
+    )
+
+
+def _profiles(
+    rd: Reader, value: object, line: int, where: str
+) -> tuple[tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, ...]], ...]:
+    what = f"`tensorrt.profiles` in {where}"
+    m = rd.as_map(value, line, what)
+    out = []
+    for name, raw in m.items():
+        at = m.key_line(name)
+        entry = rd.as_map(raw, at, f"the profile of input `{name}` in {where}")
+        rd.keys(entry, _PROFILE_KEYS, f"the profile of input `{name}`")
+        missing = [k for k in _PROFILE_KEYS if k not in entry]
+        if missing:
+            fix = f"add {', '.join(f'`{k}: [...]`' for k in missing)}"
+            rd.fail(at, f"the profile of input `{name}` lacks {missing}", "min, opt and max", fix)
+        shapes = [
+            _shape(rd, entry[k], entry.key_line(k), f"`{k}` of input `{name}`")
+            for k in _PROFILE_KEYS
+        ]
+        lo, mid, hi = shapes
+        if not len(lo) == len(mid) == len(hi):
+            fix = "give min, opt and max the same number of dimensions"
+            rd.fail(at, f"the profile of input `{name}` mixes ranks", "one rank", fix)
+        if not all(a <= b <= c for a, b, c in zip(lo, mid, hi, strict=True)):
+            problem = f"the profile of input `{name}` is not ordered: min {list(lo)}, opt "
+            problem += f"{list(mid)}, max {list(hi)}"
+            rd.fail(at, problem, "min <= opt <= max in every dimension", "reorder the shapes")
+        out.append((str(name), lo, mid, hi))
+    return tuple(out)
+
+
+def _tensorrt(rd: Reader, value: object, line: int, where: str) -> TensorRTSpec:
+    what = f"`gpu.tensorrt` in {where}"
+    m = rd.as_map(value, line, what)
+    rd.keys(m, _TRT_KEYS, what)
+    spec: dict[str, Any] = {}
+    for key, raw in m.items():
+        at = m.key_line(key)
+        if key == "workspace_mib":
+            spec[key] = rd.as_int(raw, at, f"`{key}` in {what}", 1)
+        elif key == "builder_optimization_level":
+            level = rd.as_int(raw, at, f"`{key}` in {what}", 0)
+            if level > 5:
+                rd.fail(at, f"`{key}` is {level}", "an integer 0..5", "use 0 to 5 (3 is default)")
+            spec[key] = level
+        elif key == "timing_cache":
+            spec[key] = _bool(rd, raw, at, f"`{key}` in {what}")
+        else:
+            spec[key] = _profiles(rd, raw, at, where)
+    return TensorRTSpec(**spec)
+
+
+def parse_gpu(rd: Reader, value: object, line: int, where: str) -> dict[str, object]:
+    """A validated ``gpu:`` mapping as GpuSpec field values (merged later, key by key)."""
+    what = f"`gpu` in {where}"
+    m: PosDict = rd.as_map(value, line, what)
+    rd.keys(m, _KEYS, what)
+    out: dict[str, object] = {}
+    for key, raw in m.items():
+        at = m.key_line(key)
+        name = f"`gpu.{key}` in {where}"
+        if key in _BOOLS:
+            out[key] = _bool(rd, raw, at, name)
+        elif key == "compile":
+            if raw is False:
+                out["compile_mode"] = None
+            else:
+                out["compile_mode"] = rd.as_choice(raw, at, name, COMPILE_MODES)
+        elif key == "ort_provider":
+            out[key] = rd.as_choice(raw, at, name, ORT_GPU_PROVIDERS)
+        elif key == "provider_options":
+            opts = rd.as_map(raw, at, name)
+            for k, v in opts.items():
+                if not isinstance(v, str | int | float | bool):
+                    problem = f"option `{k}` of {name} is {found(v)}"
+                    rd.fail(opts.key_line(k), problem, "a string, number or boolean", "quote it")
+            out[key] = tuple((str(k), _text(v)) for k, v in opts.items())
+        else:
+            out[key] = _tensorrt(rd, raw, at, where)
+    return out
+
+
+def _text(value: object) -> str:
+    # ONNX Runtime's provider options are strings; booleans as it spells them.
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def gpu_spec(values: object) -> GpuSpec:
+    """The GpuSpec of merged ``gpu`` values (``None``/absent: the defaults)."""
+    if not isinstance(values, dict) or not values:
+        return GpuSpec()
+    return GpuSpec(**values)
