@@ -157,11 +157,12 @@ class AccuracyChecker:
         return self._inputs[key]
 
     def calibration_for(self, scenario: Scenario) -> list[Feeds] | None:
-        """Static int8 calibrates on the accuracy inputs; nothing else needs them early."""
+        """Static int8 (ONNX Runtime) and TensorRT int8 calibrate on the accuracy inputs;
+        nothing else needs them early."""
+        static_ort = scenario.backend == "onnxruntime" and scenario.quantization.mode == "static"
         wants = (
-            scenario.backend == "onnxruntime"
+            (static_ort or scenario.backend == "tensorrt")
             and scenario.precision == "int8"
-            and scenario.quantization.mode == "static"
             and scenario.accuracy is not None
         )
         return self.inputs_for(scenario)[0] if wants else None

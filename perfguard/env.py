@@ -217,6 +217,30 @@ def _affinity_count() -> str | None:
         return None
 
 
+def cuda_libraries() -> dict[str, str]:
+    """``cuda_runtime`` and ``cudnn`` versions torch was built with (a GPU machine only).
+
+    They change kernels and so speed; empty when torch or its CUDA build is absent.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return {}
+    try:
+        import torch
+
+        facts: dict[str, str] = {}
+        if torch.version.cuda:
+            facts["cuda_runtime"] = str(torch.version.cuda)
+        backend = torch.backends.cudnn
+        cudnn = backend.version() if backend.is_available() else None  # type: ignore[no-untyped-call]
+        if cudnn:
+            facts["cudnn"] = str(cudnn)
+        return facts
+    except Exception:  # a broken CUDA install must not stop the run; it shows as absent
+        return {}
+
+
 def collect_environment(extra: Mapping[str, str] | None = None) -> Environment:
     """Fingerprint this machine. ``extra`` adds comparable fields and wins on a clash."""
     gpu = gpu_facts()
@@ -236,6 +260,7 @@ def collect_environment(extra: Mapping[str, str] | None = None) -> Environment:
             comparable["gpu_driver_major"] = driver.split(".")[0]
         if gpu.get("cuda_major"):
             comparable["cuda_major"] = gpu["cuda_major"]
+        comparable.update(cuda_libraries())
     if extra:
         comparable.update({str(k): str(v) for k, v in extra.items()})
 
@@ -252,6 +277,11 @@ def collect_environment(extra: Mapping[str, str] | None = None) -> Environment:
         "load_average": _load_average(),
         "memory_total_bytes": _memory_total(),
     }
+    if gpu.get("gpu_model"):
+        from perfguard.telemetry import static_info
+
+        # Power limit, persistence mode, application/max clocks: informative only.
+        optional.update({k: v for k, v in static_info(0).items() if k not in comparable})
     recorded = {k: v for k, v in optional.items() if v}
     return Environment(
         fingerprint=fingerprint(comparable), comparable=comparable, recorded=recorded

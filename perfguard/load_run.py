@@ -106,7 +106,7 @@ class LoadRunner:
         if self.spec.sessions == "shared":
             return 0, self._sessions[0]
         while len(self._sessions) <= index:
-            opened = self._open_session(self.scenario, self.run.ctx)
+            opened = self._open_session(self.scenario, self.run.ctx, self.run.calibration)
             session, _, _ = opened.__enter__()
             self._extra.append(opened)
             self._sessions.append(session)

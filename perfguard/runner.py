@@ -134,6 +134,7 @@ class ScenarioRun:
         self.ctx = ctx
         self._memory = PeakMemory()
         self._memory.start()
+        self.calibration = calibration
         self._opened = open_session(scenario, ctx, calibration)
         self.session, self.prepared, self.batch = self._opened.__enter__()
         self._load: LoadRunner | None = None

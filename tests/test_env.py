@@ -261,3 +261,19 @@ def test_diff_comparable() -> None:
     assert diff_comparable(a, b) == {"gpu_model": ("L4", None), "torch": ("2.3.0", "2.4.0")}
     assert diff_comparable(a, a) == {}
     assert list(diff_comparable(a, b)) == ["gpu_model", "torch"]
+
+
+def test_cuda_runtime_and_cudnn_enter_the_fingerprint_on_a_gpu_machine(
+    bin_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    monkeypatch.setattr(torch.backends.cudnn, "is_available", lambda: True)
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 90100)
+    first = collect_environment()
+    assert first.comparable["cuda_runtime"] == "12.4"
+    assert first.comparable["cudnn"] == "90100"
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 90300)
+    assert collect_environment().fingerprint != first.fingerprint  # a cuDNN upgrade
