@@ -44,6 +44,7 @@ import numpy as np
 from perfguard.backends import Session
 from perfguard.canary import CanaryProbe
 from perfguard.errors import LoadError, PerfguardError, RunInvalid
+from perfguard.gpu_run import GpuWatch
 from perfguard.inputs import make_inputs
 from perfguard.loadgen import Batching, LoadLog, Worker, closed_loop, open_loop, schedule
 from perfguard.loadstats import LevelFigures, level_figures
@@ -398,10 +399,13 @@ def measure_load(run: ScenarioRun, runner: LoadRunner) -> ScenarioResult:
     spec = runner.spec
     probe = CanaryProbe()
     probe.sample()
-    if spec.slo is not None:
-        level_run, slo = runner.search()
-    else:
-        level_run, slo = runner.level(spec), None
+    # Telemetry and peak device memory on a GPU; per-request device time is not
+    # taken under load (each worker has its own stream).
+    with GpuWatch(sc, run.session, device_timing=False) as watch:
+        if spec.slo is not None:
+            level_run, slo = runner.search()
+        else:
+            level_run, slo = runner.level(spec), None
     probe.sample()
     canary = probe.result()
     figures = level_run.figures
@@ -434,12 +438,14 @@ def measure_load(run: ScenarioRun, runner: LoadRunner) -> ScenarioResult:
             "foreign_cpu": canary.foreign_cpu,
             "steal": canary.steal,
             "sessions": len(runner._sessions),
+            **watch.runtime(0),
         },
         canary_ns=canary.median_ns,
         peak_memory_mib=run.peak_memory_mib(),
         load=load,
         samples_ns=tuple(int(s) for s in samples),
     )
+    result = watch.check(result)
     _raise_for(result, load, spec, sc)
     return result
 

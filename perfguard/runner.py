@@ -25,6 +25,7 @@ from perfguard.errors import (
     NonFiniteOutputError,
     PerfguardError,
 )
+from perfguard.gpu_run import GpuWatch, is_out_of_memory
 from perfguard.inputs import batch_size, make_inputs
 from perfguard.memory import PeakMemory
 from perfguard.results import ScenarioResult
@@ -87,14 +88,33 @@ def run_loop(scenario: Scenario, session: Session, prepared: object) -> Measurem
     except PerfguardError:
         raise
     except Exception as exc:  # the user's model failed: say where, not where in perfguard
-        raise ModelError(
-            f"model {scenario.model.name!r} raised {type(exc).__name__} on "
-            f"{scenario.backend}/{scenario.device}/{scenario.precision}: {_first_line(exc)}",
-            expected="the model to accept the suite's inputs",
-            fix="check the input names, shapes and dtypes declared under "
-            f"models.{scenario.model.name}.inputs against the model's signature",
-            location=scenario.location,
-        ) from exc
+        if is_out_of_memory(exc):
+            oom = _oom_message(scenario, session, exc)
+        else:
+            raise ModelError(
+                f"model {scenario.model.name!r} raised {type(exc).__name__} on "
+                f"{scenario.backend}/{scenario.device}/{scenario.precision}: {_first_line(exc)}",
+                expected="the model to accept the suite's inputs",
+                fix="check the input names, shapes and dtypes declared under "
+                f"models.{scenario.model.name}.inputs against the model's signature",
+                location=scenario.location,
+            ) from exc
+    # Raised outside the `except` block on purpose: a chained error would keep the
+    # failed call's frames, and so its device tensors, alive in pytest's report,
+    # and the next cell must start with that memory freed.
+    raise ModelError(
+        oom,
+        expected=f"the model to fit in the memory of {scenario.device}",
+        fix="lower the batch or shapes, free the GPU of other processes, or use fp16/bf16",
+        location=scenario.location,
+    )
+
+
+def _oom_message(scenario: Scenario, session: Session, exc: BaseException) -> str:
+    describe = getattr(session, "describe_oom", None)
+    if describe is not None:
+        return str(describe(exc))
+    return f"device out of memory on {scenario.device}: {_first_line(exc)}"
 
 
 def check_outputs(scenario: Scenario, outputs: Sequence[np.ndarray]) -> None:
@@ -179,7 +199,8 @@ class ScenarioRun:
             return loaded
         probe = CanaryProbe()
         probe.sample()
-        result = run_loop(self.scenario, self.session, self.prepared)
+        with GpuWatch(self.scenario, self.session) as watch:
+            result = run_loop(self.scenario, self.session, self.prepared)
         probe.sample()
         canary = probe.result()
         self.check_final_outputs()
@@ -187,8 +208,9 @@ class ScenarioRun:
             **self.session.runtime_info,
             "foreign_cpu": canary.foreign_cpu,
             "steal": canary.steal,
+            **watch.runtime(int(result.samples_ns.size)),
         }
-        return build_result(
+        built = build_result(
             self.scenario,
             self.ctx,
             result,
@@ -197,6 +219,7 @@ class ScenarioRun:
             canary_ns=canary.median_ns,
             peak_memory_mib=self._memory.peak_mib(),
         )
+        return watch.check(built)
 
 
 def measure_scenario(scenario: Scenario, ctx: RunContext) -> ScenarioResult:

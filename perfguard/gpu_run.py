@@ -1,0 +1,142 @@
+"""What a GPU cell adds around its timed loop: telemetry, device time, device memory.
+
+:class:`GpuWatch` wraps one measurement of a ``cuda`` cell:
+
+* **NVML telemetry** (:mod:`perfguard.telemetry`): a sampler runs through the
+  measurement; a run during which the GPU throttled for power or temperature
+  is *invalid* (the item is skipped with the reason, the result is recorded as
+  ``skipped`` and never becomes a baseline) unless ``gpu.allow_throttle``. With
+  ``gpu.exclusive`` a run is refused up front while other processes use the
+  GPU. Without NVML (not installed, no permission) the telemetry is marked
+  unavailable and the run is still measured.
+* **Device time** from CUDA events, per request, where the session offers it
+  (torch): ``runtime["device_latency_ns"]``, beside the host wall time that is
+  gated.
+* **Peak device memory** where the session offers it (torch:
+  ``torch.cuda.max_memory_allocated`` after a reset): ``gpu_peak_memory_mib``,
+  gated by ``gpu_mem``.
+
+On the CPU the watch does nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from perfguard.errors import RunInvalid
+from perfguard.results import ScenarioResult
+from perfguard.scenario import Scenario
+from perfguard.stats import summarize
+
+__all__ = ["GpuWatch", "device_index", "is_out_of_memory"]
+
+
+def device_index(device: str) -> int:
+    """``cuda:1`` -> 1, ``cuda`` -> 0."""
+    _, _, index = device.partition(":")
+    return int(index) if index.isdigit() else 0
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """A device out-of-memory error of any runtime (torch, ONNX Runtime, TensorRT)."""
+    if type(exc).__name__ == "OutOfMemoryError":  # torch.cuda.OutOfMemoryError
+        return True
+    text = str(exc)
+    return "out of memory" in text.lower() and ("CUDA" in text or "cuda" in text)
+
+
+class GpuWatch:
+    """Context manager around one measurement of a cell; inert on the CPU."""
+
+    def __init__(self, scenario: Scenario, session: Any, *, device_timing: bool = True) -> None:
+        self.scenario = scenario
+        self.session = session
+        self.active = scenario.is_gpu
+        self._device_timing = device_timing and hasattr(session, "start_device_timing")
+        self._sampler: Any = None
+        self.telemetry: dict[str, Any] | None = None
+        self.device_ns: list[int] | None = None
+        self.peak_mib: float | None = None
+
+    def __enter__(self) -> GpuWatch:
+        if not self.active:
+            return self
+        from perfguard.telemetry import TelemetrySampler
+
+        reset = getattr(self.session, "reset_device_peak", None)
+        if reset is not None:
+            reset()
+        self._sampler = TelemetrySampler(device_index(self.scenario.device))
+        self._sampler.start()
+        if self.scenario.gpu.exclusive:
+            others = self._sampler.result().get("other_processes") or []
+            if others:
+                self._sampler.stop()
+                pids = ", ".join(str(p.get("pid")) for p in others)
+                raise RunInvalid(
+                    f"{self.scenario.item_name}: other processes use "
+                    f"{self.scenario.device} (pid {pids}); the suite asks for the GPU alone "
+                    "(`gpu: {exclusive: true}`), so this run was refused",
+                    expected="no other compute process on the GPU",
+                    fix="stop them, or drop `exclusive`",
+                    location=self.scenario.location,
+                )
+        if self._device_timing:
+            self.session.start_device_timing()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if not self.active:
+            return
+        if self._device_timing:
+            self.device_ns = self.session.stop_device_timing()
+        if self._sampler is not None:
+            self._sampler.stop()
+            self.telemetry = self._sampler.result()
+        peak = getattr(self.session, "device_peak_mib", None)
+        self.peak_mib = peak() if peak is not None else None
+
+    def runtime(self, timed_requests: int) -> dict[str, Any]:
+        """Fields for ``ScenarioResult.runtime``: telemetry and device-time summary.
+
+        ``timed_requests``: how many of the last recorded device times belong to
+        the timed loop (warm-up calls come first and are dropped).
+        """
+        if not self.active:
+            return {}
+        out: dict[str, Any] = {"telemetry": self.telemetry}
+        if self.device_ns and timed_requests > 0:
+            timed = np.asarray(self.device_ns[-timed_requests:], dtype=np.int64)
+            out["device_latency_ns"] = summarize(timed).to_dict()
+        return out
+
+    def check(self, result: ScenarioResult) -> ScenarioResult:
+        """The result with the peak device memory; raises ``RunInvalid`` for a throttled run."""
+        if not self.active:
+            return result
+        result = dataclasses.replace(result, gpu_peak_memory_mib=self.peak_mib)
+        from perfguard.telemetry import invalid_reason
+
+        gpu = self.scenario.gpu
+        why = invalid_reason(
+            self.telemetry or {}, allow_throttle=gpu.allow_throttle, exclusive=gpu.exclusive
+        )
+        if why is None:
+            return result
+        problem = RunInvalid(
+            f"{self.scenario.item_name}: {why}",
+            expected="a GPU that kept its clocks through the measurement",
+            fix="re-run once the GPU is cool and idle, or set `gpu: {allow_throttle: true}`",
+            location=self.scenario.location,
+        )
+        problem.result = dataclasses.replace(result, status="skipped", message=str(problem))
+        raise problem
