@@ -32,13 +32,59 @@ from perfguard.results import ScenarioResult
 from perfguard.scenario import Scenario
 from perfguard.stats import summarize
 
-__all__ = ["GpuWatch", "device_index", "is_out_of_memory"]
+__all__ = ["GpuWatch", "cuda_unavailable", "device_index", "is_out_of_memory"]
 
 
 def device_index(device: str) -> int:
     """``cuda:1`` -> 1, ``cuda`` -> 0."""
     _, _, index = device.partition(":")
     return int(index) if index.isdigit() else 0
+
+
+def cuda_unavailable(scenario: Scenario) -> str | None:
+    """Why a ``cuda`` cell cannot run on this machine (it is skipped with this), or None.
+
+    torch and TensorRT cells need a CUDA build of torch that sees the device;
+    ONNX Runtime cells need the CUDA execution provider in this onnxruntime. A
+    runtime without CUDA is a skip with its reason, like a runtime that is not
+    installed; a provider that exists but is not used (a silent fallback) stays a
+    failure, checked when the session opens.
+    """
+    if not scenario.is_gpu:
+        return None
+    index = device_index(scenario.device)
+    if scenario.backend == "onnxruntime":
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            return None  # the backend's own reason says how to install it
+        wanted = (
+            "TensorrtExecutionProvider"
+            if scenario.gpu.ort_provider == "tensorrt"
+            else "CUDAExecutionProvider"
+        )
+        available = list(ort.get_available_providers())
+        if wanted in available:
+            return None
+        return (
+            f"{scenario.device} asked for, but this onnxruntime ({ort.__version__}) has no "
+            f"{wanted} (it offers {', '.join(available)}); install onnxruntime-gpu on a "
+            "machine with an NVIDIA GPU"
+        )
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+        return (
+            f"{scenario.device} asked for, but torch {torch.__version__} ({build}) sees no "
+            "CUDA device here; run it on a machine with an NVIDIA GPU and CUDA-enabled torch"
+        )
+    count = int(torch.cuda.device_count())
+    if index >= count:
+        return f"{scenario.device} asked for, but this machine has {count} CUDA device(s)"
+    return None
 
 
 def is_out_of_memory(exc: BaseException) -> bool:

@@ -25,7 +25,7 @@ from perfguard.errors import (
     NonFiniteOutputError,
     PerfguardError,
 )
-from perfguard.gpu_run import GpuWatch, is_out_of_memory
+from perfguard.gpu_run import GpuWatch, cuda_unavailable, is_out_of_memory
 from perfguard.inputs import batch_size, make_inputs
 from perfguard.memory import PeakMemory
 from perfguard.results import ScenarioResult
@@ -58,7 +58,7 @@ def open_session(
     if scenario.error:
         raise CellError(scenario.error)
     backend = get_backend(scenario.backend)
-    reason = backend.unavailable_reason()
+    reason = backend.unavailable_reason() or cuda_unavailable(scenario)
     if reason:
         raise BackendUnavailable(reason, location=scenario.location)
     feeds = make_inputs(scenario.model)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -9,10 +10,11 @@ import pytest
 
 from perfguard import telemetry
 from perfguard.errors import Location, ModelError, RunInvalid
-from perfguard.gpu_run import GpuWatch, device_index, is_out_of_memory
+from perfguard.gpu_run import GpuWatch, cuda_unavailable, device_index, is_out_of_memory
 from perfguard.results import ScenarioResult
 from perfguard.runner import run_loop
 from perfguard.scenario import GpuSpec, InputSpec, LoopSpec, ModelSpec, Scenario
+from tests.conftest import write_suite
 
 MODEL = ModelSpec(
     name="m",
@@ -201,3 +203,58 @@ def test_out_of_memory_fails_the_cell_without_keeping_the_failed_frames() -> Non
     assert "s.yaml:7" in message and "fp16" in message
     # Neither chained nor carrying a context: the tensors of the failed call can be freed.
     assert info.value.__cause__ is None and info.value.__context__ is None
+
+
+def test_cuda_missing_is_a_skip_reason_per_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
+    import onnxruntime as ort
+    import torch
+
+    assert cuda_unavailable(scenario(device="cpu")) is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    reason = cuda_unavailable(scenario())
+    assert reason is not None and "sees no CUDA device" in reason and torch.__version__ in reason
+    ort_cell = dataclasses.replace(scenario(), backend="onnxruntime")
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CPUExecutionProvider"])
+    reason = cuda_unavailable(ort_cell)
+    assert reason is not None and "no CUDAExecutionProvider" in reason
+    monkeypatch.setattr(
+        ort, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    )
+    assert cuda_unavailable(ort_cell) is None
+    trt_ep = dataclasses.replace(ort_cell, gpu=GpuSpec(ort_provider="tensorrt"))
+    assert "TensorrtExecutionProvider" in (cuda_unavailable(trt_ep) or "")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert "has 1 CUDA device" in (cuda_unavailable(scenario(device="cuda:1")) or "")
+    assert cuda_unavailable(scenario(device="cuda:0")) is None
+
+
+def test_cuda_cells_are_skipped_with_the_reason_where_there_is_none(
+    suite_writer: pytest.Pytester,
+) -> None:
+    write_suite(
+        suite_writer,
+        "gpu",
+        """\
+        models:
+          mlp:
+            factory: tinymodels:mlp
+            inputs:
+              x: {shape: [1, 8]}
+        scenarios:
+          - name: mlp
+            model: mlp
+            device: cuda
+            matrix:
+              backend: [torch, onnxruntime]
+          - name: cpu
+            model: mlp
+            measure: {iterations: 30, seconds: 0}
+        """,
+    )
+    result = suite_writer.runpytest("--perfguard", "-rs", "--perfguard-baseline=none")
+    result.assert_outcomes(passed=1, skipped=2)
+    result.stdout.fnmatch_lines(
+        ["*SKIPPED*sees no CUDA device*", "*SKIPPED*no CUDAExecutionProvider*"],
+        consecutive=False,
+    )
