@@ -1,12 +1,15 @@
-"""The PyTorch backend: a factory's ``nn.Module`` in eager mode.
+"""The PyTorch backend: a factory's ``nn.Module``, eager or ``torch.compile``d.
 
 Precisions: fp32; fp16/bf16 cast the model and its floating inputs; int8 is
-dynamic quantization of the ``nn.Linear`` layers (CPU only).
+dynamic quantization of the ``nn.Linear`` layers (CPU only). On CUDA the
+session synchronises the model's own stream, can time each request with CUDA
+events, replay CUDA graphs and set cuDNN's autotuner (``perfguard.backends.torch_cuda``).
 """
 
 from __future__ import annotations
 
 import functools
+import gc
 import importlib.util
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -14,6 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from perfguard.backends.torch_cuda import (
+    CudaRuntime,
+    compile_module,
+    describe_oom,
+    first_compiled_call,
+    forget_frames,
+)
 from perfguard.errors import CellError
 from perfguard.modelcache import quiet
 from perfguard.models import check_forward_inputs, feeds_positionally, load_factory
@@ -94,7 +104,14 @@ def _bad_device(scenario: Scenario) -> CellError:
 
 
 class TorchSession:
-    """A factory's module on one device at one precision."""
+    """A factory's module on one device at one precision.
+
+    Beyond the ``Session`` protocol (all no-ops or ``None`` on the CPU):
+    ``start_device_timing``/``stop_device_timing`` (per-request device time from
+    CUDA events), ``reset_device_peak``/``device_peak_mib`` (the CUDA caching
+    allocator's peak), ``describe_oom`` (a ``torch.cuda.OutOfMemoryError`` as one
+    line) and ``worker_calls`` (one stream per concurrent load worker).
+    """
 
     def __init__(self, scenario: Scenario, feeds: Mapping[str, np.ndarray]) -> None:
         import torch
@@ -102,6 +119,8 @@ class TorchSession:
         self._scenario = scenario
         self._previous_threads: int | None = None
         self._positional = False
+        self._cuda: CudaRuntime | None = None
+        self._compile_pending = False
         self.synchronize: Callable[[], None] | None = None
         self.runtime_info: dict[str, Any] = {}
         if scenario.model.factory is None:
@@ -127,6 +146,8 @@ class TorchSession:
                 fix="run int8 with `device: cpu`, or use fp16/bf16 on the GPU",
                 location=scenario.location,
             )
+        if self.device.type == "cuda":
+            CudaRuntime.check(scenario)
         self.dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(
             scenario.precision, torch.float32
         )
@@ -135,22 +156,31 @@ class TorchSession:
             torch.set_num_threads(scenario.threads)
         try:
             self._module = self._build(scenario, feeds)
+            self._call: Callable[..., Any] = self._module
+            if scenario.gpu.compile_mode is not None:
+                self._call = compile_module(torch, self._module, scenario)
+                self._compile_pending = True  # compiled by the first call, in prepare()
+            self.runtime_info = {
+                "torch": torch.__version__,
+                "device": str(self.device),
+                "dtype": str(self.dtype).removeprefix("torch."),
+                "precision": scenario.precision,
+                "threads": torch.get_num_threads(),
+            }
+            if scenario.gpu.compile_mode is not None:
+                self.runtime_info["compile_mode"] = scenario.gpu.compile_mode
+            if self.device.type == "cuda":
+                self.runtime_info["cuda"] = torch.version.cuda
+                self.runtime_info["gpu"] = torch.cuda.get_device_name(self.device)
+                self._cuda = CudaRuntime(
+                    torch, self.device, scenario, self._forward, self.runtime_info
+                )
+                # The model's stream, not the whole device: other work on the GPU
+                # (another session, a load worker's stream) is not waited for.
+                self.synchronize = self._cuda.synchronize
         except BaseException:
             self._restore_threads()
             raise
-        self._call: Callable[..., Any] = self._module
-        if self.device.type == "cuda":
-            self.synchronize = functools.partial(torch.cuda.synchronize, self.device)
-        self.runtime_info = {
-            "torch": torch.__version__,
-            "device": str(self.device),
-            "dtype": str(self.dtype).removeprefix("torch."),
-            "precision": scenario.precision,
-            "threads": torch.get_num_threads(),
-        }
-        if self.device.type == "cuda":
-            self.runtime_info["cuda"] = torch.version.cuda
-            self.runtime_info["gpu"] = torch.cuda.get_device_name(self.device)
 
     def _build(self, scenario: Scenario, feeds: Mapping[str, np.ndarray]) -> torch.nn.Module:
         import torch
@@ -168,7 +198,12 @@ class TorchSession:
         return module.to(self.device)
 
     def prepare(self, feeds: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
-        """numpy -> tensors on the device; floats cast to the precision's dtype."""
+        """numpy -> tensors on the device; floats cast to the precision's dtype.
+
+        Also outside any timing: the first call of a ``torch.compile``d model
+        (``runtime_info["compile_s"]``), and with ``cuda_graph`` the capture of
+        the first request of each input shape (the result then carries its graph).
+        """
         import torch
 
         bf16_inputs = {
@@ -183,15 +218,65 @@ class TorchSession:
                 elif name in bf16_inputs:
                     tensor = tensor.to(torch.bfloat16)
             prepared[name] = tensor.to(self.device)
+        if self._compile_pending:
+            self._compile_pending = False
+            self.runtime_info["compile_s"] = first_compiled_call(
+                torch, self._forward, prepared, self.synchronize, self._scenario
+            )
+        if self._cuda is not None and self._cuda.graphed:
+            return self._cuda.graph_inputs(prepared)
         return prepared
 
     def run(self, prepared: Any) -> Any:
+        cuda = self._cuda
+        if cuda is not None:  # events while timing, graph replay, OOM clean-up
+            return cuda.run(prepared)
         import torch
 
         with torch.inference_mode():
             if self._positional:  # a lone input into a single-input forward()
                 return self._call(*prepared.values())
             return self._call(**prepared)
+
+    def _forward(self, prepared: Mapping[str, Any]) -> Any:
+        """One eager (or compiled) model call: no events, no graph."""
+        import torch
+
+        with torch.inference_mode():
+            if self._positional:
+                return self._call(*prepared.values())
+            return self._call(**prepared)
+
+    def start_device_timing(self) -> None:
+        """From now on every ``run`` is timed on the device too (CUDA only).
+
+        ``run`` records a CUDA event on the model's stream before and after the
+        model call: two ``cudaEventRecord`` calls, a few microseconds of host time
+        per request, inside the timed region. Nothing is read until
+        ``stop_device_timing``. Load workers' calls are never event-timed.
+        """
+        if self._cuda is not None:
+            self._cuda.timer.start()
+
+    def stop_device_timing(self) -> list[int] | None:
+        """Device time in ns of each ``run`` since ``start_device_timing``, in call
+        order (cold start and warm-up included when they came after the start);
+        read after synchronising the model's stream. ``None`` on the CPU."""
+        return self._cuda.timer.stop() if self._cuda is not None else None
+
+    def reset_device_peak(self) -> None:
+        """Restart the CUDA allocator's peak (``torch.cuda.reset_peak_memory_stats``)."""
+        if self._cuda is not None:
+            self._cuda.reset_peak()
+
+    def device_peak_mib(self) -> float | None:
+        """Peak device memory held by tensors since the last reset (MiB); ``None`` on CPU."""
+        return self._cuda.peak_mib() if self._cuda is not None else None
+
+    def describe_oom(self, exc: BaseException) -> str:
+        """A ``torch.cuda.OutOfMemoryError`` from this session as one line with the
+        device's memory figures (``torch_cuda.describe_oom``)."""
+        return describe_oom(exc, self.device)
 
     def worker_calls(
         self, prepared: Mapping[int, Any]
@@ -200,19 +285,28 @@ class TorchSession:
 
         On CUDA each worker gets its own stream, so workers' kernels can overlap
         as a multi-stream server's do, and the worker synchronises that stream
-        only. Elsewhere the calls are plain ``run`` calls.
+        only. With ``cuda_graph`` each worker also gets its own graphs and static
+        buffers, captured here on its stream. Elsewhere the calls are plain
+        ``run`` calls.
         """
         calls: dict[int, Callable[[], Any]]
         if self.device.type != "cuda":
             calls = {k: functools.partial(self.run, p) for k, p in prepared.items()}
             return calls, None
+        if self._cuda is not None and self._cuda.graphed:
+            return self._cuda.graph_worker_calls(prepared)
         import torch
 
         stream = torch.cuda.Stream(device=self.device)  # type: ignore[no-untyped-call]
+        forward = self._forward
 
         def on_stream(inputs: Any) -> Any:
-            with torch.cuda.stream(stream):
-                return self.run(inputs)
+            try:
+                with torch.cuda.stream(stream):
+                    return forward(inputs)
+            except torch.cuda.OutOfMemoryError as exc:
+                forget_frames(exc)
+                raise
 
         calls = {k: functools.partial(on_stream, p) for k, p in prepared.items()}
         sync: Callable[[], None] = stream.synchronize
@@ -224,13 +318,23 @@ class TorchSession:
         return arrays
 
     def close(self) -> None:
+        """Release the model, graphs and events; restore threads and cuDNN's setting.
+
+        Safe after a ``torch.cuda.OutOfMemoryError`` from ``run``: the failed
+        call's frames were cleared, and the allocator's cache is emptied here.
+        """
         import torch
 
         module = getattr(self, "_module", None)
         if module is not None:
             del self._module
             self._call = _closed
+        cuda = self._cuda
+        if cuda is not None:
+            cuda.close()
         if self.device.type == "cuda":
+            if cuda is not None:
+                gc.collect()  # reference cycles (a failed request's traceback) hold memory
             torch.cuda.empty_cache()
         self._restore_threads()
 
@@ -242,7 +346,7 @@ class TorchSession:
             self._previous_threads = None
 
 
-def _closed(**_: Any) -> Any:
+def _closed(*_: Any, **__: Any) -> Any:
     raise RuntimeError("the torch session is closed")
 
 
