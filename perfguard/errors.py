@@ -119,3 +119,64 @@ class LoadError(PerfguardError):
 class RunInvalid(PerfguardError):
     """The measurement cannot be trusted (the load generator fell behind): reported,
     not gated, never a baseline. The item is skipped with the reason."""
+
+
+class CellNotFound(SuiteError):
+    """A suite holds no cell of the requested item name (a worker's ``open``)."""
+
+
+class WorkerError(PerfguardError):
+    """A worker process (``perfguard.worker``) failed; base of the worker failures.
+
+    ``worker`` names it (``"base"``, ``"head"``, ...); ``tail`` is the last lines
+    of its stderr (or of a traceback inside it), appended to the message under
+    ``tail_label`` so the cause is in the failure text, not only in a log file.
+    """
+
+    def __init__(
+        self,
+        problem: str,
+        *,
+        expected: str | None = None,
+        fix: str | None = None,
+        location: Location | None = None,
+        worker: str = "",
+        tail: str = "",
+        tail_label: str = "",
+    ) -> None:
+        self.worker = worker
+        self.tail = tail
+        self.tail_label = tail_label
+        super().__init__(problem, expected=expected, fix=fix, location=location)
+
+    @property
+    def message(self) -> str:
+        text = super().message
+        if self.tail_label and self.tail.strip():
+            text += f"\n--- {self.tail_label} of worker {self.worker!r} (last lines) ---\n"
+            text += self.tail.rstrip("\n")
+        elif self.tail_label == "stderr":
+            text += f" (worker {self.worker!r} wrote nothing to stderr)"
+        return text
+
+
+class WorkerCrashed(WorkerError):
+    """The worker process exited or was killed by a signal before answering."""
+
+
+class WorkerTimeout(WorkerError):
+    """The worker gave no reply within the request's timeout; it has been killed."""
+
+
+class ProtocolError(WorkerError):
+    """A line on the worker pipe is not a valid protocol message (not JSON, another
+    protocol version, another request's id), or a request broke the protocol."""
+
+
+class WorkerRequestFailed(WorkerError):
+    """Code inside the worker (the user's model) raised an exception that is not a
+    ``PerfguardError``; ``remote_type`` names it and ``tail`` holds its traceback."""
+
+    def __init__(self, problem: str, *, remote_type: str, **kwargs: Any) -> None:
+        self.remote_type = remote_type
+        super().__init__(problem, **kwargs)

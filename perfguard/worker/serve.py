@@ -1,0 +1,320 @@
+"""The worker's side of the protocol: one open cell, and a handler per op.
+
+``Server.handle_line`` turns one request line into one reply line; it never
+raises for a failed command (a ``PerfguardError`` or an exception from the
+user's model becomes an ``ok: false`` reply and the worker keeps serving).
+
+Ops (fields of the request -> fields of the ``ok: true`` reply):
+
+* ``hello`` -> ``pid``, ``python``, ``perfguard``, ``protocol``, ``cwd``,
+  ``executable``, ``perfguard_path`` (where the worker imported perfguard from).
+* ``open`` ``suite``, ``cell``, ``rootdir``, ``cache_dir`` -> ``scenario_id``,
+  ``batch``, ``runtime``, ``backend``, ``device``, ``precision`` (an open cell
+  is closed first; a failed ``open`` leaves none open).
+* ``warmup`` ``iterations``, ``seconds`` [, ``max_seconds``] -> ``cold_start_ns``,
+  ``iterations``, ``elapsed_ns``.
+* ``measure`` ``k`` -> ``samples_ns`` (k requests, each timed on its own, GC off).
+* ``loop`` -> the cell's full warm-up and timed loop (``run_loop``): the
+  ``Measurement`` fields with ``samples_ns`` as a list, and ``runtime``.
+* ``check`` -> ``outputs``: one more request whose outputs must be finite.
+* ``close`` -> ``closed``; ``bye`` -> ``{}``, then the worker exits 0.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import perfguard
+from perfguard.backends import Session
+from perfguard.errors import CellNotFound, Location, ProtocolError
+from perfguard.runner import RunContext, check_outputs, open_session, run_loop
+from perfguard.scenario import Scenario
+from perfguard.suite import load_suite
+from perfguard.worker.protocol import (
+    OPS,
+    PROTOCOL_VERSION,
+    encode,
+    error_fields,
+    quote,
+)
+
+__all__ = ["Server"]
+
+_TRACEBACK_LINES = 15
+_NS_PER_S = 1_000_000_000
+
+Handler = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def _noop() -> None:
+    return None
+
+
+class _Cell:
+    """An open cell: the session stays open (its context manager entered) until closed."""
+
+    def __init__(self, scenario: Scenario, ctx: RunContext) -> None:
+        self.scenario = scenario
+        self._stack = ExitStack()
+        opened = open_session(scenario, ctx)
+        self.session: Session
+        self.session, self.prepared, self.batch = self._stack.enter_context(opened)
+        # partial, not a closure: one less Python frame inside every timed request.
+        self.call: Callable[[], object] = functools.partial(self.session.run, self.prepared)
+        self.sync = self.session.synchronize
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+class Server:
+    """Answers requests for one worker process; at most one cell open at a time."""
+
+    def __init__(self) -> None:
+        self.cell: _Cell | None = None
+        self.stop = False
+        self._handlers: dict[str, Handler] = {
+            "hello": self._hello,
+            "open": self._open,
+            "warmup": self._warmup,
+            "measure": self._measure,
+            "loop": self._loop,
+            "check": self._check,
+            "close": self._close,
+            "bye": self._bye,
+        }
+
+    # --- dispatch -----------------------------------------------------------
+
+    def handle_line(self, line: bytes) -> bytes:
+        """One request line -> one reply line (sets ``stop`` after ``bye``)."""
+        try:
+            request = json.loads(line)
+        except ValueError:  # also UnicodeDecodeError
+            return self._failed(None, _bad_request("the request is not JSON", line))
+        request_id = request.get("id") if isinstance(request, dict) else None
+        try:
+            fields = self._dispatch(request, line)
+        except Exception as exc:  # a PerfguardError, or the user's model: reply, keep serving
+            return self._failed(request_id, exc)
+        return encode({"v": PROTOCOL_VERSION, "id": request_id, "ok": True, **fields})
+
+    def _dispatch(self, request: object, line: bytes) -> dict[str, Any]:
+        if not isinstance(request, dict):
+            raise _bad_request(f"the request is a JSON {type(request).__name__}", line)
+        version = request.get("v")
+        if version != PROTOCOL_VERSION or isinstance(version, bool):
+            raise ProtocolError(
+                f"the request speaks worker protocol version {version!r}; this worker "
+                f"(perfguard {perfguard.__version__}) speaks version {PROTOCOL_VERSION}",
+                expected=f'"v": {PROTOCOL_VERSION}',
+                fix="start the worker with a perfguard of the same protocol version",
+            )
+        op = request.get("op")
+        handler = self._handlers.get(op) if isinstance(op, str) else None
+        if handler is None:
+            raise _bad_request(f"unknown op {op!r}; expected one of {', '.join(OPS)}", line)
+        return handler(request)
+
+    def _failed(self, request_id: object, exc: BaseException) -> bytes:
+        lines = "".join(traceback.format_exception(exc)).splitlines()
+        tail = "\n".join(lines[-_TRACEBACK_LINES:])
+        error = error_fields(exc, tail)
+        return encode({"v": PROTOCOL_VERSION, "id": request_id, "ok": False, "error": error})
+
+    def shutdown(self) -> None:
+        """Close the open cell, if any (after ``bye``, or at the end of input)."""
+        cell, self.cell = self.cell, None
+        if cell is not None:
+            cell.close()
+
+    # --- ops ----------------------------------------------------------------
+
+    def _hello(self, request: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(),
+            "python": platform.python_version(),
+            "perfguard": perfguard.__version__,
+            "protocol": PROTOCOL_VERSION,
+            "cwd": str(Path.cwd()),
+            "executable": sys.executable,
+            "perfguard_path": str(Path(perfguard.__file__).resolve().parent),
+        }
+
+    def _open(self, request: dict[str, Any]) -> dict[str, Any]:
+        suite_path = Path(_field(request, "suite", str))
+        cell_name = _field(request, "cell", str)
+        ctx = RunContext(
+            rootdir=Path(_field(request, "rootdir", str)),
+            cache_dir=Path(_field(request, "cache_dir", str)),
+        )
+        self.shutdown()
+        suite = load_suite(suite_path)
+        found = [sc for sc in suite.scenarios if sc.item_name == cell_name]
+        if not found:
+            names = [sc.item_name for sc in suite.scenarios]
+            shown = ", ".join(names[:20]) + (
+                f", ... ({len(names)} cells)" if len(names) > 20 else ""
+            )
+            raise CellNotFound(
+                f"the suite has no cell {cell_name!r}",
+                expected=f"one of: {shown}",
+                fix="pass the item name as pytest shows it, e.g. `model[backend-precision]`",
+                location=Location(suite_path),
+            )
+        scenario = found[0]
+        self.cell = _Cell(scenario, ctx)
+        return {
+            "scenario_id": scenario.scenario_id(ctx.rootdir),
+            "batch": self.cell.batch,
+            "runtime": self.cell.session.runtime_info,
+            "backend": scenario.backend,
+            "device": scenario.device,
+            "precision": scenario.precision,
+        }
+
+    def _open_cell(self, op: str) -> _Cell:
+        if self.cell is None:
+            raise ProtocolError(
+                f"`{op}` was sent while no cell is open",
+                expected="`open` first",
+                fix="send `open` with the suite and the cell's item name",
+            )
+        return self.cell
+
+    def _warmup(self, request: dict[str, Any]) -> dict[str, Any]:
+        cell = self._open_cell("warmup")
+        iterations = _field(request, "iterations", int, minimum=0)
+        seconds = float(_field(request, "seconds", (int, float), minimum=0))
+        cap = request.get("max_seconds")
+        if cap is not None:
+            cap = _field(request, "max_seconds", (int, float), minimum=0)
+        call, sync = cell.call, cell.sync or _noop
+        clock = time.perf_counter_ns
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            start = clock()
+            call()
+            sync()
+            now = clock()
+            cold_start_ns = now - start
+            done = 1
+            min_end = start + int(seconds * _NS_PER_S)
+            cap_end = start + int(float(cap) * _NS_PER_S) if cap is not None else None
+            while (done < iterations or now < min_end) and (cap_end is None or now < cap_end):
+                call()
+                sync()
+                now = clock()
+                done += 1
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        return {"cold_start_ns": cold_start_ns, "iterations": done, "elapsed_ns": now - start}
+
+    def _measure(self, request: dict[str, Any]) -> dict[str, Any]:
+        cell = self.cell
+        if cell is None:
+            cell = self._open_cell("measure")
+        k = request.get("k")
+        if type(k) is not int or k < 1:
+            k = _field(request, "k", int, minimum=1)
+        call, sync = cell.call, cell.sync
+        clock = time.perf_counter_ns
+        samples: list[int] = []
+        append = samples.append
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            if sync is None:
+                for _ in range(k):
+                    t0 = clock()
+                    call()
+                    t1 = clock()
+                    append(t1 - t0)
+            else:
+                for _ in range(k):
+                    t0 = clock()
+                    call()
+                    sync()
+                    t1 = clock()
+                    append(t1 - t0)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        return {"samples_ns": samples}
+
+    def _loop(self, request: dict[str, Any]) -> dict[str, Any]:
+        cell = self._open_cell("loop")
+        result = run_loop(cell.scenario, cell.session, cell.prepared)
+        return {
+            "cold_start_ns": int(result.cold_start_ns),
+            "warmup_iterations": int(result.warmup_iterations),
+            "warmup_ns": int(result.warmup_ns),
+            "samples_ns": [int(s) for s in result.samples_ns],
+            "stable": bool(result.stable),
+            "stability_ratio": float(result.stability_ratio),
+            "stopped_by_cap": bool(result.stopped_by_cap),
+            "measure_ns": int(result.measure_ns),
+            "runtime": cell.session.runtime_info,
+        }
+
+    def _check(self, request: dict[str, Any]) -> dict[str, Any]:
+        cell = self._open_cell("check")
+        outputs = cell.session.to_numpy(cell.session.run(cell.prepared))
+        check_outputs(cell.scenario, outputs)
+        return {"outputs": len(outputs)}
+
+    def _close(self, request: dict[str, Any]) -> dict[str, Any]:
+        was_open = self.cell is not None
+        self.shutdown()
+        return {"closed": was_open}
+
+    def _bye(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.stop = True
+        self.shutdown()
+        return {}
+
+
+def _bad_request(problem: str, line: bytes) -> ProtocolError:
+    return ProtocolError(
+        f"{problem}: {quote(line)}",
+        expected='{"v": 1, "id": <int>, "op": "<op>", ...} on one line',
+        fix="send requests with perfguard.worker.client.WorkerProcess",
+    )
+
+
+def _field(
+    request: dict[str, Any],
+    name: str,
+    kind: type | tuple[type, ...],
+    *,
+    minimum: int | None = None,
+) -> Any:
+    """A request field of the given type, or a ``ProtocolError`` naming it."""
+    value = request.get(name)
+    bad = value is None or isinstance(value, bool) or not isinstance(value, kind)
+    if not bad and minimum is not None and value is not None and value < minimum:
+        bad = True
+    if bad:
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        want = " or ".join(k.__name__ for k in kinds)
+        if minimum is not None:
+            want += f" >= {minimum}"
+        raise ProtocolError(
+            f"request `{request.get('op')}` has {name}={value!r}",
+            expected=f"`{name}`: {want}",
+            fix="send the fields the op needs (see perfguard.worker.serve)",
+        )
+    return value

@@ -1,0 +1,396 @@
+"""Worker processes (perfguard.worker): the protocol, a real tiny model, every failure mode.
+
+Real workers run ``python -m perfguard.worker`` on a suite written into tmp_path;
+the protocol-garbage cases use small fake worker scripts via ``command=``.
+No timing assertions: latencies are only checked to be positive.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perfguard.errors import (
+    CellNotFound,
+    ModelError,
+    PerfguardError,
+    ProtocolError,
+    SuiteError,
+    WorkerCrashed,
+    WorkerError,
+    WorkerRequestFailed,
+    WorkerTimeout,
+)
+from perfguard.worker import PROTOCOL_VERSION, WorkerProcess, describe_exit
+from perfguard.worker.protocol import check_reply, decode, encode, quote
+from perfguard.worker.serve import Server
+from tests.conftest import FAST_DEFAULTS
+
+MODELS = textwrap.dedent(
+    """
+    import os
+    import signal
+    import sys
+    import time
+
+    import torch
+    from torch import nn
+
+
+    def mlp():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).eval()
+
+
+    class Dies(nn.Module):
+        def __init__(self, how):
+            super().__init__()
+            self.how = how
+
+        def forward(self, x):
+            sys.stderr.write(f"model about to {self.how}\\n")
+            sys.stderr.flush()
+            if self.how == "chat":
+                print("chatty forward says hi")
+                os.write(1, b"native write to fd 1\\n")
+            if self.how == "exit":
+                os._exit(3)
+            if self.how == "segv":
+                os.kill(os.getpid(), signal.SIGSEGV)
+            if self.how == "hang":
+                time.sleep(3600)
+            if self.how == "raise":
+                raise RuntimeError("the model broke on purpose")
+            return x
+
+
+    def dies(how):
+        if how == "chat":
+            print("chatty factory says hi")
+        return Dies(how).eval()
+    """
+)
+
+HOWS = ("chat", "exit", "segv", "hang", "raise")  # a model and a cell of each name
+SUITE = (
+    FAST_DEFAULTS
+    + "models:\n  mlp: {factory: 'wmodels:mlp', inputs: {x: {shape: [2, 8], seed: 1}}}\n"
+    + "".join(
+        f"  {how}: {{factory: 'wmodels:dies', kwargs: {{how: {how}}}, "
+        "inputs: {x: {shape: [2, 8]}}}\n"
+        for how in HOWS
+    )
+    + "scenarios:\n  - {name: mlp, model: mlp, matrix: {precision: [fp32, int8]}}\n"
+    + "".join(f"  - {{name: {how}, model: {how}}}\n" for how in HOWS)
+)
+
+
+@pytest.fixture
+def suite(tmp_path: Path) -> Path:
+    (tmp_path / "wmodels.py").write_text(MODELS)
+    path = tmp_path / "s.yaml"
+    path.write_text(SUITE)
+    return path
+
+
+def _open(worker: WorkerProcess, suite: Path, cell: str) -> dict[str, Any]:
+    return worker.open_cell(suite, cell, suite.parent, suite.parent / ".cache", timeout_s=120)
+
+
+def _fake(tmp_path: Path, body: str) -> list[str]:
+    """A fake worker: ``body`` runs once per request line with ``req`` (a dict) and ``reply``."""
+    script = tmp_path / "fake_worker.py"
+    script.write_text(
+        "import json, os, sys, time\n"
+        "def reply(obj):\n"
+        "    sys.stdout.write(json.dumps(obj) + '\\n')\n"
+        "    sys.stdout.flush()\n"
+        "for line in sys.stdin:\n"
+        "    req = json.loads(line)\n" + textwrap.indent(textwrap.dedent(body), "    ")
+    )
+    return [sys.executable, str(script)]
+
+
+def _assert_gone(worker: WorkerProcess) -> None:
+    """Reaped: an exit status is known and no zombie is left behind."""
+    assert worker.poll() is not None
+    if sys.platform.startswith("linux"):
+        assert not Path(f"/proc/{worker.pid}").exists()
+
+
+# --- a real worker on a real tiny model ------------------------------------------
+
+
+def test_round_trip_on_a_real_model(suite: Path) -> None:
+    with WorkerProcess(name="A", cwd=suite.parent) as worker:
+        info = worker.info
+        assert info["protocol"] == PROTOCOL_VERSION == 1
+        assert info["pid"] == worker.pid
+        assert Path(info["cwd"]).resolve() == suite.parent.resolve()
+        assert info["python"] == ".".join(map(str, sys.version_info[:3]))
+        opened = _open(worker, suite, "mlp[fp32]")
+        assert opened["scenario_id"] == "s.yaml::mlp[fp32]"
+        assert opened["batch"] == 2
+        assert [opened[k] for k in ("backend", "device", "precision")] == ["torch", "cpu", "fp32"]
+        assert isinstance(opened["runtime"], dict) and opened["runtime"]["threads"] == 1
+        warm = worker.warmup(iterations=3, seconds=0)
+        assert warm["iterations"] >= 3
+        assert 0 < warm["cold_start_ns"] <= warm["elapsed_ns"]
+        samples = worker.measure(k=5)
+        assert len(samples) == 5 and all(isinstance(s, int) and s > 0 for s in samples)
+        assert len(worker.measure(k=1)) == 1
+        loop = worker.loop()
+        assert len(loop["samples_ns"]) == 30  # FAST_DEFAULTS: 30 iterations, no minimum time
+        assert all(s > 0 for s in loop["samples_ns"])
+        assert loop["warmup_iterations"] >= 2 and loop["cold_start_ns"] > 0
+        assert isinstance(loop["stable"], bool) and isinstance(loop["stopped_by_cap"], bool)
+        assert loop["measure_ns"] >= sum(loop["samples_ns"])
+        assert loop["runtime"]["precision"] == "fp32"
+        assert worker.check()["outputs"] == 1
+        assert worker.close_cell()["closed"] is True
+        assert worker.close_cell()["closed"] is False
+        # another cell in the same worker
+        assert _open(worker, suite, "mlp[int8]")["precision"] == "int8"
+        assert len(worker.measure(k=2)) == 2
+    assert worker.poll() == 0  # `bye` -> exit status 0
+    _assert_gone(worker)
+
+
+def test_model_printing_to_stdout_does_not_break_the_protocol(suite: Path) -> None:
+    with WorkerProcess(name="chatty") as worker:
+        _open(worker, suite, "chat")
+        worker.warmup(iterations=2, seconds=0)
+        assert len(worker.measure(k=3)) == 3
+        assert len(worker.loop()["samples_ns"]) == 30
+        tail = worker.stderr_tail()
+    assert "chatty forward says hi" in tail
+    assert "native write to fd 1" in tail
+    assert "chatty factory says hi" in worker.stderr_tail(lines=100_000)
+
+
+def test_failed_commands_are_replies_and_the_worker_keeps_serving(
+    suite: Path, tmp_path: Path
+) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("models:\n  m: {factory: x:y\nscenarios: []\n")
+    with WorkerProcess(name="w") as worker:
+        with pytest.raises(ProtocolError, match="no cell is open"):
+            worker.measure(k=1)
+        with pytest.raises(SuiteError, match=r"broken\.yaml:3: malformed YAML") as bad:
+            _open(worker, broken, "m")
+        assert "in worker 'w'" in str(bad.value)
+        assert bad.value.location is not None and bad.value.location.line == 3
+        with pytest.raises(CellNotFound, match=r"no cell 'nope\[x\]'") as missing:
+            _open(worker, suite, "nope[x]")
+        assert isinstance(missing.value, SuiteError)
+        assert "mlp[fp32], mlp[int8], chat, exit" in str(missing.value)
+        _open(worker, suite, "raise")
+        with pytest.raises(WorkerRequestFailed, match="raised RuntimeError") as failed:
+            worker.measure(k=1)
+        assert failed.value.remote_type == "RuntimeError"
+        assert "the model broke on purpose" in str(failed.value)
+        assert "--- traceback of worker 'w'" in str(failed.value)
+        assert "in forward" in failed.value.tail
+        with pytest.raises(ModelError, match="model 'raise' raised RuntimeError"):
+            worker.loop()  # run_loop's own located ModelError
+        _open(worker, suite, "mlp[fp32]")
+        assert len(worker.measure(k=2)) == 2
+    assert worker.poll() == 0
+
+
+# --- the worker dies, hangs, or the pipe is garbled ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cell", "status"),
+    [("exit", "died with exit status 3"), ("segv", "was killed by signal SIGSEGV (11)")],
+)
+def test_a_worker_that_dies_is_worker_crashed(suite: Path, cell: str, status: str) -> None:
+    with WorkerProcess(name="A") as worker:
+        _open(worker, suite, cell)
+        with pytest.raises(WorkerCrashed) as crashed:
+            worker.warmup(iterations=2, seconds=0, timeout_s=120)
+        text = str(crashed.value)
+        assert f"worker 'A' (pid {worker.pid}) {status} while answering `warmup`" in text
+        assert f"model about to {cell}" in text
+        assert "--- stderr of worker 'A'" in text
+        _assert_gone(worker)
+        with pytest.raises(WorkerCrashed, match="gone after an earlier failure"):
+            worker.measure(k=1)  # never hangs
+    if cell == "segv":  # faulthandler's dump names the model's frame
+        assert "Segmentation fault" in worker.stderr_tail(lines=200)
+
+
+def test_a_hanging_model_is_a_timeout_and_the_worker_is_killed(suite: Path) -> None:
+    worker = WorkerProcess(name="slow")
+    with worker:
+        _open(worker, suite, "hang")
+        with pytest.raises(WorkerTimeout) as timed_out:
+            worker.warmup(iterations=2, seconds=0, timeout_s=1.0)
+        _assert_gone(worker)
+        text = str(timed_out.value)
+        assert "gave no reply to `warmup` within 1 s; it was killed" in text
+        with pytest.raises(WorkerTimeout, match="gone after an earlier failure"):
+            worker.measure(k=1)
+    # The worker dumped its stacks (faulthandler on SIGUSR1) before being killed.
+    full = worker.stderr_tail(lines=500)
+    assert "model about to hang" in full
+    assert "in forward" in full
+
+
+@pytest.mark.parametrize(
+    ("body", "error", "fragments"),
+    [
+        ("time.sleep(3600)", WorkerTimeout, ["gave no reply to `hello` within 0.5 s"]),
+        (
+            "sys.stderr.write('cannot import this\\n'); sys.exit(5)",
+            WorkerCrashed,
+            ["died with exit status 5 while starting", "cannot import this"],
+        ),
+    ],
+)
+def test_a_worker_that_fails_at_start(
+    tmp_path: Path, body: str, error: type[WorkerError], fragments: list[str]
+) -> None:
+    worker = WorkerProcess(name="B", command=_fake(tmp_path, body), startup_timeout_s=0.5)
+    with pytest.raises(error) as failed:
+        worker.start()
+    assert all(fragment in str(failed.value) for fragment in fragments)
+    _assert_gone(worker)
+    worker.close()  # idempotent after a failed start
+
+
+@pytest.mark.parametrize(
+    ("body", "match"),
+    [
+        ("print('Loading weights... done')", r"not JSON: 'Loading weights\.\.\. done'"),
+        (
+            "reply({'v': 2, 'id': req['id'], 'ok': True})",
+            r"speaks worker protocol version 2, this perfguard speaks version 1",
+        ),
+        (
+            "reply({'v': 1, 'id': req['id'] + 100, 'ok': True})",
+            r"answered request id 101 while request 1 was waiting",
+        ),
+        ("reply([1, 2])", r"JSON list, not an object"),
+        ("reply({'v': 1, 'id': req['id']})", r"without a boolean `ok`"),
+        ("print('x' * 5000)", r"not JSON: 'x{200}' \.\.\. \(5000 characters\)"),
+        (
+            "reply({'v': 1, 'id': req['id'], 'ok': True, 'protocol': 2, 'perfguard': '9.9'})",
+            r"runs perfguard '9\.9' and speaks worker protocol 2; this perfguard "
+            r"\S+ speaks protocol 1",
+        ),
+    ],
+)
+def test_garbage_on_the_pipe_is_a_protocol_error(tmp_path: Path, body: str, match: str) -> None:
+    worker = WorkerProcess(name="fake", command=_fake(tmp_path, body))
+    with pytest.raises(ProtocolError, match=match) as garbled:
+        worker.start()
+    assert "worker 'fake'" in str(garbled.value)
+    _assert_gone(worker)
+
+
+def test_close_is_idempotent_and_always_reaps(tmp_path: Path) -> None:
+    answers = "reply({'v': 1, 'id': req['id'], 'ok': True, 'protocol': 1})"
+    worker = WorkerProcess(name="idle", command=_fake(tmp_path, answers))
+    worker.close()  # never started: nothing to do
+    worker = WorkerProcess(name="idle", command=_fake(tmp_path, answers))
+    worker.start()
+    assert worker.request("anything", timeout_s=10)["ok"] is True
+    worker.close()
+    _assert_gone(worker)
+    worker.close()
+    with pytest.raises(WorkerError, match="is closed"):
+        worker.measure(k=1)
+    # A worker that ignores `bye` is killed after the grace period.
+    stubborn = _fake(
+        tmp_path,
+        "if req['op'] == 'bye':\n    time.sleep(3600)\n"
+        "reply({'v': 1, 'id': req['id'], 'ok': True, 'protocol': 1})",
+    )
+    worker = WorkerProcess(name="stubborn", command=stubborn)
+    worker.start()
+    worker.close(timeout_s=0.5)
+    _assert_gone(worker)
+    assert worker.poll() == -signal.SIGKILL
+
+
+def test_pythonpath_first_and_cwd_select_the_code_the_worker_runs(tmp_path: Path) -> None:
+    """What a same-run A/B needs: a worktree's own perfguard is the one imported."""
+    shadow = tmp_path / "worktree"
+    (shadow / "perfguard" / "worker").mkdir(parents=True)
+    (shadow / "perfguard" / "__init__.py").write_text("__version__ = '0.0.shadow'\n")
+    (shadow / "perfguard" / "worker" / "__init__.py").write_text("")
+    (shadow / "perfguard" / "worker" / "__main__.py").write_text(
+        "import json, os, sys\n"
+        "import perfguard\n"
+        "for line in sys.stdin:\n"
+        "    req = json.loads(line)\n"
+        "    out = {'v': 1, 'id': req['id'], 'ok': True, 'protocol': 1,\n"
+        "           'perfguard': perfguard.__version__, 'cwd': os.getcwd()}\n"
+        "    print(json.dumps(out), flush=True)\n"
+        "    if req['op'] == 'bye':\n"
+        "        break\n"
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    with WorkerProcess(name="base", cwd=elsewhere, pythonpath_first=shadow) as worker:
+        assert worker.info["perfguard"] == "0.0.shadow"
+        assert Path(worker.info["cwd"]).resolve() == elsewhere.resolve()
+    assert worker.poll() == 0
+
+
+# --- the protocol and the server, in process --------------------------------------
+
+
+def test_encode_decode_and_quote() -> None:
+    line = encode({"v": 1, "id": 3, "ok": True, "text": "a\nb", "path": Path("/x")})
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    message = decode(line, who="w")
+    assert message["text"] == "a\nb" and message["path"] == "/x"
+    check_reply(message, 3, line, "w")
+    with pytest.raises(ProtocolError, match="answered request id 3 while request 4"):
+        check_reply(message, 4, line, "w")
+    assert quote(b"abc\n") == "'abc'"
+    assert describe_exit(3) == "exit status 3"
+    assert describe_exit(-11) == "killed by signal SIGSEGV (11)"
+    assert "out-of-memory" in describe_exit(-9)
+    for cls in (WorkerCrashed, WorkerTimeout, ProtocolError):
+        assert issubclass(cls, WorkerError) and issubclass(cls, PerfguardError)
+    error = WorkerCrashed("it died", worker="A", tail="line 1\nline 2", tail_label="stderr")
+    assert str(error).endswith("--- stderr of worker 'A' (last lines) ---\nline 1\nline 2")
+    quiet = WorkerCrashed("it died", worker="A", tail="", tail_label="stderr")
+    assert "wrote nothing to stderr" in str(quiet)
+
+
+def _serve(server: Server, request: object) -> dict[str, object]:
+    raw = request if isinstance(request, bytes) else json.dumps(request).encode()
+    reply = json.loads(server.handle_line(raw))
+    assert isinstance(reply, dict) and reply["v"] == 1
+    return reply
+
+
+@pytest.mark.parametrize(
+    ("request_line", "fragment"),
+    [
+        (b"not json\n", "the request is not JSON: 'not json'"),
+        ({"v": 2, "id": 1, "op": "hello"}, "protocol version 2"),
+        ({"v": 1, "id": 1, "op": "fly"}, "unknown op 'fly'"),
+        ({"v": 1, "id": 1, "op": "measure", "k": 1}, "no cell is open"),
+        ({"v": 1, "id": 1, "op": "open", "suite": "s.yaml"}, "cell=None"),
+    ],
+)
+def test_server_answers_bad_requests_with_errors(request_line: object, fragment: str) -> None:
+    server = Server()
+    error = _serve(server, request_line)["error"]
+    assert isinstance(error, dict) and error["type"] == "ProtocolError"
+    assert fragment in error["message"] and isinstance(error["traceback_tail"], str)
+    assert _serve(server, {"v": 1, "id": 2, "op": "hello"})["ok"] is True
+    bye = _serve(server, {"v": 1, "id": 3, "op": "bye"})
+    assert bye == {"v": 1, "id": 3, "ok": True} and server.stop
