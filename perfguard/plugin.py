@@ -87,6 +87,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="gate on latencies normalised by the machine-speed canary (default: ini "
         "perfguard_normalise, else off); both figures are always reported.",
     )
+    group.addoption(
+        "--perfguard-ab",
+        metavar="REF",
+        default=None,
+        help="same-run A/B: measure REF (a branch's merge base with HEAD, a tag or a sha) "
+        "again in this run, interleaved request by request with the working tree, and "
+        "gate on the paired comparison instead of an archived baseline (~2x the time).",
+    )
+    group.addoption(
+        "--perfguard-ab-python",
+        metavar="PATH",
+        default=None,
+        help="the Python interpreter (e.g. venv/bin/python) of the base revision's worker, "
+        "when its dependencies differ (default: this interpreter).",
+    )
+    group.addoption(
+        "--perfguard-isolate",
+        action="store_true",
+        default=False,
+        help="measure every scenario in its own worker process (a crash fails only that cell).",
+    )
     parser.addini(
         "perfguard_normalise",
         type="bool",
@@ -148,5 +169,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(STATE_KEY, None)
     if session is not None:
+        if session.ab is not None:  # however the session ended, the worktree goes
+            session.ab.close()
         del config.stash[STATE_KEY]
         config.pluginmanager.unregister(session)

@@ -360,6 +360,8 @@ class Scenario:
     # The `shapes:` bucket this cell's inputs come from ("" without buckets).
     shape_bucket: str = ""
     gpu: GpuSpec = GpuSpec()
+    # Measure this cell in a worker process of its own (perfguard.isolate).
+    isolate: bool = False
 
     @property
     def item_name(self) -> str:

@@ -28,6 +28,7 @@ from perfguard.scenario import Scenario
 from perfguard.verdict import REGRESSION, ScenarioVerdict
 
 if TYPE_CHECKING:
+    from perfguard.ab import ABRun
     from perfguard.items import ScenarioItem
 
 STATE_KEY = pytest.StashKey["PerfguardSession"]()
@@ -75,6 +76,16 @@ class PerfguardSession:
             ),
         )
         self._gatekeeper: Gatekeeper | None = None
+        self.isolate = bool(config.getoption("perfguard_isolate"))
+        self.ab: ABRun | None = None
+        ab_ref = config.getoption("perfguard_ab")
+        if ab_ref:
+            from perfguard.ab import ABConfig, ABRun
+
+            self.ab = ABRun(
+                self.rootdir,
+                ABConfig(ref=str(ab_ref), python=config.getoption("perfguard_ab_python")),
+            )
         self.verdicts: dict[str, ScenarioVerdict] = {}
         self.collected_ids: set[str] = set()
         self.collected_suites: set[str] = set()
@@ -150,7 +161,11 @@ class PerfguardSession:
             raise pytest.UsageError(refusal)
         try:
             self.gatekeeper.choice  # noqa: B018 - resolved now so errors surface at start
+            if self.ab is not None and not self.is_worker:
+                self.ab.start()
         except PerfguardError as exc:
+            if self.ab is not None:
+                self.ab.close()
             raise pytest.UsageError(f"perfguard: {exc}") from exc
 
     # -- collection -------------------------------------------------------------
@@ -232,9 +247,24 @@ class PerfguardSession:
 
     def _measure_and_judge(self, scenario: Scenario) -> tuple[ScenarioResult, ScenarioVerdict]:
         gatekeeper = self.gatekeeper
+        if self.ab is not None and scenario.load is None:
+            why_new = self.ab.why_not_in_base(scenario)
+            if why_new is None:
+                result, verdict = self.ab.measure(scenario, self.ctx)
+                return self._with_accuracy(scenario, result), verdict
+        elif self.isolate or scenario.isolate:
+            from perfguard.isolate import measure_isolated
+
+            result = measure_isolated(scenario, self.ctx)
+            verdict = gatekeeper.judge(result, scenario.gates)
+            return self._with_accuracy(scenario, result), verdict
         calibration = self.accuracy.calibration_for(scenario)
         with ScenarioRun(scenario, self.ctx, calibration) as run:
             result, verdict = gatekeeper.judge_confirmed(run.measure(), scenario.gates, run.measure)
+            if self.ab is not None:  # only in the working tree, or measured under load
+                reason = self.ab.why_not_in_base(scenario)
+                if reason is not None:
+                    verdict = self.ab.new_verdict(verdict.scenario_id, reason)
             if scenario.accuracy is not None:
                 accuracy, golden = self.accuracy.check(
                     scenario,
@@ -244,6 +274,20 @@ class PerfguardSession:
                 )
                 result = replace(result, accuracy=accuracy, golden_outputs=golden)
         return result, verdict
+
+    def _with_accuracy(self, scenario: Scenario, result: ScenarioResult) -> ScenarioResult:
+        """Accuracy of a cell measured out of process: checked here, in a session of its own."""
+        if scenario.accuracy is None:
+            return result
+        calibration = self.accuracy.calibration_for(scenario)
+        with open_session(scenario, self.ctx, calibration) as (session, _prepared, _batch):
+            accuracy, golden = self.accuracy.check(
+                scenario,
+                session,
+                self.gatekeeper.baseline_result(result.id),
+                self.gatekeeper.choice.commit,
+            )
+        return replace(result, accuracy=accuracy, golden_outputs=golden)
 
     def on_benchmark(self, item: pytest.Item, result: ScenarioResult) -> None:
         """A pytest-benchmark test finished: record it and gate it like a scenario.
@@ -342,12 +386,20 @@ class PerfguardSession:
             output[_WORKER_VERDICTS_KEY] = json.dumps([v.to_dict() for v in self.verdicts.values()])
             return
         if not self.results:
+            if self.ab is not None:
+                self.ab.close()
             return
         from perfguard.atomicio import write_json_atomic
         from perfguard.resultsio import write_results
 
         gatekeeper = self.gatekeeper
-        gatekeeper.missing(self.collected_suites, self.collected_ids)
+        if self.ab is not None:
+            try:
+                self._ab_missing()
+            finally:
+                self.ab.close()  # the base worktree goes on every exit path
+        else:
+            gatekeeper.missing(self.collected_suites, self.collected_ids)
         self.verdicts.update(
             {k: v for k, v in gatekeeper.verdicts.items() if k not in self.verdicts}
         )
@@ -365,6 +417,18 @@ class PerfguardSession:
         if self.settings.save:
             self.saved_path = gatekeeper.save(run)
         self.report_path = self._write_report(run)
+
+    def _ab_missing(self) -> None:
+        """Cells of the base revision's suites that this run did not measure."""
+        assert self.ab is not None
+        for path in self.suites:
+            rel = self.ab._relative(path).as_posix()
+            collected = {
+                sid.split("::", 1)[1] for sid in self.collected_ids if sid.startswith(f"{rel}::")
+            }
+            for name in self.ab.missing(path, collected):
+                sid = f"{rel}::{name}"
+                self.verdicts.setdefault(sid, self.ab.missing_verdict(sid))
 
     def _write_report(self, run: RunResult) -> Path:
         """report.html + summary.md beside results.json; the job summary on GitHub."""
@@ -384,7 +448,11 @@ class PerfguardSession:
             run=run,
             verdicts=tuple(self.verdicts.values()),
             baseline=baseline,
-            baseline_info=choice.to_dict(),
+            baseline_info=(
+                {**choice.to_dict(), "commit": self.ab.base.sha, "how": self.ab.how}
+                if self.ab is not None and self.ab.base is not None
+                else choice.to_dict()
+            ),
             baseline_environment=(
                 choice.baseline.launches[-1].environment if choice.baseline else None
             ),
@@ -427,7 +495,8 @@ class PerfguardSession:
 
         terminalreporter.section("perfguard")
         choice = self.gatekeeper.choice
-        terminalreporter.write_line(f"baseline: {choice.how}")
+        how = f"same-run A/B against {self.ab.label}" if self.ab and self.ab.base else choice.how
+        terminalreporter.write_line(f"baseline: {how}")
         for line in summary_lines(list(self.results.values()), self.verdicts):
             terminalreporter.write_line(line)
         loaded = load_lines(list(self.results.values()))

@@ -42,6 +42,7 @@ Format::
         warmup: {iterations: 10, seconds: 0.5}   # default 10 iterations, 0.5 s
         measure: {iterations: 100, seconds: 2}   # default 100 iterations, 2 s
         stability_tolerance: 0.1  # 0 < x < 1                             (default 0.1)
+        isolate: true             # measure in a worker process of its own (default false)
         tags: [nlp, smoke]        # pytest markers: [A-Za-z_][A-Za-z0-9_]*
         gate: {p95: "+5%", p99: "+2ms", throughput: "-5%", peak_memory: "+50MiB"}
                                   # also gpu_mem: "+10%" (peak device memory)
@@ -138,7 +139,9 @@ __all__ = ["Suite", "load_suite"]
 _TOP_KEYS = ("defaults", PRESETS, "models", "scenarios")
 _AXES = ("backend", "device", "precision", "threads", "graph_optimization_level", QUANTIZATION)
 _LOOPS = ("warmup", "measure")
-_SETTINGS = (*_AXES, *_LOOPS, "stability_tolerance", "tags", "gate", ACCURACY, LOAD, GPU)
+_SETTINGS = (
+    *_AXES, *_LOOPS, "stability_tolerance", "tags", "gate", "isolate", ACCURACY, LOAD, GPU,
+)  # fmt: skip
 _SCENARIO_KEYS = ("name", "model", *_SETTINGS, SHAPES, "matrix", "exclude")
 _DEFAULTS_HINTS = {
     k: f"set `{k}` on each scenario; `defaults` cannot hold it"
@@ -255,6 +258,10 @@ def _setting(rd: Reader, key: str, value: object, line: int, where: str) -> obje
         if not isinstance(value, str) or not _DEVICE_RE.fullmatch(value):
             fix = "write `cpu`, `cuda` or e.g. `cuda:0`"
             rd.fail(line, f"{what} is {found(value)}", "`cpu`, `cuda` or `cuda:N`", fix)
+        return value
+    if key == "isolate":
+        if not isinstance(value, bool):
+            rd.fail(line, f"{what} is {found(value)}", "true or false", "write `isolate: true`")
         return value
     if key == "stability_tolerance":
         return rd.as_num(value, line, what, "a number with 0 < x < 1", lambda x: 0 < x < 1)

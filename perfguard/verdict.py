@@ -149,6 +149,11 @@ class ScenarioVerdict:
     baseline_commit: str | None = None
     env_diff: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
     messages: tuple[str, ...] = ()
+    # "archived": against a stored baseline; "ab": the base revision measured again
+    # in this run, interleaved request by request (``ab`` then holds the paired
+    # figures: base, ratio, bounds, pairs, rounds, per-round figures).
+    mode: str = "archived"
+    ab: dict[str, Any] | None = None
 
     @property
     def failed(self) -> bool:
@@ -172,6 +177,8 @@ class ScenarioVerdict:
                 k: {"baseline": base, "current": cur} for k, (base, cur) in self.env_diff.items()
             },
             "messages": list(self.messages),
+            "mode": self.mode,
+            "ab": self.ab,
         }
 
     @classmethod
@@ -186,6 +193,8 @@ class ScenarioVerdict:
                 for k, v in data.get("env_diff", {}).items()
             },
             messages=tuple(str(m) for m in data.get("messages", ())),
+            mode=str(data.get("mode", "archived")),
+            ab=data.get("ab"),
         )
 
 

@@ -1,0 +1,370 @@
+"""Same-run A/B against a git revision: the base measured again, request by request.
+
+``pytest --perfguard --perfguard-ab=REF`` checks REF out into a temporary git
+worktree (:mod:`perfguard.worktree`; for a branch name, the merge base of HEAD
+and that branch) and, for every single-request cell, starts two worker
+processes (:mod:`perfguard.worker`): **A** on the base revision's code and
+suite, **B** on the working tree's. Both warm up; then they alternate one
+request each, the order randomised within each pair, until the sequential rule
+of :mod:`perfguard.abstats` stops (clear answer, or the pair/time cap). The
+verdict is paired: the ratio of the two P95s with a bootstrap bound over request
+pairs, so whatever slowed the machine during a pair slowed both of its requests.
+
+* Both workers run the *current* perfguard harness (the base worker imports
+  perfguard from this installation, everything else from the base tree), so a
+  harness change never shows up as a model regression.
+* The base worker runs on this interpreter unless ``--perfguard-ab-python``
+  names another (a virtual environment with the base's dependencies).
+* A cell only in the working tree is ``new`` (with the base suite's load error
+  when it did not load); one only in the base is ``missing``. Cells under
+  ``load:`` are measured and gated as usual (A/B covers single requests).
+* The worktree is removed on every exit path, Ctrl-C included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perfguard.abstats import Decision, StoppingRule, decide, pair_orders, per_round
+from perfguard.errors import SuiteError
+from perfguard.results import ScenarioResult
+from perfguard.runner import RunContext, base_result
+from perfguard.scenario import Scenario
+from perfguard.stats import percentile, stability_ratio, summarize, throughput
+from perfguard.verdict import (
+    IMPROVEMENT,
+    INVALID,
+    MISSING,
+    NEW,
+    REGRESSION,
+    UNCHANGED,
+    MetricVerdict,
+    ScenarioVerdict,
+)
+from perfguard.worker.client import WorkerProcess
+from perfguard.worktree import BaseRef, base_worktree, resolve_base
+
+__all__ = ["ABConfig", "ABOutcome", "ABRun", "run_pairs"]
+
+_QS = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0}
+OPEN_TIMEOUT_S = 600.0  # exporting or quantizing a model on first open can take minutes
+REQUEST_TIMEOUT_S = 60.0
+SETTLE_PAIRS = 50  # discarded after warm-up: both processes settle together
+
+
+@dataclass(frozen=True)
+class ABConfig:
+    """What the command line asked for."""
+
+    ref: str
+    python: str | None = None  # the base worker's interpreter; None: this one
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class ABOutcome:
+    """Paired samples of one cell and the stopping rule's decision."""
+
+    samples_a: np.ndarray = field(compare=False)
+    samples_b: np.ndarray = field(compare=False)
+    decision: Decision
+    elapsed_s: float
+    metric: str
+    limit: float
+
+
+def _decision_verdict(decision: Decision) -> str:
+    kinds = {"regression": REGRESSION, "improvement": IMPROVEMENT, "undecided": INVALID}
+    return kinds.get(decision.verdict, UNCHANGED)
+
+
+def run_pairs(
+    a: WorkerProcess,
+    b: WorkerProcess,
+    rule: StoppingRule,
+    *,
+    seed: int = 0,
+    settle: int = SETTLE_PAIRS,
+    timeout_s: float = REQUEST_TIMEOUT_S,
+) -> tuple[np.ndarray, np.ndarray, Decision, float]:
+    """Alternate single requests between A and B until ``rule`` stops; raw paired samples."""
+    orders = pair_orders(rule.max_pairs + settle, seed)
+    a_ns: list[int] = []
+    b_ns: list[int] = []
+    start = time.perf_counter()
+    decision: Decision | None = None
+    for i, a_first in enumerate(orders):
+        first, second = (a, b) if a_first else (b, a)
+        t_first = first.request("measure", timeout_s=timeout_s, k=1)["samples_ns"][0]
+        t_second = second.request("measure", timeout_s=timeout_s, k=1)["samples_ns"][0]
+        if i < settle:
+            if i == settle - 1:
+                start = time.perf_counter()
+            continue
+        a_ns.append(int(t_first if a_first else t_second))
+        b_ns.append(int(t_second if a_first else t_first))
+        pairs = len(a_ns)
+        elapsed = time.perf_counter() - start
+        due = pairs >= rule.min_pairs and pairs % rule.check_every == 0
+        if due or pairs >= rule.max_pairs or elapsed >= rule.max_seconds:
+            decision = decide(rule, np.asarray(a_ns), np.asarray(b_ns), elapsed)
+            if decision.stop or pairs >= rule.max_pairs or elapsed >= rule.max_seconds:
+                break
+    a_arr, b_arr = np.asarray(a_ns, dtype=np.int64), np.asarray(b_ns, dtype=np.int64)
+    elapsed = time.perf_counter() - start
+    if decision is None:
+        decision = decide(rule, a_arr, b_arr, elapsed)
+    return a_arr, b_arr, decision, elapsed
+
+
+def _bootstrap_command(python: str) -> list[str]:
+    """The base worker: this perfguard first on sys.path, then the base tree (its cwd).
+
+    A folder holding only a link to this perfguard package keeps the rest of
+    this checkout (the user's current model code) off the base worker's path.
+    """
+    import perfguard
+
+    shim = Path(tempfile.mkdtemp(prefix="perfguard-ab-shim-"))
+    (shim / "perfguard").symlink_to(Path(perfguard.__file__).resolve().parent)
+    code = (
+        "import runpy, sys; "
+        f"sys.path.insert(0, {str(shim)!r}); "
+        "runpy.run_module('perfguard.worker', run_name='__main__')"
+    )
+    return [python, "-c", code]
+
+
+class ABRun:
+    """The session's A/B state: the base worktree, kept for the whole session."""
+
+    def __init__(self, rootdir: Path, config: ABConfig) -> None:
+        self.rootdir = rootdir
+        self.config = config
+        self.base: BaseRef | None = None
+        self.worktree: Path | None = None
+        self._stack = contextlib.ExitStack()
+        self._suites: dict[Path, dict[str, Scenario] | SuiteError] = {}
+
+    def start(self) -> None:
+        """Resolve the base and check it out; raises ``GitError`` with the fix."""
+        # A branch HEAD does not descend from (origin/main on a pull request) is
+        # replaced by its merge base with HEAD: what this change was built on.
+        self.base = resolve_base(self.rootdir, self.config.ref, merge_base_with="HEAD")
+        self.worktree = self._stack.enter_context(base_worktree(self.rootdir, self.base.sha))
+
+    def close(self) -> None:
+        self._stack.close()
+
+    @property
+    def how(self) -> str:
+        """The report's baseline line."""
+        return (
+            f"same-run A/B: base {self.label} measured again in this run, interleaved "
+            "request by request with the working tree"
+        )
+
+    @property
+    def label(self) -> str:
+        assert self.base is not None
+        return f"{self.base.sha[:12]} ({self.base.how})"
+
+    # -- the base revision's cells --------------------------------------------------
+    def _relative(self, suite: Path) -> Path:
+        try:
+            return suite.resolve().relative_to(self.rootdir.resolve())
+        except ValueError:
+            return Path(suite.name)
+
+    def base_cells(self, suite: Path) -> dict[str, Scenario] | SuiteError:
+        """The base revision's cells of ``suite`` by item name, or its load error."""
+        from perfguard.suite import load_suite
+
+        assert self.worktree is not None
+        path = self.worktree / self._relative(suite)
+        if path not in self._suites:
+            if not path.is_file():
+                self._suites[path] = SuiteError(
+                    f"{self._relative(suite)} does not exist in the base revision {self.label}"
+                )
+            else:
+                try:
+                    cells = load_suite(path).scenarios
+                    self._suites[path] = {sc.item_name: sc for sc in cells}
+                except SuiteError as exc:
+                    self._suites[path] = exc
+        return self._suites[path]
+
+    def why_not_in_base(self, scenario: Scenario) -> str | None:
+        """None when the base has this cell; else why it is ``new``."""
+        cells = self.base_cells(scenario.suite)
+        if isinstance(cells, SuiteError):
+            return f"the base revision's suite did not load: {cells}"
+        if scenario.item_name not in cells:
+            return f"the base revision {self.label} has no cell {scenario.item_name}"
+        return None
+
+    def missing(self, suite: Path, collected: set[str]) -> list[str]:
+        """Item names of the base's ``suite`` that this run did not collect."""
+        cells = self.base_cells(suite)
+        return [] if isinstance(cells, SuiteError) else sorted(set(cells) - collected)
+
+    # -- measuring one cell ---------------------------------------------------------
+    @contextlib.contextmanager
+    def _workers(
+        self, scenario: Scenario, ctx: RunContext
+    ) -> Iterator[tuple[WorkerProcess, WorkerProcess, dict[str, Any]]]:
+        assert self.worktree is not None and self.base is not None
+        python = self.config.python or sys.executable
+        with contextlib.ExitStack() as stack:
+            a = stack.enter_context(
+                WorkerProcess(
+                    python=python,
+                    cwd=self.worktree,
+                    name=f"A (base {self.base.sha[:7]})",
+                    command=_bootstrap_command(python),
+                )
+            )
+            b = stack.enter_context(WorkerProcess(cwd=self.rootdir, name="B (working tree)"))
+            opened: dict[str, Any] = {}
+            for worker, root in ((a, self.worktree), (b, self.rootdir)):
+                opened = worker.request(
+                    "open",
+                    timeout_s=OPEN_TIMEOUT_S,
+                    suite=str(root / self._relative(scenario.suite)),
+                    cell=scenario.item_name,
+                    rootdir=str(root),
+                    cache_dir=str(ctx.cache_dir),
+                )
+            yield a, b, opened  # B's open reply: batch, runtime
+
+    def measure(
+        self, scenario: Scenario, ctx: RunContext
+    ) -> tuple[ScenarioResult, ScenarioVerdict]:
+        """Measure A and B interleaved; B's figures as the result, the paired verdict."""
+        metric, gate = next(
+            ((g.metric, g) for g in scenario.gates if g.metric in _QS and g.relative),
+            ("p95", None),
+        )
+        limit = gate.limit if gate is not None else 0.05
+        rule = StoppingRule(limit=limit, q=_QS[metric])
+        with self._workers(scenario, ctx) as (a, b, opened):
+            warm: dict[str, Any] = {}
+            for name, worker in (("a", a), ("b", b)):
+                warm[name] = worker.request(
+                    "warmup",
+                    timeout_s=OPEN_TIMEOUT_S,
+                    iterations=scenario.warmup.iterations,
+                    seconds=scenario.warmup.seconds,
+                )
+            a_ns, b_ns, decision, elapsed = run_pairs(a, b, rule, seed=self.config.seed)
+        outcome = ABOutcome(a_ns, b_ns, decision, elapsed, metric, limit)
+        return self._result(scenario, ctx, outcome, warm["b"], opened), self._verdict(
+            scenario, ctx, outcome
+        )
+
+    def _result(
+        self,
+        scenario: Scenario,
+        ctx: RunContext,
+        outcome: ABOutcome,
+        warm: dict[str, Any],
+        opened: dict[str, Any],
+    ) -> ScenarioResult:
+        import dataclasses
+
+        samples = outcome.samples_b
+        batch = int(opened.get("batch", 1) or 1)
+        base = base_result(scenario, ctx, batch)
+        return dataclasses.replace(
+            base,
+            latency_ns=summarize(samples),
+            throughput=throughput(samples, batch),
+            cold_start_ns=int(warm.get("cold_start_ns", 0)),
+            warmup_iterations=int(warm.get("iterations", 0)),
+            warmup_ns=int(warm.get("elapsed_ns", 0)),
+            stable=True,
+            stability_ratio=float(stability_ratio(samples)) if samples.size >= 6 else None,
+            runtime={
+                **dict(opened.get("runtime") or {}),
+                "ab_base": self.base.sha if self.base else None,
+            },
+            samples_ns=tuple(int(s) for s in samples),
+        )
+
+    def _verdict(self, scenario: Scenario, ctx: RunContext, outcome: ABOutcome) -> ScenarioVerdict:
+        assert self.base is not None
+        d = outcome.decision
+        q = _QS[outcome.metric]
+        pa = float(percentile(outcome.samples_a, q))
+        pb = float(percentile(outcome.samples_b, q))
+        kind = _decision_verdict(d)
+        ratio, lo, hi = d.ratio or 1.0, d.lo or 1.0, d.hi or 1.0
+        change = (ratio - 1.0) * 100
+        bound = (lo - 1.0) * 100 if kind != IMPROVEMENT else (hi - 1.0) * 100
+        which = "lower" if kind != IMPROVEMENT else "upper"
+        name = outcome.metric.upper()
+        message = (
+            f"{name} latency {change:+.1f}% ({pa / 1e6:.3f} ms -> {pb / 1e6:.3f} ms; 99% "
+            f"{which} bound {bound:+.1f}%) vs base {self.base.sha[:7]} measured in this run, "
+            f"interleaved ({d.pairs} request pairs, limit +{outcome.limit:.0%}): {d.reason}"
+        )
+        metric = MetricVerdict(
+            metric=outcome.metric,
+            verdict=kind,
+            message=message,
+            rule="same-run A/B: ratio of P95s beyond the limit and its 99% paired-bootstrap "
+            "bound beyond 1",
+            baseline=pa,
+            current=pb,
+            ratio=d.ratio,
+            ratio_raw=d.ratio,
+            lower=d.lo,
+            upper=d.hi,
+            limit=outcome.limit,
+            effective_limit=outcome.limit,
+            n_baseline=int(outcome.samples_a.size),
+            n_current=int(outcome.samples_b.size),
+        )
+        notes = []
+        if self.base.dirty:
+            notes.append("A/B compares the working tree as it is (uncommitted changes included)")
+        return ScenarioVerdict(
+            scenario_id=scenario.scenario_id(ctx.rootdir),
+            verdict=kind,
+            metrics=(metric,),
+            baseline_commit=self.base.sha,
+            messages=(message, *notes),
+            mode="ab",
+            ab={
+                "base": self.base.sha,
+                "base_how": self.base.how,
+                "decision": d.to_dict(),
+                "elapsed_s": outcome.elapsed_s,
+                "rounds": per_round(outcome.samples_a, outcome.samples_b),
+                "samples_a_ns": [int(x) for x in outcome.samples_a],
+            },
+        )
+
+    def new_verdict(self, scenario_id: str, why: str) -> ScenarioVerdict:
+        return ScenarioVerdict(
+            scenario_id=scenario_id, verdict=NEW, messages=(why,), mode="ab", ab=None
+        )
+
+    def missing_verdict(self, scenario_id: str) -> ScenarioVerdict:
+        message = (
+            f"{scenario_id} is in the base revision {self.label} but was not measured in "
+            "this run (renamed, deleted or deselected?)"
+        )
+        return ScenarioVerdict(
+            scenario_id=scenario_id, verdict=MISSING, messages=(message,), mode="ab"
+        )

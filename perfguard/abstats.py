@@ -1,0 +1,352 @@
+"""Same-run A/B statistics: paired percentile ratios and a sequential stopping rule.
+
+Design
+------
+In A/B mode perfguard measures the base revision (worker A) and the candidate
+(worker B) in the same job, one request each per *pair*, back to back. Whatever
+slows the machine during a pair (a slow spell, a noisy neighbour, a frequency
+drop) slows both requests of that pair, so it cancels in the comparison instead
+of landing on one side only, as it does between two separate runs.
+
+Order within a pair. The request served second may profit (warm caches) or
+suffer (thermal build-up) from the first. The *caller* randomises the order
+with ``pair_orders(n, seed)``: pairs come in blocks of two, one A-first and one
+B-first in random order, so every even prefix of the schedule is exactly
+balanced (each look sees as many A-first as B-first pairs) while no pair's
+order can be told from the pair before it. Seeded, hence reproducible.
+
+Statistic. With a[i], b[i] the latencies of pair i, the figure is
+``ratio = P_q(b) / P_q(a)`` with perfguard's nearest-rank percentile (see
+``perfguard.stats``). Its bounds come from a *paired* bootstrap: each replicate
+draws n pair indices with replacement and takes both a[i] and b[i] of every
+drawn pair, so a slow spell drawn into a replicate raises both percentiles
+together. Resampling the sides independently (``percentile_ratio_bound``)
+would ignore that and give needlessly wide bounds. ``lo`` is the
+(1 - confidence) nearest-rank percentile of the replicate ratios and ``hi`` the
+mirrored order statistic from the top, each a one-sided bound at
+``confidence``; the mirroring makes ``hi(a, b) == 1 / lo(b, a)`` up to rounding.
+
+Decision rule (limit L, e.g. 0.05; U = 1 + L, D = 1 / (1 + L))
+------------------------------------------------------------------
+*Final rule*, the same as the archived-baseline gate in ``perfguard.compare``:
+
+* **regression** when ratio > U AND lo > 1;
+* **improvement** when ratio < D AND hi < 1 (the mirror image in log space);
+* **unchanged** otherwise.
+
+*Sequential rule.* ``decide`` is called after every ``check_every`` pairs.
+Looking repeatedly and stopping at the first look where the final rule fires
+would inflate false alarms: each look is another chance for noise to cross the
+line. So a look before the cap stops only when the answer is clear enough that
+no later look could plausibly reverse it, i.e. when the whole interval lies on
+one side of the decision lines:
+
+* stop **regression** when lo > U (the whole interval beyond the limit);
+* stop **improvement** when hi < D;
+* stop **unchanged** when D < lo and hi < U (the interval inside the limits).
+
+Each of these implies the final rule's verdict on the same data. The one that
+matters for false alarms is the first: with no real change, stopping early on a
+"regression" needs a one-sided 99% lower bound to sit above the truth by more
+than the whole limit, not merely above 1 as the final rule asks, which is far
+rarer than the final rule's own error, so the extra looks add next to nothing
+to the false-alarm rate. (The cost is on the other side: a real change just
+past the limit may stop early as "unchanged"; so close to the limit the final
+rule is a coin flip as well.) Otherwise measuring goes on until ``max_pairs``
+pairs or ``max_seconds`` seconds; there the final rule decides. Early stops need at
+least ``min_pairs`` pairs (a P95 interval on fewer is too rough to trust).
+
+"undecided" is only ever the verdict when there are too few pairs for any
+bound: fewer than ``samples_needed(q, confidence)`` (90 for P95 at 99%; see
+``perfguard.compare``), e.g. when ``max_seconds`` ran out first. A Decision
+that does not stop carries the verdict the final rule would give now,
+provisional.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from perfguard.compare import samples_needed
+from perfguard.stats import _as_samples, _check_q, _rank_index, percentiles
+
+__all__ = [
+    "Decision",
+    "StoppingRule",
+    "Verdict",
+    "decide",
+    "pair_orders",
+    "paired_bootstrap",
+    "paired_ratio",
+    "per_round",
+]
+
+FloatArray = npt.NDArray[np.float64]
+Verdict = Literal["regression", "improvement", "unchanged", "undecided"]
+
+# Bootstrap replicates are drawn in row blocks of at most this many indices, so
+# 2000 replicates of 3000 pairs never hold more than a few tens of MB at once.
+_BLOCK_ELEMENTS = 1 << 21
+
+
+def _pairs(a_ns: npt.ArrayLike, b_ns: npt.ArrayLike) -> tuple[FloatArray, FloatArray]:
+    """Both sides as float arrays; ValueError unless equally long, finite and > 0."""
+    a = _as_samples(a_ns, "a_ns")
+    b = _as_samples(b_ns, "b_ns")
+    if a.size != b.size:
+        raise ValueError(
+            f"a_ns has {a.size} samples and b_ns {b.size}; "
+            "paired statistics need exactly one A and one B sample per pair"
+        )
+    if float(a.min()) <= 0.0 or float(b.min()) <= 0.0:
+        raise ValueError("latency samples must be > 0 for a ratio of percentiles")
+    return a, b
+
+
+def paired_ratio(a_ns: npt.ArrayLike, b_ns: npt.ArrayLike, q: float = 95.0) -> float:
+    """P_q(B) / P_q(A), nearest-rank percentiles of the pairs' two sides."""
+    a, b = _pairs(a_ns, b_ns)
+    qf = _check_q(q)
+    return percentiles(b, (qf,))[qf] / percentiles(a, (qf,))[qf]
+
+
+def _ranks(x: FloatArray) -> tuple[npt.NDArray[np.intp], FloatArray]:
+    """Rank of each sample (ties broken by position) and the samples sorted."""
+    order = np.argsort(x, kind="stable")
+    ranks = np.empty(x.size, dtype=np.intp)
+    ranks[order] = np.arange(x.size)
+    return ranks, x[order]
+
+
+def paired_bootstrap(
+    a_ns: npt.ArrayLike,
+    b_ns: npt.ArrayLike,
+    q: float = 95.0,
+    confidence: float = 0.99,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """One-sided bounds (lo, hi) of P_q(B) / P_q(A), each at ``confidence``.
+
+    Pair indices are resampled jointly (see the module docstring). The k-th
+    order statistic of a replicate is found on integer ranks (``np.partition``
+    per row) and mapped back to the sorted samples. The bounds are widened to
+    contain the plain ratio if the replicates sit entirely on one side of it.
+    """
+    a, b = _pairs(a_ns, b_ns)
+    qf = _check_q(q)
+    conf = float(confidence)
+    if not 0.5 < conf < 1.0:
+        raise ValueError(f"confidence={confidence!r} is invalid; expected a number in (0.5, 1)")
+    if n_boot < 1:
+        raise ValueError(f"n_boot={n_boot} is invalid; expected an integer >= 1")
+    n = a.size
+    k = _rank_index(n, qf)
+    rank_a, sorted_a = _ranks(a)
+    rank_b, sorted_b = _ranks(b)
+    point = float(sorted_b[k] / sorted_a[k])
+
+    rng = np.random.default_rng(seed)
+    itype = np.int32 if n < 2**31 else np.int64
+    ranks_a, ranks_b = rank_a.astype(itype), rank_b.astype(itype)
+    ratios = np.empty(n_boot, dtype=np.float64)
+    rows = max(1, _BLOCK_ELEMENTS // n)
+    for start in range(0, n_boot, rows):
+        m = min(rows, n_boot - start)
+        idx = rng.integers(0, n, size=(m, n), dtype=itype)
+        ka = np.partition(ranks_a[idx], k, axis=1)[:, k]
+        kb = np.partition(ranks_b[idx], k, axis=1)[:, k]
+        ratios[start : start + m] = sorted_b[kb] / sorted_a[ka]
+    ratios.sort()
+    j = _rank_index(n_boot, 100.0 * (1.0 - conf))
+    lo, hi = float(ratios[j]), float(ratios[n_boot - 1 - j])
+    return min(lo, point), max(hi, point)
+
+
+def pair_orders(n: int, seed: int) -> npt.NDArray[np.bool_]:
+    """Whether A is served first in each of ``n`` pairs (True) or B (False).
+
+    Blocks of two pairs hold one of each order, in random (seeded) order; an odd
+    last pair is a coin flip. Every even-length prefix is exactly balanced.
+    """
+    if n < 0:
+        raise ValueError(f"n={n} is invalid; expected an integer >= 0")
+    rng = np.random.default_rng(seed)
+    first = rng.random((n + 1) // 2) < 0.5
+    orders = np.empty(n, dtype=np.bool_)
+    orders[0::2] = first
+    orders[1::2] = ~first[: n // 2]
+    return orders
+
+
+def per_round(
+    a_ns: npt.ArrayLike, b_ns: npt.ArrayLike, round_size: int = 100
+) -> list[dict[str, float]]:
+    """Figures of each consecutive ``round_size`` pairs (the last round may be short).
+
+    Keys: ``round`` (0-based), ``first_pair``, ``pairs``, ``a_p50``, ``a_p95``,
+    ``b_p50``, ``b_p95`` (nearest rank, in the samples' unit) and ``ratio``
+    (``b_p95 / a_p95``). For the report: a drift or a slow spell shows as one
+    round out of line, on both sides if pairing did its job.
+    """
+    if round_size < 1:
+        raise ValueError(f"round_size={round_size} is invalid; expected an integer >= 1")
+    a, b = _pairs(a_ns, b_ns)
+    rounds: list[dict[str, float]] = []
+    for i, start in enumerate(range(0, a.size, round_size)):
+        pa = percentiles(a[start : start + round_size], (50.0, 95.0))
+        pb = percentiles(b[start : start + round_size], (50.0, 95.0))
+        rounds.append(
+            {
+                "round": i,
+                "first_pair": start,
+                "pairs": min(round_size, a.size - start),
+                "a_p50": pa[50.0],
+                "a_p95": pa[95.0],
+                "b_p50": pb[50.0],
+                "b_p95": pb[95.0],
+                "ratio": pb[95.0] / pa[95.0],
+            }
+        )
+    return rounds
+
+
+# --------------------------------------------------------------------------- stopping
+
+
+@dataclass(frozen=True)
+class StoppingRule:
+    """When an interleaved A/B measurement may stop; see the module docstring.
+
+    ``limit`` is relative (0.05 = +5% on the q-th percentile). The caller
+    measures ``check_every`` more pairs between calls of ``decide`` (``decide``
+    itself looks whenever it is called). ``n_boot`` and ``seed`` configure the
+    paired bootstrap at each look.
+    """
+
+    limit: float = 0.05
+    q: float = 95.0
+    confidence: float = 0.99
+    min_pairs: int = 200
+    max_pairs: int = 3000
+    check_every: int = 100
+    max_seconds: float = 120.0
+    n_boot: int = 2000
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not (math.isfinite(self.limit) and self.limit > 0.0):
+            problems.append(f"limit={self.limit!r} must be a relative limit > 0 (0.05 = +5%)")
+        if not (math.isfinite(self.q) and 0.0 < self.q < 100.0):
+            problems.append(f"q={self.q!r} must be in (0, 100)")
+        if not 0.5 < self.confidence < 1.0:
+            problems.append(f"confidence={self.confidence!r} must be in (0.5, 1)")
+        if not 1 <= self.min_pairs <= self.max_pairs:
+            problems.append(
+                f"min_pairs={self.min_pairs} and max_pairs={self.max_pairs} "
+                "must satisfy 1 <= min_pairs <= max_pairs"
+            )
+        if self.check_every < 1:
+            problems.append(f"check_every={self.check_every} must be >= 1")
+        if not self.max_seconds > 0.0:
+            problems.append(f"max_seconds={self.max_seconds!r} must be > 0")
+        if self.n_boot < 1:
+            problems.append(f"n_boot={self.n_boot} must be >= 1")
+        if problems:
+            raise ValueError("invalid StoppingRule: " + "; ".join(problems))
+
+    @property
+    def pairs_needed(self) -> int:
+        """Fewest pairs for any bound on the q-th percentile at ``confidence``."""
+        return samples_needed(self.q, self.confidence)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What ``decide`` concluded at one look; ``ratio``/``lo``/``hi`` are None without pairs."""
+
+    stop: bool
+    verdict: Verdict
+    ratio: float | None
+    lo: float | None
+    hi: float | None
+    pairs: int
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _pct(x: float) -> str:
+    return f"{(x - 1.0) * 100.0:+.1f}%"
+
+
+def _final(rule: StoppingRule, ratio: float, lo: float, hi: float) -> Verdict:
+    up = 1.0 + rule.limit
+    if ratio > up and lo > 1.0:
+        return "regression"
+    if ratio < 1.0 / up and hi < 1.0:
+        return "improvement"
+    return "unchanged"
+
+
+def decide(
+    rule: StoppingRule, a_ns: npt.ArrayLike, b_ns: npt.ArrayLike, elapsed_s: float
+) -> Decision:
+    """Whether to stop measuring after the pairs so far, and the verdict.
+
+    ``a_ns[i]`` and ``b_ns[i]`` are pair i's two latencies; ``elapsed_s`` is the
+    time spent measuring so far. See the module docstring for the rule.
+    """
+    a = np.asarray(a_ns, dtype=np.float64).reshape(-1)
+    b = np.asarray(b_ns, dtype=np.float64).reshape(-1)
+    n = int(a.size)
+    if b.size != n:
+        raise ValueError(f"a_ns has {n} samples and b_ns {b.size}; expected one of each per pair")
+    at_cap = n >= rule.max_pairs or elapsed_s >= rule.max_seconds
+    cap = (
+        f"reached max_pairs={rule.max_pairs}"
+        if n >= rule.max_pairs
+        else f"reached max_seconds={rule.max_seconds:g}"
+    )
+    name = f"P{rule.q:g}"
+    needed = rule.pairs_needed
+    if n < needed:
+        why = f"{n} pairs; a {rule.confidence:.0%} bound on {name} needs >= {needed}"
+        ratio = paired_ratio(a, b, rule.q) if n else None
+        lo_hi: tuple[float | None, float | None] = (None, None)
+        if at_cap:
+            return Decision(True, "undecided", ratio, *lo_hi, n, f"{cap} with only {why}")
+        return Decision(False, "undecided", ratio, *lo_hi, n, f"measuring more: {why}")
+
+    ratio = paired_ratio(a, b, rule.q)
+    lo, hi = paired_bootstrap(a, b, rule.q, rule.confidence, rule.n_boot, rule.seed)
+    final = _final(rule, ratio, lo, hi)
+    up, down = 1.0 + rule.limit, 1.0 / (1.0 + rule.limit)
+    figures = (
+        f"{name} B/A {ratio:.3f} ({_pct(ratio)}; {rule.confidence:.0%} bounds "
+        f"{_pct(lo)}..{_pct(hi)}) over {n} pairs, limit {_pct(up)}"
+    )
+    if at_cap:
+        return Decision(True, final, ratio, lo, hi, n, f"{figures}: {final}, {cap}")
+    if n >= max(rule.min_pairs, needed):
+        if lo > up:
+            why = "regression: the whole interval is beyond the limit; stopped early"
+            return Decision(True, "regression", ratio, lo, hi, n, f"{figures}: {why}")
+        if hi < down:
+            why = "improvement: the whole interval is beyond the limit; stopped early"
+            return Decision(True, "improvement", ratio, lo, hi, n, f"{figures}: {why}")
+        if down < lo and hi < up:
+            why = "unchanged: the whole interval is inside the limits; stopped early"
+            return Decision(True, "unchanged", ratio, lo, hi, n, f"{figures}: {why}")
+        more = "the interval straddles a limit"
+    else:
+        more = f"fewer than min_pairs={rule.min_pairs}"
+    why = f"provisionally {final}, measuring more ({more})"
+    return Decision(False, final, ratio, lo, hi, n, f"{figures}: {why}")

@@ -1,0 +1,328 @@
+"""The base revision for same-run A/B: which commit it is, and a checkout of it.
+
+``resolve_base`` turns ``--perfguard-ab=REF`` into a commit. The base must be
+an ancestor of HEAD (what this change was built on), or A/B would also measure
+every unrelated commit between the two; for a branch such as ``origin/main``
+the caller passes ``merge_base_with="HEAD"`` and gets the merge base instead.
+The candidate side is the working tree as it is: a dirty tree is no error, it
+only sets ``BaseRef.dirty`` so the caller can say so (``DIRTY_NOTE``).
+
+``base_worktree`` checks the base out with ``git worktree add --detach`` into
+a fresh temporary directory (``WORKTREE_PREFIX``), so the user's checkout is
+never touched, and removes it on every way out: normal exit, an exception,
+Ctrl-C, and SIGTERM (what CI sends on cancel), for which a handler raising
+``Terminated`` (a KeyboardInterrupt, so pytest stops the session) is installed
+while the worktree exists. Only the main thread can install signal handlers;
+elsewhere SIGTERM keeps its default and a killed run leaves a worktree behind.
+A worktree left by a run that was killed outright (SIGKILL, power loss) is
+swept by the next run: ``sweep_stale_worktrees`` removes those of perfguard
+whose directory is gone or that are older than a day (never a live run's).
+
+Submodules are not checked out in the base worktree (git does not do that for
+``worktree add``); Git LFS files are, through the user's own git config.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any
+
+from perfguard.errors import GitError
+from perfguard.gitinfo import (
+    GIT_TIMEOUT_S,
+    SHALLOW_FIX,
+    _explain,
+    _git,
+    _git_env,
+    _has_commits,
+    is_dirty,
+    is_shallow,
+    merge_base,
+    resolve,
+)
+
+__all__ = [
+    "DIRTY_NOTE",
+    "STALE_AFTER_S",
+    "WORKTREE_PREFIX",
+    "BaseRef",
+    "Terminated",
+    "base_worktree",
+    "resolve_base",
+    "sweep_stale_worktrees",
+]
+
+log = logging.getLogger(__name__)
+
+WORKTREE_PREFIX = "perfguard-ab-"
+STALE_AFTER_S = 24 * 3600.0
+#: Checking out a large repository can take far longer than a git query.
+CHECKOUT_TIMEOUT_S = 600.0
+DIRTY_NOTE = "A/B compares the working tree as it is (uncommitted changes included)"
+REF_FIX = "name an existing branch, tag or sha (git branch -a)"
+
+
+@dataclass(frozen=True)
+class BaseRef:
+    """The base side of an A/B run: ``ref`` as given, the commit ``sha`` measured,
+    ``how`` it was chosen (e.g. "origin/main (merge base with HEAD)") and whether
+    the working tree (the candidate side) has uncommitted changes."""
+
+    ref: str
+    sha: str
+    how: str
+    dirty: bool
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived while a base worktree existed; raised so that it is removed."""
+
+
+# --------------------------------------------------------------------------- resolve
+
+
+def _kind(root: Path, ref: str) -> str:
+    if ref == "HEAD" or ref.startswith(("HEAD~", "HEAD^", "HEAD@")):
+        return "commit"  # --symbolic-full-name would name the checked-out branch
+    full = _git(root, "rev-parse", "--symbolic-full-name", ref).stdout.strip()
+    for prefix, kind in (("refs/heads/", "branch"), ("refs/tags/", "tag")):
+        if full.startswith(prefix):
+            return kind
+    return "remote branch" if full.startswith("refs/remotes/") else "commit"
+
+
+def _is_ancestor(root: Path, ancestor: str, descendant: str) -> bool:
+    args = ("merge-base", "--is-ancestor", ancestor, descendant)
+    proc = _git(root, *args)
+    if proc.returncode in (0, 1) and not proc.stderr.strip():
+        return proc.returncode == 0
+    raise _explain(root, args, proc)
+
+
+def _shallow_hint(root: Path, fix: str) -> str:
+    return f"{fix}; {SHALLOW_FIX}" if is_shallow(root) else fix
+
+
+def resolve_base(repo: Path, ref: str, *, merge_base_with: str | None = None) -> BaseRef:
+    """The commit ``--perfguard-ab=REF`` names, checked to be an ancestor of HEAD.
+
+    With ``merge_base_with`` (normally "HEAD"), a REF that is not an ancestor of
+    HEAD is replaced by its merge base with that revision. Raises GitError, with
+    the fix, outside a git repository, without commits, for an unknown REF or
+    one that HEAD does not descend from.
+    """
+    flag = f"`--perfguard-ab={ref}`"
+    top = _git(repo, "rev-parse", "--show-toplevel")
+    if top.returncode != 0:
+        err = _explain(repo, ("rev-parse", "--show-toplevel"), top)
+        if "not inside a git" in err.problem:
+            raise GitError(
+                f"{flag}: {repo} is not inside a git repository",
+                expected="a git checkout whose history holds the base revision",
+                fix="run pytest from the project's git checkout, or drop --perfguard-ab",
+            )
+        raise err
+    root = Path(top.stdout.strip())
+    if not _has_commits(root):
+        raise GitError(
+            f"{flag}: the repository at {root} has no commits yet",
+            expected="a committed base revision to measure against",
+            fix="commit first: A/B measures a committed base against the working tree",
+        )
+    if not ref or ref.startswith("-"):
+        raise GitError(f"{flag}: {ref!r} is not a git ref", fix=REF_FIX)
+    found = _git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    if found.returncode != 0:
+        if found.stderr.strip():
+            raise _explain(root, ("rev-parse", "--verify", ref), found)
+        raise GitError(
+            f"{flag}: no branch, tag or commit `{ref}` in {root}",
+            expected="a branch, tag or commit present in this clone",
+            fix=_shallow_hint(root, REF_FIX),
+        )
+    sha = found.stdout.strip()
+    kind = _kind(root, ref)
+    head = resolve(root, "HEAD")
+    dirty = is_dirty(root)
+    if _is_ancestor(root, sha, head):
+        return BaseRef(ref=ref, sha=sha, how=f"{ref} ({kind})", dirty=dirty)
+    if merge_base_with is None:
+        raise GitError(
+            f"{flag}: {kind} `{ref}` ({sha[:12]}) is not an ancestor of HEAD ({head[:12]})",
+            expected="a base revision that HEAD descends from, so that A/B measures "
+            "only the changes since then",
+            fix=_shallow_hint(
+                root, f"use the merge base: --perfguard-ab=$(git merge-base HEAD {ref})"
+            ),
+        )
+    base = merge_base(root, sha, merge_base_with)
+    if base is None or not _is_ancestor(root, base, head):
+        raise GitError(
+            f"{flag}: `{ref}` and {merge_base_with} have no common ancestor on HEAD's history",
+            expected="a base revision that shares history with HEAD",
+            fix=_shallow_hint(root, REF_FIX),
+        )
+    how = f"{ref} (merge base with {merge_base_with})"
+    return BaseRef(ref=ref, sha=base, how=how, dirty=dirty)
+
+
+# --------------------------------------------------------------------------- worktree
+
+
+def _run(
+    repo: Path, *args: str, timeout: float = GIT_TIMEOUT_S
+) -> subprocess.CompletedProcess[str]:
+    """Run git in its own session: a Ctrl-C at the terminal interrupts perfguard
+    (which then stops git itself), never a cleanup command half way."""
+    try:
+        return subprocess.run(
+            ["git", *args],
+            cwd=repo,
+            env=_git_env(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            check=False,
+            timeout=timeout,
+            start_new_session=True,
+        )
+    except FileNotFoundError as exc:
+        raise GitError("git is not installed (no `git` on PATH)", fix="install git") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise GitError(f"`git {' '.join(args)}` did not finish within {timeout:.0f} s") from exc
+    except OSError as exc:
+        raise GitError(f"could not run git in {repo}: {exc}") from exc
+
+
+def _is_ours(path: Path) -> bool:
+    return path.name == "base" and path.parent.name.startswith(WORKTREE_PREFIX)
+
+
+def _worktrees(repo: Path) -> list[Path]:
+    """Paths of the linked worktrees (the main one, listed first, left out)."""
+    proc = _run(repo, "worktree", "list", "--porcelain")
+    if proc.returncode != 0:
+        raise _explain(repo, ("worktree", "list"), proc)
+    paths = [Path(line[9:]) for line in proc.stdout.splitlines() if line.startswith("worktree ")]
+    return paths[1:]
+
+
+def _remove(repo: Path, path: Path) -> None:
+    """Remove our worktree at ``path`` and its temporary parent; best effort, never raises."""
+    try:
+        proc = _run(repo, "worktree", "remove", "--force", "--force", str(path))
+        if proc.returncode != 0 and path.exists():
+            log.warning("git worktree remove %s failed: %s", path, proc.stderr.strip())
+    except GitError as exc:
+        log.warning("could not remove the base worktree %s: %s", path, exc)
+    if path.parent.exists():
+        shutil.rmtree(path.parent, ignore_errors=True)
+    try:
+        _run(repo, "worktree", "prune")
+    except GitError as exc:
+        log.warning("git worktree prune failed: %s", exc)
+
+
+def sweep_stale_worktrees(repo: Path, *, older_than_s: float = STALE_AFTER_S) -> list[Path]:
+    """Remove perfguard's worktrees left by killed runs; returns their paths.
+
+    A worktree counts as left over when its directory no longer exists or its
+    temporary directory is older than ``older_than_s`` (a day): a younger one
+    may belong to a run still going in another process.
+    """
+    stale: list[Path] = []
+    now = time.time()
+    for path in _worktrees(repo):
+        if not _is_ours(path):
+            continue
+        try:
+            age = now - path.parent.stat().st_mtime
+        except FileNotFoundError:
+            age = None
+        if age is None or not path.exists() or age > older_than_s:
+            stale.append(path)
+    for path in stale:
+        _remove(repo, path)
+    return stale
+
+
+def _restore(signum: int, handler: Any) -> None:
+    # None: the previous handler was not installed from Python; the default is closest.
+    signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+
+
+class _Signals:
+    """While active, SIGTERM (and with ``defer``, also SIGINT) run ``on_signal``."""
+
+    def __init__(self, on_signal: Callable[[int, FrameType | None], None], *, defer: bool) -> None:
+        self.on_signal = on_signal
+        self.signums = (signal.SIGTERM, signal.SIGINT) if defer else (signal.SIGTERM,)
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.signums:
+                if signal.getsignal(signum) is not signal.SIG_IGN:  # ignored stays ignored
+                    self.previous[signum] = signal.signal(signum, self.on_signal)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        for signum, handler in self.previous.items():
+            _restore(signum, handler)
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise Terminated(f"perfguard received signal {signum} (SIGTERM)")
+
+
+@contextmanager
+def base_worktree(repo: Path, sha: str, *, parent: Path | None = None) -> Iterator[Path]:
+    """A detached checkout of ``sha`` in a new temporary directory, removed on exit.
+
+    ``parent`` is where the temporary directory goes (the system's by
+    default). Stale worktrees of earlier killed runs are swept first. Raises
+    GitError when the checkout fails. See the module docstring for cleanup.
+    """
+    repo = Path(repo).resolve()
+    sweep_stale_worktrees(repo)
+    tmp: Path | None = None
+    with _Signals(_raise_terminated, defer=False):
+        try:
+            tmp = Path(
+                tempfile.mkdtemp(
+                    prefix=WORKTREE_PREFIX, dir=None if parent is None else Path(parent).resolve()
+                )
+            )
+            path = tmp / "base"
+            args = ("worktree", "add", "--detach", "--quiet", str(path), sha)
+            proc = _run(repo, *args, timeout=CHECKOUT_TIMEOUT_S)
+            if proc.returncode != 0:
+                raise _explain(repo, args, proc)
+            yield path
+        finally:
+            if tmp is not None:
+                pending: list[int] = []
+                # A second Ctrl-C or SIGTERM waits until the removal is done.
+                with _Signals(lambda signum, frame: pending.append(signum), defer=True):
+                    _remove(repo, tmp / "base")
+                if signal.SIGTERM in pending:
+                    raise Terminated("perfguard received SIGTERM while removing the base worktree")
+                if pending:
+                    raise KeyboardInterrupt

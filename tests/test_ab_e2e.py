@@ -1,0 +1,137 @@
+"""End-to-end: `--perfguard-ab=REF` on a temporary git repository, through pytester.
+
+The model sleeps for its service time (time.sleep never returns early), and the
+second commit doubles it: a real, large slowdown that the paired comparison
+must catch, while an unchanged model must pass. No figure of this machine is
+asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_git
+
+MODEL = textwrap.dedent(
+    """
+    import time
+
+    import torch
+    from torch import nn
+
+
+    class Sleepy(nn.Module):
+        def __init__(self, ms):
+            super().__init__()
+            self.ms = ms
+            self.lin = nn.Linear(8, 4)
+
+        def forward(self, x):
+            time.sleep(self.ms / 1000)
+            return self.lin(x)
+
+
+    def build():
+        torch.manual_seed(0)
+        return Sleepy(MS).eval()
+    """
+)
+
+SUITE = """\
+defaults:
+  warmup: {iterations: 5, seconds: 0}
+  measure: {iterations: 100, seconds: 0}
+  threads: 1
+models:
+  sleepy:
+    factory: abmodel:build
+    inputs:
+      x: {shape: [1, 8], dtype: float32}
+scenarios:
+  - name: sleepy
+    model: sleepy
+"""
+
+
+def commit(repo: Path, ms: float, message: str, suite: str = SUITE) -> str:
+    (repo / "suites").mkdir(exist_ok=True)
+    (repo / "suites" / "abmodel.py").write_text(MODEL.replace("MS", repr(ms)))
+    (repo / "suites" / "s.yaml").write_text(suite)
+    run_git(repo, "add", "-A")
+    run_git(repo, "commit", "-qm", message)
+    return run_git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def repo(suite_writer: pytest.Pytester) -> pytest.Pytester:
+    run_git(suite_writer.path, "init", "-q", "-b", "main")
+    (suite_writer.path / ".gitignore").write_text("reports/\n.perfguard/\n__pycache__/\n")
+    return suite_writer
+
+
+def worktrees(path: Path) -> list[str]:
+    return [line for line in run_git(path, "worktree", "list").splitlines() if line]
+
+
+def comparison(path: Path) -> dict:
+    (found,) = (path / "reports").glob("*/comparison.json")
+    return json.loads(found.read_text())
+
+
+def test_a_commit_that_slows_the_model_fails_the_same_run_ab(repo: pytest.Pytester) -> None:
+    base = commit(repo.path, 2.0, "fast model")
+    commit(repo.path, 4.0, "slower model")
+    result = repo.runpytest("--perfguard", "-v", "--perfguard-ab=HEAD~1")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*suites/s.yaml::sleepy FAILED*",
+            f"*P95 latency +*vs base {base[:7]} measured in this run, interleaved*",
+        ]
+    )
+    (verdict,) = comparison(repo.path)["verdicts"]
+    assert verdict["mode"] == "ab" and verdict["verdict"] == "regression"
+    ab = verdict["ab"]
+    assert ab["base"] == base
+    assert ab["decision"]["ratio"] > 1.5  # 4 ms vs 2 ms of sleep per request
+    assert ab["decision"]["lo"] > 1.05
+    assert ab["rounds"] and ab["rounds"][0]["ratio"] > 1.0
+    assert len(worktrees(repo.path)) == 1  # the base worktree is gone
+
+
+def test_an_unchanged_model_passes_and_a_new_cell_is_new(repo: pytest.Pytester) -> None:
+    commit(repo.path, 2.0, "model")
+    extra = SUITE + "  - name: added\n    model: sleepy\n"
+    commit(repo.path, 2.0, "a second scenario, same model", suite=extra)
+    with (repo.path / ".gitignore").open("a") as ignore:
+        ignore.write("# an uncommitted change\n")
+    result = repo.runpytest("--perfguard", "-v", "--perfguard-ab=HEAD~1")
+    result.assert_outcomes(passed=2)
+    verdicts = {v["scenario_id"]: v for v in comparison(repo.path)["verdicts"]}
+    same = verdicts["suites/s.yaml::sleepy"]
+    assert same["mode"] == "ab" and same["verdict"] in ("unchanged", "improvement")
+    assert any("working tree as it is" in m for m in same["messages"])
+    added = verdicts["suites/s.yaml::added"]
+    assert added["verdict"] == "new" and "has no cell added" in added["messages"][0]
+    assert len(worktrees(repo.path)) == 1
+
+
+def test_a_cell_only_in_the_base_is_missing(repo: pytest.Pytester) -> None:
+    commit(repo.path, 2.0, "two scenarios", suite=SUITE + "  - name: gone\n    model: sleepy\n")
+    commit(repo.path, 2.0, "one removed")
+    result = repo.runpytest("--perfguard", "-v", "--perfguard-ab=HEAD~1")
+    result.assert_outcomes(passed=1)
+    verdicts = {v["scenario_id"]: v for v in comparison(repo.path)["verdicts"]}
+    assert verdicts["suites/s.yaml::gone"]["verdict"] == "missing"
+
+
+def test_a_ref_that_does_not_exist_stops_before_measuring(repo: pytest.Pytester) -> None:
+    commit(repo.path, 2.0, "model")
+    result = repo.runpytest("--perfguard", "--perfguard-ab=no-such-branch")
+    assert result.ret != 0
+    result.stderr.fnmatch_lines(["*no-such-branch*"])
+    assert len(worktrees(repo.path)) == 1
