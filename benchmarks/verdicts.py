@@ -393,6 +393,13 @@ def analyse(data: dict[str, Any], *, label: str, elapsed_s: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    if args_in[:2] == ["--mode", "ab"] or "--mode=ab" in args_in[:1]:
+        # Same-run A/B beside the archived gate and pytest-benchmark: verdicts_ab.py.
+        import verdicts_ab
+
+        verdicts_ab.main(args_in[2:] if args_in[:1] == ["--mode"] else args_in[1:])
+        return 0
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke test: few runs")
     parser.add_argument("--requests", type=int, help="timed requests per round (default 200)")

@@ -16,7 +16,7 @@ while the worktree exists. Only the main thread can install signal handlers;
 elsewhere SIGTERM keeps its default and a killed run leaves a worktree behind.
 A worktree left by a run that was killed outright (SIGKILL, power loss) is
 swept by the next run: ``sweep_stale_worktrees`` removes those of perfguard
-whose directory is gone or that are older than a day (never a live run's).
+whose temporary directory is gone or older than a day (never a live run's).
 
 Submodules are not checked out in the base worktree (git does not do that for
 ``worktree add``); Git LFS files are, through the user's own git config.
@@ -65,7 +65,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-WORKTREE_PREFIX = "perfguard-ab-"
+WORKTREE_PREFIX = "perfguard-ab-base-"
 STALE_AFTER_S = 24 * 3600.0
 #: Checking out a large repository can take far longer than a git query.
 CHECKOUT_TIMEOUT_S = 600.0
@@ -239,9 +239,11 @@ def _remove(repo: Path, path: Path) -> None:
 def sweep_stale_worktrees(repo: Path, *, older_than_s: float = STALE_AFTER_S) -> list[Path]:
     """Remove perfguard's worktrees left by killed runs; returns their paths.
 
-    A worktree counts as left over when its directory no longer exists or its
-    temporary directory is older than ``older_than_s`` (a day): a younger one
-    may belong to a run still going in another process.
+    A worktree counts as left over when its temporary directory no longer
+    exists (a temp cleaner got there first) or is older than ``older_than_s``
+    (a day). A younger one may belong to a run still going in another process,
+    even one whose ``base`` directory is missing: git registers a worktree just
+    before it creates the directory.
     """
     stale: list[Path] = []
     now = time.time()
@@ -252,7 +254,7 @@ def sweep_stale_worktrees(repo: Path, *, older_than_s: float = STALE_AFTER_S) ->
             age = now - path.parent.stat().st_mtime
         except FileNotFoundError:
             age = None
-        if age is None or not path.exists() or age > older_than_s:
+        if age is None or age > older_than_s:
             stale.append(path)
     for path in stale:
         _remove(repo, path)

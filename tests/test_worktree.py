@@ -312,6 +312,16 @@ def test_sweep_removes_old_worktrees_and_keeps_young_ones(repo: Repo, tmp_root: 
     assert repo.worktrees() == [str(repo.path), str(young)]
 
 
+def test_sweep_keeps_a_young_entry_without_its_directory(repo: Repo, tmp_root: Path) -> None:
+    """Another run may be between registering the worktree and creating its directory."""
+    path = _leave_behind(repo, tmp_root, "starting")
+    _rmtree(path)
+    assert sweep_stale_worktrees(repo.path) == []
+    assert sweep_stale_worktrees(repo.path, older_than_s=-1.0) == [path]
+    assert repo.worktrees() == [str(repo.path)]
+    assert not path.parent.exists()
+
+
 def test_sweep_leaves_other_worktrees_alone(repo: Repo, tmp_path: Path) -> None:
     mine = tmp_path / "my-own-worktree"
     run_git(repo.path, "worktree", "add", "-q", "--detach", str(mine), repo.c1)
