@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--aa", type=int, default=40)
     parser.add_argument("--ab", type=int, default=20)
-    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--requests", type=int, default=None, help="default: >= 150 and 2 s")
     parser.add_argument("--baseline-launches", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true")
@@ -157,8 +157,13 @@ def main(argv: list[str] | None = None) -> None:
     shutil.copy(Path(__file__).with_name("ab_model.py"), folder / "ab_model.py")
     started = time.perf_counter()
     try:
+        # One plain run measures what the plugin's example default does
+        # (`measure: {iterations: 150, seconds: 2}`): at least 150 requests and 2 s.
+        probe = plain(folder, 0, 50)
+        median_ns = float(np.median(probe["rounds"][0]))
+        if args.requests is None:
+            args.requests = max(150, int(2e9 / median_ns))
         base = [plain(folder, 0, args.requests) for _ in range(args.baseline_launches)]
-        median_ns = float(np.median([s for launch in base for s in launch["rounds"][0]]))
         single = result(base[0]["rounds"][0])
         pooled = result([s for launch in base for s in launch["rounds"][0]])
         history = [p95(launch["rounds"][0]) for launch in base]

@@ -58,7 +58,7 @@ __all__ = ["ABConfig", "ABOutcome", "ABRun", "run_pairs"]
 _QS = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0}
 OPEN_TIMEOUT_S = 600.0  # exporting or quantizing a model on first open can take minutes
 REQUEST_TIMEOUT_S = 60.0
-SETTLE_PAIRS = 50  # discarded after warm-up: both processes settle together
+SETTLE_PAIRS = 30  # discarded after warm-up: both processes settle together
 
 
 @dataclass(frozen=True)
