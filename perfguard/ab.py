@@ -27,7 +27,7 @@ import contextlib
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,7 +53,7 @@ from perfguard.verdict import (
 from perfguard.worker.client import WorkerProcess
 from perfguard.worktree import BaseRef, base_worktree, resolve_base
 
-__all__ = ["ABConfig", "ABOutcome", "ABRun", "run_pairs"]
+__all__ = ["ABConfig", "ABOutcome", "ABRun", "base_results", "run_pairs"]
 
 _QS = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0}
 OPEN_TIMEOUT_S = 600.0  # exporting or quantizing a model on first open can take minutes
@@ -213,6 +213,19 @@ class ABRun:
             return f"the base revision {self.label} has no cell {scenario.item_name}"
         return None
 
+    def missing_verdicts(
+        self, suites: Iterable[Path], collected_ids: set[str]
+    ) -> list[tuple[str, ScenarioVerdict]]:
+        """``missing`` verdicts for the base's cells of ``suites`` this run did not collect."""
+        out = []
+        for path in suites:
+            rel = self._relative(path).as_posix()
+            prefix = f"{rel}::"
+            collected = {sid[len(prefix) :] for sid in collected_ids if sid.startswith(prefix)}
+            for name in self.missing(path, collected):
+                out.append((f"{rel}::{name}", self.missing_verdict(f"{rel}::{name}")))
+        return out
+
     def missing(self, suite: Path, collected: set[str]) -> list[str]:
         """Item names of the base's ``suite`` that this run did not collect."""
         cells = self.base_cells(suite)
@@ -368,3 +381,20 @@ class ABRun:
         return ScenarioVerdict(
             scenario_id=scenario_id, verdict=MISSING, messages=(message,), mode="ab"
         )
+
+
+def base_results(
+    verdicts: Mapping[str, ScenarioVerdict], results: Mapping[str, ScenarioResult]
+) -> dict[str, ScenarioResult]:
+    """The report's baseline of each A/B cell: its base-revision samples of this run."""
+    import dataclasses
+
+    out: dict[str, ScenarioResult] = {}
+    for sid, verdict in verdicts.items():
+        samples = tuple(int(x) for x in ((verdict.ab or {}).get("samples_a_ns") or ()))
+        current = results.get(sid)
+        if verdict.mode == "ab" and samples and current is not None:
+            out[sid] = dataclasses.replace(
+                current, samples_ns=samples, latency_ns=summarize(samples), runtime={}
+            )
+    return out

@@ -43,7 +43,10 @@ one side of the decision lines:
 
 * stop **regression** when lo > U (the whole interval beyond the limit);
 * stop **improvement** when hi < D;
-* stop **unchanged** when D < lo and hi < U (the interval inside the limits).
+* stop **no regression** when hi < U (the whole interval below the limit: a
+  gate only asks whether B is slower beyond the limit, so a process-to-process
+  difference that makes B look faster need not be measured out to the cap);
+  the verdict is then the final rule's (``unchanged``, or ``improvement``).
 
 Each of these implies the final rule's verdict on the same data. The one that
 matters for false alarms is the first: with no real change, stopping early on a
@@ -349,9 +352,12 @@ def decide(
         if hi < down:
             why = "improvement: the whole interval is beyond the limit; stopped early"
             return Decision(True, "improvement", ratio, lo, hi, n, f"{figures}: {why}")
-        if down < lo and hi < up:
-            why = "unchanged: the whole interval is inside the limits; stopped early"
-            return Decision(True, "unchanged", ratio, lo, hi, n, f"{figures}: {why}")
+        if hi < up:
+            # A gate asks one question: is B slower than A beyond the limit? Once the
+            # whole interval sits below the limit the answer is no, whatever more
+            # pairs would say about a speed-up; the final rule names the verdict.
+            why = "no regression: the whole interval is below the limit; stopped early"
+            return Decision(True, final, ratio, lo, hi, n, f"{figures}: {why}")
         more = "the interval straddles a limit"
     else:
         more = f"fewer than min_pairs={rule.min_pairs}"

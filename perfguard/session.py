@@ -395,7 +395,8 @@ class PerfguardSession:
         gatekeeper = self.gatekeeper
         if self.ab is not None:
             try:
-                self._ab_missing()
+                for sid, verdict in self.ab.missing_verdicts(self.suites, self.collected_ids):
+                    self.verdicts.setdefault(sid, verdict)
             finally:
                 self.ab.close()  # the base worktree goes on every exit path
         else:
@@ -418,18 +419,6 @@ class PerfguardSession:
             self.saved_path = gatekeeper.save(run)
         self.report_path = self._write_report(run)
 
-    def _ab_missing(self) -> None:
-        """Cells of the base revision's suites that this run did not measure."""
-        assert self.ab is not None
-        for path in self.suites:
-            rel = self.ab._relative(path).as_posix()
-            collected = {
-                sid.split("::", 1)[1] for sid in self.collected_ids if sid.startswith(f"{rel}::")
-            }
-            for name in self.ab.missing(path, collected):
-                sid = f"{rel}::{name}"
-                self.verdicts.setdefault(sid, self.ab.missing_verdict(sid))
-
     def _write_report(self, run: RunResult) -> Path:
         """report.html + summary.md beside results.json; the job summary on GitHub."""
         from perfguard.github import in_github_actions, write_step_summary
@@ -439,7 +428,11 @@ class PerfguardSession:
         gatekeeper = self.gatekeeper
         choice = gatekeeper.choice
         baseline = {}
-        if choice.baseline is not None:
+        if self.ab is not None:
+            from perfguard.ab import base_results
+
+            baseline = base_results(self.verdicts, self.results)
+        elif choice.baseline is not None:
             for sid in choice.baseline.scenario_ids():
                 pooled = choice.baseline.pooled(sid)
                 if pooled is not None:

@@ -135,3 +135,93 @@ def test_a_ref_that_does_not_exist_stops_before_measuring(repo: pytest.Pytester)
     assert result.ret != 0
     result.stderr.fnmatch_lines(["*no-such-branch*"])
     assert len(worktrees(repo.path)) == 1
+
+
+def test_a_base_suite_that_does_not_load_makes_its_cells_new(repo: pytest.Pytester) -> None:
+    commit(repo.path, 2.0, "broken suite", suite=SUITE.replace("scenarios:", "scenarios: [oops"))
+    commit(repo.path, 2.0, "fixed suite")
+    result = repo.runpytest("--perfguard", "-v", "--perfguard-ab=HEAD~1")
+    result.assert_outcomes(passed=1)
+    (verdict,) = comparison(repo.path)["verdicts"]
+    assert verdict["verdict"] == "new"
+    assert "base revision's suite did not load" in verdict["messages"][0]
+    assert "malformed YAML" in verdict["messages"][0]
+
+
+ISOLATED = """\
+defaults:
+  warmup: {iterations: 2, seconds: 0}
+  measure: {iterations: 30, seconds: 0}
+  threads: 1
+models:
+  fine:
+    factory: crashmodel:fine
+    inputs:
+      x: {shape: [1, 8], dtype: float32}
+  crash:
+    factory: crashmodel:crash
+    inputs:
+      x: {shape: [1, 8], dtype: float32}
+scenarios:
+  - name: crash
+    model: crash
+    isolate: true
+  - name: fine
+    model: fine
+    isolate: true
+"""
+
+CRASH = textwrap.dedent(
+    """
+    import os
+    import sys
+
+    import torch
+    from torch import nn
+
+
+    class Crash(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(8, 4)
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            if self.calls > 3:
+                print("native library gave up", file=sys.stderr, flush=True)
+                os._exit(3)
+            return self.lin(x)
+
+
+    def crash():
+        return Crash().eval()
+
+
+    def fine():
+        torch.manual_seed(0)
+        return nn.Linear(8, 4).eval()
+    """
+)
+
+
+def test_an_isolated_cell_that_crashes_fails_alone(suite_writer: pytest.Pytester) -> None:
+    suites = suite_writer.path / "suites"
+    suites.mkdir()
+    (suites / "crashmodel.py").write_text(CRASH)
+    (suites / "s.yaml").write_text(ISOLATED)
+    result = suite_writer.runpytest("--perfguard", "-v", "--perfguard-baseline=none")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*::crash FAILED*",
+            "*::fine PASSED*",
+            "*exit status 3*",
+            "*native library gave up*",
+        ],
+        consecutive=False,
+    )
+    (path,) = (suite_writer.path / "reports").glob("*/results.json")
+    found = {s["name"]: s for s in json.loads(path.read_text())["scenarios"]}
+    assert found["fine"]["runtime"]["isolated"] is True
+    assert found["crash"]["status"] == "failed"

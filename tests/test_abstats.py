@@ -248,7 +248,7 @@ def test_quiet_equal_sides_stop_early_as_unchanged() -> None:
     decision = sequential(StoppingRule(), a, b)
     assert decision.verdict == "unchanged"
     assert decision.pairs < 3000
-    assert "inside the limits" in decision.reason
+    assert "below the limit; stopped early" in decision.reason
 
 
 def test_no_early_stop_before_min_pairs() -> None:

@@ -283,8 +283,27 @@ def _row(
         accuracy=accuracy_view(cur.accuracy if cur else None),
         messages=messages,
         runtime=[(str(k), str(v)) for k, v in (cur.runtime if cur else {}).items()],
-        facts=_facts(cur),
+        facts=_facts(cur) + _ab_facts(verdict),
     )
+
+
+def _ab_facts(verdict: ScenarioVerdict | None) -> list[tuple[str, str]]:
+    """A same-run A/B verdict: the base, the pairs used and the per-round ratios."""
+    if verdict is None or verdict.mode != "ab" or not verdict.ab:
+        return []
+    ab = verdict.ab
+    decision = ab.get("decision") or {}
+    rounds = ab.get("rounds") or []
+    shown = ", ".join(f"{r.get('round')}: {r.get('ratio', float('nan')):.3f}" for r in rounds[:30])
+    return [
+        (
+            "same-run A/B",
+            f"base {str(ab.get('base', ''))[:12]} ({ab.get('base_how', '')}), measured in this "
+            f"run, interleaved request by request; {decision.get('pairs', 0)} pairs in "
+            f"{ab.get('elapsed_s', 0.0):.1f} s; {decision.get('reason', '')}",
+        ),
+        ("A/B per-round P95 ratio (B/A, 100 pairs each)", shown or "-"),
+    ]
 
 
 def _trend_values(
