@@ -47,7 +47,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from perfguard.ab import run_pairs
+from perfguard.ab import run_pairs, worker_env
 from perfguard.abstats import StoppingRule
 from perfguard.compare import compare_scenario, confirm, needs_confirmation
 from perfguard.results import ScenarioResult
@@ -82,9 +82,9 @@ def suite(folder: Path, spin_ns: int) -> Path:
 
 
 @contextlib.contextmanager
-def worker(folder: Path, spin_ns: int, name: str) -> Iterator[WorkerProcess]:
-    """A fresh worker process with the cell open and warmed up."""
-    with WorkerProcess(cwd=ROOT, name=name) as w:
+def worker(folder: Path, spin_ns: int, name: str, ab: bool = False) -> Iterator[WorkerProcess]:
+    """A fresh worker process with the cell open and warmed up (A/B: the plugin's env)."""
+    with WorkerProcess(cwd=ROOT, name=name, env=worker_env() if ab else None) as w:
         w.request("open", timeout_s=300, suite=str(suite(folder, spin_ns)), cell="cnn",
                   rootdir=str(folder), cache_dir=str(ROOT / ".perfguard" / "cache"))  # fmt: skip
         w.request("warmup", timeout_s=300, **WARMUP)
@@ -100,7 +100,7 @@ def plain(folder: Path, spin_ns: int, requests: int) -> dict[str, Any]:
 
 
 def ab(folder: Path, spin_ns: int, limit: float, seed: int) -> dict[str, Any]:
-    with worker(folder, 0, "A") as a, worker(folder, spin_ns, "B") as b:
+    with worker(folder, 0, "A", ab=True) as a, worker(folder, spin_ns, "B", ab=True) as b:
         t0 = time.perf_counter()
         a_ns, _b_ns, decision, _elapsed = run_pairs(a, b, StoppingRule(limit=limit), seed=seed)
         return {

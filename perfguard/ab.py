@@ -24,6 +24,7 @@ pairs, so whatever slowed the machine during a pair slowed both of its requests.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import tempfile
 import time
@@ -124,6 +125,19 @@ def run_pairs(
     if decision is None:
         decision = decide(rule, a_arr, b_arr, elapsed)
     return a_arr, b_arr, decision, elapsed
+
+
+def worker_env() -> dict[str, str]:
+    """The environment of both A/B workers.
+
+    Two processes take turns on the same cores: an OpenMP runtime that spins
+    after each parallel region (the default) would burn the other side's
+    request time, unevenly. ``OMP_WAIT_POLICY=PASSIVE`` makes idle threads sleep;
+    a value the user set is kept.
+    """
+    env = dict(os.environ)
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    return env
 
 
 def _bootstrap_command(python: str) -> list[str]:
@@ -245,9 +259,12 @@ class ABRun:
                     cwd=self.worktree,
                     name=f"A (base {self.base.sha[:7]})",
                     command=_bootstrap_command(python),
+                    env=worker_env(),
                 )
             )
-            b = stack.enter_context(WorkerProcess(cwd=self.rootdir, name="B (working tree)"))
+            b = stack.enter_context(
+                WorkerProcess(cwd=self.rootdir, name="B (working tree)", env=worker_env())
+            )
             opened: dict[str, Any] = {}
             for worker, root in ((a, self.worktree), (b, self.rootdir)):
                 opened = worker.request(
