@@ -28,8 +28,13 @@ import numpy as np
 from filelock import FileLock
 
 from perfguard.errors import Location, ModelError
-from perfguard.models import feeds_positionally
-from perfguard.scenario import ModelSpec, QuantSpec
+from perfguard.models import (
+    check_forward_inputs,
+    check_onnx_file,
+    feeds_positionally,
+    load_factory,
+)
+from perfguard.scenario import ModelSpec, QuantSpec, Scenario
 
 if TYPE_CHECKING:
     import torch
@@ -179,6 +184,21 @@ def export_onnx(
         _export(module, feeds, model, tmp, dynamic_batch)
 
     return _build_once(target, write, model.location, f"export of factory {model.factory}")
+
+
+def onnx_file_of(
+    scenario: Scenario, feeds: Mapping[str, np.ndarray], cache_dir: Path
+) -> tuple[Path, bool]:
+    """The cell's ONNX file and whether it was exported: its ``onnx:`` file (checked),
+    or its factory exported for these inputs (a dynamic batch axis for batching cells)."""
+    model = scenario.model
+    if model.onnx is not None:
+        return check_onnx_file(model.base_dir / model.onnx, model.location), False
+    module = load_factory(model)
+    module.eval()
+    check_forward_inputs(module, list(feeds), model.location)
+    dynamic = scenario.load is not None and scenario.load.batching is not None
+    return export_onnx(module, feeds, model, cache_dir, dynamic_batch=dynamic), True
 
 
 def _export(

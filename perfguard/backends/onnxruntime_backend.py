@@ -31,8 +31,7 @@ from perfguard.errors import (
     PerfguardError,
     ProviderFallbackError,
 )
-from perfguard.modelcache import cache_key_of, export_onnx
-from perfguard.models import check_forward_inputs, check_onnx_file, load_factory
+from perfguard.modelcache import cache_key_of, onnx_file_of
 from perfguard.quantize import (
     calibration_samples,
     check_quant_spec,
@@ -306,16 +305,8 @@ class OnnxRuntimeSession:
     def _model_file(
         scenario: Scenario, feeds: Mapping[str, np.ndarray], cache_dir: Path
     ) -> tuple[Path, str | None]:
-        model = scenario.model
-        if model.onnx is not None:
-            return check_onnx_file(model.base_dir / model.onnx, model.location), None
-        module = load_factory(model)
-        module.eval()
-        check_forward_inputs(module, list(feeds), model.location)
-        load = scenario.load
-        dynamic = load is not None and load.batching is not None
-        path = export_onnx(module, feeds, model, cache_dir, dynamic_batch=dynamic)
-        return path, cache_key_of(path)
+        path, exported = onnx_file_of(scenario, feeds, cache_dir)
+        return path, cache_key_of(path) if exported else None
 
     def _check_inputs(
         self, session: Any, feeds: Mapping[str, np.ndarray], *, strict: bool

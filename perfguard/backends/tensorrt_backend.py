@@ -21,8 +21,7 @@ import numpy as np
 from perfguard.backends import tensorrt_build as build
 from perfguard.backends.tensorrt_build import Engine, EngineSpec, Shape
 from perfguard.errors import BackendUnavailable, CellError, InputError, ModelError
-from perfguard.modelcache import export_onnx
-from perfguard.models import check_forward_inputs, check_onnx_file, load_factory
+from perfguard.modelcache import onnx_file_of
 from perfguard.scenario import Scenario
 
 __all__ = ["TensorRTBackend", "TensorRTSession", "TorchCuda"]
@@ -379,14 +378,7 @@ class TensorRTSession:
     def _model_file(
         scenario: Scenario, feeds: Mapping[str, np.ndarray], cache_dir: Path
     ) -> tuple[Path, bool]:
-        model = scenario.model
-        if model.onnx is not None:
-            return check_onnx_file(model.base_dir / model.onnx, model.location), False
-        module = load_factory(model)
-        module.eval()
-        check_forward_inputs(module, list(feeds), model.location)
-        dynamic = scenario.load is not None and scenario.load.batching is not None
-        return export_onnx(module, feeds, model, cache_dir, dynamic_batch=dynamic), True
+        return onnx_file_of(scenario, feeds, cache_dir)
 
     def _check_feed(self, name: str, feeds: Mapping[str, np.ndarray]) -> np.ndarray:
         location = self._scenario.location
