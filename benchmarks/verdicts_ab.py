@@ -47,7 +47,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from perfguard.ab import run_pairs, worker_env
+from perfguard.ab import _Slot, run_pairs, worker_env
 from perfguard.abstats import StoppingRule
 from perfguard.compare import compare_scenario, confirm, needs_confirmation
 from perfguard.results import ScenarioResult
@@ -100,7 +100,14 @@ def plain(folder: Path, spin_ns: int, requests: int) -> dict[str, Any]:
 
 
 def ab(folder: Path, spin_ns: int, limit: float, seed: int) -> dict[str, Any]:
-    with worker(folder, 0, "A", ab=True) as a, worker(folder, spin_ns, "B", ab=True) as b:
+    """As the plugin does: both cells in slots of one worker process, interleaved."""
+    with WorkerProcess(cwd=ROOT, name="A/B", env=worker_env()) as w:
+        for slot, spin in (("a", 0), ("b", spin_ns)):
+            w.request("open", timeout_s=300, slot=slot, suite=str(suite(folder, spin)),
+                      cell="cnn", rootdir=str(folder),
+                      cache_dir=str(ROOT / ".perfguard" / "cache"))  # fmt: skip
+            w.request("warmup", timeout_s=300, slot=slot, **WARMUP)
+        a, b = _Slot(w, "a"), _Slot(w, "b")
         t0 = time.perf_counter()
         a_ns, _b_ns, decision, _elapsed = run_pairs(a, b, StoppingRule(limit=limit), seed=seed)
         return {

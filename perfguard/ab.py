@@ -83,14 +83,24 @@ class ABOutcome:
     limit: float
 
 
+class _Slot:
+    """One side of an A/B comparison: a worker, and the slot its cell is open in."""
+
+    def __init__(self, worker: WorkerProcess, slot: str) -> None:
+        self.worker, self.slot = worker, slot
+
+    def request(self, op: str, timeout_s: float | None = None, **fields: Any) -> dict[str, Any]:
+        return self.worker.request(op, timeout_s=timeout_s, slot=self.slot, **fields)
+
+
 def _decision_verdict(decision: Decision) -> str:
     kinds = {"regression": REGRESSION, "improvement": IMPROVEMENT, "undecided": INVALID}
     return kinds.get(decision.verdict, UNCHANGED)
 
 
 def run_pairs(
-    a: WorkerProcess,
-    b: WorkerProcess,
+    a: WorkerProcess | _Slot,
+    b: WorkerProcess | _Slot,
     rule: StoppingRule,
     *,
     seed: int = 0,
@@ -247,6 +257,33 @@ class ABRun:
 
     # -- measuring one cell ---------------------------------------------------------
     @contextlib.contextmanager
+    def _one_process(
+        self, scenario: Scenario, ctx: RunContext
+    ) -> Iterator[tuple[_Slot, _Slot, dict[str, Any]]]:
+        """Both cells in slots of ONE worker (the same interpreter): a process's own speed
+        varies from process to process (up to 1.6x on a shared VM) and pairing cannot
+        cancel that between two processes; within one, it hits both sides alike."""
+        assert self.worktree is not None
+        with WorkerProcess(cwd=self.rootdir, name="A/B worker", env=worker_env()) as worker:
+            opened: dict[str, Any] = {}
+            for slot, root, forget in (
+                ("a", self.worktree, []),
+                ("b", self.rootdir, [str(self.worktree)]),
+            ):
+                opened = worker.request(
+                    "open",
+                    timeout_s=OPEN_TIMEOUT_S,
+                    slot=slot,
+                    path_first=str(root),
+                    forget_under=forget,
+                    suite=str(root / self._relative(scenario.suite)),
+                    cell=scenario.item_name,
+                    rootdir=str(root),
+                    cache_dir=str(ctx.cache_dir),
+                )
+            yield _Slot(worker, "a"), _Slot(worker, "b"), opened
+
+    @contextlib.contextmanager
     def _workers(
         self, scenario: Scenario, ctx: RunContext
     ) -> Iterator[tuple[WorkerProcess, WorkerProcess, dict[str, Any]]]:
@@ -287,7 +324,8 @@ class ABRun:
         )
         limit = gate.limit if gate is not None else 0.05
         rule = StoppingRule(limit=limit, q=_QS[metric])
-        with self._workers(scenario, ctx) as (a, b, opened):
+        sides = self._workers if self.config.python else self._one_process
+        with sides(scenario, ctx) as (a, b, opened):
             warm: dict[str, Any] = {}
             for name, worker in (("a", a), ("b", b)):
                 warm[name] = worker.request(

@@ -79,10 +79,16 @@ class _Cell:
 
 
 class Server:
-    """Answers requests for one worker process; at most one cell open at a time."""
+    """Answers requests for one worker process.
+
+    Cells live in *slots* (a request's ``slot`` field, ``"main"`` by default): the
+    same-run A/B mode opens the base revision's cell in slot ``a`` and the working
+    tree's in slot ``b`` of one process, so whatever makes a whole process fast or
+    slow (it varies from process to process) affects both alike.
+    """
 
     def __init__(self) -> None:
-        self.cell: _Cell | None = None
+        self.cells: dict[str, _Cell] = {}
         self.stop = False
         self._handlers: dict[str, Handler] = {
             "hello": self._hello,
@@ -133,11 +139,17 @@ class Server:
         error = error_fields(exc, tail)
         return encode({"v": PROTOCOL_VERSION, "id": request_id, "ok": False, "error": error})
 
-    def shutdown(self) -> None:
-        """Close the open cell, if any (after ``bye``, or at the end of input)."""
-        cell, self.cell = self.cell, None
-        if cell is not None:
-            cell.close()
+    @property
+    def cell(self) -> _Cell | None:
+        """The cell of the default slot."""
+        return self.cells.get(_MAIN)
+
+    def shutdown(self, slot: str | None = None) -> None:
+        """Close one slot's cell, or every cell (after ``bye``, or at the end of input)."""
+        for name in [slot] if slot is not None else list(self.cells):
+            cell = self.cells.pop(name, None)
+            if cell is not None:
+                cell.close()
 
     # --- ops ----------------------------------------------------------------
 
@@ -159,7 +171,9 @@ class Server:
             rootdir=Path(_field(request, "rootdir", str)),
             cache_dir=Path(_field(request, "cache_dir", str)),
         )
-        self.shutdown()
+        slot = _slot(request)
+        self.shutdown(slot)
+        _switch_code(request)
         suite = load_suite(suite_path)
         found = [sc for sc in suite.scenarios if sc.item_name == cell_name]
         if not found:
@@ -174,27 +188,29 @@ class Server:
                 location=Location(suite_path),
             )
         scenario = found[0]
-        self.cell = _Cell(scenario, ctx)
+        cell = self.cells[slot] = _Cell(scenario, ctx)
         return {
             "scenario_id": scenario.scenario_id(ctx.rootdir),
-            "batch": self.cell.batch,
-            "runtime": self.cell.session.runtime_info,
+            "batch": cell.batch,
+            "runtime": cell.session.runtime_info,
             "backend": scenario.backend,
             "device": scenario.device,
             "precision": scenario.precision,
         }
 
-    def _open_cell(self, op: str) -> _Cell:
-        if self.cell is None:
+    def _open_cell(self, op: str, request: dict[str, Any] | None = None) -> _Cell:
+        slot = _slot(request) if request is not None else _MAIN
+        cell = self.cells.get(slot)
+        if cell is None:
             raise ProtocolError(
-                f"`{op}` was sent while no cell is open",
+                f"`{op}` was sent while no cell is open in slot {slot!r}",
                 expected="`open` first",
                 fix="send `open` with the suite and the cell's item name",
             )
-        return self.cell
+        return cell
 
     def _warmup(self, request: dict[str, Any]) -> dict[str, Any]:
-        cell = self._open_cell("warmup")
+        cell = self._open_cell("warmup", request)
         iterations = _field(request, "iterations", int, minimum=0)
         seconds = float(_field(request, "seconds", (int, float), minimum=0))
         cap = request.get("max_seconds")
@@ -224,9 +240,9 @@ class Server:
         return {"cold_start_ns": cold_start_ns, "iterations": done, "elapsed_ns": now - start}
 
     def _measure(self, request: dict[str, Any]) -> dict[str, Any]:
-        cell = self.cell
+        cell = self.cells.get(request.get("slot", _MAIN))
         if cell is None:
-            cell = self._open_cell("measure")
+            cell = self._open_cell("measure", request)
         k = request.get("k")
         if type(k) is not int or k < 1:
             k = _field(request, "k", int, minimum=1)
@@ -256,7 +272,7 @@ class Server:
         return {"samples_ns": samples}
 
     def _loop(self, request: dict[str, Any]) -> dict[str, Any]:
-        cell = self._open_cell("loop")
+        cell = self._open_cell("loop", request)
         result = run_loop(cell.scenario, cell.session, cell.prepared)
         return {
             "cold_start_ns": int(result.cold_start_ns),
@@ -271,20 +287,64 @@ class Server:
         }
 
     def _check(self, request: dict[str, Any]) -> dict[str, Any]:
-        cell = self._open_cell("check")
+        cell = self._open_cell("check", request)
         outputs = cell.session.to_numpy(cell.session.run(cell.prepared))
         check_outputs(cell.scenario, outputs)
         return {"outputs": len(outputs)}
 
     def _close(self, request: dict[str, Any]) -> dict[str, Any]:
-        was_open = self.cell is not None
-        self.shutdown()
+        slot = _slot(request) if "slot" in request else None
+        was_open = bool(self.cells) if slot is None else slot in self.cells
+        self.shutdown(slot)
         return {"closed": was_open}
 
     def _bye(self, request: dict[str, Any]) -> dict[str, Any]:
         self.stop = True
         self.shutdown()
         return {}
+
+
+_MAIN = "main"
+
+
+def _slot(request: dict[str, Any]) -> str:
+    slot = request.get("slot", _MAIN)
+    if not isinstance(slot, str) or not slot:
+        raise ProtocolError(
+            f"request `{request.get('op')}` has slot={slot!r}",
+            expected="`slot`: a non-empty string",
+            fix="name the slot, e.g. `a` or `b`",
+        )
+    return slot
+
+
+def _switch_code(request: dict[str, Any]) -> None:
+    """Before opening a cell: forget the user modules imported from another tree and
+    put this cell's tree first on ``sys.path`` (``forget_under``, ``path_first``).
+
+    Modules already used by an open cell stay alive through that cell's objects;
+    only their ``sys.modules`` entries go, so the next import reads this tree.
+    """
+    forget = request.get("forget_under") or []
+    roots = [Path(str(p)).resolve() for p in forget]
+    if roots:
+        for name, module in list(sys.modules.items()):
+            file = getattr(module, "__file__", None)
+            if not file:
+                continue
+            path = Path(file).resolve()
+            if any(path.is_relative_to(root) for root in roots):
+                del sys.modules[name]
+        sys.path[:] = [
+            p
+            for p in sys.path
+            if not any(Path(p or ".").resolve().is_relative_to(r) for r in roots)
+        ]
+    first = request.get("path_first")
+    if isinstance(first, str) and first:
+        if first in sys.path:
+            sys.path.remove(first)
+        sys.path.insert(0, first)
 
 
 def _bad_request(problem: str, line: bytes) -> ProtocolError:
