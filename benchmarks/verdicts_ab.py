@@ -82,9 +82,9 @@ def suite(folder: Path, spin_ns: int) -> Path:
 
 
 @contextlib.contextmanager
-def worker(folder: Path, spin_ns: int, name: str, ab: bool = False) -> Iterator[WorkerProcess]:
-    """A fresh worker process with the cell open and warmed up (A/B: the plugin's env)."""
-    with WorkerProcess(cwd=ROOT, name=name, env=worker_env() if ab else None) as w:
+def worker(folder: Path, spin_ns: int, name: str) -> Iterator[WorkerProcess]:
+    """A fresh worker process with the cell open and warmed up (a plain run)."""
+    with WorkerProcess(cwd=ROOT, name=name) as w:
         w.request("open", timeout_s=300, suite=str(suite(folder, spin_ns)), cell="cnn",
                   rootdir=str(folder), cache_dir=str(ROOT / ".perfguard" / "cache"))  # fmt: skip
         w.request("warmup", timeout_s=300, **WARMUP)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -257,60 +256,53 @@ class ABRun:
 
     # -- measuring one cell ---------------------------------------------------------
     @contextlib.contextmanager
-    def _one_process(
-        self, scenario: Scenario, ctx: RunContext
-    ) -> Iterator[tuple[_Slot, _Slot, dict[str, Any]]]:
-        """Both cells in slots of ONE worker (the same interpreter): a process's own speed
-        varies from process to process (up to 1.6x on a shared VM) and pairing cannot
-        cancel that between two processes; within one, it hits both sides alike."""
-        assert self.worktree is not None
-        with WorkerProcess(cwd=self.rootdir, name="A/B worker", env=worker_env()) as worker:
-            opened: dict[str, Any] = {}
-            for slot, root, forget in (
-                ("a", self.worktree, []),
-                ("b", self.rootdir, [str(self.worktree)]),
-            ):
-                opened = worker.request(
-                    "open",
-                    timeout_s=OPEN_TIMEOUT_S,
-                    slot=slot,
-                    path_first=str(root),
-                    forget_under=forget,
-                    suite=str(root / self._relative(scenario.suite)),
-                    cell=scenario.item_name,
-                    rootdir=str(root),
-                    cache_dir=str(ctx.cache_dir),
-                )
-            yield _Slot(worker, "a"), _Slot(worker, "b"), opened
+    def _sides(self, scenario: Scenario, ctx: RunContext) -> Iterator[tuple[_Slot, _Slot, Any]]:
+        """Cells A (base tree) and B (working tree), open; B's open reply last.
 
-    @contextlib.contextmanager
-    def _workers(
-        self, scenario: Scenario, ctx: RunContext
-    ) -> Iterator[tuple[WorkerProcess, WorkerProcess, dict[str, Any]]]:
+        Both in slots of ONE worker when the base runs on this interpreter: a
+        process's own speed varies from process to process (up to 1.6x on a shared
+        VM) and pairing cannot cancel that between two processes; within one, it
+        hits both sides alike. Another interpreter (``--perfguard-ab-python``)
+        needs a process per side.
+        """
         assert self.worktree is not None and self.base is not None
-        python = self.config.python or sys.executable
         with contextlib.ExitStack() as stack:
-            a = stack.enter_context(
-                WorkerProcess(
+            if self.config.python:
+                python = self.config.python
+                base_worker = WorkerProcess(
                     python=python,
                     cwd=self.worktree,
                     name=f"A (base {self.base.sha[:7]})",
                     command=_bootstrap_command(python),
                     env=worker_env(),
                 )
-            )
-            b = stack.enter_context(
-                WorkerProcess(cwd=self.rootdir, name="B (working tree)", env=worker_env())
-            )
+                a = _Slot(stack.enter_context(base_worker), "main")
+                b = _Slot(
+                    stack.enter_context(
+                        WorkerProcess(cwd=self.rootdir, name="B (working tree)", env=worker_env())
+                    ),
+                    "main",
+                )
+                code: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
+            else:
+                worker = stack.enter_context(
+                    WorkerProcess(cwd=self.rootdir, name="A/B worker", env=worker_env())
+                )
+                a, b = _Slot(worker, "a"), _Slot(worker, "b")
+                code = (
+                    {"path_first": str(self.worktree), "forget_under": []},
+                    {"path_first": str(self.rootdir), "forget_under": [str(self.worktree)]},
+                )
             opened: dict[str, Any] = {}
-            for worker, root in ((a, self.worktree), (b, self.rootdir)):
-                opened = worker.request(
+            for side, root, switch in ((a, self.worktree, code[0]), (b, self.rootdir, code[1])):
+                opened = side.request(
                     "open",
                     timeout_s=OPEN_TIMEOUT_S,
                     suite=str(root / self._relative(scenario.suite)),
                     cell=scenario.item_name,
                     rootdir=str(root),
                     cache_dir=str(ctx.cache_dir),
+                    **switch,
                 )
             yield a, b, opened  # B's open reply: batch, runtime
 
@@ -324,8 +316,7 @@ class ABRun:
         )
         limit = gate.limit if gate is not None else 0.05
         rule = StoppingRule(limit=limit, q=_QS[metric])
-        sides = self._workers if self.config.python else self._one_process
-        with sides(scenario, ctx) as (a, b, opened):
+        with self._sides(scenario, ctx) as (a, b, opened):
             warm: dict[str, Any] = {}
             for name, worker in (("a", a), ("b", b)):
                 warm[name] = worker.request(

@@ -266,14 +266,18 @@ class PerfguardSession:
                 if reason is not None:
                     verdict = self.ab.new_verdict(verdict.scenario_id, reason)
             if scenario.accuracy is not None:
-                accuracy, golden = self.accuracy.check(
-                    scenario,
-                    run.session,
-                    gatekeeper.baseline_result(result.id),
-                    gatekeeper.choice.commit,
-                )
-                result = replace(result, accuracy=accuracy, golden_outputs=golden)
+                result = self._accuracy_of(scenario, run.session, result)
         return result, verdict
+
+    def _accuracy_of(
+        self, scenario: Scenario, session: Any, result: ScenarioResult
+    ) -> ScenarioResult:
+        """``result`` with the cell's accuracy checked on ``session``."""
+        gatekeeper = self.gatekeeper
+        accuracy, golden = self.accuracy.check(
+            scenario, session, gatekeeper.baseline_result(result.id), gatekeeper.choice.commit
+        )
+        return replace(result, accuracy=accuracy, golden_outputs=golden)
 
     def _with_accuracy(self, scenario: Scenario, result: ScenarioResult) -> ScenarioResult:
         """Accuracy of a cell measured out of process: checked here, in a session of its own."""
@@ -281,13 +285,7 @@ class PerfguardSession:
             return result
         calibration = self.accuracy.calibration_for(scenario)
         with open_session(scenario, self.ctx, calibration) as (session, _prepared, _batch):
-            accuracy, golden = self.accuracy.check(
-                scenario,
-                session,
-                self.gatekeeper.baseline_result(result.id),
-                self.gatekeeper.choice.commit,
-            )
-        return replace(result, accuracy=accuracy, golden_outputs=golden)
+            return self._accuracy_of(scenario, session, result)
 
     def on_benchmark(self, item: pytest.Item, result: ScenarioResult) -> None:
         """A pytest-benchmark test finished: record it and gate it like a scenario.

@@ -225,3 +225,18 @@ def test_an_isolated_cell_that_crashes_fails_alone(suite_writer: pytest.Pytester
     found = {s["name"]: s for s in json.loads(path.read_text())["scenarios"]}
     assert found["fine"]["runtime"]["isolated"] is True
     assert found["crash"]["status"] == "failed"
+
+
+def test_another_interpreter_for_the_base_runs_a_process_per_side(repo: pytest.Pytester) -> None:
+    import sys
+
+    base = commit(repo.path, 2.0, "fast model")
+    commit(repo.path, 4.0, "slower model")
+    result = repo.runpytest(
+        "--perfguard", "-v", "--perfguard-ab=HEAD~1", f"--perfguard-ab-python={sys.executable}"
+    )
+    result.assert_outcomes(failed=1)
+    (verdict,) = comparison(repo.path)["verdicts"]
+    assert verdict["mode"] == "ab" and verdict["ab"]["base"] == base
+    assert verdict["verdict"] == "regression"  # the base worker ran the base's 2 ms model
+    assert len(worktrees(repo.path)) == 1
