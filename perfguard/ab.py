@@ -2,19 +2,24 @@
 
 ``pytest --perfguard --perfguard-ab=REF`` checks REF out into a temporary git
 worktree (:mod:`perfguard.worktree`; for a branch name, the merge base of HEAD
-and that branch) and, for every single-request cell, starts two worker
-processes (:mod:`perfguard.worker`): **A** on the base revision's code and
-suite, **B** on the working tree's. Both warm up; then they alternate one
-request each, the order randomised within each pair, until the sequential rule
-of :mod:`perfguard.abstats` stops (clear answer, or the pair/time cap). The
-verdict is paired: the ratio of the two P95s with a bootstrap bound over request
-pairs, so whatever slowed the machine during a pair slowed both of its requests.
+and that branch) and, for every single-request cell, opens cell **A** from the
+base revision's code and suite and cell **B** from the working tree's, both in
+slots of one worker process (:mod:`perfguard.worker`; a process's own speed
+varies from process to process, and only what both sides share cancels). Both
+warm up; then the worker alternates one request of each per pair, the order
+randomised within each pair, in blocks of pairs (the ``pairs`` op: no pipe round
+trip between requests, so neither side pays for the other's bookkeeping), until
+the sequential rule of :mod:`perfguard.abstats` stops (clear answer, or the
+pair/time cap). The verdict is paired: the ratio of the two P95s with a
+bootstrap bound over request pairs, so whatever slowed the machine during a pair
+slowed both of its requests.
 
-* Both workers run the *current* perfguard harness (the base worker imports
+* Both sides run the *current* perfguard harness (the base worker imports
   perfguard from this installation, everything else from the base tree), so a
   harness change never shows up as a model regression.
-* The base worker runs on this interpreter unless ``--perfguard-ab-python``
-  names another (a virtual environment with the base's dependencies).
+* The base runs on this interpreter unless ``--perfguard-ab-python`` names
+  another (a virtual environment with the base's dependencies); then each side
+  has a worker of its own and the parent alternates single ``measure`` requests.
 * A cell only in the working tree is ``new`` (with the base suite's load error
   when it did not load); one only in the base is ``missing``. Cells under
   ``load:`` are measured and gated as usual (A/B covers single requests).
@@ -24,6 +29,7 @@ pairs, so whatever slowed the machine during a pair slowed both of its requests.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import tempfile
 import time
@@ -97,6 +103,27 @@ def _decision_verdict(decision: Decision) -> str:
     return kinds.get(decision.verdict, UNCHANGED)
 
 
+def _pair_block(
+    a: WorkerProcess | _Slot, b: WorkerProcess | _Slot, order: np.ndarray, timeout_s: float
+) -> tuple[list[int], list[int]]:
+    """``len(order)`` pairs: in one ``pairs`` request when both cells share a worker
+    (no pipe round trip between requests), else one ``measure`` request at a time."""
+    if isinstance(a, _Slot) and isinstance(b, _Slot) and a.worker is b.worker:
+        reply = a.worker.request(
+            "pairs", timeout_s=timeout_s, order=[bool(x) for x in order], slots=[a.slot, b.slot]
+        )
+        return [int(x) for x in reply["a_ns"]], [int(x) for x in reply["b_ns"]]
+    a_ns: list[int] = []
+    b_ns: list[int] = []
+    for a_first in order:
+        first, second = (a, b) if a_first else (b, a)
+        t_first = first.request("measure", timeout_s=timeout_s, k=1)["samples_ns"][0]
+        t_second = second.request("measure", timeout_s=timeout_s, k=1)["samples_ns"][0]
+        a_ns.append(int(t_first if a_first else t_second))
+        b_ns.append(int(t_second if a_first else t_first))
+    return a_ns, b_ns
+
+
 def run_pairs(
     a: WorkerProcess | _Slot,
     b: WorkerProcess | _Slot,
@@ -106,32 +133,48 @@ def run_pairs(
     settle: int = SETTLE_PAIRS,
     timeout_s: float = REQUEST_TIMEOUT_S,
 ) -> tuple[np.ndarray, np.ndarray, Decision, float]:
-    """Alternate single requests between A and B until ``rule`` stops; raw paired samples."""
-    orders = pair_orders(rule.max_pairs + settle, seed)
+    """Alternate single requests between A and B until ``rule`` stops; raw paired samples.
+
+    The first pair (timed alone, so a worker that never answers shows within
+    ``timeout_s``) and ``settle`` more are discarded. The rest come in blocks that end at
+    the rule's looks (every ``check_every`` pairs from ``min_pairs``), cut short so
+    that a block is not planned past ``max_seconds``. ``timeout_s`` bounds one
+    request; a block may take ``timeout_s`` plus 20 times its expected time.
+    """
+    orders = pair_orders(rule.max_pairs + settle + 1, seed)
+    t0 = time.perf_counter()
+    _pair_block(a, b, orders[:1], timeout_s)  # the first pair alone: a hung worker shows fast
+    per_pair = time.perf_counter() - t0
+    if settle:
+        t0 = time.perf_counter()
+        _pair_block(a, b, orders[1 : settle + 1], timeout_s + 20 * settle * per_pair)
+        per_pair = (time.perf_counter() - t0) / settle
+    orders = orders[settle + 1 :]
     a_ns: list[int] = []
     b_ns: list[int] = []
     start = time.perf_counter()
     decision: Decision | None = None
-    for i, a_first in enumerate(orders):
-        first, second = (a, b) if a_first else (b, a)
-        t_first = first.request("measure", timeout_s=timeout_s, k=1)["samples_ns"][0]
-        t_second = second.request("measure", timeout_s=timeout_s, k=1)["samples_ns"][0]
-        if i < settle:
-            if i == settle - 1:
-                start = time.perf_counter()
-            continue
-        a_ns.append(int(t_first if a_first else t_second))
-        b_ns.append(int(t_second if a_first else t_first))
+    while len(a_ns) < rule.max_pairs:
         pairs = len(a_ns)
+        look = max(rule.min_pairs, pairs + rule.check_every - pairs % rule.check_every)
+        left_s = rule.max_seconds - (time.perf_counter() - start)
+        n = max(1, min(look, rule.max_pairs) - pairs)
+        n = min(n, max(1, math.ceil(left_s / max(per_pair, 1e-9))))
+        block_a, block_b = _pair_block(
+            a, b, orders[pairs : pairs + n], timeout_s + 20 * n * per_pair
+        )
+        a_ns += block_a
+        b_ns += block_b
         elapsed = time.perf_counter() - start
-        due = pairs >= rule.min_pairs and pairs % rule.check_every == 0
-        if due or pairs >= rule.max_pairs or elapsed >= rule.max_seconds:
+        per_pair = elapsed / len(a_ns)
+        at_look = len(a_ns) >= rule.min_pairs and len(a_ns) % rule.check_every == 0
+        if at_look or len(a_ns) >= rule.max_pairs or elapsed >= rule.max_seconds:
             decision = decide(rule, np.asarray(a_ns), np.asarray(b_ns), elapsed)
-            if decision.stop or pairs >= rule.max_pairs or elapsed >= rule.max_seconds:
+            if decision.stop:
                 break
     a_arr, b_arr = np.asarray(a_ns, dtype=np.int64), np.asarray(b_ns, dtype=np.int64)
     elapsed = time.perf_counter() - start
-    if decision is None:
+    if decision is None or not decision.stop:
         decision = decide(rule, a_arr, b_arr, elapsed)
     return a_arr, b_arr, decision, elapsed
 

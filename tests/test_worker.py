@@ -162,6 +162,27 @@ def test_round_trip_on_a_real_model(suite: Path) -> None:
     _assert_gone(worker)
 
 
+def test_pairs_alternate_two_slots_in_one_worker(suite: Path) -> None:
+    """``pairs``: one sample per slot per pair, in the order asked; slots stay separate."""
+    with WorkerProcess(name="A/B", cwd=suite.parent) as worker:
+        for slot, cell in (("a", "mlp[fp32]"), ("b", "hang")):
+            worker.request(
+                "open", timeout_s=120, slot=slot, suite=str(suite), cell=cell,
+                rootdir=str(suite.parent), cache_dir=str(suite.parent / ".cache"),
+            )  # fmt: skip
+        # Slot b's model would hang: `pairs` over slots a and "main" must not touch it.
+        with pytest.raises(ProtocolError, match="no cell is open in slot 'main'"):
+            worker.request("pairs", timeout_s=30, order=[True], slots=["a", "main"])
+        worker.request(
+            "open", timeout_s=120, slot="b", suite=str(suite), cell="mlp[int8]",
+            rootdir=str(suite.parent), cache_dir=str(suite.parent / ".cache"),
+        )  # fmt: skip
+        order = [True, False, False, True, True]
+        reply = worker.request("pairs", timeout_s=60, order=order)
+        assert len(reply["a_ns"]) == len(reply["b_ns"]) == len(order)
+        assert all(isinstance(x, int) and x > 0 for x in reply["a_ns"] + reply["b_ns"])
+
+
 def test_model_printing_to_stdout_does_not_break_the_protocol(suite: Path) -> None:
     with WorkerProcess(name="chatty") as worker:
         _open(worker, suite, "chat")
@@ -380,6 +401,10 @@ def _serve(server: Server, request: object) -> dict[str, object]:
     ("request_line", "fragment"),
     [
         (b"not json\n", "the request is not JSON: 'not json'"),
+        ({"v": 1, "id": 1, "op": "pairs", "order": [1, 0]}, "order='[1, 0]'"),
+        ({"v": 1, "id": 1, "op": "pairs", "order": []}, "a non-empty list of booleans"),
+        ({"v": 1, "id": 1, "op": "pairs", "order": [True], "slots": ["a", "a"]}, "two different"),
+        ({"v": 1, "id": 1, "op": "pairs", "order": [True]}, "no cell is open in slot 'a'"),
         ({"v": 2, "id": 1, "op": "hello"}, "protocol version 2"),
         ({"v": 1, "id": 1, "op": "fly"}, "unknown op 'fly'"),
         ({"v": 1, "id": 1, "op": "measure", "k": 1}, "no cell is open"),

@@ -67,7 +67,7 @@ __all__ = [
 PROTOCOL_VERSION = 1
 
 #: Every op a version-1 worker answers.
-OPS = ("hello", "open", "warmup", "measure", "loop", "check", "close", "bye")
+OPS = ("hello", "open", "warmup", "measure", "pairs", "loop", "check", "close", "bye")
 
 #: How much of an offending line an error message quotes.
 QUOTE_CHARS = 200

@@ -14,6 +14,10 @@ Ops (fields of the request -> fields of the ``ok: true`` reply):
 * ``warmup`` ``iterations``, ``seconds`` [, ``max_seconds``] -> ``cold_start_ns``,
   ``iterations``, ``elapsed_ns``.
 * ``measure`` ``k`` -> ``samples_ns`` (k requests, each timed on its own, GC off).
+* ``pairs`` ``order`` (booleans: true = slot ``a`` first) [, ``slots``: two slot
+  names, default ``["a", "b"]``] -> ``a_ns``, ``b_ns``: one request of each cell per
+  pair, back to back in this process, each timed on its own, GC off (same-run A/B:
+  no pipe round trip between the two requests of a pair or between pairs).
 * ``loop`` -> the cell's full warm-up and timed loop (``run_loop``): the
   ``Measurement`` fields with ``samples_ns`` as a list, and ``runtime``.
 * ``check`` -> ``outputs``: one more request whose outputs must be finite.
@@ -95,6 +99,7 @@ class Server:
             "open": self._open,
             "warmup": self._warmup,
             "measure": self._measure,
+            "pairs": self._pairs,
             "loop": self._loop,
             "check": self._check,
             "close": self._close,
@@ -270,6 +275,56 @@ class Server:
             if gc_was_enabled:
                 gc.enable()
         return {"samples_ns": samples}
+
+    def _pairs(self, request: dict[str, Any]) -> dict[str, Any]:
+        order = request.get("order")
+        if not isinstance(order, list) or not order or any(type(x) is not bool for x in order):
+            raise ProtocolError(
+                f"request `pairs` has order={quote(json.dumps(order).encode())}",
+                expected="`order`: a non-empty list of booleans (true: slot a first)",
+                fix="send the pair orders from perfguard.abstats.pair_orders",
+            )
+        names = request.get("slots", ["a", "b"])
+        if not (isinstance(names, list) and len(names) == 2 and names[0] != names[1]):
+            raise ProtocolError(
+                f"request `pairs` has slots={names!r}",
+                expected="`slots`: two different slot names",
+                fix='send `"slots": ["a", "b"]` or leave it out',
+            )
+        cells = [self._open_cell("pairs", {"op": "pairs", "slot": n}) for n in names]
+        clock = time.perf_counter_ns
+        noop = _noop
+        (call_a, sync_a), (call_b, sync_b) = ((c.call, c.sync or noop) for c in cells)
+        a_ns: list[int] = []
+        b_ns: list[int] = []
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            for a_first in order:
+                if a_first:
+                    t0 = clock()
+                    call_a()
+                    sync_a()
+                    t1 = clock()
+                    call_b()
+                    sync_b()
+                    t2 = clock()
+                    a_ns.append(t1 - t0)
+                    b_ns.append(t2 - t1)
+                else:
+                    t0 = clock()
+                    call_b()
+                    sync_b()
+                    t1 = clock()
+                    call_a()
+                    sync_a()
+                    t2 = clock()
+                    b_ns.append(t1 - t0)
+                    a_ns.append(t2 - t1)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        return {"a_ns": a_ns, "b_ns": b_ns}
 
     def _loop(self, request: dict[str, Any]) -> dict[str, Any]:
         cell = self._open_cell("loop", request)
