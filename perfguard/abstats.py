@@ -41,30 +41,39 @@ line. So a look before the cap stops only when the answer is clear enough that
 no later look could plausibly reverse it, i.e. when the whole interval lies on
 one side of the decision lines:
 
-* stop **regression** when lo > U (the whole interval beyond the limit);
-* stop **improvement** when hi < D;
-* stop **no regression** when hi < U (the whole interval below the limit: a
-  gate only asks whether B is slower beyond the limit, so a process-to-process
-  difference that makes B look faster need not be measured out to the cap);
-  the verdict is then the final rule's (``unchanged``, or ``improvement``).
+* stop **regression** when lo > U (the whole interval beyond the limit), or
+  when the final rule fires at the stricter ``interim_confidence`` (99.9%):
+  ratio > U and the 99.9% lower bound above 1 (a Haybittle-Peto boundary:
+  interim looks at a very strict level, the last one at the nominal level, so
+  the looks together cost next to nothing in false alarms);
+* stop **improvement** when hi < D, or the mirror image at 99.9%;
+* stop **no regression** when the upper bound at ``futility_confidence``
+  (95%, looser than the 99% of the other two) is below U: a gate only asks
+  whether B is slower beyond the limit, so a difference that makes B look
+  faster need not be measured out to the cap; the verdict is then the final
+  rule's (``unchanged``, or ``improvement``). This stop can only *miss* a
+  regression, never raise a false one, so it may be looser: an unchanged cell
+  stops after fewer pairs, and a change of twice the limit still almost never
+  has its 95% upper bound below the limit.
 
-Each of these implies the final rule's verdict on the same data. The one that
-matters for false alarms is the first: with no real change, stopping early on a
-"regression" needs a one-sided 99% lower bound to sit above the truth by more
-than the whole limit, not merely above 1 as the final rule asks, which is far
-rarer than the final rule's own error, so the extra looks add next to nothing
-to the false-alarm rate. (The cost is on the other side: a real change just
-past the limit may stop early as "unchanged"; so close to the limit the final
-rule is a coin flip as well.) Otherwise measuring goes on until ``max_pairs``
-pairs or ``max_seconds`` seconds; there the final rule decides. Early stops need at
-least ``min_pairs`` pairs (a P95 interval on fewer is too rough to trust).
+Each of these implies the final rule's verdict on the same data. The ones that
+matter for false alarms are the first two: with no real change, stopping early
+on a "regression" needs the ratio beyond the limit AND a 99.9% lower bound above
+1 (or a 99% bound above the whole limit), far rarer at each look than the final
+rule's own error, so the extra looks add next to nothing to the false-alarm
+rate. The price is on the other side: a change just under the limit is flagged
+about as often as the final rule alone would flag it, and one just past it may
+stop early as "unchanged"; so close to the limit any rule is a coin flip.
+Otherwise measuring goes on until ``max_pairs`` pairs or ``max_seconds``
+seconds; there the final rule decides. Early stops need at least ``min_pairs``
+pairs (a P95 interval on fewer is too rough to trust).
 
-On synthetic pairs (lognormal, shared per-pair jitter and slow spells; not
-real-machine figures) the defaults gave 0/100 false alarms in A/A at +5% and
-0/100 at +2%, where stopping at the first look at which the final rule fired
-gave 2/100; +10% was caught 100/100 at +5% (median 400 pairs) and +5% 100/100
-at +2% (median 1150 pairs). With the spells on B alone, as two separate runs
-risk, the same A/A data gave 47/100 false regressions.
+On synthetic pairs (``tests/test_abstats.py``'s lognormal with shared per-pair
+jitter and slow spells; not real-machine figures) the defaults gave 0/100 false
+alarms in A/A at +5% (median 300 pairs) and 0/100 at +2% (1000); +10% was caught
+50/50 at +5% (median 200 pairs) and +5% 50/50 at +2% (median 800). With the
+spells on B alone, as two separate runs risk, the same A/A data gave 47/100
+false regressions. Real-machine figures: ``benchmarks/verdicts-ab-results.md``.
 
 "undecided" is only ever the verdict when there are too few pairs for any
 bound: fewer than ``samples_needed(q, confidence)`` (90 for P95 at 99%; see
@@ -148,11 +157,25 @@ def paired_bootstrap(
     per row) and mapped back to the sorted samples. The bounds are widened to
     contain the plain ratio if the replicates sit entirely on one side of it.
     """
-    a, b = _pairs(a_ns, b_ns)
-    qf = _check_q(q)
+    point, ratios = _replicates(a_ns, b_ns, q, n_boot, seed)
+    return _bounds(point, ratios, confidence)
+
+
+def _bounds(point: float, ratios: FloatArray, confidence: float) -> tuple[float, float]:
     conf = float(confidence)
     if not 0.5 < conf < 1.0:
         raise ValueError(f"confidence={confidence!r} is invalid; expected a number in (0.5, 1)")
+    j = _rank_index(ratios.size, 100.0 * (1.0 - conf))
+    lo, hi = float(ratios[j]), float(ratios[ratios.size - 1 - j])
+    return min(lo, point), max(hi, point)
+
+
+def _replicates(
+    a_ns: npt.ArrayLike, b_ns: npt.ArrayLike, q: float, n_boot: int, seed: int
+) -> tuple[float, FloatArray]:
+    """The plain ratio and the sorted ratios of ``n_boot`` paired bootstrap replicates."""
+    a, b = _pairs(a_ns, b_ns)
+    qf = _check_q(q)
     if n_boot < 1:
         raise ValueError(f"n_boot={n_boot} is invalid; expected an integer >= 1")
     n = a.size
@@ -173,9 +196,7 @@ def paired_bootstrap(
         kb = np.partition(ranks_b[idx], k, axis=1)[:, k]
         ratios[start : start + m] = sorted_b[kb] / sorted_a[ka]
     ratios.sort()
-    j = _rank_index(n_boot, 100.0 * (1.0 - conf))
-    lo, hi = float(ratios[j]), float(ratios[n_boot - 1 - j])
-    return min(lo, point), max(hi, point)
+    return point, ratios
 
 
 def pair_orders(n: int, seed: int) -> npt.NDArray[np.bool_]:
@@ -242,6 +263,8 @@ class StoppingRule:
     limit: float = 0.05
     q: float = 95.0
     confidence: float = 0.99
+    futility_confidence: float = 0.95
+    interim_confidence: float = 0.999
     min_pairs: int = 200
     max_pairs: int = 3000
     check_every: int = 100
@@ -257,6 +280,13 @@ class StoppingRule:
             problems.append(f"q={self.q!r} must be in (0, 100)")
         if not 0.5 < self.confidence < 1.0:
             problems.append(f"confidence={self.confidence!r} must be in (0.5, 1)")
+        if not self.confidence <= self.interim_confidence < 1.0:
+            problems.append(
+                f"interim_confidence={self.interim_confidence!r} must be in "
+                f"[confidence, 1) = [{self.confidence!r}, 1)"
+            )
+        if not 0.5 < self.futility_confidence < 1.0:
+            problems.append(f"futility_confidence={self.futility_confidence!r} must be in (0.5, 1)")
         if not 1 <= self.min_pairs <= self.max_pairs:
             problems.append(
                 f"min_pairs={self.min_pairs} and max_pairs={self.max_pairs} "
@@ -336,7 +366,8 @@ def decide(
         return Decision(False, "undecided", ratio, *lo_hi, n, f"measuring more: {why}")
 
     ratio = paired_ratio(a, b, rule.q)
-    lo, hi = paired_bootstrap(a, b, rule.q, rule.confidence, rule.n_boot, rule.seed)
+    point, replicates = _replicates(a, b, rule.q, rule.n_boot, rule.seed)
+    lo, hi = _bounds(point, replicates, rule.confidence)
     final = _final(rule, ratio, lo, hi)
     up, down = 1.0 + rule.limit, 1.0 / (1.0 + rule.limit)
     figures = (
@@ -346,17 +377,34 @@ def decide(
     if at_cap:
         return Decision(True, final, ratio, lo, hi, n, f"{figures}: {final}, {cap}")
     if n >= max(rule.min_pairs, needed):
-        if lo > up:
-            why = "regression: the whole interval is beyond the limit; stopped early"
+        strict_lo, strict_hi = _bounds(point, replicates, rule.interim_confidence)
+        if lo > up or (ratio > up and strict_lo > 1.0):
+            why = (
+                "regression: the whole interval is beyond the limit; stopped early"
+                if lo > up
+                else f"regression: beyond the limit, and its {rule.interim_confidence:.1%} "
+                f"lower bound ({_pct(strict_lo)}) is above +0%; stopped early"
+            )
             return Decision(True, "regression", ratio, lo, hi, n, f"{figures}: {why}")
-        if hi < down:
-            why = "improvement: the whole interval is beyond the limit; stopped early"
+        if hi < down or (ratio < down and strict_hi < 1.0):
+            why = (
+                "improvement: the whole interval is beyond the limit; stopped early"
+                if hi < down
+                else f"improvement: beyond the limit, and its {rule.interim_confidence:.1%} "
+                f"upper bound ({_pct(strict_hi)}) is below +0%; stopped early"
+            )
             return Decision(True, "improvement", ratio, lo, hi, n, f"{figures}: {why}")
-        if hi < up:
+        futile_hi = _bounds(point, replicates, rule.futility_confidence)[1]
+        if futile_hi < up:
             # A gate asks one question: is B slower than A beyond the limit? Once the
-            # whole interval sits below the limit the answer is no, whatever more
-            # pairs would say about a speed-up; the final rule names the verdict.
-            why = "no regression: the whole interval is below the limit; stopped early"
+            # interval sits below the limit the answer is no, whatever more pairs would
+            # say about a speed-up; the final rule names the verdict. Stopping here can
+            # only miss a regression, never raise a false one, so its bound is the
+            # looser `futility_confidence` (95%): fewer pairs for an unchanged cell.
+            why = (
+                f"no regression: the {rule.futility_confidence:.0%} upper bound "
+                f"{_pct(futile_hi)} is below the limit; stopped early"
+            )
             return Decision(True, final, ratio, lo, hi, n, f"{figures}: {why}")
         more = "the interval straddles a limit"
     else:

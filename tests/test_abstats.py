@@ -308,6 +308,8 @@ def test_decision_is_plain_data() -> None:
         ({"limit": 0.0}, "limit"),
         ({"q": 100.0}, "q="),
         ({"confidence": 1.0}, "confidence"),
+        ({"futility_confidence": 0.5}, "futility_confidence"),
+        ({"interim_confidence": 0.95}, "interim_confidence"),
         ({"min_pairs": 500, "max_pairs": 400}, "min_pairs"),
         ({"check_every": 0}, "check_every"),
         ({"max_seconds": 0.0}, "max_seconds"),
@@ -373,3 +375,60 @@ def test_per_round_reports_each_round() -> None:
     assert json.loads(json.dumps(rounds)) == rounds
     with pytest.raises(ValueError, match="round_size"):
         per_round(a, b, round_size=0)
+
+
+def test_the_no_regression_stop_uses_its_own_looser_bound() -> None:
+    """Between the 95% and the 99% upper bound: only the looser futility bound stops."""
+    found = None
+    for seed in range(200):
+        a, b = synth(np.random.default_rng(seed), 200, effect=1.0)
+        hi95 = paired_bootstrap(a, b, 95.0, 0.95)[1]
+        hi99 = paired_bootstrap(a, b, 95.0, 0.99)[1]
+        if hi95 < 1.05 <= hi99:
+            found = a, b
+            break
+    assert found is not None, "no sample with the 95% bound below +5% and the 99% above"
+    a, b = found
+    loose = decide(StoppingRule(), a, b, elapsed_s=1.0)
+    assert (loose.stop, loose.verdict) == (True, "unchanged")
+    assert "the 95% upper bound" in loose.reason and "stopped early" in loose.reason
+    strict = decide(StoppingRule(futility_confidence=0.99), a, b, elapsed_s=1.0)
+    assert (strict.stop, strict.verdict) == (False, "unchanged")
+    assert "straddles" in strict.reason
+
+
+@settings(max_examples=30, deadline=None)
+@given(effect=st.floats(0.8, 1.3), seed=st.integers(0, 2**16))
+def test_an_early_stop_below_the_limit_is_never_a_regression(effect: float, seed: int) -> None:
+    a, b = synth(np.random.default_rng(seed), 300, effect=effect)
+    decision = decide(StoppingRule(), a, b, elapsed_s=1.0)
+    if decision.stop and "below the limit" in decision.reason:
+        assert decision.verdict in ("unchanged", "improvement")
+        assert decision.ratio is not None and decision.ratio < 1.05
+
+
+def test_an_interim_look_stops_at_the_stricter_bound() -> None:
+    """Ratio beyond the limit, 99.9% bound above 1, 99% interval not wholly beyond it."""
+    rule = StoppingRule(limit=0.02)
+    found = None
+    for seed in range(200):
+        a, b = synth(np.random.default_rng(seed), 300, effect=1.05)
+        ratio = paired_ratio(a, b)
+        lo99 = paired_bootstrap(a, b, 95.0, 0.99)[0]
+        lo999 = paired_bootstrap(a, b, 95.0, 0.999)[0]
+        lo_max = paired_bootstrap(a, b, 95.0, 0.99999)[0]  # the smallest replicate
+        if ratio > 1.02 and lo999 > 1.0 and lo99 <= 1.02 and lo_max <= 1.0:
+            found = a, b
+            break
+    assert found is not None, "no sample between the two boundaries"
+    decision = decide(rule, *found, elapsed_s=1.0)
+    assert (decision.stop, decision.verdict) == (True, "regression")
+    assert "99.9% lower bound" in decision.reason and "stopped early" in decision.reason
+    # At an interim level whose bound (the smallest replicate) is below 1: measure on.
+    cautious = decide(StoppingRule(limit=0.02, interim_confidence=0.99999), *found, 1.0)
+    assert (cautious.stop, cautious.verdict) == (False, "regression")  # provisional
+
+
+def test_interim_looks_never_stop_an_aa_comparison_as_a_regression() -> None:
+    rule = StoppingRule(limit=0.02, max_pairs=1000)
+    assert [v for v in verdicts(rule, 40, 1.0, "shared", seed=21) if v == "regression"] == []
