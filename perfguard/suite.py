@@ -74,15 +74,8 @@ Rules:
   An axis may not also be set as a plain key of the same scenario.
 * Scenario names (letters, digits, ``_ . + -``) and cells are unique per file.
   Tags may not be pytest's own markers (``skip``, ``xfail``, ``parametrize``, ...).
-* ``onnx`` and ``inputs_file`` are relative to the suite file's directory
-  (``ModelSpec.base_dir``, also where factory modules are imported from). Files
-  are not checked here; a missing one fails only the cells that use it.
-  ``kwargs`` reach the factory as plain data, with lists turned into tuples.
-* Input specs: ``shape`` (required; integers >= 1, ``[]`` for a scalar),
-  ``dtype`` (float32 (default), float16, bfloat16, float64, int64, int32, int16,
-  int8, uint8, bool), either ``low``+``high`` (``low < high``; high exclusive for
-  integers) or ``fill``, and ``seed`` (integer >= 0, default 0). Without a range
-  or fill, floats are standard normal and integers uniform in [0, 100).
+* Models (``factory``/``onnx``, ``inputs``/``inputs_file``, input specs) are
+  read by :mod:`perfguard.suite_models`, whose docstring documents them.
 * Cells that cannot run get ``Scenario.error``: ``onnxruntime`` with ``bf16``;
   ``int8`` (CPU dynamic quantization) on a ``cuda`` device; an ``onnx:``
   model on the ``torch`` backend.
@@ -103,11 +96,9 @@ import yaml
 from perfguard.errors import CellError, Location
 from perfguard.scenario import (
     BACKENDS,
-    DTYPES,
     GRAPH_OPT_LEVELS,
     PRECISIONS,
     GateSpec,
-    InputSpec,
     ModelSpec,
     QuantSpec,
     Scenario,
@@ -123,12 +114,12 @@ from perfguard.suite_accuracy import (
 )
 from perfguard.suite_gpu import GPU, gpu_spec, parse_gpu
 from perfguard.suite_load import LOAD, SHAPES, expand_cells, parse_load, parse_shapes
+from perfguard.suite_models import parse_model
 from perfguard.yamlpos import (
     DuplicateKeyError,
     PosDict,
     Reader,
     found,
-    frozen,
     load_with_positions,
     one_of,
     suggest,
@@ -147,8 +138,6 @@ _DEFAULTS_HINTS = {
     k: f"set `{k}` on each scenario; `defaults` cannot hold it"
     for k in ("name", "model", SHAPES, "matrix", "exclude")
 }
-_MODEL_KEYS = ("factory", "kwargs", "opset", "onnx", "inputs", "inputs_file", "outputs")
-_INPUT_KEYS = ("shape", "dtype", "low", "high", "fill", "seed")
 _LOOP_KEYS = ("iterations", "seconds", "max_seconds")
 _LATENCY = ("p50", "p90", "p95", "p99", "mean")
 _GATE_METRICS = (*_LATENCY, "throughput", "peak_memory", "gpu_mem")
@@ -168,7 +157,6 @@ _GATE_RE = re.compile(r"([+-]?)\s*(\d+(?:\.\d*)?|\.\d+)\s*(.*)")
 _DEVICE_RE = re.compile(r"cpu|cuda(:\d+)?")
 _IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NAME_RE = re.compile(r"[A-Za-z0-9_.+-]+")
-_FACTORY_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 # Tags become pytest markers; these names already mean something to pytest.
 _RESERVED_TAGS = ("skip", "skipif", "xfail", "parametrize", "usefixtures", "filterwarnings")
 _TAG_FORM = "letters, digits and `_`, not starting with a digit (tags become pytest markers)"
@@ -284,102 +272,6 @@ def _setting(rd: Reader, key: str, value: object, line: int, where: str) -> obje
 
 def _settings(rd: Reader, m: PosDict, where: str) -> dict[str, object]:
     return {k: _setting(rd, k, v, m.key_line(k), where) for k, v in m.items() if k in _SETTINGS}
-
-
-def _input(rd: Reader, name: object, value: object, line: int, model: str) -> InputSpec:
-    where = f"input `{name}` of model `{model}`"
-    m = rd.as_map(value, line, where)
-    rd.keys(m, _INPUT_KEYS, where)
-    name = rd.as_str(name, line, f"the name of {where}")
-    if "shape" not in m:
-        rd.fail(line, f"{where} has no `shape`", "`shape: [d1, ...]`", "add `shape: [1, 64]`")
-    dims = rd.as_list(m["shape"], m.key_line("shape"), f"`shape` of {where}")
-    shape = tuple(
-        rd.as_int(d, dims.item_line(i), f"dimension {i} of `shape` of {where}", 1)
-        for i, d in enumerate(dims)
-    )
-    dtype = m.get("dtype", "float32")
-    dtype = rd.as_choice(dtype, m.key_line("dtype"), f"`dtype` of {where}", DTYPES)
-    nums = {
-        k: rd.as_num(m[k], m.key_line(k), f"`{k}` of {where}", "a finite number", lambda x: True)
-        for k in ("low", "high", "fill")
-        if k in m
-    }
-    low, high, fill = nums.get("low"), nums.get("high"), nums.get("fill")
-    if (low is None) != (high is None):
-        given, missing = ("low", "high") if high is None else ("high", "low")
-        fix = f"add `{missing}`, or use `fill`"
-        rd.fail(m.key_line(given), f"{where} has `{given}` but no `{missing}`", "both", fix)
-    if low is not None and fill is not None:
-        expected = "either a constant `fill` or a random range `low`/`high`"
-        fix = "remove `fill`, or remove `low` and `high`"
-        rd.fail(m.key_line("fill"), f"{where} has both `fill` and `low`/`high`", expected, fix)
-    if low is not None and high is not None and low >= high:
-        fix = "make `high` larger than `low` (high is exclusive for integers)"
-        rd.fail(m.key_line("low"), f"{where} has low={low:g} >= high={high:g}", "low < high", fix)
-    seed = rd.as_int(m.get("seed", 0), m.key_line("seed"), f"`seed` of {where}", 0)
-    return InputSpec(name, shape, dtype, low, high, fill, seed)
-
-
-def _model(rd: Reader, name: object, value: object, line: int, base_dir: Path) -> ModelSpec:
-    where = f"model `{name}`"
-    m = rd.as_map(value, line, where)
-    rd.keys(m, _MODEL_KEYS, where)
-    name = rd.as_str(name, line, "the model name")
-    for a, b, fix in (
-        ("factory", "onnx", "give `factory: package.module:function` or `onnx: model.onnx`"),
-        ("inputs", "inputs_file", "give `inputs:` (name -> shape/dtype) or `inputs_file: x.npz`"),
-    ):
-        if (a in m) == (b in m):
-            both = f"both `{a}` and `{b}`" if a in m else f"neither `{a}` nor `{b}`"
-            rd.fail(line, f"{where} has {both}", f"exactly one of `{a}` and `{b}`", fix)
-
-    def path(key: str) -> Path:
-        return base_dir / rd.as_str(m[key], m.key_line(key), f"`{key}` of {where}")
-
-    factory, onnx, inputs_file, opset = None, None, None, 17
-    kwargs: tuple[tuple[str, object], ...] = ()
-    if "factory" in m:
-        factory = rd.as_str(m["factory"], m.key_line("factory"), f"`factory` of {where}")
-        if not _FACTORY_RE.fullmatch(factory):
-            module, _, func = factory.replace(":", ".").rpartition(".")
-            fix = f"separate module and function with `:`, e.g. `{module or 'module'}:{func}`"
-            problem = f"`factory` of {where} is `{factory}`"
-            rd.fail(m.key_line("factory"), problem, "`module:function`", fix)
-        if "kwargs" in m:
-            kw = rd.as_map(m["kwargs"], m.key_line("kwargs"), f"`kwargs` of {where}")
-            for k in kw:
-                if not isinstance(k, str) or not k.isidentifier():
-                    problem = f"`kwargs` key {found(k)} of {where} is not a keyword name"
-                    rd.fail(kw.key_line(k), problem, "a Python identifier", "rename the key")
-            kwargs = tuple((k, frozen(v)) for k, v in kw.items())
-        if "opset" in m:
-            opset = rd.as_int(m["opset"], m.key_line("opset"), f"`opset` of {where}", 1)
-    else:
-        onnx = path("onnx")
-        for key in ("kwargs", "opset"):
-            if key in m:
-                problem = f"`{key}` is set on {where}, which loads an `onnx:` file"
-                rd.fail(m.key_line(key), problem, f"`{key}` only on `factory:` models", "remove it")
-    inputs: list[InputSpec] = []
-    if "inputs" in m:
-        spec = rd.as_map(m["inputs"], m.key_line("inputs"), f"`inputs` of {where}")
-        if not spec:
-            fix = "add `name: {shape: [...], dtype: ...}` entries"
-            rd.fail(m.key_line("inputs"), f"`inputs` of {where} is empty", "an input", fix)
-        inputs = [_input(rd, k, v, spec.key_line(k), name) for k, v in spec.items()]
-    else:
-        inputs_file = path("inputs_file")
-    outputs: tuple[str, ...] = ()
-    if "outputs" in m:
-        out = rd.as_list(m["outputs"], m.key_line("outputs"), f"`outputs` of {where}")
-        outputs = tuple(
-            rd.as_str(o, out.item_line(i), f"output {i} of {where}") for i, o in enumerate(out)
-        )
-    return ModelSpec(
-        name, Location(rd.path, line), base_dir, factory, kwargs, onnx, tuple(inputs),
-        inputs_file, outputs, opset,
-    )  # fmt: skip
 
 
 def _merge(*layers: dict[str, object]) -> dict[str, object]:
@@ -594,7 +486,7 @@ def load_suite(path: Path) -> Suite:
     models: dict[str, ModelSpec] = {}
     if "models" in top:
         mm = rd.as_map(top["models"], top.key_line("models"), "`models`")
-        models = {k: _model(rd, k, v, mm.key_line(k), base_dir) for k, v in mm.items()}
+        models = {k: parse_model(rd, k, v, mm.key_line(k), base_dir) for k, v in mm.items()}
     defaults: dict[str, object] = {}
     if "defaults" in top:
         d = rd.as_map(top["defaults"], top.key_line("defaults"), "`defaults`")
