@@ -419,3 +419,26 @@ def test_server_answers_bad_requests_with_errors(request_line: object, fragment:
     assert _serve(server, {"v": 1, "id": 2, "op": "hello"})["ok"] is True
     bye = _serve(server, {"v": 1, "id": 3, "op": "bye"})
     assert bye == {"v": 1, "id": 3, "ok": True} and server.stop
+
+
+def test_pairs_credit_each_request_to_its_own_slot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fake clock that only the models move: a costs 1000 ns, b 5000 ns, in any order."""
+    now = [0]
+    calls: list[str] = []
+
+    class FakeCell:
+        def __init__(self, name: str, cost: int) -> None:
+            def call() -> None:
+                calls.append(name)
+                now[0] += cost
+
+            self.call, self.sync = call, None
+
+    monkeypatch.setattr("perfguard.worker.serve.time.perf_counter_ns", lambda: now[0])
+    server = Server()
+    server.cells.update({"a": FakeCell("a", 1000), "b": FakeCell("b", 5000)})  # type: ignore[dict-item]
+    order = [True, False, False, True, False]
+    reply = _serve(server, {"v": 1, "id": 1, "op": "pairs", "order": order})
+    assert reply["ok"] is True
+    assert reply["a_ns"] == [1000] * 5 and reply["b_ns"] == [5000] * 5
+    assert calls == [c for first in order for c in (("a", "b") if first else ("b", "a"))]

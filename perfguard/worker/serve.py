@@ -295,32 +295,24 @@ class Server:
         clock = time.perf_counter_ns
         noop = _noop
         (call_a, sync_a), (call_b, sync_b) = ((c.call, c.sync or noop) for c in cells)
+        a_then_b, b_then_a = (call_a, sync_a, call_b, sync_b), (call_b, sync_b, call_a, sync_a)
         a_ns: list[int] = []
         b_ns: list[int] = []
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
             for a_first in order:
-                if a_first:
-                    t0 = clock()
-                    call_a()
-                    sync_a()
-                    t1 = clock()
-                    call_b()
-                    sync_b()
-                    t2 = clock()
-                    a_ns.append(t1 - t0)
-                    b_ns.append(t2 - t1)
-                else:
-                    t0 = clock()
-                    call_b()
-                    sync_b()
-                    t1 = clock()
-                    call_a()
-                    sync_a()
-                    t2 = clock()
-                    b_ns.append(t1 - t0)
-                    a_ns.append(t2 - t1)
+                call1, sync1, call2, sync2 = a_then_b if a_first else b_then_a
+                t0 = clock()
+                call1()
+                sync1()
+                t1 = clock()
+                call2()
+                sync2()
+                t2 = clock()
+                first, second = t1 - t0, t2 - t1
+                a_ns.append(first if a_first else second)
+                b_ns.append(second if a_first else first)
         finally:
             if gc_was_enabled:
                 gc.enable()
