@@ -92,7 +92,7 @@ import numpy as np
 import numpy.typing as npt
 
 from perfguard.compare import samples_needed
-from perfguard.stats import _as_samples, _check_q, _rank_index, percentiles
+from perfguard.stats import as_samples, check_q, percentiles, rank_index
 
 __all__ = [
     "Decision",
@@ -115,8 +115,8 @@ _BLOCK_ELEMENTS = 1 << 21
 
 def _pairs(a_ns: npt.ArrayLike, b_ns: npt.ArrayLike) -> tuple[FloatArray, FloatArray]:
     """Both sides as float arrays; ValueError unless equally long, finite and > 0."""
-    a = _as_samples(a_ns, "a_ns")
-    b = _as_samples(b_ns, "b_ns")
+    a = as_samples(a_ns, "a_ns")
+    b = as_samples(b_ns, "b_ns")
     if a.size != b.size:
         raise ValueError(
             f"a_ns has {a.size} samples and b_ns {b.size}; "
@@ -130,7 +130,7 @@ def _pairs(a_ns: npt.ArrayLike, b_ns: npt.ArrayLike) -> tuple[FloatArray, FloatA
 def paired_ratio(a_ns: npt.ArrayLike, b_ns: npt.ArrayLike, q: float = 95.0) -> float:
     """P_q(B) / P_q(A), nearest-rank percentiles of the pairs' two sides."""
     a, b = _pairs(a_ns, b_ns)
-    qf = _check_q(q)
+    qf = check_q(q)
     return percentiles(b, (qf,))[qf] / percentiles(a, (qf,))[qf]
 
 
@@ -165,7 +165,7 @@ def _bounds(point: float, ratios: FloatArray, confidence: float) -> tuple[float,
     conf = float(confidence)
     if not 0.5 < conf < 1.0:
         raise ValueError(f"confidence={confidence!r} is invalid; expected a number in (0.5, 1)")
-    j = _rank_index(ratios.size, 100.0 * (1.0 - conf))
+    j = rank_index(ratios.size, 100.0 * (1.0 - conf))
     lo, hi = float(ratios[j]), float(ratios[ratios.size - 1 - j])
     return min(lo, point), max(hi, point)
 
@@ -175,11 +175,11 @@ def _replicates(
 ) -> tuple[float, FloatArray]:
     """The plain ratio and the sorted ratios of ``n_boot`` paired bootstrap replicates."""
     a, b = _pairs(a_ns, b_ns)
-    qf = _check_q(q)
+    qf = check_q(q)
     if n_boot < 1:
         raise ValueError(f"n_boot={n_boot} is invalid; expected an integer >= 1")
     n = a.size
-    k = _rank_index(n, qf)
+    k = rank_index(n, qf)
     rank_a, sorted_a = _ranks(a)
     rank_b, sorted_b = _ranks(b)
     point = float(sorted_b[k] / sorted_a[k])

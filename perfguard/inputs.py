@@ -25,7 +25,7 @@ import numpy as np
 from perfguard.errors import InputError, Location
 
 # The factory loader's helpers, so that accuracy functions are imported the same way.
-from perfguard.models import _forget_shadowed, _on_sys_path
+from perfguard.models import forget_shadowed, on_sys_path
 from perfguard.scenario import DTYPES, AccuracyInputs, InputSpec, ModelSpec
 
 __all__ = [
@@ -281,10 +281,10 @@ def _call_function(ref: str, base_dir: Path, location: Location) -> object:
     entry = str(Path(base_dir).resolve())
     fix = f"check `function: {ref}` (a module importable from {entry} and a function in it)"
     # The suite's folder stays on sys.path during the call: the function may import lazily.
-    with _on_sys_path(entry):
+    with on_sys_path(entry):
         try:
             importlib.invalidate_caches()
-            _forget_shadowed(module_name, Path(entry))
+            forget_shadowed(module_name, Path(entry))
             module = importlib.import_module(module_name)
         except Exception as exc:
             raise InputError(

@@ -27,8 +27,10 @@ __all__ = [
     "check_forward_inputs",
     "check_onnx_file",
     "feeds_positionally",
+    "forget_shadowed",
     "forward_parameters",
     "load_factory",
+    "on_sys_path",
     "split_factory",
 ]
 
@@ -60,7 +62,7 @@ def load_factory(model: ModelSpec) -> torch.nn.Module:
     module_name, function_name = split_factory(model.factory, model.location)
     entry = str(Path(model.base_dir).resolve())
     # The suite's folder stays on sys.path while the factory runs: it may import lazily.
-    with _on_sys_path(entry):
+    with on_sys_path(entry):
         module = _import_module(module_name, entry, model.location)
         return _call_factory(module, module_name, function_name, model)
 
@@ -72,7 +74,7 @@ def import_function(spec: str, base_dir: Path, location: Location) -> Callable[.
     """
     module_name, function_name = split_factory(spec, location)
     entry = str(Path(base_dir).resolve())
-    with _on_sys_path(entry):
+    with on_sys_path(entry):
         module = _import_module(module_name, entry, location)
     function = getattr(module, function_name, None)
     if function is None or not callable(function):
@@ -127,7 +129,7 @@ def _call_factory(
 
 
 @contextmanager
-def _on_sys_path(entry: str) -> Iterator[None]:
+def on_sys_path(entry: str) -> Iterator[None]:
     sys.path.insert(0, entry)
     try:
         yield
@@ -139,7 +141,7 @@ def _on_sys_path(entry: str) -> Iterator[None]:
 def _import_module(module_name: str, entry: str, location: Location) -> ModuleType:
     try:
         importlib.invalidate_caches()
-        _forget_shadowed(module_name, Path(entry))
+        forget_shadowed(module_name, Path(entry))
         return importlib.import_module(module_name)
     except ImportError as exc:
         raise ModelError(
@@ -160,7 +162,7 @@ def _import_module(module_name: str, entry: str, location: Location) -> ModuleTy
         ) from exc
 
 
-def _forget_shadowed(module_name: str, base_dir: Path) -> None:
+def forget_shadowed(module_name: str, base_dir: Path) -> None:
     """Drop a cached module of the same name that lives outside ``base_dir``.
 
     Two suites in different folders may both have a ``models.py``; without this

@@ -33,12 +33,15 @@ from perfguard.results import LatencySummary
 
 __all__ = [
     "RatioBound",
+    "as_samples",
+    "check_q",
     "is_stable",
     "noise_floor",
     "order_statistic_ci",
     "percentile",
     "percentile_ratio_bound",
     "percentiles",
+    "rank_index",
     "stability_ratio",
     "summarize",
     "throughput",
@@ -60,7 +63,7 @@ _SUMMARY_QS: tuple[tuple[str, float], ...] = (
 _RANK_EPS = 1e-9
 
 
-def _as_samples(samples: npt.ArrayLike, what: str = "samples") -> FloatArray:
+def as_samples(samples: npt.ArrayLike, what: str = "samples") -> FloatArray:
     """``samples`` as a 1-D float64 array; ValueError when empty or not finite."""
     arr = np.asarray(samples, dtype=np.float64)
     if arr.ndim != 1:
@@ -74,14 +77,14 @@ def _as_samples(samples: npt.ArrayLike, what: str = "samples") -> FloatArray:
     return arr
 
 
-def _check_q(q: float) -> float:
+def check_q(q: float) -> float:
     qf = float(q)
     if not (math.isfinite(qf) and 0.0 <= qf <= 100.0):
         raise ValueError(f"percentile q={q!r} is out of range; expected a number in [0, 100]")
     return qf
 
 
-def _rank_index(n: int, q: float) -> int:
+def rank_index(n: int, q: float) -> int:
     """0-based index in the sorted samples of the nearest-rank q-th percentile."""
     exact = q * n / 100.0
     nearest = round(exact)
@@ -98,25 +101,25 @@ def percentile(samples: npt.ArrayLike, q: float) -> float:
     See the module docstring for the definition. Raises ValueError on empty
     input, non-finite samples or q outside [0, 100].
     """
-    qf = _check_q(q)
-    arr = _as_samples(samples)
-    k = _rank_index(arr.size, qf)
+    qf = check_q(q)
+    arr = as_samples(samples)
+    k = rank_index(arr.size, qf)
     # partition is O(n): only the k-th element needs to be in place.
     return float(np.partition(arr, k)[k])
 
 
 def percentiles(samples: npt.ArrayLike, qs: Iterable[float]) -> dict[float, float]:
     """Several nearest-rank percentiles at once (one sort), keyed by q as given."""
-    checked = [_check_q(q) for q in qs]
-    arr = np.sort(_as_samples(samples))
-    return {q: float(arr[_rank_index(arr.size, q)]) for q in checked}
+    checked = [check_q(q) for q in qs]
+    arr = np.sort(as_samples(samples))
+    return {q: float(arr[rank_index(arr.size, q)]) for q in checked}
 
 
 def summarize(samples_ns: npt.ArrayLike) -> LatencySummary:
     """n, min, max, mean, std (ddof=1; 0 for one sample) and nearest-rank percentiles."""
-    arr = np.sort(_as_samples(samples_ns, "samples_ns"))
+    arr = np.sort(as_samples(samples_ns, "samples_ns"))
     n = int(arr.size)
-    pct = {name: float(arr[_rank_index(n, q)]) for name, q in _SUMMARY_QS}
+    pct = {name: float(arr[rank_index(n, q)]) for name, q in _SUMMARY_QS}
     return LatencySummary(
         n=n,
         min=float(arr[0]),
@@ -135,7 +138,7 @@ def throughput(samples_ns: npt.ArrayLike, batch_size: int) -> float:
     """
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size} is invalid; expected an integer >= 1")
-    arr = _as_samples(samples_ns, "samples_ns")
+    arr = as_samples(samples_ns, "samples_ns")
     total_s = float(np.sum(arr)) / 1e9
     if total_s <= 0.0:
         raise ValueError(
@@ -151,7 +154,7 @@ def stability_ratio(samples: npt.ArrayLike) -> float:
     slower (thermal throttling, a competing process), < 1 when it was still
     warming up. Medians are nearest-rank P50. Fewer than 3 samples give 1.0.
     """
-    arr = _as_samples(samples)
+    arr = as_samples(samples)
     third = arr.size // 3
     if third == 0:
         return 1.0
@@ -171,7 +174,7 @@ def is_stable(samples: npt.ArrayLike, tolerance: float) -> bool:
     """
     if not (math.isfinite(tolerance) and tolerance >= 0.0):
         raise ValueError(f"stability tolerance={tolerance!r} is invalid; expected a number >= 0")
-    arr = _as_samples(samples)
+    arr = as_samples(samples)
     if arr.size < 6:
         return True
     return abs(stability_ratio(arr) - 1.0) <= tolerance
@@ -241,18 +244,18 @@ def percentile_ratio_bound(
     happens to sit entirely on one side of it (tiny or very skewed samples).
     Raises ValueError on empty or non-finite input, or a base that is not > 0.
     """
-    qf = _check_q(q)
+    qf = check_q(q)
     conf = _check_confidence(confidence)
     if n_boot < 1:
         raise ValueError(f"n_boot={n_boot} is invalid; expected an integer >= 1")
-    b = np.sort(_as_samples(base, "base"))
-    c = np.sort(_as_samples(current, "current"))
+    b = np.sort(as_samples(base, "base"))
+    c = np.sort(as_samples(current, "current"))
     if b[0] <= 0.0:
         raise ValueError(
             f"base has a sample <= 0 ({b[0]}); a ratio of latencies needs positive base samples"
         )
-    kb = _rank_index(b.size, qf)
-    kc = _rank_index(c.size, qf)
+    kb = rank_index(b.size, qf)
+    kc = rank_index(c.size, qf)
     point = float(c[kc] / b[kb])
 
     rng = np.random.default_rng(seed)
@@ -261,8 +264,8 @@ def percentile_ratio_bound(
     )
     alpha = 1.0 - conf
     ratios.sort()
-    lower = float(ratios[_rank_index(n_boot, 100.0 * alpha / 2.0)])
-    upper = float(ratios[_rank_index(n_boot, 100.0 * (1.0 - alpha / 2.0))])
+    lower = float(ratios[rank_index(n_boot, 100.0 * alpha / 2.0)])
+    upper = float(ratios[rank_index(n_boot, 100.0 * (1.0 - alpha / 2.0))])
     return RatioBound(
         point=point,
         lower=min(lower, point),
@@ -283,9 +286,9 @@ def order_statistic_ci(samples: npt.ArrayLike, q: float, confidence: float) -> t
     exist. When n is too small for that, the ranks are clamped to 1..n (the
     sample range) and the interval covers less than asked.
     """
-    qf = _check_q(q)
+    qf = check_q(q)
     conf = _check_confidence(confidence)
-    x = np.sort(_as_samples(samples))
+    x = np.sort(as_samples(samples))
     n = x.size
     p = qf / 100.0
     alpha = 1.0 - conf
