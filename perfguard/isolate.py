@@ -1,57 +1,79 @@
 """Measure one cell in a worker process of its own (``--perfguard-isolate``, ``isolate:``).
 
-The worker (:mod:`perfguard.worker`) opens the cell, runs its warm-up and timed
-loop exactly as in-process measurement does (:func:`perfguard.runner.run_loop`)
-and sends the samples back as plain data; the parent builds the result. A model
-that crashes the process (segfault, out-of-memory kill, ``os._exit``) or hangs
-past the timeout fails only its cell, with the exit status or signal and the
-tail of the worker's stderr, and the session goes on. Accuracy checks, when the
-cell has them, run in the parent afterwards.
+The worker (:mod:`perfguard.worker`) opens the cell and measures it exactly as
+in-process measurement does (:meth:`perfguard.runner.ScenarioRun.measure`, the
+``result`` op: warm-up and timed loop with the machine-speed canary, GPU watch
+and peak memory, or the cell's ``load:`` levels; then the output check) and
+sends the result back as plain data. The same open worker measures again for a
+confirmation round. A model that crashes the process (segfault, out-of-memory
+kill, ``os._exit``) or hangs past the timeout fails only its cell, with the exit
+status or signal and the tail of the worker's stderr, and the session goes on.
+Accuracy checks, when the cell has them, run in the parent afterwards.
 """
 
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import replace
 
 from perfguard.results import ScenarioResult
-from perfguard.runner import RunContext, build_result
+from perfguard.runner import RunContext
 from perfguard.scenario import Scenario
-from perfguard.timing import Measurement
+from perfguard.worker.client import WorkerProcess
 
-__all__ = ["measure_isolated"]
+__all__ = ["IsolatedRun", "measure_timeout_s"]
 
 OPEN_TIMEOUT_S = 600.0  # a first export or quantization can take minutes
+# An SLO search measures one level per step; its own rules end it, so this only
+# bounds a worker that stopped answering altogether.
+_SEARCH_LEVELS = 40
 
 
-def loop_timeout_s(scenario: Scenario) -> float:
-    """How long the worker may take for warm-up plus timed loop before it counts as hung."""
-    return scenario.warmup.max_seconds + scenario.measure.max_seconds + 60.0
+def measure_timeout_s(scenario: Scenario) -> float:
+    """How long one measurement may take in the worker before it counts as hung.
+
+    Warm-up plus timed loop at their caps, plus a minute; under ``load:`` the load
+    runner detects a hung model itself (cap + 5 s), and an SLO search may run
+    many levels, each with its own warm-up and timed loop.
+    """
+    one = scenario.warmup.max_seconds + scenario.measure.max_seconds + 60.0
+    load = scenario.load
+    return one * _SEARCH_LEVELS if load is not None and load.slo is not None else one
 
 
-def measure_isolated(scenario: Scenario, ctx: RunContext) -> ScenarioResult:
-    """Run the cell's timed loop in a fresh worker process; raises ``WorkerError`` subclasses."""
-    from perfguard.worker.client import WorkerProcess
+class IsolatedRun:
+    """One cell open in a fresh worker; ``measure()`` again for confirmation rounds.
 
-    with WorkerProcess(cwd=ctx.rootdir, name=f"worker for {scenario.item_name}") as worker:
-        opened = worker.request(
-            "open",
-            timeout_s=OPEN_TIMEOUT_S,
-            suite=str(scenario.suite),
-            cell=scenario.item_name,
-            rootdir=str(ctx.rootdir),
-            cache_dir=str(ctx.cache_dir),
-        )
-        loop = worker.request("loop", timeout_s=loop_timeout_s(scenario))
-    samples = np.asarray(loop["samples_ns"], dtype=np.int64)
-    measurement = Measurement(
-        cold_start_ns=int(loop["cold_start_ns"]),
-        warmup_iterations=int(loop["warmup_iterations"]),
-        warmup_ns=int(loop["warmup_ns"]),
-        samples_ns=samples,
-        stable=bool(loop["stable"]),
-        stability_ratio=float(loop["stability_ratio"]),
-        stopped_by_cap=bool(loop["stopped_by_cap"]),
-        measure_ns=int(loop.get("measure_ns", 0)),
-    )
-    runtime = {**dict(loop.get("runtime") or opened.get("runtime") or {}), "isolated": True}
-    return build_result(scenario, ctx, measurement, int(opened.get("batch", 1)), runtime)
+    Raises ``WorkerError`` subclasses (crash, timeout, garbage, a failed request
+    carrying the worker's own ``PerfguardError``).
+    """
+
+    def __init__(self, scenario: Scenario, ctx: RunContext) -> None:
+        self.scenario = scenario
+        self._worker = WorkerProcess(cwd=ctx.rootdir, name=f"worker for {scenario.item_name}")
+        self._worker.start()
+        try:
+            self._worker.request(
+                "open",
+                timeout_s=OPEN_TIMEOUT_S,
+                suite=str(scenario.suite),
+                cell=scenario.item_name,
+                rootdir=str(ctx.rootdir),
+                cache_dir=str(ctx.cache_dir),
+            )
+        except BaseException:
+            self._worker.close()
+            raise
+
+    def measure(self) -> ScenarioResult:
+        reply = self._worker.request("result", timeout_s=measure_timeout_s(self.scenario))
+        result = ScenarioResult.from_dict(reply["result"])
+        return replace(result, runtime={**result.runtime, "isolated": True})
+
+    def close(self) -> None:
+        self._worker.close()
+
+    def __enter__(self) -> IsolatedRun:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

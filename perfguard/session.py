@@ -253,10 +253,11 @@ class PerfguardSession:
                 result, verdict = self.ab.measure(scenario, self.ctx)
                 return self._with_accuracy(scenario, result), verdict
         elif self.isolate or scenario.isolate:
-            from perfguard.isolate import measure_isolated
+            from perfguard.isolate import IsolatedRun
 
-            result = measure_isolated(scenario, self.ctx)
-            verdict = gatekeeper.judge(result, scenario.gates)
+            with IsolatedRun(scenario, self.ctx) as iso:
+                measured = iso.measure()
+                result, verdict = gatekeeper.judge_confirmed(measured, scenario.gates, iso.measure)
             return self._with_accuracy(scenario, result), verdict
         calibration = self.accuracy.calibration_for(scenario)
         with ScenarioRun(scenario, self.ctx, calibration) as run:

@@ -240,3 +240,30 @@ def test_another_interpreter_for_the_base_runs_a_process_per_side(repo: pytest.P
     assert verdict["mode"] == "ab" and verdict["ab"]["base"] == base
     assert verdict["verdict"] == "regression"  # the base worker ran the base's 2 ms model
     assert len(worktrees(repo.path)) == 1
+
+
+def test_an_isolated_cell_is_measured_as_in_process(suite_writer: pytest.Pytester) -> None:
+    """Under ``--perfguard-isolate`` a load cell runs its load levels and a plain cell
+    carries the canary and peak memory: the worker measures what the parent would."""
+    suites = suite_writer.path / "suites"
+    suites.mkdir()
+    (suites / "crashmodel.py").write_text(CRASH)
+    (suites / "s.yaml").write_text(
+        ISOLATED.split("scenarios:")[0]
+        + "scenarios:\n  - name: fine\n    model: fine\n"
+        + "  - name: busy\n    model: fine\n"
+        + "    load: {concurrency: [2]}\n    measure: {iterations: 120, seconds: 0}\n"
+    )
+    result = suite_writer.runpytest(
+        "--perfguard", "-v", "--perfguard-baseline=none", "--perfguard-isolate"
+    )
+    result.assert_outcomes(passed=2)
+    (path,) = (suite_writer.path / "reports").glob("*/results.json")
+    found = {s["id"].split("::")[-1]: s for s in json.loads(path.read_text())["scenarios"]}
+    assert set(found) == {"fine", "busy[c2]"}
+    assert all(s["runtime"]["isolated"] is True for s in found.values())
+    assert found["busy[c2]"]["load"]["mode"] == "closed"
+    assert found["busy[c2]"]["load"]["concurrency"] == 2
+    assert found["fine"]["load"] is None
+    assert found["fine"]["canary_ns"] is not None and found["fine"]["canary_ns"] > 0
+    assert "foreign_cpu" in found["fine"]["runtime"]

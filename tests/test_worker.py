@@ -27,6 +27,7 @@ from perfguard.errors import (
     WorkerRequestFailed,
     WorkerTimeout,
 )
+from perfguard.results import ScenarioResult
 from perfguard.worker import PROTOCOL_VERSION, WorkerProcess, describe_exit
 from perfguard.worker.protocol import check_reply, decode, encode, quote
 from perfguard.worker.serve import Server
@@ -152,6 +153,9 @@ def test_round_trip_on_a_real_model(suite: Path) -> None:
         assert isinstance(loop["stable"], bool) and isinstance(loop["stopped_by_cap"], bool)
         assert loop["measure_ns"] >= sum(loop["samples_ns"])
         assert loop["runtime"]["precision"] == "fp32"
+        measured = ScenarioResult.from_dict(worker.request("result", timeout_s=120)["result"])
+        assert measured.id == "s.yaml::mlp[fp32]" and len(measured.samples_ns) == 30
+        assert measured.canary_ns is not None and measured.latency_ns is not None
         assert worker.check()["outputs"] == 1
         assert worker.close_cell()["closed"] is True
         assert worker.close_cell()["closed"] is False

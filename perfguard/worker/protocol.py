@@ -67,7 +67,9 @@ __all__ = [
 PROTOCOL_VERSION = 1
 
 #: Every op a version-1 worker answers.
-OPS = ("hello", "open", "warmup", "measure", "pairs", "loop", "check", "close", "bye")
+OPS = (
+    "hello", "open", "warmup", "measure", "pairs", "loop", "result", "check", "close", "bye",
+)  # fmt: skip
 
 #: How much of an offending line an error message quotes.
 QUOTE_CHARS = 200

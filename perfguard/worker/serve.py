@@ -20,6 +20,11 @@ Ops (fields of the request -> fields of the ``ok: true`` reply):
   no pipe round trip between the two requests of a pair or between pairs).
 * ``loop`` -> the cell's full warm-up and timed loop (``run_loop``): the
   ``Measurement`` fields with ``samples_ns`` as a list, and ``runtime``.
+* ``result`` -> ``result``: the cell measured exactly as in-process measurement
+  does (:meth:`perfguard.runner.ScenarioRun.measure`: warm-up and timed loop with
+  the machine-speed canary, GPU watch and peak memory, or the cell's ``load:``
+  levels, then the output check), as ``ScenarioResult.to_dict()``; again for a
+  confirmation round.
 * ``check`` -> ``outputs``: one more request whose outputs must be finite.
 * ``close`` -> ``closed``; ``bye`` -> ``{}``, then the worker exits 0.
 """
@@ -35,14 +40,13 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import perfguard
 from perfguard.backends import Session
 from perfguard.errors import CellNotFound, Location, ProtocolError
-from perfguard.runner import RunContext, check_outputs, open_session, run_loop
+from perfguard.runner import RunContext, ScenarioRun, check_outputs, run_loop
 from perfguard.scenario import Scenario
 from perfguard.suite import load_suite
 from perfguard.worker.protocol import (
@@ -66,20 +70,19 @@ def _noop() -> None:
 
 
 class _Cell:
-    """An open cell: the session stays open (its context manager entered) until closed."""
+    """An open cell: a :class:`ScenarioRun` (its session open) until closed."""
 
     def __init__(self, scenario: Scenario, ctx: RunContext) -> None:
         self.scenario = scenario
-        self._stack = ExitStack()
-        opened = open_session(scenario, ctx)
-        self.session: Session
-        self.session, self.prepared, self.batch = self._stack.enter_context(opened)
+        self.run = ScenarioRun(scenario, ctx)
+        self.session: Session = self.run.session
+        self.prepared, self.batch = self.run.prepared, self.run.batch
         # partial, not a closure: one less Python frame inside every timed request.
         self.call: Callable[[], object] = functools.partial(self.session.run, self.prepared)
         self.sync = self.session.synchronize
 
     def close(self) -> None:
-        self._stack.close()
+        self.run.close()
 
 
 class Server:
@@ -101,6 +104,7 @@ class Server:
             "measure": self._measure,
             "pairs": self._pairs,
             "loop": self._loop,
+            "result": self._result,
             "check": self._check,
             "close": self._close,
             "bye": self._bye,
@@ -332,6 +336,10 @@ class Server:
             "measure_ns": int(result.measure_ns),
             "runtime": cell.session.runtime_info,
         }
+
+    def _result(self, request: dict[str, Any]) -> dict[str, Any]:
+        cell = self._open_cell("result", request)
+        return {"result": cell.run.measure().to_dict()}
 
     def _check(self, request: dict[str, Any]) -> dict[str, Any]:
         cell = self._open_cell("check", request)
