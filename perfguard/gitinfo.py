@@ -43,7 +43,7 @@ _REPO_LOCATING_VARS = (
 def _git_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _REPO_LOCATING_VARS}
     env["GIT_TERMINAL_PROMPT"] = "0"
-    env["LC_ALL"] = "C"  # stable, English messages that _explain() can recognise
+    env["LC_ALL"] = "C"  # stable, English messages that git_error() can recognise
     env["LANGUAGE"] = "C"
     # `git status` otherwise refreshes the index and takes index.lock, which can
     # collide with the user's own git command running at the same time.
@@ -51,8 +51,15 @@ def _git_env() -> dict[str, str]:
     return env
 
 
-def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run ``git *args`` in ``cwd``; raise GitError only when git could not run at all."""
+def run_git(
+    cwd: Path, *args: str, timeout: float = GIT_TIMEOUT_S, new_session: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """Run ``git *args`` in ``cwd``; raise GitError only when git could not run at all.
+
+    ``new_session``: git runs in a session of its own, so a Ctrl-C at the terminal
+    interrupts perfguard (which then stops git itself), never a cleanup command
+    half way (the A/B worktree's commands).
+    """
     if not Path(cwd).is_dir():
         raise GitError(
             f"directory {cwd} does not exist",
@@ -70,7 +77,8 @@ def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
             encoding="utf-8",
             errors="replace",  # branch names are bytes to git; never crash on them
             check=False,
-            timeout=GIT_TIMEOUT_S,
+            timeout=timeout,
+            start_new_session=new_session,
         )
     except FileNotFoundError as exc:
         raise GitError(
@@ -80,14 +88,14 @@ def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
         ) from exc
     except subprocess.TimeoutExpired as exc:
         raise GitError(
-            f"`git {' '.join(args)}` did not finish within {GIT_TIMEOUT_S:.0f} s in {cwd}",
+            f"`git {' '.join(args)}` did not finish within {timeout:.0f} s in {cwd}",
             fix="check for a hung network filesystem or a slow git hook",
         ) from exc
     except OSError as exc:
         raise GitError(f"could not run git in {cwd}: {exc}") from exc
 
 
-def _explain(cwd: Path, args: tuple[str, ...], proc: subprocess.CompletedProcess[str]) -> GitError:
+def git_error(cwd: Path, args: tuple[str, ...], proc: subprocess.CompletedProcess[str]) -> GitError:
     """Turn a failed git command into a GitError that says how to fix it."""
     stderr = proc.stderr.strip()
     if "not a git repository" in stderr:
@@ -109,9 +117,9 @@ def _explain(cwd: Path, args: tuple[str, ...], proc: subprocess.CompletedProcess
 
 def _ok(cwd: Path, *args: str) -> str:
     """Run git and return its stripped stdout, or raise an explained GitError."""
-    proc = _git(cwd, *args)
+    proc = run_git(cwd, *args)
     if proc.returncode != 0:
-        raise _explain(cwd, args, proc)
+        raise git_error(cwd, args, proc)
     return proc.stdout.strip()
 
 
@@ -122,7 +130,7 @@ def repo_root(cwd: Path) -> Path | None:
     runs without git); any other git failure raises GitError.
     """
     try:
-        proc = _git(cwd, "rev-parse", "--show-toplevel")
+        proc = run_git(cwd, "rev-parse", "--show-toplevel")
     except GitError:
         if not Path(cwd).is_dir():
             raise
@@ -130,7 +138,7 @@ def repo_root(cwd: Path) -> Path | None:
     if proc.returncode != 0:
         if "not a git repository" in proc.stderr:
             return None
-        raise _explain(cwd, ("rev-parse", "--show-toplevel"), proc)
+        raise git_error(cwd, ("rev-parse", "--show-toplevel"), proc)
     out = proc.stdout.strip()
     return Path(out) if out else None  # empty inside a bare repository
 
@@ -145,8 +153,8 @@ def is_shallow(cwd: Path) -> bool:
     return (Path(cwd) / shallow_file).is_file()
 
 
-def _has_commits(cwd: Path) -> bool:
-    return _git(cwd, "rev-parse", "--verify", "--quiet", "HEAD^{commit}").returncode == 0
+def has_commits(cwd: Path) -> bool:
+    return run_git(cwd, "rev-parse", "--verify", "--quiet", "HEAD^{commit}").returncode == 0
 
 
 def resolve(cwd: Path, ref: str) -> str:
@@ -158,12 +166,12 @@ def resolve(cwd: Path, ref: str) -> str:
             expected="a branch, tag or commit sha",
             fix="pass a ref such as `main`, `origin/main` or a commit sha",
         )
-    proc = _git(cwd, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    proc = run_git(cwd, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
     if proc.returncode == 0:
         return proc.stdout.strip()
     if proc.stderr.strip():  # --quiet silences only "unknown ref"; this is worse
-        raise _explain(cwd, ("rev-parse", "--verify", ref), proc)
-    if not _has_commits(cwd):
+        raise git_error(cwd, ("rev-parse", "--verify", ref), proc)
+    if not has_commits(cwd):
         raise GitError(
             f"cannot resolve {ref!r}: the repository at {cwd} has no commits yet",
             expected="at least one commit",
@@ -187,12 +195,12 @@ def merge_base(cwd: Path, a: str, b: str) -> str | None:
     callers should check ``is_shallow`` before saying so.
     """
     sha_a, sha_b = resolve(cwd, a), resolve(cwd, b)
-    proc = _git(cwd, "merge-base", sha_a, sha_b)
+    proc = run_git(cwd, "merge-base", sha_a, sha_b)
     if proc.returncode == 0:
         return proc.stdout.strip() or None
     if proc.returncode == 1 and not proc.stderr.strip():
         return None  # git's way of saying "no common ancestor"
-    raise _explain(cwd, ("merge-base", a, b), proc)
+    raise git_error(cwd, ("merge-base", a, b), proc)
 
 
 def ancestors(cwd: Path, rev: str = "HEAD", limit: int = 200) -> list[str]:
@@ -247,19 +255,19 @@ def _ci_branch(environ: Mapping[str, str]) -> tuple[str | None, str | None]:
 def commit_info(cwd: Path) -> CommitInfo:
     """The commit a run is measured at. Never raises: problems go into ``note``."""
     try:
-        proc = _git(cwd, "rev-parse", "--git-dir")
+        proc = run_git(cwd, "rev-parse", "--git-dir")
     except GitError as exc:
         note = "git is not installed" if "not installed" in exc.problem else exc.problem
         return CommitInfo(sha=None, branch=None, dirty=False, note=note)
     if proc.returncode != 0:
-        err = _explain(cwd, ("rev-parse", "--git-dir"), proc)
+        err = git_error(cwd, ("rev-parse", "--git-dir"), proc)
         note = "not a git repository" if "not inside a git" in err.problem else err.message
         return CommitInfo(sha=None, branch=None, dirty=False, note=note)
 
     try:
-        branch_proc = _git(cwd, "symbolic-ref", "--quiet", "--short", "HEAD")
+        branch_proc = run_git(cwd, "symbolic-ref", "--quiet", "--short", "HEAD")
         branch = branch_proc.stdout.strip() if branch_proc.returncode == 0 else None
-        head = _git(cwd, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
+        head = run_git(cwd, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
         if head.returncode != 0:
             return CommitInfo(
                 sha=None, branch=branch, dirty=False, note="repository has no commits yet"

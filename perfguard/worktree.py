@@ -27,7 +27,6 @@ from __future__ import annotations
 import logging
 import shutil
 import signal
-import subprocess
 import tempfile
 import threading
 import time
@@ -40,16 +39,14 @@ from typing import Any
 
 from perfguard.errors import GitError
 from perfguard.gitinfo import (
-    GIT_TIMEOUT_S,
     SHALLOW_FIX,
-    _explain,
-    _git,
-    _git_env,
-    _has_commits,
+    git_error,
+    has_commits,
     is_dirty,
     is_shallow,
     merge_base,
     resolve,
+    run_git,
 )
 
 __all__ = [
@@ -95,7 +92,7 @@ class Terminated(KeyboardInterrupt):
 def _kind(root: Path, ref: str) -> str:
     if ref == "HEAD" or ref.startswith(("HEAD~", "HEAD^", "HEAD@")):
         return "commit"  # --symbolic-full-name would name the checked-out branch
-    full = _git(root, "rev-parse", "--symbolic-full-name", ref).stdout.strip()
+    full = run_git(root, "rev-parse", "--symbolic-full-name", ref).stdout.strip()
     for prefix, kind in (("refs/heads/", "branch"), ("refs/tags/", "tag")):
         if full.startswith(prefix):
             return kind
@@ -104,10 +101,10 @@ def _kind(root: Path, ref: str) -> str:
 
 def _is_ancestor(root: Path, ancestor: str, descendant: str) -> bool:
     args = ("merge-base", "--is-ancestor", ancestor, descendant)
-    proc = _git(root, *args)
+    proc = run_git(root, *args)
     if proc.returncode in (0, 1) and not proc.stderr.strip():
         return proc.returncode == 0
-    raise _explain(root, args, proc)
+    raise git_error(root, args, proc)
 
 
 def _shallow_hint(root: Path, fix: str) -> str:
@@ -123,9 +120,9 @@ def resolve_base(repo: Path, ref: str, *, merge_base_with: str | None = None) ->
     one that HEAD does not descend from.
     """
     flag = f"`--perfguard-ab={ref}`"
-    top = _git(repo, "rev-parse", "--show-toplevel")
+    top = run_git(repo, "rev-parse", "--show-toplevel")
     if top.returncode != 0:
-        err = _explain(repo, ("rev-parse", "--show-toplevel"), top)
+        err = git_error(repo, ("rev-parse", "--show-toplevel"), top)
         if "not inside a git" in err.problem:
             raise GitError(
                 f"{flag}: {repo} is not inside a git repository",
@@ -134,7 +131,7 @@ def resolve_base(repo: Path, ref: str, *, merge_base_with: str | None = None) ->
             )
         raise err
     root = Path(top.stdout.strip())
-    if not _has_commits(root):
+    if not has_commits(root):
         raise GitError(
             f"{flag}: the repository at {root} has no commits yet",
             expected="a committed base revision to measure against",
@@ -142,10 +139,10 @@ def resolve_base(repo: Path, ref: str, *, merge_base_with: str | None = None) ->
         )
     if not ref or ref.startswith("-"):
         raise GitError(f"{flag}: {ref!r} is not a git ref", fix=REF_FIX)
-    found = _git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    found = run_git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
     if found.returncode != 0:
         if found.stderr.strip():
-            raise _explain(root, ("rev-parse", "--verify", ref), found)
+            raise git_error(root, ("rev-parse", "--verify", ref), found)
         raise GitError(
             f"{flag}: no branch, tag or commit `{ref}` in {root}",
             expected="a branch, tag or commit present in this clone",
@@ -180,42 +177,15 @@ def resolve_base(repo: Path, ref: str, *, merge_base_with: str | None = None) ->
 # --------------------------------------------------------------------------- worktree
 
 
-def _run(
-    repo: Path, *args: str, timeout: float = GIT_TIMEOUT_S
-) -> subprocess.CompletedProcess[str]:
-    """Run git in its own session: a Ctrl-C at the terminal interrupts perfguard
-    (which then stops git itself), never a cleanup command half way."""
-    try:
-        return subprocess.run(
-            ["git", *args],
-            cwd=repo,
-            env=_git_env(),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            encoding="utf-8",
-            errors="replace",
-            check=False,
-            timeout=timeout,
-            start_new_session=True,
-        )
-    except FileNotFoundError as exc:
-        raise GitError("git is not installed (no `git` on PATH)", fix="install git") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise GitError(f"`git {' '.join(args)}` did not finish within {timeout:.0f} s") from exc
-    except OSError as exc:
-        raise GitError(f"could not run git in {repo}: {exc}") from exc
-
-
 def _is_ours(path: Path) -> bool:
     return path.name == "base" and path.parent.name.startswith(WORKTREE_PREFIX)
 
 
 def _worktrees(repo: Path) -> list[Path]:
     """Paths of the linked worktrees (the main one, listed first, left out)."""
-    proc = _run(repo, "worktree", "list", "--porcelain")
+    proc = run_git(repo, "worktree", "list", "--porcelain", new_session=True)
     if proc.returncode != 0:
-        raise _explain(repo, ("worktree", "list"), proc)
+        raise git_error(repo, ("worktree", "list"), proc)
     paths = [Path(line[9:]) for line in proc.stdout.splitlines() if line.startswith("worktree ")]
     return paths[1:]
 
@@ -223,7 +193,9 @@ def _worktrees(repo: Path) -> list[Path]:
 def _remove(repo: Path, path: Path) -> None:
     """Remove our worktree at ``path`` and its temporary parent; best effort, never raises."""
     try:
-        proc = _run(repo, "worktree", "remove", "--force", "--force", str(path))
+        proc = run_git(
+            repo, "worktree", "remove", "--force", "--force", str(path), new_session=True
+        )
         if proc.returncode != 0 and path.exists():
             log.warning("git worktree remove %s failed: %s", path, proc.stderr.strip())
     except GitError as exc:
@@ -231,7 +203,7 @@ def _remove(repo: Path, path: Path) -> None:
     if path.parent.exists():
         shutil.rmtree(path.parent, ignore_errors=True)
     try:
-        _run(repo, "worktree", "prune")
+        run_git(repo, "worktree", "prune", new_session=True)
     except GitError as exc:
         log.warning("git worktree prune failed: %s", exc)
 
@@ -314,9 +286,9 @@ def base_worktree(repo: Path, sha: str, *, parent: Path | None = None) -> Iterat
             )
             path = tmp / "base"
             args = ("worktree", "add", "--detach", "--quiet", str(path), sha)
-            proc = _run(repo, *args, timeout=CHECKOUT_TIMEOUT_S)
+            proc = run_git(repo, *args, timeout=CHECKOUT_TIMEOUT_S, new_session=True)
             if proc.returncode != 0:
-                raise _explain(repo, args, proc)
+                raise git_error(repo, args, proc)
             yield path
         finally:
             if tmp is not None:

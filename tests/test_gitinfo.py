@@ -305,5 +305,5 @@ def test_dubious_ownership_message() -> None:
         "",
         "fatal: detected dubious ownership in repository at '/src'\n",
     )
-    err = gitinfo._explain(Path("/src"), ("status",), proc)
+    err = gitinfo.git_error(Path("/src"), ("status",), proc)
     assert err.fix is not None and "safe.directory /src" in err.fix
