@@ -365,9 +365,8 @@ def decide(
             return Decision(True, "undecided", ratio, *lo_hi, n, f"{cap} with only {why}")
         return Decision(False, "undecided", ratio, *lo_hi, n, f"measuring more: {why}")
 
-    ratio = paired_ratio(a, b, rule.q)
-    point, replicates = _replicates(a, b, rule.q, rule.n_boot, rule.seed)
-    lo, hi = _bounds(point, replicates, rule.confidence)
+    ratio, replicates = _replicates(a, b, rule.q, rule.n_boot, rule.seed)
+    lo, hi = _bounds(ratio, replicates, rule.confidence)
     final = _final(rule, ratio, lo, hi)
     up, down = 1.0 + rule.limit, 1.0 / (1.0 + rule.limit)
     figures = (
@@ -377,7 +376,7 @@ def decide(
     if at_cap:
         return Decision(True, final, ratio, lo, hi, n, f"{figures}: {final}, {cap}")
     if n >= max(rule.min_pairs, needed):
-        strict_lo, strict_hi = _bounds(point, replicates, rule.interim_confidence)
+        strict_lo, strict_hi = _bounds(ratio, replicates, rule.interim_confidence)
         if lo > up or (ratio > up and strict_lo > 1.0):
             why = (
                 "regression: the whole interval is beyond the limit; stopped early"
@@ -394,7 +393,7 @@ def decide(
                 f"upper bound ({_pct(strict_hi)}) is below +0%; stopped early"
             )
             return Decision(True, "improvement", ratio, lo, hi, n, f"{figures}: {why}")
-        futile_hi = _bounds(point, replicates, rule.futility_confidence)[1]
+        futile_hi = _bounds(ratio, replicates, rule.futility_confidence)[1]
         if futile_hi < up:
             # A gate asks one question: is B slower than A beyond the limit? Once the
             # interval sits below the limit the answer is no, whatever more pairs would

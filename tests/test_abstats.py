@@ -402,6 +402,9 @@ def test_the_no_regression_stop_uses_its_own_looser_bound() -> None:
 def test_an_early_stop_below_the_limit_is_never_a_regression(effect: float, seed: int) -> None:
     a, b = synth(np.random.default_rng(seed), 300, effect=effect)
     decision = decide(StoppingRule(), a, b, elapsed_s=1.0)
+    if decision.verdict == "regression":  # only ever with the final rule's conditions
+        assert decision.ratio is not None and decision.ratio > 1.05
+        assert decision.lo is not None and decision.lo > 1.0
     if decision.stop and "below the limit" in decision.reason:
         assert decision.verdict in ("unchanged", "improvement")
         assert decision.ratio is not None and decision.ratio < 1.05
