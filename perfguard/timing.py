@@ -75,6 +75,33 @@ def _noop() -> None:
     return None
 
 
+def warm_up(
+    call: Callable[[], object], sync: Callable[[], None], warmup: LoopSpec
+) -> tuple[int, int, int]:
+    """The cold-start request, then more until BOTH ``warmup.iterations`` and
+    ``warmup.seconds`` are reached, up to ``warmup.max_seconds``.
+
+    Returns ``(cold_start_ns, iterations, elapsed_ns)``, the cold start counted as
+    the first iteration. Its overhead does not matter (one clock read per
+    iteration, which the time checks use). The caller owns the gc state.
+    """
+    clock = time.perf_counter_ns  # looked up per call, so tests can substitute a fake clock
+    start = clock()
+    call()
+    sync()
+    now = clock()
+    cold_start_ns = now - start
+    iterations = 1
+    min_end = start + _seconds_to_ns(warmup.seconds)
+    cap_end = start + _seconds_to_ns(warmup.max_seconds)
+    while (iterations < warmup.iterations or now < min_end) and now < cap_end:
+        call()
+        sync()
+        now = clock()
+        iterations += 1
+    return cold_start_ns, iterations, now - start
+
+
 def measure(
     call: Callable[[], object],
     synchronize: Callable[[], None] | None,
@@ -96,22 +123,7 @@ def measure(
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        # --- cold start + warm-up (its overhead does not matter: one clock read
-        # per iteration, the time checks use it).
-        w_start = clock()
-        call()
-        sync()
-        now = clock()
-        cold_start_ns = now - w_start
-        warmup_iterations = 1
-        w_min_end = w_start + _seconds_to_ns(warmup.seconds)
-        w_cap_end = w_start + _seconds_to_ns(warmup.max_seconds)
-        while (warmup_iterations < warmup.iterations or now < w_min_end) and now < w_cap_end:
-            call()
-            sync()
-            now = clock()
-            warmup_iterations += 1
-        warmup_ns = now - w_start
+        cold_start_ns, warmup_iterations, warmup_ns = warm_up(call, sync, warmup)
 
         # --- timed loop
         gc.collect()

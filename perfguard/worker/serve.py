@@ -11,8 +11,9 @@ Ops (fields of the request -> fields of the ``ok: true`` reply):
 * ``open`` ``suite``, ``cell``, ``rootdir``, ``cache_dir`` -> ``scenario_id``,
   ``batch``, ``runtime``, ``backend``, ``device``, ``precision`` (an open cell
   is closed first; a failed ``open`` leaves none open).
-* ``warmup`` ``iterations``, ``seconds`` [, ``max_seconds``] -> ``cold_start_ns``,
-  ``iterations``, ``elapsed_ns``.
+* ``warmup`` ``iterations``, ``seconds`` [, ``max_seconds``: the cap, default
+  ``LoopSpec``'s 300 s] -> ``cold_start_ns``, ``iterations``, ``elapsed_ns``
+  (:func:`perfguard.timing.warm_up`, the same warm-up as in-process measurement).
 * ``measure`` ``k`` -> ``samples_ns`` (k requests, each timed on its own, GC off).
 * ``pairs`` ``order`` (booleans: true = slot ``a`` first) [, ``slots``: two slot
   names, default ``["a", "b"]``] -> ``a_ns``, ``b_ns``: one request of each cell per
@@ -47,8 +48,9 @@ import perfguard
 from perfguard.backends import Session
 from perfguard.errors import CellNotFound, Location, ProtocolError
 from perfguard.runner import RunContext, ScenarioRun, check_outputs, run_loop
-from perfguard.scenario import Scenario
+from perfguard.scenario import LoopSpec, Scenario
 from perfguard.suite import load_suite
+from perfguard.timing import warm_up
 from perfguard.worker.protocol import (
     OPS,
     PROTOCOL_VERSION,
@@ -60,7 +62,6 @@ from perfguard.worker.protocol import (
 __all__ = ["Server"]
 
 _TRACEBACK_LINES = 15
-_NS_PER_S = 1_000_000_000
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -222,31 +223,19 @@ class Server:
         cell = self._open_cell("warmup", request)
         iterations = _field(request, "iterations", int, minimum=0)
         seconds = float(_field(request, "seconds", (int, float), minimum=0))
-        cap = request.get("max_seconds")
-        if cap is not None:
-            cap = _field(request, "max_seconds", (int, float), minimum=0)
-        call, sync = cell.call, cell.sync or _noop
-        clock = time.perf_counter_ns
+        loop = LoopSpec(iterations, seconds)
+        if request.get("max_seconds") is not None:
+            loop = LoopSpec(
+                iterations, seconds, _field(request, "max_seconds", (int, float), minimum=0)
+            )
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            start = clock()
-            call()
-            sync()
-            now = clock()
-            cold_start_ns = now - start
-            done = 1
-            min_end = start + int(seconds * _NS_PER_S)
-            cap_end = start + int(float(cap) * _NS_PER_S) if cap is not None else None
-            while (done < iterations or now < min_end) and (cap_end is None or now < cap_end):
-                call()
-                sync()
-                now = clock()
-                done += 1
+            cold_start_ns, done, elapsed_ns = warm_up(cell.call, cell.sync or _noop, loop)
         finally:
             if gc_was_enabled:
                 gc.enable()
-        return {"cold_start_ns": cold_start_ns, "iterations": done, "elapsed_ns": now - start}
+        return {"cold_start_ns": cold_start_ns, "iterations": done, "elapsed_ns": elapsed_ns}
 
     def _measure(self, request: dict[str, Any]) -> dict[str, Any]:
         cell = self.cells.get(request.get("slot", _MAIN))
