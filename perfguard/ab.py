@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from perfguard.abstats import Decision, StoppingRule, decide, pair_orders, per_round
+from perfguard.compare import LATENCY_QS
 from perfguard.errors import SuiteError
 from perfguard.results import ScenarioResult
 from perfguard.runner import RunContext, base_result
@@ -61,7 +62,6 @@ from perfguard.worktree import BaseRef, base_worktree, resolve_base
 
 __all__ = ["ABConfig", "ABOutcome", "ABRun", "base_results", "run_pairs"]
 
-_QS = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0}
 OPEN_TIMEOUT_S = 600.0  # exporting or quantizing a model on first open can take minutes
 REQUEST_TIMEOUT_S = 60.0
 SETTLE_PAIRS = 30  # discarded after warm-up: both processes settle together
@@ -153,8 +153,7 @@ def run_pairs(
     a_ns: list[int] = []
     b_ns: list[int] = []
     start = time.perf_counter()
-    decision: Decision | None = None
-    while len(a_ns) < rule.max_pairs:
+    while True:
         pairs = len(a_ns)
         look = max(rule.min_pairs, pairs + rule.check_every - pairs % rule.check_every)
         left_s = rule.max_seconds - (time.perf_counter() - start)
@@ -169,14 +168,10 @@ def run_pairs(
         per_pair = elapsed / len(a_ns)
         at_look = len(a_ns) >= rule.min_pairs and len(a_ns) % rule.check_every == 0
         if at_look or len(a_ns) >= rule.max_pairs or elapsed >= rule.max_seconds:
-            decision = decide(rule, np.asarray(a_ns), np.asarray(b_ns), elapsed)
-            if decision.stop:
-                break
-    a_arr, b_arr = np.asarray(a_ns, dtype=np.int64), np.asarray(b_ns, dtype=np.int64)
-    elapsed = time.perf_counter() - start
-    if decision is None or not decision.stop:
-        decision = decide(rule, a_arr, b_arr, elapsed)
-    return a_arr, b_arr, decision, elapsed
+            a_arr, b_arr = np.asarray(a_ns, dtype=np.int64), np.asarray(b_ns, dtype=np.int64)
+            decision = decide(rule, a_arr, b_arr, elapsed)
+            if decision.stop:  # always at the pair or time cap
+                return a_arr, b_arr, decision, elapsed
 
 
 def worker_env() -> dict[str, str]:
@@ -354,11 +349,11 @@ class ABRun:
     ) -> tuple[ScenarioResult, ScenarioVerdict]:
         """Measure A and B interleaved; B's figures as the result, the paired verdict."""
         metric, gate = next(
-            ((g.metric, g) for g in scenario.gates if g.metric in _QS and g.relative),
+            ((g.metric, g) for g in scenario.gates if g.metric in LATENCY_QS and g.relative),
             ("p95", None),
         )
         limit = gate.limit if gate is not None else 0.05
-        rule = StoppingRule(limit=limit, q=_QS[metric])
+        rule = StoppingRule(limit=limit, q=LATENCY_QS[metric])
         with self._sides(scenario, ctx) as (a, b, opened):
             warm: dict[str, Any] = {}
             for name, worker in (("a", a), ("b", b)):
@@ -367,6 +362,7 @@ class ABRun:
                     timeout_s=OPEN_TIMEOUT_S,
                     iterations=scenario.warmup.iterations,
                     seconds=scenario.warmup.seconds,
+                    max_seconds=scenario.warmup.max_seconds,
                 )
             a_ns, b_ns, decision, elapsed = run_pairs(a, b, rule, seed=self.config.seed)
         outcome = ABOutcome(a_ns, b_ns, decision, elapsed, metric, limit)
@@ -406,7 +402,7 @@ class ABRun:
     def _verdict(self, scenario: Scenario, ctx: RunContext, outcome: ABOutcome) -> ScenarioVerdict:
         assert self.base is not None
         d = outcome.decision
-        q = _QS[outcome.metric]
+        q = LATENCY_QS[outcome.metric]
         pa = float(percentile(outcome.samples_a, q))
         pb = float(percentile(outcome.samples_b, q))
         kind = _decision_verdict(d)
@@ -424,8 +420,8 @@ class ABRun:
             metric=outcome.metric,
             verdict=kind,
             message=message,
-            rule="same-run A/B: ratio of P95s beyond the limit and its 99% paired-bootstrap "
-            "bound beyond 1",
+            rule=f"same-run A/B: ratio of {name}s beyond the limit and its 99% "
+            "paired-bootstrap bound beyond 1",
             baseline=pa,
             current=pb,
             ratio=d.ratio,
