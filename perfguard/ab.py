@@ -29,6 +29,7 @@ slowed both of its requests.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import tempfile
@@ -378,8 +379,6 @@ class ABRun:
         warm: dict[str, Any],
         opened: dict[str, Any],
     ) -> ScenarioResult:
-        import dataclasses
-
         samples = outcome.samples_b
         batch = int(opened.get("batch", 1) or 1)
         base = base_result(scenario, ctx, batch)
@@ -452,6 +451,19 @@ class ABRun:
                 "samples_a_ns": [int(x) for x in outcome.samples_a],
             },
         )
+
+    def outside_ab(self, scenario: Scenario, verdict: ScenarioVerdict) -> ScenarioVerdict:
+        """The verdict of a cell this mode did not interleave: ``new`` when the base
+        lacks it, else (a cell under ``load:``) ``verdict`` from the archived baseline,
+        saying so."""
+        reason = self.why_not_in_base(scenario)
+        if reason is not None:
+            return self.new_verdict(verdict.scenario_id, reason)
+        note = (
+            "measured under load: compared with the archived baseline, not in same-run "
+            "A/B (which interleaves single requests)"
+        )
+        return dataclasses.replace(verdict, messages=(*verdict.messages, note))
 
     def new_verdict(self, scenario_id: str, why: str) -> ScenarioVerdict:
         return ScenarioVerdict(

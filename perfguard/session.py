@@ -246,28 +246,28 @@ class PerfguardSession:
         self.record(result)
 
     def _measure_and_judge(self, scenario: Scenario) -> tuple[ScenarioResult, ScenarioVerdict]:
+        ab = self.ab
+        if ab is not None and scenario.load is None and ab.why_not_in_base(scenario) is None:
+            result, verdict = ab.measure(scenario, self.ctx)
+            return self._with_accuracy(scenario, result), verdict
         gatekeeper = self.gatekeeper
-        if self.ab is not None and scenario.load is None:
-            why_new = self.ab.why_not_in_base(scenario)
-            if why_new is None:
-                result, verdict = self.ab.measure(scenario, self.ctx)
-                return self._with_accuracy(scenario, result), verdict
-        elif self.isolate or scenario.isolate:
+        if self.isolate or scenario.isolate:
             from perfguard.isolate import IsolatedRun
 
             with IsolatedRun(scenario, self.ctx) as iso:
                 measured = iso.measure()
                 result, verdict = gatekeeper.judge_confirmed(measured, scenario.gates, iso.measure)
-            return self._with_accuracy(scenario, result), verdict
-        calibration = self.accuracy.calibration_for(scenario)
-        with ScenarioRun(scenario, self.ctx, calibration) as run:
-            result, verdict = gatekeeper.judge_confirmed(run.measure(), scenario.gates, run.measure)
-            if self.ab is not None:  # only in the working tree, or measured under load
-                reason = self.ab.why_not_in_base(scenario)
-                if reason is not None:
-                    verdict = self.ab.new_verdict(verdict.scenario_id, reason)
-            if scenario.accuracy is not None:
-                result = self._accuracy_of(scenario, run.session, result)
+            result = self._with_accuracy(scenario, result)
+        else:
+            calibration = self.accuracy.calibration_for(scenario)
+            with ScenarioRun(scenario, self.ctx, calibration) as run:
+                result, verdict = gatekeeper.judge_confirmed(
+                    run.measure(), scenario.gates, run.measure
+                )
+                if scenario.accuracy is not None:
+                    result = self._accuracy_of(scenario, run.session, result)
+        if ab is not None:  # only in the working tree, or measured under load
+            verdict = ab.outside_ab(scenario, verdict)
         return result, verdict
 
     def _accuracy_of(
