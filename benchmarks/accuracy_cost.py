@@ -5,7 +5,7 @@ sequence 64) runs on 64 accuracy inputs (random token ids in [1000, 30000),
 attention mask of ones): that loop is "the model's own inference time" for
 those inputs and gives the reference outputs. Its int8 dynamic-quantized twin
 (``torch.ao.quantization.quantize_dynamic`` on the Linear layers) gives the
-"current" outputs. The accuracy checks are ``perfguard.accuracy.compare_outputs``
+"current" outputs. The accuracy checks are ``perfguard.accuracy.metrics.compare_outputs``
 on the 64 stacked outputs ([64, 384]) with cosine (min and mean), KL on logits,
 absolute/relative errors and top-1 agreement gated, which includes the
 reference's NaN check. The gate values are only there to be evaluated; the
@@ -38,8 +38,8 @@ import numpy as np
 # Runnable from a checkout without installing.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from perfguard.accuracy import AccuracyReport, compare_outputs
-from perfguard.scenario import AccuracyGates, AccuracySpec
+from perfguard.accuracy.metrics import AccuracyReport, compare_outputs
+from perfguard.core.scenario import AccuracyGates, AccuracySpec
 
 TARGET = 0.10
 SPEC = AccuracySpec(

@@ -4,13 +4,13 @@ Open loop: for each asked rate, requests are scheduled (constant spacing) for
 ``--seconds``; the *scheduling lag* of a request is how late it was handed to
 the server (``sent - scheduled``). A rate is *sustained* when the lag's P99 is
 under 1 ms and at least 99% of the asked rate was sent. Reported: the highest
-sustained rate of perfguard's generator (``perfguard.loadgen.open_loop``) and,
+sustained rate of perfguard's generator (``perfguard.measure.loadgen.open_loop``) and,
 measured in the same run with the same rates interleaved, of the usual
 hand-written harness: a loop that sleeps until each request's time and submits
 it to a ``concurrent.futures.ThreadPoolExecutor``.
 
 Closed loop: N clients calling a no-op model as fast as they can for
-``--seconds``: requests per second of ``perfguard.loadgen.closed_loop`` beside a
+``--seconds``: requests per second of ``perfguard.measure.loadgen.closed_loop`` beside a
 thread pool whose N threads each loop ``t0 = clock(); call(); t1 = clock()``
 through ``executor.submit(...).result()`` per request (the usual "N concurrent
 requests" harness).
@@ -30,7 +30,7 @@ import time
 
 import numpy as np
 
-from perfguard.loadgen import Worker, closed_loop, open_loop, schedule
+from perfguard.measure.loadgen import Worker, closed_loop, open_loop, schedule
 
 RATES = (1000, 10_000, 50_000, 100_000, 150_000, 200_000, 300_000, 500_000, 750_000, 1_000_000)
 LAG_P99_MS = 1.0

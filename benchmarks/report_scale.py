@@ -18,12 +18,24 @@ from pathlib import Path
 
 import numpy as np
 
+from perfguard.core.results import (
+    CommitInfo,
+    Environment,
+    LatencySummary,
+    RunResult,
+    ScenarioResult,
+)
+from perfguard.core.stats import summarize, throughput
+from perfguard.judge.verdict import (
+    IMPROVEMENT,
+    REGRESSION,
+    UNCHANGED,
+    MetricVerdict,
+    ScenarioVerdict,
+)
 from perfguard.report import render_html, write_report
 from perfguard.report.model import ReportInput
 from perfguard.report.render import FULL_PLOT_BUDGET
-from perfguard.results import CommitInfo, Environment, LatencySummary, RunResult, ScenarioResult
-from perfguard.stats import summarize, throughput
-from perfguard.verdict import IMPROVEMENT, REGRESSION, UNCHANGED, MetricVerdict, ScenarioVerdict
 
 
 def _scenario(sid: str, samples: np.ndarray, backend: str) -> ScenarioResult:

@@ -4,7 +4,7 @@ The floor is the leanest way to time requests one by one in Python::
 
     t0 = perf_counter_ns(); fn(); t1 = perf_counter_ns(); samples.append(t1 - t0)
 
-around a no-op. ``perfguard.timing.measure`` runs the same no-op (warm-up of one
+around a no-op. ``perfguard.measure.timing.measure`` runs the same no-op (warm-up of one
 call). The two alternate within one run (ABBA order), so a slow spell of a
 shared host hits both; the table shows the median over repeats of
 
@@ -31,8 +31,8 @@ from pathlib import Path
 # Runnable from a checkout without installing.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from perfguard.scenario import LoopSpec
-from perfguard.timing import measure
+from perfguard.core.scenario import LoopSpec
+from perfguard.measure.timing import measure
 
 TARGET = 1.25
 
@@ -63,7 +63,7 @@ def floor_loop(fn: Callable[[], object], n: int) -> tuple[float, float]:
 
 
 def harness_loop(fn: Callable[[], object], n: int) -> tuple[float, float]:
-    """perfguard.timing.measure; returns (wall ns per request, median sample ns)."""
+    """perfguard.measure.timing.measure; returns (wall ns per request, median sample ns)."""
     m = measure(
         fn,
         None,

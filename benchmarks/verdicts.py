@@ -9,7 +9,7 @@ confirmation re-measurement does.
 * Baseline: ``--baseline-launches`` launches, recorded first (as an archived
   baseline would be). The first launch alone is the "single" baseline (what
   pytest-benchmark saves); all of them pooled (samples concatenated, median
-  canary, as ``perfguard.store`` pools launches) are the "pooled" one, and
+  canary, as ``perfguard.baseline.store`` pools launches) are the "pooled" one, and
   their normalised P95s stand in for the stored-commit history of the noise floor.
 * A/A: ``--aa`` unchanged runs. A/B: ``--ab`` runs each with an injected
   slowdown of +5%, +10%, +20%: after every model call the worker busy-waits on
@@ -44,7 +44,7 @@ evidence and must not overwrite the real table). Every round's raw samples go to
 re-judges them (e.g. after changing a rule) without measuring again.
 
 Measure on an otherwise idle machine: a second test run on the same 2 cores
-slows onnxruntime 1.5-5x, which the canary cannot see (see perfguard.canary);
+slows onnxruntime 1.5-5x, which the canary cannot see (see perfguard.measure.canary);
 the foreign-CPU diagnostics below say whether that happened.
 """
 
@@ -68,12 +68,12 @@ import numpy as np
 # Runnable from a checkout without installing.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from perfguard.canary import CanaryProbe
-from perfguard.compare import compare_scenario, confirm, needs_confirmation
-from perfguard.results import ScenarioResult
-from perfguard.scenario import GateSpec, LoopSpec
-from perfguard.stats import noise_floor, percentile, summarize
-from perfguard.verdict import INVALID, REGRESSION, ScenarioVerdict
+from perfguard.core.results import ScenarioResult
+from perfguard.core.scenario import GateSpec, LoopSpec
+from perfguard.core.stats import noise_floor, percentile, summarize
+from perfguard.judge.compare import compare_scenario, confirm, needs_confirmation
+from perfguard.judge.verdict import INVALID, REGRESSION, ScenarioVerdict
+from perfguard.measure.canary import CanaryProbe
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".perfguard" / "benchmarks"
@@ -124,7 +124,7 @@ def worker(model: Path, spin_ns: int, requests: int, rounds: int) -> dict[str, A
     """One fresh-process run: ``rounds`` x (canary, timing.measure, canary)."""
     import onnxruntime as ort
 
-    from perfguard.timing import measure
+    from perfguard.measure.timing import measure
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = THREADS
@@ -201,7 +201,7 @@ def launch(model: Path, spin_ns: int, requests: int, rounds: int) -> list[dict[s
 
 
 def pool(results: list[ScenarioResult]) -> ScenarioResult:
-    """Pool launches like ``perfguard.store``: samples concatenated, median canary."""
+    """Pool launches like ``perfguard.baseline.store``: samples concatenated, median canary."""
     samples = tuple(s for r in results for s in r.samples_ns)
     canaries = [r.canary_ns for r in results if r.canary_ns is not None]
     return replace(

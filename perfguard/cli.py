@@ -16,12 +16,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from perfguard import gitinfo
-from perfguard.env import collect_environment
-from perfguard.errors import GitError, PerfguardError, ResultsError, StoreError
-from perfguard.results import RunResult, ScenarioResult
-from perfguard.scenario import GateSpec
-from perfguard.store import DEFAULT_ROOT, Baseline, DirectoryStore, MemoryStore, StoreProblem
+from perfguard.baseline import git as gitinfo
+from perfguard.baseline.store import (
+    DEFAULT_ROOT,
+    Baseline,
+    DirectoryStore,
+    MemoryStore,
+    StoreProblem,
+)
+from perfguard.core.errors import GitError, PerfguardError, ResultsError, StoreError
+from perfguard.core.results import RunResult, ScenarioResult
+from perfguard.core.scenario import GateSpec
+from perfguard.machine.env import collect_environment
 
 _FULL_SHA = re.compile(r"[0-9a-fA-F]{40}(?:[0-9a-fA-F]{24})?")
 _SHORT_SHA = re.compile(r"[0-9a-fA-F]{4,63}")
@@ -95,14 +101,14 @@ def _readable(store: DirectoryStore, fp: str) -> list[Baseline]:
 
 def _load_run(path: Path) -> RunResult:
     """A results file, or a baseline file pooled per scenario into one run."""
-    from perfguard.baselinefile import pooled_run, read_baseline_file
+    from perfguard.baseline.read import pooled_run, read_baseline_file
 
     return pooled_run(read_baseline_file(path))
 
 
 def _suite_gates(ids: Sequence[str], rootdir: Path) -> dict[str, tuple[GateSpec, ...]]:
     """Gates of each id whose suite file exists under ``rootdir`` and still has it."""
-    from perfguard.suite import Suite, load_suite
+    from perfguard.suite.loader import Suite, load_suite
 
     suites: dict[Path, Suite | None] = {}
     gates: dict[str, tuple[GateSpec, ...]] = {}
@@ -121,8 +127,8 @@ def _suite_gates(ids: Sequence[str], rootdir: Path) -> dict[str, tuple[GateSpec,
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from perfguard.compare import compare_runs
-    from perfguard.verdict import REGRESSION, SEVERITY
+    from perfguard.judge.compare import compare_runs
+    from perfguard.judge.verdict import REGRESSION, SEVERITY
 
     base, current = _load_run(Path(args.base)), _load_run(Path(args.current))
     ids = list(dict.fromkeys(s.id for run in (current, base) for s in run.scenarios))
@@ -305,7 +311,7 @@ def _count(text: str) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from perfguard.export import export_command
+    from perfguard.interop.benchmark_json import export_command
 
     written = export_command(Path(args.results), args.format, Path(args.out) if args.out else None)
     print(written if isinstance(written, str) else f"wrote {written}")

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfguard.abstats import (
+from perfguard.ab.stats import (
     Decision,
     StoppingRule,
     decide,
@@ -25,7 +25,7 @@ from perfguard.abstats import (
     paired_ratio,
     per_round,
 )
-from perfguard.stats import percentile, percentile_ratio_bound
+from perfguard.core.stats import percentile, percentile_ratio_bound
 
 SETTINGS = settings(deadline=None, max_examples=60)
 FloatArray = npt.NDArray[np.float64]

@@ -1,4 +1,4 @@
-"""perfguard.accuracy: known answers against scipy/numpy, properties, gates and errors."""
+"""perfguard.accuracy.metrics: known answers against scipy/numpy, properties, gates and errors."""
 
 from __future__ import annotations
 
@@ -15,15 +15,15 @@ from scipy.spatial import distance
 from scipy.special import softmax
 from scipy.stats import entropy
 
-from perfguard import accuracy
-from perfguard.accuracy import (
+from perfguard.accuracy import metrics as accuracy
+from perfguard.accuracy.metrics import (
     check_finite,
     compare_outputs,
     output_metrics,
     task_metric_check,
 )
-from perfguard.errors import AccuracyError, PerfguardError
-from perfguard.scenario import AccuracyGates, AccuracySpec, TaskMetricSpec
+from perfguard.core.errors import AccuracyError, PerfguardError
+from perfguard.core.scenario import AccuracyGates, AccuracySpec, TaskMetricSpec
 
 # No wall-clock deadline (shared CI hosts) and no example database (no files written).
 SETTINGS = settings(deadline=None, database=None, max_examples=60)

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfguard.errors import InputError, Location
-from perfguard.inputs import generate_input, load_labels, make_accuracy_inputs, make_inputs
-from perfguard.scenario import AccuracyInputs, InputSpec, ModelSpec
+from perfguard.core.errors import InputError, Location
+from perfguard.core.scenario import AccuracyInputs, InputSpec, ModelSpec
+from perfguard.models.inputs import generate_input, load_labels, make_accuracy_inputs, make_inputs
 
 SPECS = (
     InputSpec("ids", (1, 6), "int64", low=0, high=1000, seed=3),

@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from perfguard.accuracy_run import collect_outputs, figure_drift, find_reference
-from perfguard.errors import AccuracyError, Location
-from perfguard.results import ScenarioResult
-from perfguard.scenario import AccuracyGates, AccuracySpec, ModelSpec, Scenario
+from perfguard.accuracy.run import collect_outputs, figure_drift, find_reference
+from perfguard.core.errors import AccuracyError, Location
+from perfguard.core.results import ScenarioResult
+from perfguard.core.scenario import AccuracyGates, AccuracySpec, ModelSpec, Scenario
 
 LOC = Location(Path("suites/s.yaml"), 3)
 MODEL = ModelSpec(name="m", location=LOC, base_dir=Path())

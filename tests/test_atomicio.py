@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from perfguard.atomicio import read_json, write_json_atomic, write_text_atomic
-from perfguard.errors import ResultsError
+from perfguard.core.atomicio import read_json, write_json_atomic, write_text_atomic
+from perfguard.core.errors import ResultsError
 
 
 def leftovers(directory: Path) -> list[str]:

@@ -10,7 +10,7 @@ import pytest
 from perfguard.backends import get_backend
 from perfguard.backends.onnxruntime_backend import OnnxRuntimeBackend
 from perfguard.backends.torch_backend import TorchBackend
-from perfguard.errors import CellError
+from perfguard.core.errors import CellError
 
 
 @pytest.mark.parametrize(

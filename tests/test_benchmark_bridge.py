@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from perfguard.results import CommitInfo, Environment, RunResult, ScenarioResult
-from perfguard.resultsio import validate
+from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
+from perfguard.core.resultsio import validate
 
 pytest.importorskip("pytest_benchmark")
 
@@ -20,7 +20,7 @@ BRIDGE_CONFTEST = textwrap.dedent(
     import json
     from pathlib import Path
 
-    from perfguard.benchmark_bridge import BRIDGE_PLUGIN_NAME, register_bridge
+    from perfguard.interop.benchmark_bridge import BRIDGE_PLUGIN_NAME, register_bridge
 
 
     def pytest_configure(config):
@@ -155,7 +155,7 @@ def test_bridged_results_fit_the_results_schema(
 def test_export_of_bridged_results_matches_pytest_benchmarks_json(
     bridged: tuple[pytest.RunResult, dict[str, dict], dict],
 ) -> None:
-    from perfguard.export import to_pytest_benchmark
+    from perfguard.interop.benchmark_json import to_pytest_benchmark
 
     _, results, bench = bridged
     run = RunResult(
@@ -184,7 +184,7 @@ def test_callback_exception_fails_that_test(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(
         textwrap.dedent(
             """
-            from perfguard.benchmark_bridge import register_bridge
+            from perfguard.interop.benchmark_bridge import register_bridge
 
 
             def pytest_configure(config):
@@ -214,7 +214,7 @@ def test_callback_exception_fails_that_test(pytester: pytest.Pytester) -> None:
 
 
 def test_benchmark_result_none_when_fixture_unused(tmp_path: Path) -> None:
-    from perfguard.benchmark_bridge import benchmark_result
+    from perfguard.interop.benchmark_bridge import benchmark_result
 
     class Unused:
         stats = None
@@ -228,7 +228,7 @@ def test_register_bridge_without_pytest_benchmark_does_nothing(
 ) -> None:
     import importlib.util
 
-    from perfguard import benchmark_bridge
+    from perfguard.interop import benchmark_bridge
 
     class NoPlugins:
         def get_plugin(self, name: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perfguard.canary import CanaryProbe, CanaryResult, measure_with_canary, run_canary
+from perfguard.measure.canary import CanaryProbe, CanaryResult, measure_with_canary, run_canary
 
 
 def test_run_canary_returns_positive_times() -> None:

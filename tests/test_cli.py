@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from perfguard.baseline.store import DirectoryStore
 from perfguard.cli import main
-from perfguard.env import fingerprint as env_fingerprint
-from perfguard.results import CommitInfo, Environment, RunResult, ScenarioResult
-from perfguard.resultsio import write_results
-from perfguard.stats import summarize, throughput
-from perfguard.store import DirectoryStore
+from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
+from perfguard.core.resultsio import write_results
+from perfguard.core.stats import summarize, throughput
+from perfguard.machine.env import fingerprint as env_fingerprint
 
 COMPARABLE = {"cpu_model": "test-cpu", "cpu_count": "2", "python": "3.11"}
 OTHER_COMPARABLE = {**COMPARABLE, "cpu_model": "other-cpu"}

@@ -10,7 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfguard.compare import (
+from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
+from perfguard.core.scenario import GateSpec
+from perfguard.core.stats import summarize
+from perfguard.judge.compare import (
     compare_runs,
     compare_scenario,
     confirm,
@@ -18,10 +21,7 @@ from perfguard.compare import (
     needs_confirmation,
     samples_needed,
 )
-from perfguard.results import CommitInfo, Environment, RunResult, ScenarioResult
-from perfguard.scenario import GateSpec
-from perfguard.stats import summarize
-from perfguard.verdict import SEVERITY, MetricVerdict, ScenarioVerdict, worst
+from perfguard.judge.verdict import SEVERITY, MetricVerdict, ScenarioVerdict, worst
 
 COMMIT = "1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b"
 P95 = (GateSpec(metric="p95", limit=0.05),)

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from perfguard import env
-from perfguard.env import collect_environment, diff_comparable, fingerprint, package_version
-from perfguard.results import Environment
+from perfguard.core.results import Environment
+from perfguard.machine import env
+from perfguard.machine.env import collect_environment, diff_comparable, fingerprint, package_version
 
 GPU_KEYS = {"gpu_model", "gpu_driver_major", "cuda_major"}
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from perfguard.atomicio import write_json_atomic
-from perfguard.errors import ResultsError
-from perfguard.export import benchmark_stats, export_command, to_pytest_benchmark
-from perfguard.results import CommitInfo, Environment, RunResult, ScenarioResult
-from perfguard.stats import summarize
+from perfguard.core.atomicio import write_json_atomic
+from perfguard.core.errors import ResultsError
+from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
+from perfguard.core.stats import summarize
+from perfguard.interop.benchmark_json import benchmark_stats, export_command, to_pytest_benchmark
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from perfguard.gate import Gatekeeper, GateSettings
-from perfguard.store import BaselineStore
+from perfguard.baseline.store import BaselineStore
+from perfguard.judge.gatekeeper import Gatekeeper, GateSettings
 from tests.test_store import FP, IDS, make_run, sha_of
 
 

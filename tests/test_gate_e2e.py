@@ -41,8 +41,8 @@ def spin(us=200):
 # Contention from other processes on a shared CI host would turn verdicts into
 # `invalid`; these tests are about the plumbing, so the contention check is off.
 CONFTEST = """
-import perfguard.compare
-perfguard.compare.FOREIGN_CPU_LIMIT = 1.01
+import perfguard.judge.compare
+perfguard.judge.compare.FOREIGN_CPU_LIMIT = 1.01
 """
 
 

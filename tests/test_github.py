@@ -1,4 +1,4 @@
-"""GitHub Actions annotations and step summaries (perfguard.github)."""
+"""GitHub Actions annotations and step summaries (perfguard.report.github)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from perfguard import github
+from perfguard.report import github
 
 
 def test_in_github_actions() -> None:

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from perfguard import gitinfo
-from perfguard.errors import GitError
-from perfguard.gitinfo import (
+from perfguard.baseline import git as gitinfo
+from perfguard.baseline.git import (
     ancestors,
     commit_info,
     is_dirty,
@@ -20,6 +19,7 @@ from perfguard.gitinfo import (
     repo_root,
     resolve,
 )
+from perfguard.core.errors import GitError
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from perfguard.errors import Location, ModelError
-from perfguard.runner import RunContext, open_session, run_loop
-from perfguard.scenario import GpuSpec, InputSpec, LoopSpec, ModelSpec, Scenario
+from perfguard.core.errors import Location, ModelError
+from perfguard.core.scenario import GpuSpec, InputSpec, LoopSpec, ModelSpec, Scenario
+from perfguard.measure.runner import RunContext, open_session, run_loop
 from tests.conftest import TINY_MODELS, write_suite
 
 pytestmark = pytest.mark.gpu
@@ -146,7 +146,7 @@ def test_tensorrt_builds_once_and_matches_torch(models_dir: Path) -> None:
 
 def test_nvml_telemetry_reads_this_gpu() -> None:
     pytest.importorskip("pynvml")
-    from perfguard.telemetry import TelemetrySampler, static_info
+    from perfguard.machine.telemetry import TelemetrySampler, static_info
 
     assert static_info(0).get("gpu_model")
     sampler = TelemetrySampler(0, interval_s=0.02).start()

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from perfguard import telemetry
-from perfguard.errors import Location, ModelError, RunInvalid
-from perfguard.gpu_run import GpuWatch, cuda_unavailable, device_index, is_out_of_memory
-from perfguard.results import ScenarioResult
-from perfguard.runner import run_loop
-from perfguard.scenario import GpuSpec, InputSpec, LoopSpec, ModelSpec, Scenario
+from perfguard.core.errors import Location, ModelError, RunInvalid
+from perfguard.core.results import ScenarioResult
+from perfguard.core.scenario import GpuSpec, InputSpec, LoopSpec, ModelSpec, Scenario
+from perfguard.machine import telemetry
+from perfguard.measure.gpu import GpuWatch, cuda_unavailable, device_index, is_out_of_memory
+from perfguard.measure.runner import run_loop
 from tests.conftest import write_suite
 
 MODEL = ModelSpec(

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfguard.errors import InputError, Location
-from perfguard.inputs import batch_size, generate_input, load_inputs_file, make_inputs
-from perfguard.scenario import InputSpec, ModelSpec
+from perfguard.core.errors import InputError, Location
+from perfguard.core.scenario import InputSpec, ModelSpec
+from perfguard.models.inputs import batch_size, generate_input, load_inputs_file, make_inputs
 
 
 def spec_model(tmp_path: Path, *inputs: InputSpec, inputs_file: Path | None = None) -> ModelSpec:

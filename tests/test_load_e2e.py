@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from perfguard.resultsio import validate
+from perfguard.core.resultsio import validate
 from tests.conftest import write_suite
 
 LOAD_MODELS = textwrap.dedent(

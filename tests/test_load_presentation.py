@@ -7,11 +7,11 @@ from typing import Any
 
 import numpy as np
 
+from perfguard.core.results import ScenarioResult
+from perfguard.core.stats import summarize
 from perfguard.report import render_html, render_markdown
 from perfguard.report.model import ReportInput
-from perfguard.results import ScenarioResult
-from perfguard.stats import summarize
-from perfguard.summary import LOAD_HEADERS, load_group, load_lines, short_invalid
+from perfguard.report.tables import LOAD_HEADERS, load_group, load_lines, short_invalid
 from tests.test_report import run_of, scenario
 
 SUITE = "suites/x.yaml"

@@ -19,11 +19,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfguard import loadgen
-from perfguard.loadgen import Batching, Worker, closed_loop, open_loop, schedule
-from perfguard.loadstats import level_figures
-from perfguard.scenario import BatchingSpec, LoadSpec
-from perfguard.stats import percentile
+from perfguard.core.scenario import BatchingSpec, LoadSpec
+from perfguard.core.stats import percentile
+from perfguard.measure import loadgen
+from perfguard.measure.loadgen import Batching, Worker, closed_loop, open_loop, schedule
+from perfguard.measure.loadstats import level_figures
 
 
 def sleeper(seconds: float) -> Callable[[], None]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perfguard.loadgen import LoadLog
-from perfguard.loadstats import level_figures
-from perfguard.scenario import LoadSpec
+from perfguard.core.scenario import LoadSpec
+from perfguard.measure.loadgen import LoadLog
+from perfguard.measure.loadstats import level_figures
 
 MS = 1_000_000
 
@@ -82,7 +82,7 @@ def test_closed_loop_has_no_rates_and_is_never_invalid_for_lag() -> None:
 
 
 def test_a_level_that_kept_up_is_not_called_saturated_but_a_backlog_is() -> None:
-    from perfguard.load_run import _kept_up
+    from perfguard.measure.load import _kept_up
 
     # 10 requests 100 ms apart, each answered 300 ms after its time: stable, just slow.
     steady = log_of(

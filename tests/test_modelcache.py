@@ -10,15 +10,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from perfguard.errors import CellError, InputError, Location, ModelError
-from perfguard.modelcache import (
+from perfguard.core.errors import CellError, InputError, Location, ModelError
+from perfguard.core.scenario import ModelSpec, QuantSpec
+from perfguard.models.cache import (
     cache_key_of,
     convert_fp16,
     export_key,
     export_onnx,
     quantize_int8,
 )
-from perfguard.scenario import ModelSpec, QuantSpec
 
 pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
@@ -329,7 +329,7 @@ def test_static_quantization_calibrates_and_is_cached(
 
 
 def test_static_key_follows_calibration_data_and_settings(tmp_path: Path) -> None:
-    from perfguard.quantize import quantize_key
+    from perfguard.models.quantize import quantize_key
 
     source = mlp_onnx(tmp_path)
     spec = QuantSpec(mode="static")

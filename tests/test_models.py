@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfguard.errors import Location, ModelError
-from perfguard.models import check_onnx_file, load_factory
-from perfguard.scenario import ModelSpec
+from perfguard.core.errors import Location, ModelError
+from perfguard.core.scenario import ModelSpec
+from perfguard.models.factory import check_onnx_file, load_factory
 
 MODELS = textwrap.dedent(
     """
@@ -265,13 +265,13 @@ class _Sig:
     ],
 )
 def test_feeds_positionally(cls: type, names: list[str], expected: bool) -> None:
-    from perfguard.models import feeds_positionally
+    from perfguard.models.factory import feeds_positionally
 
     assert feeds_positionally(cls(), names) is expected
 
 
 def test_forward_parameters() -> None:
-    from perfguard.models import forward_parameters
+    from perfguard.models.factory import forward_parameters
 
     assert forward_parameters(_Sig.OneRequired()) == (["a", "b"], ["a"], False)  # type: ignore[arg-type]
     assert forward_parameters(_Sig.PosOnly()) == ([], ["x"], False)  # type: ignore[arg-type]

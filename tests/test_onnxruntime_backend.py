@@ -12,10 +12,10 @@ import pytest
 
 from perfguard.backends.onnxruntime_backend import OnnxRuntimeBackend, OnnxRuntimeSession
 from perfguard.backends.torch_backend import TorchBackend
-from perfguard.errors import CellError, InputError, Location, ModelError, ProviderFallbackError
-from perfguard.inputs import make_inputs
-from perfguard.modelcache import cache_key_of
-from perfguard.scenario import InputSpec, ModelSpec, QuantSpec, Scenario
+from perfguard.core.errors import CellError, InputError, Location, ModelError, ProviderFallbackError
+from perfguard.core.scenario import InputSpec, ModelSpec, QuantSpec, Scenario
+from perfguard.models.cache import cache_key_of
+from perfguard.models.inputs import make_inputs
 
 ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")

@@ -19,9 +19,9 @@ import pytest
 from perfguard.backends import onnxruntime_backend
 from perfguard.backends.onnxruntime_backend import OnnxRuntimeBackend, OnnxRuntimeSession
 from perfguard.backends.ort_gpu import DISABLE_CPU_FALLBACK, GpuPlan, Placement
-from perfguard.errors import CellError, Location, ModelError, ProviderFallbackError
-from perfguard.inputs import make_inputs
-from perfguard.scenario import GpuSpec, InputSpec, ModelSpec, QuantSpec, Scenario
+from perfguard.core.errors import CellError, Location, ModelError, ProviderFallbackError
+from perfguard.core.scenario import GpuSpec, InputSpec, ModelSpec, QuantSpec, Scenario
+from perfguard.models.inputs import make_inputs
 
 onnx = pytest.importorskip("onnx")
 

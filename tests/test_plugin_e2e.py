@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from perfguard.resultsio import validate
+from perfguard.core.resultsio import validate
 from tests.conftest import FAST_DEFAULTS, run_git, write_suite
 
 MATRIX_SUITE = (

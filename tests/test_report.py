@@ -9,15 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfguard.errors import ResultsError
-from perfguard.report import render_html, render_index, render_markdown, write_report
-from perfguard.report.cli_report import report_command
-from perfguard.report.markdown import MARKER
-from perfguard.report.model import ReportInput
-from perfguard.results import CommitInfo, Environment, RunResult, ScenarioResult
-from perfguard.resultsio import write_results
-from perfguard.stats import summarize, throughput
-from perfguard.verdict import (
+from perfguard.core.errors import ResultsError
+from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
+from perfguard.core.resultsio import write_results
+from perfguard.core.stats import summarize, throughput
+from perfguard.judge.verdict import (
     IMPROVEMENT,
     NEW,
     REGRESSION,
@@ -25,6 +21,10 @@ from perfguard.verdict import (
     MetricVerdict,
     ScenarioVerdict,
 )
+from perfguard.report import render_html, render_index, render_markdown, write_report
+from perfguard.report.cli_report import report_command
+from perfguard.report.markdown import MARKER
+from perfguard.report.model import ReportInput
 
 EVIL = "<script>alert(1)</script>\"quoted\" 'single'"
 SHA = "a" * 40
@@ -329,7 +329,7 @@ def test_report_command_errors_name_the_file(tmp_path: Path) -> None:
 
 
 def test_report_command_with_baseline_archive(tmp_path: Path) -> None:
-    from perfguard.store import DirectoryStore
+    from perfguard.baseline.store import DirectoryStore
 
     base = run_of([scenario("s::a", seed=9, scale_ms=1.0)], sha=BASE_SHA)
     archive = DirectoryStore(tmp_path / "baselines").save(base)

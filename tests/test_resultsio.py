@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from perfguard.atomicio import write_json_atomic
-from perfguard.errors import ResultsError
-from perfguard.results import (
+from perfguard.core.atomicio import write_json_atomic
+from perfguard.core.errors import ResultsError
+from perfguard.core.results import (
     SCHEMA_VERSION,
     CommitInfo,
     Environment,
@@ -25,7 +25,13 @@ from perfguard.results import (
     RunResult,
     ScenarioResult,
 )
-from perfguard.resultsio import load_schema, read_results, results_path, validate, write_results
+from perfguard.core.resultsio import (
+    load_schema,
+    read_results,
+    results_path,
+    validate,
+    write_results,
+)
 
 # No example database: it would be written into the repository checkout.
 SETTINGS = settings(

@@ -1,4 +1,4 @@
-"""perfguard.stats: the nearest-rank percentile, summaries and regression bounds."""
+"""perfguard.core.stats: the nearest-rank percentile, summaries and regression bounds."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from perfguard import stats
-from perfguard.results import LatencySummary
+from perfguard.core import stats
+from perfguard.core.results import LatencySummary
 
 # No wall-clock deadline: the CI hosts are shared and noisy.
 SETTINGS = settings(deadline=None, max_examples=150)

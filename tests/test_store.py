@@ -19,17 +19,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from perfguard.errors import ResultsError, StoreError
-from perfguard.results import CommitInfo, Environment, RunResult, ScenarioResult
-from perfguard.sampleenc import ENCODING, decode_samples, encode_samples
-from perfguard.stats import summarize
-from perfguard.store import (
+from perfguard.baseline.fileformat import ENCODING, decode_samples, encode_samples
+from perfguard.baseline.store import (
     Baseline,
     BaselineStore,
     DirectoryStore,
     MemoryStore,
     select_auto_baseline,
 )
+from perfguard.core.errors import ResultsError, StoreError
+from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
+from perfguard.core.stats import summarize
 
 FP = "fp-0123abcd"
 IDS = ("suite::resnet[torch-cpu-fp32]", "suite::bert[torch-cpu-fp32]")
@@ -292,8 +292,8 @@ _WORKER = textwrap.dedent(
     """
     import dataclasses, json, sys, time
     from pathlib import Path
-    from perfguard.results import RunResult
-    from perfguard.store import DirectoryStore
+    from perfguard.core.results import RunResult
+    from perfguard.baseline.store import DirectoryStore
 
     root, run_file, go_file, worker = sys.argv[1:]
     run = RunResult.from_dict(json.loads(Path(run_file).read_text()))
@@ -339,8 +339,8 @@ _KILLER = textwrap.dedent(
     """
     import json, os, sys
     from pathlib import Path
-    from perfguard.results import RunResult
-    from perfguard.store import DirectoryStore
+    from perfguard.core.results import RunResult
+    from perfguard.baseline.store import DirectoryStore
 
     root, run_file, target = sys.argv[1:]
     run = RunResult.from_dict(json.loads(Path(run_file).read_text()))

@@ -1,4 +1,4 @@
-"""Tests for perfguard.suite: matrix expansion, defaults, gates and every error path."""
+"""Tests for perfguard.suite.loader: matrix expansion, defaults, gates and every error path."""
 
 from __future__ import annotations
 
@@ -14,9 +14,8 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from perfguard import suite_accuracy
-from perfguard.errors import SuiteError
-from perfguard.scenario import (
+from perfguard.core.errors import SuiteError
+from perfguard.core.scenario import (
     BACKENDS,
     DTYPES,
     GRAPH_OPT_LEVELS,
@@ -31,7 +30,8 @@ from perfguard.scenario import (
     Scenario,
     TaskMetricSpec,
 )
-from perfguard.suite import Suite, load_suite
+from perfguard.suite import accuracy as suite_accuracy
+from perfguard.suite.loader import Suite, load_suite
 
 BASE = """\
 models:

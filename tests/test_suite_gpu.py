@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from perfguard.errors import SuiteError
-from perfguard.scenario import GateSpec, GpuSpec, Scenario, TensorRTSpec
-from perfguard.suite import load_suite
+from perfguard.core.errors import SuiteError
+from perfguard.core.scenario import GateSpec, GpuSpec, Scenario, TensorRTSpec
+from perfguard.suite.loader import load_suite
 
 MODELS = """\
 models:

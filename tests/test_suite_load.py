@@ -1,4 +1,4 @@
-"""Tests for perfguard.suite_load: `load:` levels, `shapes:` buckets, their cells and errors."""
+"""Tests for perfguard.suite.load: `load:` levels, `shapes:` buckets, their cells and errors."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from perfguard import suite_load
-from perfguard.accuracy_run import find_reference
-from perfguard.compare import samples_needed
-from perfguard.errors import Location, SuiteError
-from perfguard.scenario import BatchingSpec, GateSpec, LoadSpec, Scenario, SloSpec
-from perfguard.suite import load_suite
+from perfguard.accuracy.run import find_reference
+from perfguard.core.errors import Location, SuiteError
+from perfguard.core.scenario import BatchingSpec, GateSpec, LoadSpec, Scenario, SloSpec
+from perfguard.judge.compare import samples_needed
+from perfguard.suite import load as suite_load
+from perfguard.suite.loader import load_suite
 from tests.conftest import TINY_MODELS, write_suite
 
 # Factories of tests/conftest.py's TINY_MODELS, which write_suite puts beside the suite.

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfguard.telemetry import (
+from perfguard.machine.telemetry import (
     INSTALL_HINT,
     KNOWN_REASONS,
     POWER_REASONS,
@@ -58,7 +58,7 @@ class FakeNVMLError(Exception):
 
 
 class FakeNvml:
-    """The slice of pynvml that perfguard.telemetry calls, with scripted answers.
+    """The slice of pynvml that perfguard.machine.telemetry calls, with scripted answers.
 
     ``script[name]`` lists the answers of successive calls (the last repeats); an
     exception in it is raised. ``counts`` counts calls; ``on_call`` is invoked

@@ -26,9 +26,8 @@ from hypothesis import strategies as st
 from perfguard.backends import tensorrt_backend
 from perfguard.backends.tensorrt_backend import TensorRTBackend, TensorRTSession, TorchCuda
 from perfguard.backends.tensorrt_build import EngineSpec
-from perfguard.errors import CellError, InputError, Location, ModelError
-from perfguard.inputs import make_inputs
-from perfguard.scenario import (
+from perfguard.core.errors import CellError, InputError, Location, ModelError
+from perfguard.core.scenario import (
     BatchingSpec,
     GpuSpec,
     InputSpec,
@@ -38,6 +37,7 @@ from perfguard.scenario import (
     Scenario,
     TensorRTSpec,
 )
+from perfguard.models.inputs import make_inputs
 
 torch = pytest.importorskip("torch")
 onnx = pytest.importorskip("onnx")

@@ -1,4 +1,4 @@
-"""perfguard.timing.measure, driven by a fake clock: no real-time assertions."""
+"""perfguard.measure.timing.measure, driven by a fake clock: no real-time assertions."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
-from perfguard import timing
-from perfguard.scenario import LoopSpec
+from perfguard.core.scenario import LoopSpec
+from perfguard.measure import timing
 
 MS = 1_000_000  # ns
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from perfguard.backends.torch_backend import TorchBackend, TorchSession
-from perfguard.errors import CellError, InputError, Location
-from perfguard.inputs import make_inputs
-from perfguard.scenario import InputSpec, ModelSpec, Scenario
+from perfguard.core.errors import CellError, InputError, Location
+from perfguard.core.scenario import InputSpec, ModelSpec, Scenario
+from perfguard.models.inputs import make_inputs
 
 torch = pytest.importorskip("torch")
 

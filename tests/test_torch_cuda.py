@@ -21,9 +21,9 @@ import pytest
 
 from perfguard.backends import torch_cuda
 from perfguard.backends.torch_backend import TorchSession
-from perfguard.errors import CellError
-from perfguard.scenario import GpuSpec, LoopSpec
-from perfguard.timing import measure
+from perfguard.core.errors import CellError
+from perfguard.core.scenario import GpuSpec, LoopSpec
+from perfguard.measure.timing import measure
 from tests.test_torch_backend import LOCATION, open_session, reference, scenario
 
 torch = pytest.importorskip("torch")

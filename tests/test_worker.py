@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from perfguard.errors import (
+from perfguard.core.errors import (
     CellNotFound,
     ModelError,
     PerfguardError,
@@ -27,7 +27,7 @@ from perfguard.errors import (
     WorkerRequestFailed,
     WorkerTimeout,
 )
-from perfguard.results import ScenarioResult
+from perfguard.core.results import ScenarioResult
 from perfguard.worker import PROTOCOL_VERSION, WorkerProcess, describe_exit
 from perfguard.worker.protocol import check_reply, decode, encode, quote
 from perfguard.worker.serve import Server

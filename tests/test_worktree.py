@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from perfguard import worktree
-from perfguard.errors import GitError
-from perfguard.worktree import (
+from perfguard.ab import worktree
+from perfguard.ab.worktree import (
     DIRTY_NOTE,
     WORKTREE_PREFIX,
     BaseRef,
@@ -24,6 +23,7 @@ from perfguard.worktree import (
     resolve_base,
     sweep_stale_worktrees,
 )
+from perfguard.core.errors import GitError
 from tests.conftest import run_git
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -245,7 +245,7 @@ CHILD = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from perfguard.worktree import base_worktree
+    from perfguard.ab.worktree import base_worktree
 
     repo, sha, parent = sys.argv[1:4]
     with base_worktree(Path(repo), sha, parent=Path(parent)) as path:

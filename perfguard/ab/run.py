@@ -1,7 +1,7 @@
 """Same-run A/B against a git revision: the base measured again, request by request.
 
 ``pytest --perfguard --perfguard-ab=REF`` checks REF out into a temporary git
-worktree (:mod:`perfguard.worktree`; for a branch name, the merge base of HEAD
+worktree (:mod:`perfguard.ab.worktree`; for a branch name, the merge base of HEAD
 and that branch) and, for every single-request cell, opens cell **A** from the
 base revision's code and suite and cell **B** from the working tree's, both in
 slots of one worker process (:mod:`perfguard.worker`; a process's own speed
@@ -9,7 +9,7 @@ varies from process to process, and only what both sides share cancels). Both
 warm up; then the worker alternates one request of each per pair, the order
 randomised within each pair, in blocks of pairs (the ``pairs`` op: no pipe round
 trip between requests, so neither side pays for the other's bookkeeping), until
-the sequential rule of :mod:`perfguard.abstats` stops (clear answer, or the
+the sequential rule of :mod:`perfguard.ab.stats` stops (clear answer, or the
 pair/time cap). The verdict is paired: the ratio of the two P95s with a
 bootstrap bound over request pairs, so whatever slowed the machine during a pair
 slowed both of its requests.
@@ -41,14 +41,14 @@ from typing import Any
 
 import numpy as np
 
-from perfguard.abstats import Decision, StoppingRule, decide, pair_orders, per_round
-from perfguard.compare import LATENCY_QS
-from perfguard.errors import SuiteError
-from perfguard.results import ScenarioResult
-from perfguard.runner import RunContext, base_result
-from perfguard.scenario import Scenario
-from perfguard.stats import percentile, stability_ratio, summarize, throughput
-from perfguard.verdict import (
+from perfguard.ab.stats import Decision, StoppingRule, decide, pair_orders, per_round
+from perfguard.ab.worktree import BaseRef, base_worktree, resolve_base
+from perfguard.core.errors import SuiteError
+from perfguard.core.results import ScenarioResult
+from perfguard.core.scenario import Scenario
+from perfguard.core.stats import percentile, stability_ratio, summarize, throughput
+from perfguard.judge.compare import LATENCY_QS
+from perfguard.judge.verdict import (
     IMPROVEMENT,
     INVALID,
     MISSING,
@@ -58,8 +58,8 @@ from perfguard.verdict import (
     MetricVerdict,
     ScenarioVerdict,
 )
+from perfguard.measure.runner import RunContext, base_result
 from perfguard.worker.client import WorkerProcess
-from perfguard.worktree import BaseRef, base_worktree, resolve_base
 
 __all__ = ["ABConfig", "ABOutcome", "ABRun", "base_results", "run_pairs"]
 
@@ -249,7 +249,7 @@ class ABRun:
 
     def base_cells(self, suite: Path) -> dict[str, Scenario] | SuiteError:
         """The base revision's cells of ``suite`` by item name, or its load error."""
-        from perfguard.suite import load_suite
+        from perfguard.suite.loader import load_suite
 
         assert self.worktree is not None
         path = self.worktree / self._relative(suite)

@@ -17,7 +17,7 @@ order can be told from the pair before it. Seeded, hence reproducible.
 
 Statistic. With a[i], b[i] the latencies of pair i, the figure is
 ``ratio = P_q(b) / P_q(a)`` with perfguard's nearest-rank percentile (see
-``perfguard.stats``). Its bounds come from a *paired* bootstrap: each replicate
+``perfguard.core.stats``). Its bounds come from a *paired* bootstrap: each replicate
 draws n pair indices with replacement and takes both a[i] and b[i] of every
 drawn pair, so a slow spell drawn into a replicate raises both percentiles
 together. Resampling the sides independently (``percentile_ratio_bound``)
@@ -28,7 +28,7 @@ mirrored order statistic from the top, each a one-sided bound at
 
 Decision rule (limit L, e.g. 0.05; U = 1 + L, D = 1 / (1 + L))
 ------------------------------------------------------------------
-*Final rule*, the same as the archived-baseline gate in ``perfguard.compare``:
+*Final rule*, the same as the archived-baseline gate in ``perfguard.judge.compare``:
 
 * **regression** when ratio > U AND lo > 1;
 * **improvement** when ratio < D AND hi < 1 (the mirror image in log space);
@@ -77,7 +77,7 @@ false regressions. Real-machine figures: ``benchmarks/verdicts-ab-results.md``.
 
 "undecided" is only ever the verdict when there are too few pairs for any
 bound: fewer than ``samples_needed(q, confidence)`` (90 for P95 at 99%; see
-``perfguard.compare``), e.g. when ``max_seconds`` ran out first. A Decision
+``perfguard.judge.compare``), e.g. when ``max_seconds`` ran out first. A Decision
 that does not stop carries the verdict the final rule would give now,
 provisional.
 """
@@ -91,8 +91,8 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from perfguard.compare import samples_needed
-from perfguard.stats import as_samples, check_q, percentiles, rank_index
+from perfguard.core.stats import as_samples, check_q, percentiles, rank_index
+from perfguard.judge.compare import samples_needed
 
 __all__ = [
     "Decision",

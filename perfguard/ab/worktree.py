@@ -37,8 +37,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-from perfguard.errors import GitError
-from perfguard.gitinfo import (
+from perfguard.baseline.git import (
     SHALLOW_FIX,
     git_error,
     has_commits,
@@ -48,6 +47,7 @@ from perfguard.gitinfo import (
     resolve,
     run_git,
 )
+from perfguard.core.errors import GitError
 
 __all__ = [
     "DIRTY_NOTE",

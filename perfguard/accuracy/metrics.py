@@ -54,8 +54,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from perfguard.errors import AccuracyError
-from perfguard.scenario import AccuracySpec, TaskMetricSpec
+from perfguard.core.errors import AccuracyError
+from perfguard.core.scenario import AccuracySpec, TaskMetricSpec
 
 EPS = 1e-12  # probabilities are clipped to [EPS, 1] before KL
 DISTRIBUTION_TOL = 1e-3  # |row sum - 1| allowed under kl_on: probabilities

@@ -3,7 +3,7 @@
 The reference is another cell of the same scenario (opened on demand and
 cached for the session, so every cell that names it is compared with the same
 outputs) and/or the golden outputs archived with the baseline commit. The
-metrics themselves live in ``perfguard.accuracy``; this module only gathers
+metrics themselves live in ``perfguard.accuracy.metrics``; this module only gathers
 outputs and hands them over.
 """
 
@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from perfguard.arraycodec import decode_outputs, encode_outputs
 from perfguard.backends import Session
-from perfguard.errors import AccuracyError, InputError, PerfguardError
-from perfguard.results import ScenarioResult
-from perfguard.scenario import Scenario
+from perfguard.core.codec import decode_outputs, encode_outputs
+from perfguard.core.errors import AccuracyError, InputError, PerfguardError
+from perfguard.core.results import ScenarioResult
+from perfguard.core.scenario import Scenario
 
 Feeds = dict[str, np.ndarray]
 
@@ -146,7 +146,7 @@ class AccuracyChecker:
     _references: dict[str, list[np.ndarray]] = field(default_factory=dict)
 
     def inputs_for(self, scenario: Scenario) -> tuple[list[Feeds], np.ndarray | None]:
-        from perfguard.inputs import make_accuracy_inputs
+        from perfguard.models.inputs import make_accuracy_inputs
 
         spec = scenario.accuracy
         if spec is None:
@@ -191,7 +191,7 @@ class AccuracyChecker:
         baseline_commit: str | None,
     ) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """Accuracy figures for ``results.json`` and the golden outputs to archive."""
-        from perfguard.accuracy import check_finite, compare_outputs
+        from perfguard.accuracy.metrics import check_finite, compare_outputs
 
         spec = scenario.accuracy
         assert spec is not None
@@ -252,8 +252,8 @@ class AccuracyChecker:
         reference: list[np.ndarray] | None,
         labels: np.ndarray | None,
     ) -> tuple[dict[str, Any], str | None]:
-        from perfguard.accuracy import task_metric_check
-        from perfguard.models import import_function
+        from perfguard.accuracy.metrics import task_metric_check
+        from perfguard.models.factory import import_function
 
         spec = scenario.accuracy
         assert spec is not None and spec.task is not None
@@ -282,7 +282,7 @@ class AccuracyChecker:
         golden: Mapping[str, Any],
         baseline_commit: str | None,
     ) -> tuple[dict[str, Any], list[str]]:
-        from perfguard.accuracy import compare_outputs
+        from perfguard.accuracy.metrics import compare_outputs
 
         spec = scenario.accuracy
         assert spec is not None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from perfguard.backends.base import Backend, Session
-from perfguard.errors import CellError
+from perfguard.core.errors import CellError
 
 __all__ = ["Backend", "Session", "get_backend"]
 

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from perfguard.scenario import Scenario
+from perfguard.core.scenario import Scenario
 
 
 class Session(Protocol):

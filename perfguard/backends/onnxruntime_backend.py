@@ -24,15 +24,16 @@ from typing import Any
 import numpy as np
 
 from perfguard.backends.ort_gpu import BoundIO, GpuPlan
-from perfguard.errors import (
+from perfguard.core.errors import (
     CellError,
     InputError,
     ModelError,
     PerfguardError,
     ProviderFallbackError,
 )
-from perfguard.modelcache import cache_key_of, onnx_file_of
-from perfguard.quantize import (
+from perfguard.core.scenario import Scenario
+from perfguard.models.cache import cache_key_of, onnx_file_of
+from perfguard.models.quantize import (
     calibration_samples,
     check_quant_spec,
     convert_fp16,
@@ -40,7 +41,6 @@ from perfguard.quantize import (
     quantize_int8,
     require_calibration,
 )
-from perfguard.scenario import Scenario
 
 __all__ = ["OnnxRuntimeBackend", "OnnxRuntimeSession", "ort_device_index"]
 

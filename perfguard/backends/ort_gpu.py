@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from perfguard.errors import CellError, ProviderFallbackError
-from perfguard.scenario import Scenario
+from perfguard.core.errors import CellError, ProviderFallbackError
+from perfguard.core.scenario import Scenario
 
 __all__ = ["CPU_EP", "CUDA_EP", "DISABLE_CPU_FALLBACK", "TRT_EP", "BoundIO", "GpuPlan", "Placement"]
 

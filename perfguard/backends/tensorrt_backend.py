@@ -20,9 +20,9 @@ import numpy as np
 
 from perfguard.backends import tensorrt_build as build
 from perfguard.backends.tensorrt_build import Engine, EngineSpec, Shape
-from perfguard.errors import BackendUnavailable, CellError, InputError, ModelError
-from perfguard.modelcache import onnx_file_of
-from perfguard.scenario import Scenario
+from perfguard.core.errors import BackendUnavailable, CellError, InputError, ModelError
+from perfguard.core.scenario import Scenario
+from perfguard.models.cache import onnx_file_of
 
 __all__ = ["TensorRTBackend", "TensorRTSession", "TorchCuda"]
 

@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 from filelock import FileLock
 
-from perfguard.atomicio import read_json, write_json_atomic
-from perfguard.errors import CellError, InputError, Location, ModelError, PerfguardError
+from perfguard.core.atomicio import read_json, write_json_atomic
+from perfguard.core.errors import CellError, InputError, Location, ModelError, PerfguardError
 
 __all__ = [
     "Engine",

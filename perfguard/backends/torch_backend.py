@@ -24,10 +24,10 @@ from perfguard.backends.torch_cuda import (
     first_compiled_call,
     forget_frames,
 )
-from perfguard.errors import CellError
-from perfguard.modelcache import quiet
-from perfguard.models import check_forward_inputs, feeds_positionally, load_factory
-from perfguard.scenario import Scenario
+from perfguard.core.errors import CellError
+from perfguard.core.scenario import Scenario
+from perfguard.models.cache import quiet
+from perfguard.models.factory import check_forward_inputs, feeds_positionally, load_factory
 
 if TYPE_CHECKING:
     import torch

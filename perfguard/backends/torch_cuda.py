@@ -26,8 +26,8 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from perfguard.errors import CellError
-from perfguard.scenario import Scenario
+from perfguard.core.errors import CellError
+from perfguard.core.scenario import Scenario
 
 __all__ = [
     "GRAPH_WARMUP_CALLS",

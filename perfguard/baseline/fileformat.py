@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from perfguard.errors import Location, ResultsError
-from perfguard.results import CommitInfo, RunResult
+from perfguard.core.errors import Location, ResultsError
+from perfguard.core.results import CommitInfo, RunResult
 
 ENCODING = "int64-le+zlib+base64"
 BASELINE_SCHEMA_VERSION = 1

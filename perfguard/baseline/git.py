@@ -14,8 +14,8 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from perfguard.errors import GitError
-from perfguard.results import CommitInfo
+from perfguard.core.errors import GitError
+from perfguard.core.results import CommitInfo
 
 #: Seconds one git command may take; local queries take milliseconds, so this
 #: only ever trips on a hung filesystem or a misconfigured hook.

@@ -10,11 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from perfguard.atomicio import read_json
-from perfguard.errors import ResultsError
-from perfguard.results import RunResult
-from perfguard.sampleenc import BASELINE_KIND, decode_document
-from perfguard.store import Baseline
+from perfguard.baseline.fileformat import BASELINE_KIND, decode_document
+from perfguard.baseline.store import Baseline
+from perfguard.core.atomicio import read_json
+from perfguard.core.errors import ResultsError
+from perfguard.core.results import RunResult
 
 
 def read_baseline_file(path: Path) -> Baseline:

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from perfguard.errors import Location, ResultsError
+from perfguard.core.errors import Location, ResultsError
 
 _CORRUPT_FIX = "the file is corrupt or was cut short; restore it from git or delete it"
 

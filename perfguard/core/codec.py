@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from perfguard.errors import ResultsError
+from perfguard.core.errors import ResultsError
 
 ENCODING = "le+zlib+base64"
 

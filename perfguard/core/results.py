@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from perfguard.errors import ResultsError
+from perfguard.core.errors import ResultsError
 
 SCHEMA_VERSION = 1
 
@@ -130,14 +130,14 @@ class ScenarioResult:
     # Peak device memory allocated by the runtime during the cell (torch on CUDA:
     # torch.cuda.max_memory_allocated after a reset); None where not measured.
     gpu_peak_memory_mib: float | None = None
-    # Accuracy against the reference cell / baseline (see perfguard.accuracy):
+    # Accuracy against the reference cell / baseline (see perfguard.accuracy.metrics):
     # {"reference": ..., "outputs": {name: {metric: value}}, "checks": [...],
     #  "worst_inputs": [...], "task_metric": ...}
     accuracy: dict[str, Any] | None = None
     # Outputs of the first few accuracy inputs, archived with a baseline so the
     # next commit can be checked against them: {output: {"shape", "dtype", "data"}}.
     golden_outputs: dict[str, Any] | None = None
-    # Figures of a cell measured under concurrent load (perfguard.load_run):
+    # Figures of a cell measured under concurrent load (perfguard.measure.load):
     # mode, level, concurrency/rate asked and achieved, the uncorrected latency
     # summary, queue share, late and failed requests, batching and SLO search.
     # ``latency_ns``/``samples_ns`` then hold the corrected per-request latencies.

@@ -14,9 +14,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from perfguard.atomicio import read_json, write_json_atomic
-from perfguard.errors import ResultsError
-from perfguard.results import CommitInfo, RunResult
+from perfguard.core.atomicio import read_json, write_json_atomic
+from perfguard.core.errors import ResultsError
+from perfguard.core.results import CommitInfo, RunResult
 
 RESULTS_FILENAME = "results.json"
 SCHEMA_RESOURCE = "schemas/results.schema.json"

@@ -1,6 +1,6 @@
 """Frozen data classes describing what to measure: one ``Scenario`` per matrix cell.
 
-``perfguard.suite`` builds these from YAML; everything downstream only reads them.
+``perfguard.suite.loader`` builds these from YAML; everything downstream only reads them.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perfguard.errors import Location
+from perfguard.core.errors import Location
 
 BACKENDS: tuple[str, ...] = ("torch", "onnxruntime", "tensorrt")
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")
@@ -139,7 +139,7 @@ class AccuracyGates:
     ``cosine_mean_min``, ``kl_max`` (mean KL(reference || current)),
     ``topk_agreement_min`` (share of samples whose top-``topk`` index sets
     agree, order ignored), ``max_abs_err``, ``mean_abs_err``, ``max_rel_err``
-    (see ``perfguard.accuracy`` for how zeros are treated), ``nonfinite_max``
+    (see ``perfguard.accuracy.metrics`` for how zeros are treated), ``nonfinite_max``
     (NaN/Inf count, default 0). Against the baseline commit's golden outputs:
     ``baseline_cosine_min``; against its accuracy figures: ``cosine_drift_max``.
     """
@@ -252,7 +252,7 @@ SESSION_MODES: tuple[str, ...] = ("shared", "per_worker")
 
 @dataclass(frozen=True)
 class BatchingSpec:
-    """Dynamic batching as an inference server does it (``perfguard.loadgen``).
+    """Dynamic batching as an inference server does it (``perfguard.measure.loadgen``).
 
     A model worker takes the oldest queued request, then waits for more until it
     holds ``max_batch`` requests or ``max_wait_ms`` has passed since that oldest
@@ -355,12 +355,12 @@ class Scenario:
     # Set when the cell's combination is unsupported: the cell fails with it.
     error: str | None = None
     matrix_values: tuple[tuple[str, str], ...] = field(default=())
-    # Concurrent load (perfguard.load_run); None: one request at a time.
+    # Concurrent load (perfguard.measure.load); None: one request at a time.
     load: LoadSpec | None = None
     # The `shapes:` bucket this cell's inputs come from ("" without buckets).
     shape_bucket: str = ""
     gpu: GpuSpec = GpuSpec()
-    # Measure this cell in a worker process of its own (perfguard.isolate).
+    # Measure this cell in a worker process of its own (perfguard.worker.isolate).
     isolate: bool = False
 
     @property

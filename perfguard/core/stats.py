@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy import stats as _scipy_stats
 
-from perfguard.results import LatencySummary
+from perfguard.core.results import LatencySummary
 
 __all__ = [
     "RatioBound",

@@ -1,7 +1,7 @@
 """pytest-benchmark tests as perfguard results: one results file, one gate, one report.
 
 With ``--perfguard``, a test that uses pytest-benchmark's ``benchmark`` fixture
-becomes a :class:`~perfguard.results.ScenarioResult` once its body has run, and
+becomes a :class:`~perfguard.core.results.ScenarioResult` once its body has run, and
 is recorded, compared and gated exactly like a YAML scenario (the session's
 callback does that; see :func:`register_bridge`).
 
@@ -36,8 +36,8 @@ from typing import Any
 
 import pytest
 
-from perfguard.results import ScenarioResult
-from perfguard.stats import is_stable, stability_ratio, summarize, throughput
+from perfguard.core.results import ScenarioResult
+from perfguard.core.stats import is_stable, stability_ratio, summarize, throughput
 
 __all__ = [
     "BRIDGE_PLUGIN_NAME",

@@ -26,10 +26,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from perfguard.atomicio import write_json_atomic
-from perfguard.errors import ResultsError
-from perfguard.results import RunResult, ScenarioResult
-from perfguard.resultsio import read_results
+from perfguard.core.atomicio import write_json_atomic
+from perfguard.core.errors import ResultsError
+from perfguard.core.results import RunResult, ScenarioResult
+from perfguard.core.resultsio import read_results
 
 __all__ = ["FORMATS", "benchmark_stats", "export_command", "to_pytest_benchmark"]
 

@@ -37,7 +37,7 @@ that slows model and canary alike cancels out. The raw ratio is kept beside.
 Run-level checks override the metrics (figures stay for the report): an
 unstable current run, or one measured while other processes used more than
 ``FOREIGN_CPU_LIMIT`` of the CPUs (``runtime["foreign_cpu"]``, see
-``perfguard.canary``: such contention slows a multi-threaded runtime 1.5-5x
+``perfguard.measure.canary``: such contention slows a multi-threaded runtime 1.5-5x
 and the canary cannot see it), is ``invalid``; differing environments make it
 ``incomparable``. An unstable or contended *baseline* only adds a note.
 
@@ -59,10 +59,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from perfguard.results import Environment, RunResult, ScenarioResult
-from perfguard.scenario import GateSpec
-from perfguard.stats import noise_floor, percentile, percentile_ratio_bound
-from perfguard.verdict import (
+from perfguard.core.results import Environment, RunResult, ScenarioResult
+from perfguard.core.scenario import GateSpec
+from perfguard.core.stats import noise_floor, percentile, percentile_ratio_bound
+from perfguard.judge.verdict import (
     GATE_UNITS,
     IMPROVEMENT,
     INCOMPARABLE,

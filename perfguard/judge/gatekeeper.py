@@ -1,7 +1,7 @@
 """The regression gate of one session: which baseline, what verdict, and saving.
 
 ``Gatekeeper`` resolves the baseline once (``--perfguard-baseline``), judges
-each measured scenario against it (``perfguard.compare``), asks for
+each measured scenario against it (``perfguard.judge.compare``), asks for
 confirmation rounds before a regression may fail an item, and archives the run
 (``--perfguard-save``). The pytest hooks only call it.
 """
@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfguard.compare import compare_scenario, environment_diff
-from perfguard.errors import GitError, PerfguardError
-from perfguard.results import CommitInfo, Environment, RunResult, ScenarioResult
-from perfguard.scenario import GateSpec
-from perfguard.store import Baseline, DirectoryStore, select_auto_baseline
-from perfguard.verdict import (
+from perfguard.baseline.store import Baseline, DirectoryStore, select_auto_baseline
+from perfguard.core.errors import GitError, PerfguardError
+from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
+from perfguard.core.scenario import GateSpec
+from perfguard.judge.compare import compare_scenario, environment_diff
+from perfguard.judge.verdict import (
     REGRESSION,
     ScenarioVerdict,
     confirm,
@@ -118,7 +118,7 @@ class Gatekeeper:
             if baseline is not None:
                 return BaselineChoice(baseline, how)
             return self._other_fingerprint(how)
-        from perfguard.gitinfo import resolve
+        from perfguard.baseline.git import resolve
 
         sha = resolve(self.rootdir, wanted)
         baseline = self.store.load(fingerprint, sha)
@@ -132,7 +132,7 @@ class Gatekeeper:
         )
 
     def _from_file(self, path: Path) -> BaselineChoice:
-        from perfguard.baselinefile import read_baseline_file
+        from perfguard.baseline.read import read_baseline_file
 
         baseline = read_baseline_file(path)
         diff = environment_diff(baseline.launches[-1].environment, self.environment)
@@ -157,7 +157,7 @@ class Gatekeeper:
 
     @functools.cache  # noqa: B019 - one Gatekeeper per session; the cache dies with it
     def _ancestors(self) -> list[str]:
-        from perfguard.gitinfo import ancestors
+        from perfguard.baseline.git import ancestors
 
         try:
             return ancestors(self.rootdir, "HEAD")[1:]

@@ -1,6 +1,6 @@
 """Verdicts as plain, serialisable data: what a comparison decided, and why.
 
-``perfguard.compare`` decides them; this module holds them, words them
+``perfguard.judge.compare`` decides them; this module holds them, words them
 (``describe``) and combines re-measurement rounds (``confirm``). The plugin,
 the terminal summary and the HTML report only read them. Every figure a
 reviewer needs to trust (or distrust) a verdict is kept beside it: both values,

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from perfguard import __version__ as perfguard_version
-from perfguard.results import Environment
+from perfguard.core.results import Environment
 
 ABSENT = "absent"
 
@@ -278,7 +278,7 @@ def collect_environment(extra: Mapping[str, str] | None = None) -> Environment:
         "memory_total_bytes": _memory_total(),
     }
     if gpu.get("gpu_model"):
-        from perfguard.telemetry import static_info
+        from perfguard.machine.telemetry import static_info
 
         # Power limit, persistence mode, application/max clocks: informative only.
         optional.update({k: v for k, v in static_info(0).items() if k not in comparable})

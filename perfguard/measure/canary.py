@@ -3,7 +3,7 @@
 Shared CI hosts have slow spells in which *every* workload runs tens of percent
 slower for seconds to minutes. Timed next to a scenario, the canary's median
 tells how fast the host was during that scenario; the ratio of two runs'
-canaries then normalises their latencies (``perfguard.compare``).
+canaries then normalises their latencies (``perfguard.judge.compare``).
 
 Design constraints, and why:
 
@@ -36,7 +36,7 @@ threads) then slows 1.5-5x while a short single-threaded canary does not move
 slice). So the probe also watches the machine passively: from ``/proc/stat``
 (Linux) it reports the share of all CPUs that *other* processes used
 (``foreign_cpu``) and the hypervisor took (``steal``) between its first and
-last sample. It costs two file reads and perturbs nothing; ``perfguard.compare``
+last sample. It costs two file reads and perturbs nothing; ``perfguard.judge.compare``
 turns a measurement made with much foreign CPU into ``invalid`` (re-run)
 instead of a regression.
 """

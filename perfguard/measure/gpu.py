@@ -2,7 +2,7 @@
 
 :class:`GpuWatch` wraps one measurement of a ``cuda`` cell:
 
-* **NVML telemetry** (:mod:`perfguard.telemetry`): a sampler runs through the
+* **NVML telemetry** (:mod:`perfguard.machine.telemetry`): a sampler runs through the
   measurement; a run during which the GPU throttled for power or temperature
   is *invalid* (the item is skipped with the reason, the result is recorded as
   ``skipped`` and never becomes a baseline) unless ``gpu.allow_throttle``. With
@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from perfguard.errors import RunInvalid
-from perfguard.results import ScenarioResult
-from perfguard.scenario import Scenario
-from perfguard.stats import summarize
+from perfguard.core.errors import RunInvalid
+from perfguard.core.results import ScenarioResult
+from perfguard.core.scenario import Scenario
+from perfguard.core.stats import summarize
 
 __all__ = ["GpuWatch", "cuda_unavailable", "device_index", "is_out_of_memory"]
 
@@ -111,7 +111,7 @@ class GpuWatch:
     def __enter__(self) -> GpuWatch:
         if not self.active:
             return self
-        from perfguard.telemetry import TelemetrySampler
+        from perfguard.machine.telemetry import TelemetrySampler
 
         reset = getattr(self.session, "reset_device_peak", None)
         if reset is not None:
@@ -170,7 +170,7 @@ class GpuWatch:
         if not self.active:
             return result
         result = dataclasses.replace(result, gpu_peak_memory_mib=self.peak_mib)
-        from perfguard.telemetry import invalid_reason
+        from perfguard.machine.telemetry import invalid_reason
 
         gpu = self.scenario.gpu
         why = invalid_reason(

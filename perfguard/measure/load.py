@@ -1,7 +1,7 @@
 """Measure one cell under concurrent load: sessions -> workers -> levels -> a result.
 
 A load cell (``Scenario.load`` set) runs through :class:`LoadRunner`, which
-:class:`perfguard.runner.ScenarioRun` creates once per cell (confirmation rounds
+:class:`perfguard.measure.runner.ScenarioRun` creates once per cell (confirmation rounds
 reuse it):
 
 1. **Workers.** One worker per client (closed loop) or per model instance
@@ -15,8 +15,8 @@ reuse it):
    cannot take a batch fails here, with the fix), then the same load pattern
    runs for ``warmup.seconds`` (at least ``warmup.iterations`` requests) and is
    discarded.
-3. **The level** (:mod:`perfguard.loadgen`), then its figures
-   (:mod:`perfguard.loadstats`). An open-loop level stops at
+3. **The level** (:mod:`perfguard.measure.loadgen`), then its figures
+   (:mod:`perfguard.measure.loadstats`). An open-loop level stops at
    ``min(measure.max_seconds, max(3 x its duration, duration + 5 s))``:
    requests still waiting then count as unserved, with the latency they had
    waited (a lower bound).
@@ -42,18 +42,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from perfguard.backends import Session
-from perfguard.canary import CanaryProbe
-from perfguard.errors import LoadError, PerfguardError, RunInvalid
-from perfguard.gpu_run import GpuWatch
-from perfguard.inputs import make_inputs
-from perfguard.loadgen import Batching, LoadLog, Worker, closed_loop, open_loop, schedule
-from perfguard.loadstats import LevelFigures, level_figures
-from perfguard.results import ScenarioResult
-from perfguard.scenario import LoadSpec, LoopSpec, Scenario
-from perfguard.stats import stability_ratio, summarize
+from perfguard.core.errors import LoadError, PerfguardError, RunInvalid
+from perfguard.core.results import ScenarioResult
+from perfguard.core.scenario import LoadSpec, LoopSpec, Scenario
+from perfguard.core.stats import stability_ratio, summarize
+from perfguard.measure.canary import CanaryProbe
+from perfguard.measure.gpu import GpuWatch
+from perfguard.measure.loadgen import Batching, LoadLog, Worker, closed_loop, open_loop, schedule
+from perfguard.measure.loadstats import LevelFigures, level_figures
+from perfguard.models.inputs import make_inputs
 
 if TYPE_CHECKING:
-    from perfguard.runner import ScenarioRun
+    from perfguard.measure.runner import ScenarioRun
 
 __all__ = ["LevelRun", "LoadRunner", "measure_load"]
 
@@ -81,7 +81,7 @@ class LoadRunner:
     """Workers, warm-up and levels for one load cell (closed with the ScenarioRun)."""
 
     def __init__(self, run: ScenarioRun) -> None:
-        from perfguard.runner import open_session
+        from perfguard.measure.runner import open_session
 
         self.run = run
         self.scenario: Scenario = run.scenario
@@ -393,7 +393,7 @@ def measure_load(run: ScenarioRun, runner: LoadRunner) -> ScenarioResult:
     ``RunInvalid`` (the generator fell behind); both carry the figures in
     ``.result`` so the results file keeps them.
     """
-    from perfguard.runner import base_result
+    from perfguard.measure.runner import base_result
 
     sc = run.scenario
     spec = runner.spec

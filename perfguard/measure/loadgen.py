@@ -1,8 +1,8 @@
 """Load generation: closed loop, open loop without coordinated omission, dynamic batching.
 
 Mechanics only: callables in, one timestamp record per request out
-(:class:`LoadLog`). :mod:`perfguard.load_run` connects scenarios and sessions to
-it and turns the log into figures (:func:`perfguard.loadstats.load_figures`).
+(:class:`LoadLog`). :mod:`perfguard.measure.load` connects scenarios and sessions to
+it and turns the log into figures (:func:`perfguard.measure.loadstats.load_figures`).
 
 Every request carries four times (``perf_counter_ns``):
 
@@ -33,7 +33,7 @@ Design points:
   for their answer.
 * The GIL switch interval is lowered to 0.5 ms while load runs so a model
   thread running Python code hands the GIL to the generator promptly; the
-  garbage collector is off as in :mod:`perfguard.timing`.
+  garbage collector is off as in :mod:`perfguard.measure.timing`.
 * A call that raises fails only its requests (counted per error message);
   workers that do not return by the cap plus a grace period are reported as
   hung instead of hanging the session (threads are daemons).

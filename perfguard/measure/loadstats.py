@@ -1,4 +1,4 @@
-"""Figures of one load level from its :class:`~perfguard.loadgen.LoadLog`.
+"""Figures of one load level from its :class:`~perfguard.measure.loadgen.LoadLog`.
 
 * **Corrected latency** (the gated one): ``end - scheduled`` per answered
   request. A request that was never answered (the run hit its cap, or the
@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from perfguard.loadgen import LoadLog
-from perfguard.scenario import LoadSpec
-from perfguard.stats import percentile, summarize
+from perfguard.core.scenario import LoadSpec
+from perfguard.core.stats import percentile, summarize
+from perfguard.measure.loadgen import LoadLog
 
 __all__ = ["LevelFigures", "level_figures"]
 
@@ -149,7 +149,7 @@ def _batching(log: LoadLog, spec: LoadSpec, ok: npt.NDArray[np.bool_]) -> dict[s
         "mean_batch": float(sizes.mean()) if sizes.size else None,
         "sizes": {str(int(v)): int(c) for v, c in zip(values, counts, strict=True)},
         "wait_ns": _summary(waits),
-        # Filled by perfguard.load_run from its own service-time probe.
+        # Filled by perfguard.measure.load from its own service-time probe.
         "service_ms_batch1": None,
         "service_ms_max_batch": None,
         "capacity_unbatched": None,

@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from perfguard.backends import Session, get_backend
-from perfguard.canary import CanaryProbe
-from perfguard.errors import (
+from perfguard.core.errors import (
     BackendUnavailable,
     CellError,
     InputError,
@@ -25,16 +24,17 @@ from perfguard.errors import (
     NonFiniteOutputError,
     PerfguardError,
 )
-from perfguard.gpu_run import GpuWatch, cuda_unavailable, is_out_of_memory
-from perfguard.inputs import batch_size, make_inputs
-from perfguard.memory import PeakMemory
-from perfguard.results import ScenarioResult
-from perfguard.scenario import Scenario
-from perfguard.stats import stability_ratio, summarize, throughput
-from perfguard.timing import Measurement, measure
+from perfguard.core.results import ScenarioResult
+from perfguard.core.scenario import Scenario
+from perfguard.core.stats import stability_ratio, summarize, throughput
+from perfguard.measure.canary import CanaryProbe
+from perfguard.measure.gpu import GpuWatch, cuda_unavailable, is_out_of_memory
+from perfguard.measure.memory import PeakMemory
+from perfguard.measure.timing import Measurement, measure
+from perfguard.models.inputs import batch_size, make_inputs
 
 if TYPE_CHECKING:
-    from perfguard.load_run import LoadRunner
+    from perfguard.measure.load import LoadRunner
 
 
 @dataclass(frozen=True)
@@ -190,7 +190,7 @@ class ScenarioRun:
 
     def measure(self) -> ScenarioResult:
         if self.scenario.load is not None:
-            from perfguard.load_run import LoadRunner, measure_load
+            from perfguard.measure.load import LoadRunner, measure_load
 
             if self._load is None:
                 self._load = LoadRunner(self)

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from perfguard.scenario import LoopSpec
-from perfguard.stats import is_stable, stability_ratio
+from perfguard.core.scenario import LoopSpec
+from perfguard.core.stats import is_stable, stability_ratio
 
 __all__ = ["Measurement", "measure"]
 

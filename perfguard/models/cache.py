@@ -7,7 +7,7 @@ torch version), so a model is exported again only when one of those changes.
 Writes go to a temporary name in the same folder and are renamed into place
 under a file lock: concurrent pytest workers never export the same key twice
 and never see a half-written file. The int8 and fp16 variants are made in
-``perfguard.quantize`` and cached the same way.
+``perfguard.models.quantize`` and cached the same way.
 """
 
 from __future__ import annotations
@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 from filelock import FileLock
 
-from perfguard.errors import Location, ModelError
-from perfguard.models import (
+from perfguard.core.errors import Location, ModelError
+from perfguard.core.scenario import ModelSpec, QuantSpec, Scenario
+from perfguard.models.factory import (
     check_forward_inputs,
     check_onnx_file,
     feeds_positionally,
     load_factory,
 )
-from perfguard.scenario import ModelSpec, QuantSpec, Scenario
 
 if TYPE_CHECKING:
     import torch
@@ -256,17 +256,17 @@ def quantize_int8(
 ) -> Path:
     """An int8 copy of ``onnx_path`` (dynamic or static, per ``quant``), cached by content.
 
-    See ``perfguard.quantize.quantize_int8``; static quantization calibrates on
+    See ``perfguard.models.quantize.quantize_int8``; static quantization calibrates on
     ``calibration`` and raises ``CellError`` without it.
     """
-    from perfguard import quantize
+    from perfguard.models import quantize
 
     return quantize.quantize_int8(onnx_path, cache_dir, location, quant, calibration)
 
 
 def convert_fp16(onnx_path: Path, cache_dir: Path, location: Location | None = None) -> Path:
     """A float16 copy of ``onnx_path`` (inputs/outputs stay float32), cached by content."""
-    from perfguard import quantize
+    from perfguard.models import quantize
 
     return quantize.convert_fp16(onnx_path, cache_dir, location)
 

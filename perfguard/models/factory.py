@@ -17,8 +17,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
-from perfguard.errors import InputError, Location, ModelError
-from perfguard.scenario import ModelSpec
+from perfguard.core.errors import InputError, Location, ModelError
+from perfguard.core.scenario import ModelSpec
 
 if TYPE_CHECKING:
     import torch

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from perfguard.errors import InputError, Location
+from perfguard.core.errors import InputError, Location
+from perfguard.core.scenario import DTYPES, AccuracyInputs, InputSpec, ModelSpec
 
 # The factory loader's helpers, so that accuracy functions are imported the same way.
-from perfguard.models import forget_shadowed, on_sys_path
-from perfguard.scenario import DTYPES, AccuracyInputs, InputSpec, ModelSpec
+from perfguard.models.factory import forget_shadowed, on_sys_path
 
 __all__ = [
     "batch_size",

@@ -28,8 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from perfguard.errors import CellError, InputError, Location, ModelError
-from perfguard.modelcache import (
+from perfguard.core.errors import CellError, InputError, Location, ModelError
+from perfguard.core.scenario import QuantSpec
+from perfguard.models.cache import (
     _KEY_CHARS,
     _KEY_SUFFIX,
     DEFAULT_QUANT,
@@ -37,7 +38,6 @@ from perfguard.modelcache import (
     _safe,
     quiet,
 )
-from perfguard.scenario import QuantSpec
 
 __all__ = [
     "calibration_samples",

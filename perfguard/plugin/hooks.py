@@ -2,7 +2,7 @@
 
 Without ``--perfguard`` nothing here collects or runs anything: a plain
 ``pytest`` never sees a perf scenario. With it, one ``PerfguardSession`` is
-registered for the run and keeps all state (see ``perfguard.session``).
+registered for the run and keeps all state (see ``perfguard.plugin.session``).
 
 Option precedence, for every setting: command line > ini key in
 ``[tool.pytest.ini_options]`` (or pytest.ini/tox.ini/setup.cfg) > built-in default.
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import pytest
 
-from perfguard.session import STATE_KEY, PerfguardSession
+from perfguard.plugin.session import STATE_KEY, PerfguardSession
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    from perfguard import hookspecs
+    from perfguard.plugin import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
 
@@ -161,7 +161,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[STATE_KEY] = session
     config.pluginmanager.register(session, "perfguard-session")
     # pytest-benchmark tests join the same results, comparison and gate.
-    from perfguard.benchmark_bridge import register_bridge
+    from perfguard.interop.benchmark_bridge import register_bridge
 
     register_bridge(config, session.on_benchmark)
 

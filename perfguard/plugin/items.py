@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 import pytest
 from _pytest._code.code import ExceptionInfo, TerminalRepr
 
-from perfguard.errors import BackendUnavailable, PerfguardError, RunInvalid, SuiteError
-from perfguard.scenario import Scenario
+from perfguard.core.errors import BackendUnavailable, PerfguardError, RunInvalid, SuiteError
+from perfguard.core.scenario import Scenario
 
 if TYPE_CHECKING:
-    from perfguard.session import PerfguardSession
+    from perfguard.plugin.session import PerfguardSession
 
 
 class SuiteFile(pytest.File):
@@ -26,7 +26,7 @@ class SuiteFile(pytest.File):
     perfguard: PerfguardSession
 
     def collect(self) -> Iterable[pytest.Item]:
-        from perfguard.suite import load_suite
+        from perfguard.suite.loader import load_suite
 
         try:
             suite = load_suite(self.path)

@@ -19,17 +19,17 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from perfguard import __version__
-from perfguard.accuracy_run import AccuracyChecker
-from perfguard.errors import AccuracyFailure, BackendUnavailable, GateFailure, PerfguardError
-from perfguard.gate import Gatekeeper, GateSettings, check_can_save, failure_message
-from perfguard.results import CommitInfo, Environment, RunResult, ScenarioResult
-from perfguard.runner import RunContext, ScenarioRun, open_session
-from perfguard.scenario import Scenario
-from perfguard.verdict import REGRESSION, ScenarioVerdict
+from perfguard.accuracy.run import AccuracyChecker
+from perfguard.core.errors import AccuracyFailure, BackendUnavailable, GateFailure, PerfguardError
+from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
+from perfguard.core.scenario import Scenario
+from perfguard.judge.gatekeeper import Gatekeeper, GateSettings, check_can_save, failure_message
+from perfguard.judge.verdict import REGRESSION, ScenarioVerdict
+from perfguard.measure.runner import RunContext, ScenarioRun, open_session
 
 if TYPE_CHECKING:
-    from perfguard.ab import ABRun
-    from perfguard.items import ScenarioItem
+    from perfguard.ab.run import ABRun
+    from perfguard.plugin.items import ScenarioItem
 
 STATE_KEY = pytest.StashKey["PerfguardSession"]()
 _WORKER_OUTPUT_KEY = "perfguard_results"
@@ -80,7 +80,7 @@ class PerfguardSession:
         self.ab: ABRun | None = None
         ab_ref = config.getoption("perfguard_ab")
         if ab_ref:
-            from perfguard.ab import ABConfig, ABRun
+            from perfguard.ab.run import ABConfig, ABRun
 
             self.ab = ABRun(
                 self.rootdir,
@@ -130,7 +130,7 @@ class PerfguardSession:
     @property
     def commit(self) -> CommitInfo:
         if self._commit is None:
-            from perfguard.gitinfo import commit_info
+            from perfguard.baseline.git import commit_info
 
             self._commit = commit_info(self.rootdir)
         return self._commit
@@ -138,7 +138,7 @@ class PerfguardSession:
     @property
     def environment(self) -> Environment:
         if self._environment is None:
-            from perfguard.env import collect_environment
+            from perfguard.machine.env import collect_environment
 
             extra: dict[str, str] = {}
             for fields in self.config.hook.pytest_perfguard_environment(config=self.config):
@@ -184,7 +184,7 @@ class PerfguardSession:
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> Any:
         if not self.is_suite(file_path):
             return None
-        from perfguard.items import SuiteFile
+        from perfguard.plugin.items import SuiteFile
 
         node = SuiteFile.from_parent(parent, path=file_path)
         node.perfguard = self
@@ -252,7 +252,7 @@ class PerfguardSession:
             return self._with_accuracy(scenario, result), verdict
         gatekeeper = self.gatekeeper
         if self.isolate or scenario.isolate:
-            from perfguard.isolate import IsolatedRun
+            from perfguard.worker.isolate import IsolatedRun
 
             with IsolatedRun(scenario, self.ctx) as iso:
                 measured = iso.measure()
@@ -293,7 +293,7 @@ class PerfguardSession:
 
         pytest-benchmark owns that loop, so there is no confirmation round.
         """
-        from perfguard.compare import DEFAULT_GATES
+        from perfguard.judge.compare import DEFAULT_GATES
 
         verdict = self.gatekeeper.judge(result, DEFAULT_GATES)
         self.verdicts[verdict.scenario_id] = verdict
@@ -388,8 +388,8 @@ class PerfguardSession:
             if self.ab is not None:
                 self.ab.close()
             return
-        from perfguard.atomicio import write_json_atomic
-        from perfguard.resultsio import write_results
+        from perfguard.core.atomicio import write_json_atomic
+        from perfguard.core.resultsio import write_results
 
         gatekeeper = self.gatekeeper
         if self.ab is not None:
@@ -420,15 +420,15 @@ class PerfguardSession:
 
     def _write_report(self, run: RunResult) -> Path:
         """report.html + summary.md beside results.json; the job summary on GitHub."""
-        from perfguard.github import in_github_actions, write_step_summary
         from perfguard.report import render_markdown, write_report
+        from perfguard.report.github import in_github_actions, write_step_summary
         from perfguard.report.model import ReportInput
 
         gatekeeper = self.gatekeeper
         choice = gatekeeper.choice
         baseline = {}
         if self.ab is not None:
-            from perfguard.ab import base_results
+            from perfguard.ab.run import base_results
 
             baseline = base_results(self.verdicts, self.results)
         elif choice.baseline is not None:
@@ -467,7 +467,7 @@ class PerfguardSession:
 
     def _annotations(self) -> list[str]:
         """Under GitHub Actions, one ``::error`` per failed cell, at its suite line."""
-        from perfguard.github import annotation, in_github_actions
+        from perfguard.report.github import annotation, in_github_actions
 
         if not in_github_actions():
             return []
@@ -483,7 +483,7 @@ class PerfguardSession:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.is_worker or not self.results:
             return
-        from perfguard.summary import accuracy_lines, load_lines, summary_lines, verdict_notes
+        from perfguard.report.tables import accuracy_lines, load_lines, summary_lines, verdict_notes
 
         terminalreporter.section("perfguard")
         choice = self.gatekeeper.choice

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from perfguard.atomicio import write_text_atomic
+from perfguard.core.atomicio import write_text_atomic
 from perfguard.report.index import render_index
 from perfguard.report.markdown import render_markdown
 from perfguard.report.model import ReportInput

@@ -12,14 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from perfguard.atomicio import read_json
-from perfguard.errors import ResultsError
+from perfguard.core.atomicio import read_json
+from perfguard.core.errors import ResultsError
+from perfguard.core.results import RunResult, ScenarioResult
+from perfguard.core.resultsio import read_results
+from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.report import write_report_files
 from perfguard.report.index import COMPARISON_FILENAME, render_index
 from perfguard.report.model import ReportInput
-from perfguard.results import RunResult, ScenarioResult
-from perfguard.resultsio import read_results
-from perfguard.verdict import ScenarioVerdict
 
 
 def _stored_comparison(path: Path) -> tuple[tuple[ScenarioVerdict, ...], dict[str, Any], bool]:
@@ -42,7 +42,7 @@ def _stored_comparison(path: Path) -> tuple[tuple[ScenarioVerdict, ...], dict[st
 
 def _load_baseline(path: Path) -> tuple[RunResult, dict[str, ScenarioResult], str]:
     """The baseline as one pooled RunResult, its scenarios by id, and a commit sha."""
-    from perfguard.baselinefile import pooled_run, read_baseline_file
+    from perfguard.baseline.read import pooled_run, read_baseline_file
 
     run = pooled_run(read_baseline_file(path))
     return run, {s.id: s for s in run.scenarios}, run.commit.sha or ""
@@ -57,7 +57,7 @@ def report_command(results: Path, baseline: Path | None, out_dir: Path | None) -
     Raises ResultsError (naming the file and the fix) when an input is missing
     or corrupt.
     """
-    from perfguard.compare import compare_runs, environment_diff
+    from perfguard.judge.compare import compare_runs, environment_diff
 
     results = Path(results)
     run = read_results(results)

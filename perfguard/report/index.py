@@ -7,10 +7,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import quote
 
-from perfguard.atomicio import read_json, write_text_atomic
-from perfguard.errors import PerfguardError
-from perfguard.resultsio import RESULTS_FILENAME, read_results
-from perfguard.verdict import SEVERITY
+from perfguard.core.atomicio import read_json, write_text_atomic
+from perfguard.core.errors import PerfguardError
+from perfguard.core.resultsio import RESULTS_FILENAME, read_results
+from perfguard.judge.verdict import SEVERITY
 
 INDEX_FILENAME = "index.html"
 COMPARISON_FILENAME = "comparison.json"

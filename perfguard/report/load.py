@@ -1,7 +1,7 @@
 """The report's Load sections: one per scenario group measured under concurrent load.
 
 A group is the load cells sharing suite, scenario and every cell-id part but the
-level (``perfguard.summary.load_group``). Each section has the level table (the
+level (``perfguard.report.tables.load_group``). Each section has the level table (the
 terminal's figures), a latency-vs-throughput curve, the batching trade-off of
 batched levels, the SLO search and, prominently, why a level is invalid.
 """
@@ -14,10 +14,10 @@ from typing import Any
 
 from markupsafe import Markup
 
+from perfguard.core.results import ScenarioResult
 from perfguard.report import plots
 from perfguard.report.model import ReportInput
-from perfguard.results import ScenarioResult
-from perfguard.summary import (
+from perfguard.report.tables import (
     LOAD_HEADERS,
     batching_note,
     load_figures,

@@ -11,11 +11,11 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
+from perfguard.core.results import ScenarioResult
+from perfguard.judge.verdict import IMPROVEMENT, REGRESSION, ScenarioVerdict
 from perfguard.report.model import ReportInput
 from perfguard.report.render import verdict_counts
-from perfguard.results import ScenarioResult
-from perfguard.summary import load_figures, load_notes, ordered_load_results
-from perfguard.verdict import IMPROVEMENT, REGRESSION, ScenarioVerdict
+from perfguard.report.tables import load_figures, load_notes, ordered_load_results
 
 MARKER = "<!-- perfguard-summary -->"
 #: Rows per list before "... and N more"; messages are cut to this many characters.

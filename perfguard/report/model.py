@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfguard.results import Environment, RunResult, ScenarioResult
-from perfguard.verdict import ScenarioVerdict
+from perfguard.core.results import Environment, RunResult, ScenarioResult
+from perfguard.judge.verdict import ScenarioVerdict
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,12 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from perfguard.env import diff_comparable
+from perfguard.core.results import ScenarioResult
+from perfguard.judge.verdict import REGRESSION, SEVERITY, ScenarioVerdict, pct
+from perfguard.machine.env import diff_comparable
 from perfguard.report import plots
 from perfguard.report.load import load_context, load_fact
 from perfguard.report.model import ReportInput
-from perfguard.results import ScenarioResult
-from perfguard.verdict import REGRESSION, SEVERITY, ScenarioVerdict, pct
 
 #: Scenarios (in table order: regressions first) drawn as full matplotlib figures;
 #: the rest get sparklines. ~25 ms and ~20 KB per figure: 24 scenarios x 2-3

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from perfguard.results import ScenarioResult
-from perfguard.verdict import REGRESSION, UNCHANGED, ScenarioVerdict
+from perfguard.core.results import ScenarioResult
+from perfguard.judge.verdict import REGRESSION, UNCHANGED, ScenarioVerdict
 
 _HEADERS = (
     "scenario",

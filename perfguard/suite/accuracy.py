@@ -1,6 +1,6 @@
 """The ``accuracy:``, ``quantization:`` and ``quantizations:`` parts of a suite file.
 
-``perfguard.suite`` reads the rest and calls in here; errors are the same
+``perfguard.suite.loader`` reads the rest and calls in here; errors are the same
 ``SuiteError`` (``file:line``, did-you-mean) and ``Scenario.error`` cell errors.
 
 Format::
@@ -77,8 +77,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from perfguard.errors import CellError
-from perfguard.scenario import (
+from perfguard.core.errors import CellError
+from perfguard.core.scenario import (
     BACKENDS,
     GRAPH_OPT_LEVELS,
     PRECISIONS,
@@ -89,7 +89,7 @@ from perfguard.scenario import (
     Scenario,
     TaskMetricSpec,
 )
-from perfguard.yamlpos import PosDict, Reader, found, one_of, suggest
+from perfguard.suite.yamlpos import PosDict, Reader, found, one_of, suggest
 
 __all__ = ["ACCURACY", "PRESETS", "QUANTIZATION", "QuantRef", "finish_cells", "parse_accuracy"]
 __all__ += ["parse_presets", "parse_quantization"]

@@ -1,6 +1,6 @@
-"""The ``gpu:`` part of a suite file: GPU options of a cell (``perfguard.scenario.GpuSpec``).
+"""The ``gpu:`` part of a suite file: GPU options of a cell (``perfguard.core.scenario.GpuSpec``).
 
-``perfguard.suite`` calls in here; errors are the same located ``SuiteError``.
+``perfguard.suite.loader`` calls in here; errors are the same located ``SuiteError``.
 
 Format (every key optional; the whole mapping may sit in ``defaults`` and merges
 key by key with a scenario's, ``tensorrt`` and ``provider_options`` as a whole)::
@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfguard.scenario import COMPILE_MODES, ORT_GPU_PROVIDERS, GpuSpec, TensorRTSpec
-from perfguard.yamlpos import PosDict, Reader, found
+from perfguard.core.scenario import COMPILE_MODES, ORT_GPU_PROVIDERS, GpuSpec, TensorRTSpec
+from perfguard.suite.yamlpos import PosDict, Reader, found
 
 __all__ = ["GPU", "gpu_spec", "parse_gpu"]
 

@@ -1,6 +1,6 @@
 """The ``load:`` and ``shapes:`` parts of a suite file: concurrent load and input shapes.
 
-``perfguard.suite`` reads the rest and calls in here; errors are the same
+``perfguard.suite.loader`` reads the rest and calls in here; errors are the same
 ``SuiteError`` naming ``file:line``, what was found, what was expected and the fix.
 
 Format::
@@ -62,7 +62,7 @@ Rules:
   gives a ``throughput`` gate: the search finds its level only to within its
   last bisection step, so the usual ``-5%`` would flag that step as a change.
 * Sample counts: a latency gate on percentile q needs
-  ``perfguard.compare.samples_needed(q, 0.99)`` requests per level (P50 7,
+  ``perfguard.judge.compare.samples_needed(q, 0.99)`` requests per level (P50 7,
   P90 44, P95 90, P99 459). An open-loop level schedules
   ``round(rate * measure.seconds)`` requests, a closed-loop level runs at least
   ``measure.iterations``; fewer is an error at the ``load`` line. The ``slo``
@@ -90,8 +90,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from perfguard.compare import samples_needed
-from perfguard.scenario import (
+from perfguard.core.scenario import (
     ARRIVALS,
     SESSION_MODES,
     BatchingSpec,
@@ -101,7 +100,8 @@ from perfguard.scenario import (
     Scenario,
     SloSpec,
 )
-from perfguard.yamlpos import PosDict, PosList, Reader, found, one_of, suggest
+from perfguard.judge.compare import samples_needed
+from perfguard.suite.yamlpos import PosDict, PosList, Reader, found, one_of, suggest
 
 __all__ = ["CONFIDENCE", "LOAD", "MAX_RATE", "SHAPES", "expand_cells", "parse_load"]
 __all__ += ["SLO_GATE", "parse_shapes"]
@@ -111,7 +111,7 @@ SHAPES = "shapes"  # scenario key
 MAX_RATE = 1e6  # requests/s one Python generator thread can still dispatch on time
 MIN_RATE = 1e-4  # below it `LoadSpec.level_id` would print an exponent with `-`
 CONFIDENCE = 0.99  # of the percentile bound a gate's sample count must allow
-_DEFAULTS_WHERE = "`defaults`"  # how perfguard.suite names `defaults` in `where`
+_DEFAULTS_WHERE = "`defaults`"  # how perfguard.suite.loader names `defaults` in `where`
 _LEVEL_KEYS = ("concurrency", "rate")
 _OPTIONS = ("arrivals", "seed", "workers", "sessions", "batching", "late_ms", "late_max")
 _LOAD_KEYS = (*_LEVEL_KEYS, *_OPTIONS, "slo")
@@ -334,7 +334,7 @@ def expand_cells(
     ``draft`` is the merged ``load`` (``parse_load``'s dicts over ``defaults``), the
     same for every cell; ``own``: the scenario wrote ``load:`` itself. ``finish``
     runs on each (bucket, level) group of cells, aligned with ``cells``, before
-    ``shape``/``load`` join ``matrix_values``: ``perfguard.suite_accuracy``
+    ``shape``/``load`` join ``matrix_values``: ``perfguard.suite.accuracy``
     resolves an accuracy reference among the matrix values of one such group.
     """
     if not cells:

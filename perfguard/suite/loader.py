@@ -1,15 +1,15 @@
-"""Load a suite YAML file into frozen :class:`~perfguard.scenario.Scenario` objects.
+"""Load a suite YAML file into frozen :class:`~perfguard.core.scenario.Scenario` objects.
 
 A suite file names models and scenarios; each scenario expands into one
 ``Scenario`` per cell of its ``matrix``. Loading is strict: any unknown key,
-wrong type or bad value raises :class:`~perfguard.errors.SuiteError` naming
+wrong type or bad value raises :class:`~perfguard.core.errors.SuiteError` naming
 ``file:line``, what was found, what was expected and the fix. Combinations that
 are well formed but cannot run (e.g. ``onnxruntime`` + ``bf16``) do not raise:
 only that cell gets ``Scenario.error`` set and fails when it runs.
 ``accuracy:``, ``quantization:`` and the top-level ``quantizations:`` presets are
-read by :mod:`perfguard.suite_accuracy`, whose docstring documents them.
-``gpu:`` (GPU options) by :mod:`perfguard.suite_gpu`, and
-``load:`` and ``shapes:`` are read by :mod:`perfguard.suite_load`, whose
+read by :mod:`perfguard.suite.accuracy`, whose docstring documents them.
+``gpu:`` (GPU options) by :mod:`perfguard.suite.gpu`, and
+``load:`` and ``shapes:`` are read by :mod:`perfguard.suite.load`, whose
 docstring documents them.
 
 Format::
@@ -46,8 +46,8 @@ Format::
         tags: [nlp, smoke]        # pytest markers: [A-Za-z_][A-Za-z0-9_]*
         gate: {p95: "+5%", p99: "+2ms", throughput: "-5%", peak_memory: "+50MiB"}
                                   # also gpu_mem: "+10%" (peak device memory)
-        quantization: default     # int8 preset from `quantizations:` (perfguard.suite_accuracy)
-        accuracy: {reference: {backend: torch, precision: fp32}}   # perfguard.suite_accuracy
+        quantization: default     # int8 preset from `quantizations:` (perfguard.suite.accuracy)
+        accuracy: {reference: {backend: torch, precision: fp32}}   # perfguard.suite.accuracy
         matrix:                   # axes: backend, device, precision, threads,
           backend: [torch, onnxruntime]   #   graph_optimization_level, quantization
           precision: [fp32, int8]
@@ -75,7 +75,7 @@ Rules:
 * Scenario names (letters, digits, ``_ . + -``) and cells are unique per file.
   Tags may not be pytest's own markers (``skip``, ``xfail``, ``parametrize``, ...).
 * Models (``factory``/``onnx``, ``inputs``/``inputs_file``, input specs) are
-  read by :mod:`perfguard.suite_models`, whose docstring documents them.
+  read by :mod:`perfguard.suite.models`, whose docstring documents them.
 * Cells that cannot run get ``Scenario.error``: ``onnxruntime`` with ``bf16``;
   ``int8`` (CPU dynamic quantization) on a ``cuda`` device; an ``onnx:``
   model on the ``torch`` backend.
@@ -93,8 +93,8 @@ from typing import Any, cast
 
 import yaml
 
-from perfguard.errors import CellError, Location
-from perfguard.scenario import (
+from perfguard.core.errors import CellError, Location
+from perfguard.core.scenario import (
     BACKENDS,
     GRAPH_OPT_LEVELS,
     PRECISIONS,
@@ -103,7 +103,7 @@ from perfguard.scenario import (
     QuantSpec,
     Scenario,
 )
-from perfguard.suite_accuracy import (
+from perfguard.suite.accuracy import (
     ACCURACY,
     PRESETS,
     QUANTIZATION,
@@ -112,10 +112,10 @@ from perfguard.suite_accuracy import (
     parse_presets,
     parse_quantization,
 )
-from perfguard.suite_gpu import GPU, gpu_spec, parse_gpu
-from perfguard.suite_load import LOAD, SHAPES, expand_cells, parse_load, parse_shapes
-from perfguard.suite_models import parse_model
-from perfguard.yamlpos import (
+from perfguard.suite.gpu import GPU, gpu_spec, parse_gpu
+from perfguard.suite.load import LOAD, SHAPES, expand_cells, parse_load, parse_shapes
+from perfguard.suite.models import parse_model
+from perfguard.suite.yamlpos import (
     DuplicateKeyError,
     PosDict,
     Reader,

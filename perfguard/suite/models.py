@@ -1,6 +1,6 @@
 """The ``models:`` section of a suite file: each entry into a :class:`ModelSpec`.
 
-Read by :func:`perfguard.suite.load_suite` (whose docstring shows the whole
+Read by :func:`perfguard.suite.loader.load_suite` (whose docstring shows the whole
 format); strict like the rest: every error names ``file:line``, what was found,
 what was expected and the fix.
 
@@ -24,9 +24,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from perfguard.errors import Location
-from perfguard.scenario import DTYPES, InputSpec, ModelSpec
-from perfguard.yamlpos import Reader, found, frozen
+from perfguard.core.errors import Location
+from perfguard.core.scenario import DTYPES, InputSpec, ModelSpec
+from perfguard.suite.yamlpos import Reader, found, frozen
 
 __all__ = ["MODEL_KEYS", "parse_model"]
 

@@ -8,7 +8,7 @@ keys, which ``safe_load`` silently collapses to the last one: a repeated model
 or setting would otherwise vanish without a word.
 
 :class:`Reader` checks the type of a value read from such a tree and raises a
-:class:`~perfguard.errors.SuiteError` that says what was found, what was
+:class:`~perfguard.core.errors.SuiteError` that says what was found, what was
 expected and how to fix it.
 """
 
@@ -25,7 +25,7 @@ import yaml
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, SequenceNode
 
-from perfguard.errors import Location, SuiteError
+from perfguard.core.errors import Location, SuiteError
 
 __all__ = [
     "DuplicateKeyError",

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from perfguard.errors import PerfguardError, ProtocolError, WorkerError
+from perfguard.core.errors import PerfguardError, ProtocolError, WorkerError
 from perfguard.worker.protocol import (
     PROTOCOL_VERSION,
     LineReader,
@@ -309,7 +309,7 @@ class WorkerProcess:
         return samples
 
     def loop(self, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
-        """The cell's own warm-up and timed loop (``perfguard.runner.run_loop``)."""
+        """The cell's own warm-up and timed loop (``perfguard.measure.runner.run_loop``)."""
         return self.request("loop", timeout_s)
 
     def check(self, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> dict[str, Any]:

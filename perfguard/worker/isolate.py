@@ -1,7 +1,7 @@
 """Measure one cell in a worker process of its own (``--perfguard-isolate``, ``isolate:``).
 
 The worker (:mod:`perfguard.worker`) opens the cell and measures it exactly as
-in-process measurement does (:meth:`perfguard.runner.ScenarioRun.measure`, the
+in-process measurement does (:meth:`perfguard.measure.runner.ScenarioRun.measure`, the
 ``result`` op: warm-up and timed loop with the machine-speed canary, GPU watch
 and peak memory, or the cell's ``load:`` levels; then the output check) and
 sends the result back as plain data. The same open worker measures again for a
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from perfguard.results import ScenarioResult
-from perfguard.runner import RunContext
-from perfguard.scenario import Scenario
+from perfguard.core.results import ScenarioResult
+from perfguard.core.scenario import Scenario
+from perfguard.measure.runner import RunContext
 from perfguard.worker.client import WorkerProcess
 
 __all__ = ["IsolatedRun", "measure_timeout_s"]

@@ -36,8 +36,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from perfguard import errors
-from perfguard.errors import (
+from perfguard.core import errors
+from perfguard.core.errors import (
     Location,
     PerfguardError,
     ProtocolError,

@@ -13,7 +13,7 @@ Ops (fields of the request -> fields of the ``ok: true`` reply):
   is closed first; a failed ``open`` leaves none open).
 * ``warmup`` ``iterations``, ``seconds`` [, ``max_seconds``: the cap, default
   ``LoopSpec``'s 300 s] -> ``cold_start_ns``, ``iterations``, ``elapsed_ns``
-  (:func:`perfguard.timing.warm_up`, the same warm-up as in-process measurement).
+  (:func:`perfguard.measure.timing.warm_up`, the same warm-up as in-process measurement).
 * ``measure`` ``k`` -> ``samples_ns`` (k requests, each timed on its own, GC off).
 * ``pairs`` ``order`` (booleans: true = slot ``a`` first) [, ``slots``: two slot
   names, default ``["a", "b"]``] -> ``a_ns``, ``b_ns``: one request of each cell per
@@ -22,7 +22,7 @@ Ops (fields of the request -> fields of the ``ok: true`` reply):
 * ``loop`` -> the cell's full warm-up and timed loop (``run_loop``): the
   ``Measurement`` fields with ``samples_ns`` as a list, and ``runtime``.
 * ``result`` -> ``result``: the cell measured exactly as in-process measurement
-  does (:meth:`perfguard.runner.ScenarioRun.measure`: warm-up and timed loop with
+  does (:meth:`perfguard.measure.runner.ScenarioRun.measure`: warm-up and timed loop with
   the machine-speed canary, GPU watch and peak memory, or the cell's ``load:``
   levels, then the output check), as ``ScenarioResult.to_dict()``; again for a
   confirmation round.
@@ -46,11 +46,11 @@ from typing import Any
 
 import perfguard
 from perfguard.backends import Session
-from perfguard.errors import CellNotFound, Location, ProtocolError
-from perfguard.runner import RunContext, ScenarioRun, check_outputs, run_loop
-from perfguard.scenario import LoopSpec, Scenario
-from perfguard.suite import load_suite
-from perfguard.timing import warm_up
+from perfguard.core.errors import CellNotFound, Location, ProtocolError
+from perfguard.core.scenario import LoopSpec, Scenario
+from perfguard.measure.runner import RunContext, ScenarioRun, check_outputs, run_loop
+from perfguard.measure.timing import warm_up
+from perfguard.suite.loader import load_suite
 from perfguard.worker.protocol import (
     OPS,
     PROTOCOL_VERSION,
@@ -275,7 +275,7 @@ class Server:
             raise ProtocolError(
                 f"request `pairs` has order={quote(json.dumps(order).encode())}",
                 expected="`order`: a non-empty list of booleans (true: slot a first)",
-                fix="send the pair orders from perfguard.abstats.pair_orders",
+                fix="send the pair orders from perfguard.ab.stats.pair_orders",
             )
         names = request.get("slots", ["a", "b"])
         if not (isinstance(names, list) and len(names) == 2 and names[0] != names[1]):

@@ -1,0 +1,1 @@
+"""Accuracy against a reference: metrics, golden outputs and their gates."""

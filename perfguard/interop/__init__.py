@@ -1,0 +1,2 @@
+"""Interoperation with pytest-benchmark: its fixture bridged into perfguard results, and its JSON
+format written from ours."""

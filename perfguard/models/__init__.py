@@ -1,0 +1,2 @@
+"""Models and their inputs: factories, seeded or file inputs, ONNX export, quantization and the
+content-hashed model cache."""
