@@ -68,8 +68,9 @@ import numpy as np
 # Runnable from a checkout without installing.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from perfguard.core.policy import GateSpec
 from perfguard.core.results import ScenarioResult
-from perfguard.core.scenario import GateSpec, LoopSpec
+from perfguard.core.scenario import LoopSpec
 from perfguard.core.stats import noise_floor, percentile, summarize
 from perfguard.judge.compare import compare_scenario, confirm, needs_confirmation
 from perfguard.judge.verdict import INVALID, REGRESSION, ScenarioVerdict

@@ -49,8 +49,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from perfguard.ab.run import _Slot, run_pairs, worker_env
 from perfguard.ab.stats import StoppingRule
+from perfguard.core.policy import GateSpec
 from perfguard.core.results import ScenarioResult
-from perfguard.core.scenario import GateSpec
 from perfguard.core.stats import percentile, summarize
 from perfguard.judge.compare import compare_scenario, confirm, needs_confirmation
 from perfguard.judge.verdict import INVALID, REGRESSION, ScenarioVerdict

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from perfguard.baseline import git as gitinfo
+from perfguard.baseline.read import pooled_run, read_baseline_file
 from perfguard.baseline.store import (
     DEFAULT_ROOT,
     Baseline,
@@ -25,9 +26,13 @@ from perfguard.baseline.store import (
     StoreProblem,
 )
 from perfguard.core.errors import GitError, PerfguardError, ResultsError, StoreError
+from perfguard.core.policy import CONFIDENCE, CONTENTION_LIMIT, NORMALISE
 from perfguard.core.results import RunResult, ScenarioResult
-from perfguard.core.scenario import GateSpec
+from perfguard.interop.benchmark_json import export_command
+from perfguard.judge.stored import judge_runs
+from perfguard.judge.verdict import REGRESSION, SEVERITY
 from perfguard.machine.env import collect_environment
+from perfguard.report.cli_report import report_command
 
 _FULL_SHA = re.compile(r"[0-9a-fA-F]{40}(?:[0-9a-fA-F]{24})?")
 _SHORT_SHA = re.compile(r"[0-9a-fA-F]{4,63}")
@@ -101,46 +106,12 @@ def _readable(store: DirectoryStore, fp: str) -> list[Baseline]:
 
 def _load_run(path: Path) -> RunResult:
     """A results file, or a baseline file pooled per scenario into one run."""
-    from perfguard.baseline.read import pooled_run, read_baseline_file
-
     return pooled_run(read_baseline_file(path))
 
 
-def _suite_gates(ids: Sequence[str], rootdir: Path) -> dict[str, tuple[GateSpec, ...]]:
-    """Gates of each id whose suite file exists under ``rootdir`` and still has it."""
-    from perfguard.suite.loader import Suite, load_suite
-
-    suites: dict[Path, Suite | None] = {}
-    gates: dict[str, tuple[GateSpec, ...]] = {}
-    for sid in ids:
-        rel, sep, _ = sid.partition("::")
-        if not sep:
-            continue
-        path = rootdir / rel
-        if path not in suites:
-            suites[path] = load_suite(path) if path.is_file() else None
-        suite = suites[path]
-        for scenario in suite.scenarios if suite is not None else ():
-            if scenario.scenario_id(rootdir) == sid:
-                gates[sid] = scenario.gates
-    return gates
-
-
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from perfguard.judge.compare import compare_runs
-    from perfguard.judge.verdict import REGRESSION, SEVERITY
-
     base, current = _load_run(Path(args.base)), _load_run(Path(args.current))
-    ids = list(dict.fromkeys(s.id for run in (current, base) for s in run.scenarios))
-    rootdir = Path(args.rootdir) if args.rootdir else Path.cwd()
-    verdicts = compare_runs(
-        current,
-        base,
-        _suite_gates(ids, rootdir),
-        baseline_commit=base.commit.sha,
-        confidence=args.confidence,
-        normalise=args.normalise,
-    )
+    verdicts = judge_runs(current, base, **_judging(args))
     if args.json:
         print(json.dumps([v.to_dict() for v in verdicts], indent=2))
     else:
@@ -311,20 +282,59 @@ def _count(text: str) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from perfguard.interop.benchmark_json import export_command
-
     written = export_command(Path(args.results), args.format, Path(args.out) if args.out else None)
     print(written if isinstance(written, str) else f"wrote {written}")
     return 0
 
 
-def _cmd_report(args: argparse.Namespace) -> int:
-    from perfguard.report.cli_report import report_command
+def _judging(args: argparse.Namespace) -> dict[str, Any]:
+    """The judging settings both ``compare`` and ``report --baseline`` take."""
+    return {
+        "rootdir": Path(args.rootdir) if args.rootdir else Path.cwd(),
+        "confidence": args.confidence,
+        "normalise": args.normalise,
+        "contention_limit": args.contention_limit,
+    }
 
+
+def _judging_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--confidence", type=_confidence, default=CONFIDENCE, help=f"default {CONFIDENCE:g}"
+    )
+    p.add_argument(
+        "--normalise",
+        action="store_true",
+        default=NORMALISE,
+        help="gate on canary-normalised latencies (as pytest --perfguard-normalise)",
+    )
+    p.add_argument(
+        "--contention-limit",
+        type=_share,
+        default=CONTENTION_LIMIT,
+        metavar="SHARE",
+        help="share of the CPUs other processes may have used while a run was measured "
+        f"before it is invalid (as pytest --perfguard-contention-limit; "
+        f"default {CONTENTION_LIMIT:g})",
+    )
+    p.add_argument("--rootdir", help="where suite files are found, for their gates (default: cwd)")
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a share >= 0, e.g. 0.1")
+    return value
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
     html = report_command(
         Path(args.results),
         Path(args.baseline) if args.baseline else None,
         Path(args.out) if args.out else None,
+        **_judging(args),
     )
     print(f"wrote {html}")
     return 0
@@ -351,13 +361,7 @@ def _parser() -> argparse.ArgumentParser:
     p = command(sub, "compare", _cmd_compare, "compare two results or baseline files")
     p.add_argument("base", metavar="BASE", help="reports/<c>/results.json or a baseline file")
     p.add_argument("current", metavar="CURRENT", help="the run to judge (same kinds of file)")
-    p.add_argument("--confidence", type=_confidence, default=0.99, help="default 0.99")
-    p.add_argument(
-        "--normalise",
-        action="store_true",
-        help="gate on canary-normalised latencies (as pytest --perfguard-normalise)",
-    )
-    p.add_argument("--rootdir", help="where suite files are found (default: cwd)")
+    _judging_options(p)
     p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
 
     text = "inspect or prune the baseline archive"
@@ -381,6 +385,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("results", metavar="RESULTS", help="reports/<c>/results.json")
     p.add_argument("--baseline", help="results.json or baseline file to compare with")
     p.add_argument("--out", help="directory for <commit12>/report.html (default: beside RESULTS)")
+    _judging_options(p)
 
     p = command(sub, "export", _cmd_export, "write results in another tool's format")
     p.add_argument("results", metavar="RESULTS", help="reports/<c>/results.json")

@@ -119,9 +119,7 @@ def test_labels_of_the_wrong_length(suite_writer: pytest.Pytester) -> None:
 
 
 def test_baseline_golden_outputs_catch_a_model_change(suite_writer: pytest.Pytester) -> None:
-    suite_writer.makeconftest(
-        "import perfguard.judge.compare\nperfguard.compare.FOREIGN_CPU_LIMIT = 1.01\n"
-    )
+    suite_writer.makeini("[pytest]\nperfguard_contention_limit = 1.01\n")
     (suite_writer.path / ".gitignore").write_text(
         "reports/\n.perfguard/\n__pycache__/\nstdout\nstderr\nrunpytest-*\n"
     )

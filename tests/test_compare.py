@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from perfguard.core.policy import GateSpec
 from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
-from perfguard.core.scenario import GateSpec
 from perfguard.core.stats import summarize
 from perfguard.judge.compare import (
     compare_runs,
@@ -203,7 +203,7 @@ def test_contended_run_is_invalid_not_a_regression() -> None:
 def test_canary_normalisation_cancels_a_machine_slow_spell() -> None:
     base = result(lognormal(1000, 1), canary=100_000.0)
     slow = result((lognormal(1000, 2) * 1.3).astype(np.int64), canary=130_000.0)
-    v = verdict(slow, base)
+    v = verdict(slow, base, normalise=True)
     m = v.metrics[0]
     assert v.verdict == "unchanged"
     assert m.normalised and m.canary_ratio == pytest.approx(100 / 130)
@@ -251,7 +251,10 @@ def test_throughput_lower_is_worse() -> None:
     assert verdict(result(throughput=98.0), base, gate).verdict == "unchanged"
     # A slow machine (canary 25% slower) explains a 20% throughput drop.
     slow = verdict(
-        result(throughput=80.0, canary=125.0), result(throughput=100.0, canary=100.0), gate
+        result(throughput=80.0, canary=125.0),
+        result(throughput=100.0, canary=100.0),
+        gate,
+        normalise=True,
     )
     assert slow.verdict == "unchanged" and slow.metrics[0].ratio == pytest.approx(1.0)
 

@@ -40,10 +40,8 @@ def spin(us=200):
 
 # Contention from other processes on a shared CI host would turn verdicts into
 # `invalid`; these tests are about the plumbing, so the contention check is off.
-CONFTEST = """
-import perfguard.judge.compare
-perfguard.judge.compare.FOREIGN_CPU_LIMIT = 1.01
-"""
+INI = "[pytest]\nperfguard_contention_limit = 1.01\n"
+CONFTEST = ""
 
 
 def suite_text(us: int, *, scenarios: str = "spin") -> str:
@@ -75,7 +73,7 @@ class Repo:
         (self.path / "suites").mkdir()
         (self.path / "suites" / "spinmodel.py").write_text(SPIN_MODEL)
         pytester.makeconftest(CONFTEST)
-        pytester.makeini("[pytest]\n")
+        pytester.makeini(INI)
         # pytester keeps its own capture files in the directory: not part of the repo.
         (self.path / ".gitignore").write_text(
             "reports/\n.perfguard/\n__pycache__/\nstdout\nstderr\nrunpytest-*\n"

@@ -19,7 +19,8 @@ import pytest
 
 from perfguard.core.errors import Location, ModelError
 from perfguard.core.scenario import GpuSpec, InputSpec, LoopSpec, ModelSpec, Scenario
-from perfguard.measure.runner import RunContext, open_session, run_loop
+from perfguard.measure.cell import RunContext, open_session
+from perfguard.measure.runner import run_loop
 from tests.conftest import TINY_MODELS, write_suite
 
 pytestmark = pytest.mark.gpu

@@ -12,13 +12,8 @@ import pytest
 
 from perfguard.core.errors import CellError, InputError, Location, ModelError
 from perfguard.core.scenario import ModelSpec, QuantSpec
-from perfguard.models.cache import (
-    cache_key_of,
-    convert_fp16,
-    export_key,
-    export_onnx,
-    quantize_int8,
-)
+from perfguard.models.cache import cache_key_of, export_key, export_onnx
+from perfguard.models.quantize import convert_fp16, quantize_int8
 
 pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")

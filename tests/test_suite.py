@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from perfguard.core.errors import SuiteError
+from perfguard.core.policy import GateSpec
 from perfguard.core.scenario import (
     BACKENDS,
     DTYPES,
@@ -23,7 +24,6 @@ from perfguard.core.scenario import (
     AccuracyGates,
     AccuracyInputs,
     AccuracySpec,
-    GateSpec,
     InputSpec,
     LoopSpec,
     QuantSpec,
@@ -253,7 +253,7 @@ def test_exclude_drops_partial_cells(tmp_path: Path) -> None:
         ("p50", "+0%", GateSpec("p50", 0.0)),
         ("p99", "+2ms", GateSpec("p99", 2.0, relative=False)),
         ("p50", "+500us", GateSpec("p50", 0.5, relative=False)),
-        ("mean", "+1s", GateSpec("mean", 1000.0, relative=False)),
+        ("p999", "+1s", GateSpec("p999", 1000.0, relative=False)),
         ("throughput", "-5%", GateSpec("throughput", 0.05, higher_is_worse=False)),
         ("throughput", "-100/s", GateSpec("throughput", 100.0, False, False)),
         ("peak_memory", "+50MiB", GateSpec("peak_memory", 50.0, relative=False)),
@@ -270,6 +270,16 @@ def test_gate_parsing(tmp_path: Path, metric: str, text: str, expected: GateSpec
     assert got.limit == pytest.approx(expected.limit)
     if metric != "p95":
         assert gates["p95"] == GateSpec("p95", 0.05)  # the default gate stays
+
+
+def test_mean_gate_is_refused_at_its_line_with_the_fix(tmp_path: Path) -> None:
+    # Every comparison used to come back `invalid` for a `mean` gate the loader accepted.
+    text = BASE + '    gate:\n      mean: "+5%"  # <-\n'
+    path = write(tmp_path, text)
+    message = str(load_error(path))
+    assert f"{path}:{marked_line(text)}: unknown key `mean` in" in message
+    assert "`p999`" in message  # the expected keys come from the policy's table
+    assert "gate `p50` for the typical request or `p95` for the tail" in message.split(". Fix: ")[1]
 
 
 @pytest.mark.parametrize(
@@ -685,7 +695,7 @@ GATES = {
     ("p90", "+0%"): GateSpec("p90", 0.0),
     ("p99", "+2ms"): GateSpec("p99", 2.0, relative=False),
     ("p50", "+250us"): GateSpec("p50", 0.25, relative=False),
-    ("mean", "+1s"): GateSpec("mean", 1000.0, relative=False),
+    ("p999", "+1s"): GateSpec("p999", 1000.0, relative=False),
     ("throughput", "-5%"): GateSpec("throughput", 0.05, higher_is_worse=False),
     ("throughput", "-100/s"): GateSpec("throughput", 100.0, relative=False, higher_is_worse=False),
     ("peak_memory", "+50MiB"): GateSpec("peak_memory", 50.0, relative=False),

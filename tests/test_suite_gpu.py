@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from perfguard.core.errors import SuiteError
-from perfguard.core.scenario import GateSpec, GpuSpec, Scenario, TensorRTSpec
+from perfguard.core.policy import GateSpec
+from perfguard.core.scenario import GpuSpec, Scenario, TensorRTSpec
 from perfguard.suite.loader import load_suite
 
 MODELS = """\

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from perfguard.accuracy.run import find_reference
 from perfguard.core.errors import Location, SuiteError
-from perfguard.core.scenario import BatchingSpec, GateSpec, LoadSpec, Scenario, SloSpec
+from perfguard.core.policy import GateSpec
+from perfguard.core.scenario import BatchingSpec, LoadSpec, Scenario, SloSpec
 from perfguard.judge.compare import samples_needed
 from perfguard.suite import load as suite_load
 from perfguard.suite.loader import load_suite
@@ -161,7 +162,7 @@ def test_slo_adds_one_search_cell(suite_writer: pytest.Pytester) -> None:
     text = scen(
         """\
         measure: {seconds: 10}
-        gate: {p99: "+2ms", mean: "+3%", peak_memory: "+50MiB"}
+        gate: {p99: "+2ms", p50: "+3%", peak_memory: "+50MiB"}
         load:
           rate: [100, 50]
           slo: {p90_ms: 20, factor: 1.5, refine: 2, max: 400}
@@ -184,7 +185,7 @@ def test_slo_adds_one_search_cell(suite_writer: pytest.Pytester) -> None:
         GateSpec("throughput", 0.10, relative=True, higher_is_worse=False),
     )
     # The listed levels keep every gate.
-    assert {g.metric for g in cells["torch-r50"].gates} == {"p95", "p99", "mean", "peak_memory"}
+    assert {g.metric for g in cells["torch-r50"].gates} == {"p95", "p99", "p50", "peak_memory"}
     assert cells["onnxruntime-r100"].load == LoadSpec("open", 100.0)
 
 

@@ -41,13 +41,14 @@ from typing import Any
 
 import numpy as np
 
+import perfguard
 from perfguard.ab.stats import Decision, StoppingRule, decide, pair_orders, per_round
 from perfguard.ab.worktree import BaseRef, base_worktree, resolve_base
 from perfguard.core.errors import SuiteError
+from perfguard.core.policy import LATENCY_QS
 from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import Scenario
 from perfguard.core.stats import percentile, stability_ratio, summarize, throughput
-from perfguard.judge.compare import LATENCY_QS
 from perfguard.judge.verdict import (
     IMPROVEMENT,
     INVALID,
@@ -58,7 +59,8 @@ from perfguard.judge.verdict import (
     MetricVerdict,
     ScenarioVerdict,
 )
-from perfguard.measure.runner import RunContext, base_result
+from perfguard.measure.cell import RunContext, base_result
+from perfguard.suite.loader import load_suite
 from perfguard.worker.client import WorkerProcess
 
 __all__ = ["ABConfig", "ABOutcome", "ABRun", "base_results", "run_pairs"]
@@ -194,8 +196,6 @@ def _bootstrap_command(python: str) -> list[str]:
     A folder holding only a link to this perfguard package keeps the rest of
     this checkout (the user's current model code) off the base worker's path.
     """
-    import perfguard
-
     shim = Path(tempfile.mkdtemp(prefix="perfguard-ab-shim-"))
     (shim / "perfguard").symlink_to(Path(perfguard.__file__).resolve().parent)
     code = (
@@ -249,8 +249,6 @@ class ABRun:
 
     def base_cells(self, suite: Path) -> dict[str, Scenario] | SuiteError:
         """The base revision's cells of ``suite`` by item name, or its load error."""
-        from perfguard.suite.loader import load_suite
-
         assert self.worktree is not None
         path = self.worktree / self._relative(suite)
         if path not in self._suites:

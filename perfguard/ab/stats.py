@@ -91,8 +91,13 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from perfguard.core.policy import (
+    CONFIDENCE,
+    FUTILITY_CONFIDENCE,
+    INTERIM_CONFIDENCE,
+    samples_needed,
+)
 from perfguard.core.stats import as_samples, check_q, percentiles, rank_index
-from perfguard.judge.compare import samples_needed
 
 __all__ = [
     "Decision",
@@ -146,7 +151,7 @@ def paired_bootstrap(
     a_ns: npt.ArrayLike,
     b_ns: npt.ArrayLike,
     q: float = 95.0,
-    confidence: float = 0.99,
+    confidence: float = CONFIDENCE,
     n_boot: int = 2000,
     seed: int = 0,
 ) -> tuple[float, float]:
@@ -262,9 +267,9 @@ class StoppingRule:
 
     limit: float = 0.05
     q: float = 95.0
-    confidence: float = 0.99
-    futility_confidence: float = 0.95
-    interim_confidence: float = 0.999
+    confidence: float = CONFIDENCE
+    futility_confidence: float = FUTILITY_CONFIDENCE
+    interim_confidence: float = INTERIM_CONFIDENCE
     min_pairs: int = 200
     max_pairs: int = 3000
     check_every: int = 100

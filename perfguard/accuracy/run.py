@@ -16,11 +16,14 @@ from typing import Any
 
 import numpy as np
 
+from perfguard.accuracy.metrics import check_finite, compare_outputs, task_metric_check
 from perfguard.backends import Session
 from perfguard.core.codec import decode_outputs, encode_outputs
 from perfguard.core.errors import AccuracyError, InputError, PerfguardError
 from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import Scenario
+from perfguard.models.factory import import_function
+from perfguard.models.inputs import make_accuracy_inputs
 
 Feeds = dict[str, np.ndarray]
 
@@ -146,8 +149,6 @@ class AccuracyChecker:
     _references: dict[str, list[np.ndarray]] = field(default_factory=dict)
 
     def inputs_for(self, scenario: Scenario) -> tuple[list[Feeds], np.ndarray | None]:
-        from perfguard.models.inputs import make_accuracy_inputs
-
         spec = scenario.accuracy
         if spec is None:
             return [], None
@@ -191,8 +192,6 @@ class AccuracyChecker:
         baseline_commit: str | None,
     ) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """Accuracy figures for ``results.json`` and the golden outputs to archive."""
-        from perfguard.accuracy.metrics import check_finite, compare_outputs
-
         spec = scenario.accuracy
         assert spec is not None
         feeds, labels = self.inputs_for(scenario)
@@ -252,9 +251,6 @@ class AccuracyChecker:
         reference: list[np.ndarray] | None,
         labels: np.ndarray | None,
     ) -> tuple[dict[str, Any], str | None]:
-        from perfguard.accuracy.metrics import task_metric_check
-        from perfguard.models.factory import import_function
-
         spec = scenario.accuracy
         assert spec is not None and spec.task is not None
         if labels is None:
@@ -282,8 +278,6 @@ class AccuracyChecker:
         golden: Mapping[str, Any],
         baseline_commit: str | None,
     ) -> tuple[dict[str, Any], list[str]]:
-        from perfguard.accuracy.metrics import compare_outputs
-
         spec = scenario.accuracy
         assert spec is not None
         stored = decode_outputs(golden, source=f"baseline {baseline_commit or ''}".strip())

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from perfguard.backends.base import Backend, Session
+from perfguard.backends.onnxruntime_backend import OnnxRuntimeBackend
+from perfguard.backends.tensorrt_backend import TensorRTBackend
+from perfguard.backends.torch_backend import TorchBackend
 from perfguard.core.errors import CellError
 
 __all__ = ["Backend", "Session", "get_backend"]
@@ -11,16 +14,10 @@ __all__ = ["Backend", "Session", "get_backend"]
 def get_backend(name: str) -> Backend:
     """The backend for a suite's ``backend:`` value; runtimes are imported lazily."""
     if name == "torch":
-        from perfguard.backends.torch_backend import TorchBackend
-
         return TorchBackend()
     if name == "onnxruntime":
-        from perfguard.backends.onnxruntime_backend import OnnxRuntimeBackend
-
         return OnnxRuntimeBackend()
     if name == "tensorrt":
-        from perfguard.backends.tensorrt_backend import TensorRTBackend
-
         return TensorRTBackend()
     raise CellError(
         f"unknown backend {name!r}",

@@ -20,6 +20,7 @@ import numpy as np
 
 from perfguard.backends import tensorrt_build as build
 from perfguard.backends.tensorrt_build import Engine, EngineSpec, Shape
+from perfguard.backends.torch_backend import parse_torch_device
 from perfguard.core.errors import BackendUnavailable, CellError, InputError, ModelError
 from perfguard.core.scenario import Scenario
 from perfguard.models.cache import onnx_file_of
@@ -47,8 +48,6 @@ def _load_tensorrt() -> Any:
 
 def _load_cuda(scenario: Scenario) -> TorchCuda:
     """The CUDA device of ``scenario`` (tests replace this with a CPU fake)."""
-    from perfguard.backends.torch_backend import parse_torch_device
-
     return TorchCuda(parse_torch_device(scenario))
 
 

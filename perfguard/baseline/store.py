@@ -29,6 +29,7 @@ from typing import Any
 
 import filelock
 
+from perfguard.baseline import git as gitinfo
 from perfguard.baseline.fileformat import (
     decode_document,
     encode_document,
@@ -37,6 +38,7 @@ from perfguard.baseline.fileformat import (
 from perfguard.core.atomicio import dumps_json, write_text_atomic
 from perfguard.core.errors import GitError, Location, ResultsError, StoreError
 from perfguard.core.results import CommitInfo, RunResult, ScenarioResult
+from perfguard.core.stats import summarize, throughput
 
 DEFAULT_ROOT = Path("baselines")
 DEFAULT_MAX_LAUNCHES = 5
@@ -110,7 +112,6 @@ class Baseline:
         if not measured:
             return results[-1]
         # Lazy: stats pulls in numpy machinery the archive itself does not need.
-        from perfguard.core.stats import summarize, throughput
 
         samples = tuple(v for r in measured for v in r.samples_ns)
         canaries = [r.canary_ns for r in measured if r.canary_ns is not None]
@@ -451,8 +452,6 @@ def select_auto_baseline(
     judged against what it will merge into, not against its own earlier commits;
     the branch's own commits are the fallback.
     """
-    from perfguard.baseline import git as gitinfo  # only auto selection needs git
-
     if gitinfo.repo_root(cwd) is None:
         return None, f"{cwd} is not inside a git checkout, so it has no ancestors to compare with"
     try:

@@ -14,8 +14,6 @@ from perfguard.core.errors import ResultsError
 
 SCHEMA_VERSION = 1
 
-PERCENTILE_KEYS: tuple[str, ...] = ("p50", "p90", "p95", "p99", "p999")
-
 
 @dataclass(frozen=True)
 class LatencySummary:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfguard.core.errors import Location
+from perfguard.core.policy import DEFAULT_GATES, GateSpec
 
 BACKENDS: tuple[str, ...] = ("torch", "onnxruntime", "tensorrt")
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")
@@ -73,22 +74,6 @@ class LoopSpec:
     iterations: int
     seconds: float
     max_seconds: float = 300.0
-
-
-@dataclass(frozen=True)
-class GateSpec:
-    """A limit on one figure, compared against the baseline.
-
-    ``metric`` is e.g. ``p95``, ``p50``, ``p99``, ``throughput``, ``peak_memory``.
-    ``limit`` is a relative change when ``relative`` (0.05 for "+5%"), else an
-    absolute amount in the metric's unit (ms for latency, MiB for memory, /s for
-    throughput). ``higher_is_worse`` says which direction is a regression.
-    """
-
-    metric: str
-    limit: float
-    relative: bool = True
-    higher_is_worse: bool = True
 
 
 @dataclass(frozen=True)
@@ -349,7 +334,7 @@ class Scenario:
     measure: LoopSpec = LoopSpec(iterations=100, seconds=2.0)
     stability_tolerance: float = 0.10
     tags: tuple[str, ...] = ()
-    gates: tuple[GateSpec, ...] = (GateSpec(metric="p95", limit=0.05),)
+    gates: tuple[GateSpec, ...] = DEFAULT_GATES
     quantization: QuantSpec = QuantSpec()
     accuracy: AccuracySpec | None = None
     # Set when the cell's combination is unsupported: the cell fails with it.

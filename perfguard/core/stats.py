@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy import stats as _scipy_stats
 
+from perfguard.core.policy import LATENCY_QS
 from perfguard.core.results import LatencySummary
 
 __all__ = [
@@ -49,14 +50,8 @@ __all__ = [
 
 FloatArray = npt.NDArray[np.float64]
 
-# The percentiles a LatencySummary holds, by field name.
-_SUMMARY_QS: tuple[tuple[str, float], ...] = (
-    ("p50", 50.0),
-    ("p90", 90.0),
-    ("p95", 95.0),
-    ("p99", 99.0),
-    ("p999", 99.9),
-)
+# The percentiles a LatencySummary holds, by field name: the gateable latency metrics.
+_SUMMARY_QS: tuple[tuple[str, float], ...] = tuple(LATENCY_QS.items())
 
 # Relative slack when deciding whether q/100*n is a whole number: 95/100*20 must be
 # rank 19 even if float arithmetic gives 19.000000000000004 (ceil would say 20).

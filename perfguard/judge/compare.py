@@ -35,11 +35,12 @@ divided by its own canary), throughput ratios by the inverse: a host slow spell
 that slows model and canary alike cancels out. The raw ratio is kept beside.
 
 Run-level checks override the metrics (figures stay for the report): an
-unstable current run, or one measured while other processes used more than
-``FOREIGN_CPU_LIMIT`` of the CPUs (``runtime["foreign_cpu"]``, see
-``perfguard.measure.canary``: such contention slows a multi-threaded runtime 1.5-5x
-and the canary cannot see it), is ``invalid``; differing environments make it
-``incomparable``. An unstable or contended *baseline* only adds a note.
+unstable current run, or one measured while other processes used more than the
+contention limit of the CPUs (``runtime["foreign_cpu"]``; the limit is a setting, default
+``perfguard.core.policy.CONTENTION_LIMIT``; see ``perfguard.measure.canary``: such
+contention slows a multi-threaded runtime 1.5-5x and the canary cannot see it), is
+``invalid``; differing environments make it ``incomparable``. An unstable or contended
+*baseline* only adds a note.
 
 Sample count. A one-sided order-statistic bound at confidence c on the q-th
 percentile exists only when the largest of n samples exceeds it with
@@ -53,17 +54,31 @@ ms, /s or MiB) become a relative limit at the baseline's value.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 
+from perfguard.core.policy import (
+    CONFIDENCE,
+    CONTENTION_LIMIT,
+    DEFAULT_GATES,
+    LATENCY_QS,
+    METRICS,
+    MIN_HISTORY,
+    NOISE_K,
+    NORMALISE,
+    REFUSED_METRICS,
+    GateMetric,
+    GateSpec,
+    MetricKind,
+    gate_metric,
+    limit_unit,
+    samples_needed,
+)
 from perfguard.core.results import Environment, RunResult, ScenarioResult
-from perfguard.core.scenario import GateSpec
 from perfguard.core.stats import noise_floor, percentile, percentile_ratio_bound
 from perfguard.judge.verdict import (
-    GATE_UNITS,
     IMPROVEMENT,
     INCOMPARABLE,
     INVALID,
@@ -76,50 +91,17 @@ from perfguard.judge.verdict import (
     baseline_ref,
     confirm,
     describe,
-    metric_name,
     needs_confirmation,
     worst,
 )
 
 __all__ = [
-    "DEFAULT_GATES",
-    "FOREIGN_CPU_LIMIT",
-    "MIN_HISTORY",
-    "NOISE_K",
     "compare_runs",
     "compare_scenario",
     "confirm",
     "environment_diff",
     "needs_confirmation",
-    "samples_needed",
 ]
-
-NOISE_K = 2.0
-# Share of all CPUs that other processes may use during a measurement before it
-# is invalid: an idle CI machine shows ~0-2%; a second test run on 2 cores ~50%.
-FOREIGN_CPU_LIMIT = 0.10
-MIN_HISTORY = 3  # std/mean of 2 values is too rough to widen a gate with
-DEFAULT_GATES: tuple[GateSpec, ...] = (GateSpec(metric="p95", limit=0.05),)
-
-LATENCY_QS: dict[str, float] = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
-THROUGHPUT = "throughput"
-MEMORY_NAMES = ("peak_memory", "peak_memory_mib", "memory")
-GPU_MEMORY_NAMES = ("gpu_mem", "gpu_peak_memory_mib")
-
-
-def samples_needed(q: float, confidence: float) -> int:
-    """Fewest samples for a one-sided order-statistic bound on the q-th percentile.
-
-    The largest of n samples exceeds the true q-quantile with probability
-    1 - (q/100)**n; that must reach ``confidence``. P95 at 99% -> 90.
-    """
-    p = q / 100.0
-    if p <= 0.0:
-        return 1
-    if p >= 1.0:
-        raise ValueError(f"percentile q={q} has no finite-sample bound")
-    # The small slack keeps an exact integer from being pushed up by float error.
-    return max(1, math.ceil(math.log(1.0 - confidence) / math.log(p) - 1e-9))
 
 
 # --------------------------------------------------------------------------- figures
@@ -134,23 +116,19 @@ class _Figure:
     n: int | None
 
 
-_UNITS = {"latency": "ns", "throughput": "/s", "memory": "MiB"}
-_KINDS = {**dict.fromkeys(LATENCY_QS, "latency"), THROUGHPUT: "throughput"}
-_KINDS.update(dict.fromkeys((*MEMORY_NAMES, *GPU_MEMORY_NAMES), "memory"))
-
-
-def _figure(result: ScenarioResult, metric: str, kind: str) -> _Figure:
-    if kind == "throughput":
+def _figure(result: ScenarioResult, metric: GateMetric) -> _Figure:
+    if metric.kind is MetricKind.THROUGHPUT:
         return _Figure(result.throughput, None, None)
-    if kind == "memory":
-        if metric in GPU_MEMORY_NAMES:
+    if metric.kind is MetricKind.MEMORY:
+        if metric.name == "gpu_mem":
             return _Figure(result.gpu_peak_memory_mib, None, None)
         return _Figure(result.peak_memory_mib, None, None)
+    assert metric.quantile is not None
     if result.samples_ns:
         arr = np.asarray(result.samples_ns, dtype=np.float64)
-        return _Figure(percentile(arr, LATENCY_QS[metric]), arr, int(arr.size))
+        return _Figure(percentile(arr, metric.quantile), arr, int(arr.size))
     if result.latency_ns is not None:  # summary only: point estimate
-        return _Figure(float(getattr(result.latency_ns, metric)), None, result.latency_ns.n)
+        return _Figure(float(getattr(result.latency_ns, metric.name)), None, result.latency_ns.n)
     return _Figure(None, None, None)
 
 
@@ -168,16 +146,16 @@ def _compare_metric(
     history: Sequence[float],
     noise_k: float,
 ) -> MetricVerdict:
+    spec = gate_metric(gate.metric)
     metric = gate.metric.lower()
-    kind = _KINDS.get(metric, "unknown")
-    name = metric_name(metric)
+    name = spec.label if spec is not None else metric
     base_ref = baseline_ref(commit)
     common = MetricVerdict(
         metric=gate.metric,
         verdict=INVALID,
         message="",
         rule="",
-        unit=_UNITS.get(kind, ""),
+        unit=spec.unit if spec is not None else "",
         confidence=confidence,
         limit=gate.limit,
         relative=gate.relative,
@@ -186,19 +164,23 @@ def _compare_metric(
         noise_k=noise_k,
         noise_commits=len(history),
     )
-    if kind == "unknown":
+    if spec is None:
+        why = REFUSED_METRICS.get(metric)
         return replace(
             common,
             verdict=INVALID,
             rule="unknown metric",
-            message=f"gate on unknown metric {gate.metric!r}; use one of "
-            f"{', '.join([*LATENCY_QS, THROUGHPUT, MEMORY_NAMES[0], GPU_MEMORY_NAMES[0]])}",
+            message=f"gate on `{metric}` refused: {why}"
+            if why
+            else f"gate on unknown metric {gate.metric!r}; "
+            f"use one of {', '.join(m.name for m in METRICS)}",
         )
-    cur, base = _figure(current, metric, kind), _figure(baseline, metric, kind)
+    kind = spec.kind
+    cur, base = _figure(current, spec), _figure(baseline, spec)
     common = replace(
         common, baseline=base.value, current=cur.value, n_baseline=base.n, n_current=cur.n
     )
-    if base.value is None or (kind == "memory" and cur.value is None):
+    if base.value is None or (kind is MetricKind.MEMORY and cur.value is None):
         side = "the baseline" if base.value is None else "this run"
         return replace(
             common,
@@ -213,7 +195,8 @@ def _compare_metric(
             rule="figure absent",
             message=f"{name} not gated: this run recorded none although the scenario passed",
         )
-    needed = samples_needed(LATENCY_QS[metric], confidence) if kind == "latency" else None
+    q = spec.quantile
+    needed = samples_needed(q, confidence) if q is not None else None
     common = replace(common, samples_needed=needed)
     if needed is not None and min(cur.n or 0, base.n or 0) < needed:
         return replace(
@@ -222,7 +205,7 @@ def _compare_metric(
             rule=f"too few samples: a {confidence:.0%} bound on {metric} needs >= {needed}",
             message=f"{name} not gated: {cur.n or 0} samples in this run, {base.n or 0} in "
             f"{base_ref}; a {confidence:.0%} bound on {metric.upper()} needs >= {needed} per run "
-            f"(order statistics: 1 - {LATENCY_QS[metric] / 100:g}^n >= {confidence:g}). "
+            f"(order statistics: 1 - {(q or 0.0) / 100:g}^n >= {confidence:g}). "
             f"Fix: raise the scenario's measure iterations to >= {needed}",
         )
     if base.value <= 0.0:
@@ -239,7 +222,7 @@ def _compare_metric(
     upper: float | None = None
     if cur.samples is not None and base.samples is not None:
         try:
-            lower, upper = _symmetric_bound(base.samples, cur.samples, metric, confidence)
+            lower, upper = _symmetric_bound(base.samples, cur.samples, spec, confidence)
         except ValueError as exc:  # e.g. a zero-latency sample
             return replace(
                 common,
@@ -251,20 +234,20 @@ def _compare_metric(
     canary_ratio: float | None = None
     if current.canary_ns and baseline.canary_ns and current.canary_ns > 0:
         canary_ratio = baseline.canary_ns / current.canary_ns
-    normalised = normalise and kind != "memory" and canary_ratio is not None
+    normalised = normalise and kind is not MetricKind.MEMORY and canary_ratio is not None
     if normalised and canary_ratio is not None:
         # Latency scales with slowness; throughput with speed.
-        factor = canary_ratio if kind == "latency" else 1.0 / canary_ratio
+        factor = canary_ratio if kind is MetricKind.LATENCY else 1.0 / canary_ratio
     ratio = ratio_raw * factor
     lower = None if lower is None else lower * factor
     upper = None if upper is None else upper * factor
 
     # --- limits: the gate's, widened by the noise floor when that is wider.
-    base_in_gate_unit = base.value * GATE_UNITS[common.unit][1]
+    base_in_gate_unit = base.value * limit_unit(common.unit)[1]
     rel_limit = gate.limit if gate.relative else gate.limit / base_in_gate_unit
     floor: float | None = None
     effective = gate.limit
-    if kind != "memory" and len(history) >= MIN_HISTORY:
+    if kind is not MetricKind.MEMORY and len(history) >= MIN_HISTORY:
         floor = noise_floor(history)
         if noise_k * floor > rel_limit:
             effective = noise_k * floor * (1.0 if gate.relative else base_in_gate_unit)
@@ -291,7 +274,7 @@ def _compare_metric(
 
 
 def _symmetric_bound(
-    base: np.ndarray, current: np.ndarray, metric: str, confidence: float
+    base: np.ndarray, current: np.ndarray, metric: GateMetric, confidence: float
 ) -> tuple[float, float]:
     """Bounds on current/base, each one-sided at ``confidence``.
 
@@ -302,7 +285,7 @@ def _symmetric_bound(
     improvement, nothing else). The union is slightly conservative; the two
     bootstraps cost O(n log n) each.
     """
-    q = LATENCY_QS[metric]
+    q = LATENCY_QS[metric.name]
     forward = percentile_ratio_bound(base, current, q, 2.0 * confidence - 1.0)
     backward = percentile_ratio_bound(current, base, q, 2.0 * confidence - 1.0)
     return min(forward.lower, 1.0 / backward.upper), max(forward.upper, 1.0 / backward.lower)
@@ -319,9 +302,10 @@ def compare_scenario(
     baseline_commit: str | None,
     env_diff: Mapping[str, tuple[str | None, str | None]] | None = None,
     history: Sequence[float] = (),
-    confidence: float = 0.99,
-    normalise: bool = True,
+    confidence: float = CONFIDENCE,
+    normalise: bool = NORMALISE,
     noise_k: float = NOISE_K,
+    contention_limit: float = CONTENTION_LIMIT,
 ) -> ScenarioVerdict:
     """Verdict of one scenario against its baseline result (see the module docstring).
 
@@ -329,7 +313,8 @@ def compare_scenario(
     ``env_diff`` maps differing environment fields to (baseline, current); when
     non-empty nothing is gated (``incomparable``), though figures are still
     computed for the report. ``history``: normalised P95s (any one unit) of this
-    scenario at earlier stored commits of the same fingerprint.
+    scenario at earlier stored commits of the same fingerprint. ``contention_limit``: the
+    share of all CPUs other processes may use while a run is measured before it is invalid.
     """
     if not 0.5 < confidence < 1.0:
         raise ValueError(f"confidence={confidence}; expected a number in (0.5, 1)")
@@ -394,11 +379,11 @@ def compare_scenario(
             f"this run was unstable{drift}; the host was busy. "
             "Fix: re-run; if it persists, raise warmup",
         )
-    elif foreign is not None and foreign > FOREIGN_CPU_LIMIT:
+    elif foreign is not None and foreign > contention_limit:
         override = (
             INVALID,
             f"other processes used {foreign:.0%} of the CPUs while this run was measured "
-            f"(limit {FOREIGN_CPU_LIMIT:.0%}); a multi-threaded runtime slows several-fold "
+            f"(limit {contention_limit:.0%}); a multi-threaded runtime slows several-fold "
             "under such contention and no canary corrects it. Fix: re-run on an idle machine",
         )
     elif diff:
@@ -408,7 +393,7 @@ def compare_scenario(
             f"environment differs from {base_ref} ({fields}); record a baseline on this machine",
         )
     notes = []
-    if not baseline.stable or (_foreign_cpu(baseline) or 0.0) > FOREIGN_CPU_LIMIT:
+    if not baseline.stable or (_foreign_cpu(baseline) or 0.0) > contention_limit:
         # Not invalid: a pooled multi-launch baseline is still the best figure there is.
         notes.append(
             f"{base_ref} was measured unstable or on a busy machine; consider re-recording"
@@ -419,7 +404,7 @@ def compare_scenario(
     metrics = [
         m
         if m.verdict == INVALID
-        else replace(m, verdict=kind, rule=why, message=f"{metric_name(m.metric)} not gated: {why}")
+        else replace(m, verdict=kind, rule=why, message=f"{m.label} not gated: {why}")
         for m in metrics
     ]
     return verdict_of(kind, metrics, why, *notes)
@@ -457,8 +442,9 @@ def compare_runs(
     *,
     baseline_commit: str | None,
     histories: Mapping[str, Sequence[float]] | None = None,
-    confidence: float = 0.99,
-    normalise: bool = True,
+    confidence: float = CONFIDENCE,
+    normalise: bool = NORMALISE,
+    contention_limit: float = CONTENTION_LIMIT,
 ) -> list[ScenarioVerdict]:
     """One verdict per scenario of ``current``, then one ``missing`` per baseline-only id.
 
@@ -482,6 +468,7 @@ def compare_runs(
                 history=hist.get(scenario.id, ()),
                 confidence=confidence,
                 normalise=normalise,
+                contention_limit=contention_limit,
             )
         )
     for sid, base in base_by_id.items():

@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfguard.baseline.git import ancestors, resolve
+from perfguard.baseline.read import read_baseline_file
 from perfguard.baseline.store import Baseline, DirectoryStore, select_auto_baseline
 from perfguard.core.errors import GitError, PerfguardError
+from perfguard.core.policy import CONFIDENCE, CONTENTION_LIMIT, NORMALISE, GateSpec
 from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
-from perfguard.core.scenario import GateSpec
 from perfguard.judge.compare import compare_scenario, environment_diff
 from perfguard.judge.verdict import (
     REGRESSION,
@@ -38,11 +40,9 @@ class GateSettings:
     allow_dirty: bool = False
     gate: bool = True
     confirm_rounds: int = 2
-    confidence: float = 0.99
-    # Gate on canary-normalised latencies. Off by default: on the shared 2-core
-    # host of benchmarks/verdicts-results.md the canary did not track the slow
-    # spells (contention from other tenants), and normalising added noise.
-    normalise: bool = False
+    confidence: float = CONFIDENCE
+    normalise: bool = NORMALISE
+    contention_limit: float = CONTENTION_LIMIT
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,6 @@ class Gatekeeper:
             if baseline is not None:
                 return BaselineChoice(baseline, how)
             return self._other_fingerprint(how)
-        from perfguard.baseline.git import resolve
 
         sha = resolve(self.rootdir, wanted)
         baseline = self.store.load(fingerprint, sha)
@@ -132,8 +131,6 @@ class Gatekeeper:
         )
 
     def _from_file(self, path: Path) -> BaselineChoice:
-        from perfguard.baseline.read import read_baseline_file
-
         baseline = read_baseline_file(path)
         diff = environment_diff(baseline.launches[-1].environment, self.environment)
         return BaselineChoice(baseline, f"results file {path}, as asked", diff)
@@ -157,8 +154,6 @@ class Gatekeeper:
 
     @functools.cache  # noqa: B019 - one Gatekeeper per session; the cache dies with it
     def _ancestors(self) -> list[str]:
-        from perfguard.baseline.git import ancestors
-
         try:
             return ancestors(self.rootdir, "HEAD")[1:]
         except GitError:
@@ -208,6 +203,7 @@ class Gatekeeper:
             history=self.history(current.id),
             confidence=self.settings.confidence,
             normalise=self.settings.normalise,
+            contention_limit=self.settings.contention_limit,
         )
 
     def judge_confirmed(

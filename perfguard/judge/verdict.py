@@ -15,6 +15,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from perfguard.core.policy import gate_metric, limit_unit
+
 REGRESSION = "regression"
 INVALID = "invalid"
 INCOMPARABLE = "incomparable"
@@ -43,15 +45,6 @@ SEVERITY: tuple[str, ...] = (
     IMPROVEMENT,
     UNCHANGED,
 )
-
-
-#: Figure unit -> (unit of absolute gate limits, factor from figure to gate unit).
-GATE_UNITS: dict[str, tuple[str, float]] = {
-    "ns": ("ms", 1e-6),
-    "/s": ("/s", 1.0),
-    "MiB": ("MiB", 1.0),
-    "": ("", 1.0),
-}
 
 
 def worst(kinds: Iterable[str]) -> str:
@@ -119,11 +112,16 @@ class MetricVerdict:
         """
         if self.relative:
             return 1.0 / (1.0 + self.effective_limit), 1.0 + self.effective_limit
-        base = (self.baseline or 0.0) * GATE_UNITS[self.unit][1]
+        base = (self.baseline or 0.0) * limit_unit(self.unit)[1]
         if base <= 0.0:
             return 0.0, math.inf
         step = self.effective_limit / base
         return 1.0 - step, 1.0 + step
+
+    @property
+    def label(self) -> str:
+        """How messages name the metric: ``P95 latency``, ``throughput``, ``peak memory``."""
+        return metric_name(self.metric)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -237,15 +235,9 @@ def confirm(verdicts: Sequence[ScenarioVerdict]) -> ScenarioVerdict:
 
 
 def metric_name(metric: str) -> str:
-    """``p95`` -> ``P95 latency``; ``throughput``; ``peak memory``."""
-    low = metric.lower()
-    if low in ("p50", "p90", "p95", "p99", "p999"):
-        return f"{low.upper().replace('P999', 'P99.9')} latency"
-    if low.startswith("peak_memory") or low == "memory":
-        return "peak memory"
-    if low in ("gpu_mem", "gpu_peak_memory_mib"):
-        return "peak GPU memory"
-    return low
+    """``p95`` -> ``P95 latency``; ``throughput``; ``peak memory`` (the policy's labels)."""
+    spec = gate_metric(metric)
+    return spec.label if spec is not None else metric.lower()
 
 
 def format_value(unit: str, value: float) -> str:
@@ -297,7 +289,7 @@ def describe(m: MetricVerdict, baseline_commit: str | None) -> tuple[str, str]:
         detail += f"; {conf} bounds {pct(m.lower)}..{pct(m.upper)}"
 
     sign = "+" if m.higher_is_worse else "-"
-    gate_unit = GATE_UNITS[m.unit][0]
+    gate_unit = limit_unit(m.unit)[0]
     limit = f"limit {sign}{m.limit * 100:g}%" if m.relative else f"limit {m.limit:g} {gate_unit}"
     if m.noise_floor is not None and m.effective_limit > m.limit:
         eff = (

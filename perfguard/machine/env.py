@@ -30,6 +30,7 @@ from typing import Any
 
 from perfguard import __version__ as perfguard_version
 from perfguard.core.results import Environment
+from perfguard.machine.telemetry import static_info
 
 ABSENT = "absent"
 
@@ -278,8 +279,6 @@ def collect_environment(extra: Mapping[str, str] | None = None) -> Environment:
         "memory_total_bytes": _memory_total(),
     }
     if gpu.get("gpu_model"):
-        from perfguard.machine.telemetry import static_info
-
         # Power limit, persistence mode, application/max clocks: informative only.
         optional.update({k: v for k, v in static_info(0).items() if k not in comparable})
     recorded = {k: v for k, v in optional.items() if v}

@@ -31,6 +31,7 @@ from perfguard.core.errors import RunInvalid
 from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import Scenario
 from perfguard.core.stats import summarize
+from perfguard.machine.telemetry import TelemetrySampler, invalid_reason
 
 __all__ = ["GpuWatch", "cuda_unavailable", "device_index", "is_out_of_memory"]
 
@@ -111,7 +112,6 @@ class GpuWatch:
     def __enter__(self) -> GpuWatch:
         if not self.active:
             return self
-        from perfguard.machine.telemetry import TelemetrySampler
 
         reset = getattr(self.session, "reset_device_peak", None)
         if reset is not None:
@@ -170,7 +170,6 @@ class GpuWatch:
         if not self.active:
             return result
         result = dataclasses.replace(result, gpu_peak_memory_mib=self.peak_mib)
-        from perfguard.machine.telemetry import invalid_reason
 
         gpu = self.scenario.gpu
         why = invalid_reason(

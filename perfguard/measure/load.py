@@ -35,9 +35,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -47,15 +47,26 @@ from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import LoadSpec, LoopSpec, Scenario
 from perfguard.core.stats import stability_ratio, summarize
 from perfguard.measure.canary import CanaryProbe
+from perfguard.measure.cell import RunContext, base_result, open_session
 from perfguard.measure.gpu import GpuWatch
 from perfguard.measure.loadgen import Batching, LoadLog, Worker, closed_loop, open_loop, schedule
 from perfguard.measure.loadstats import LevelFigures, level_figures
 from perfguard.models.inputs import make_inputs
 
-if TYPE_CHECKING:
-    from perfguard.measure.runner import ScenarioRun
+__all__ = ["LevelRun", "LoadCell", "LoadRunner", "measure_load"]
 
-__all__ = ["LevelRun", "LoadRunner", "measure_load"]
+
+class LoadCell(Protocol):
+    """What a load cell needs of the cell that opened it (``runner.ScenarioRun``)."""
+
+    scenario: Scenario
+    ctx: RunContext
+    session: Session
+    batch: int
+    calibration: Sequence[Mapping[str, np.ndarray]] | None
+
+    def peak_memory_mib(self) -> float | None: ...
+
 
 _PROBE_CALLS = 20
 _SATURATED = 0.9  # answered under this share of the asked rate: the level is overloaded
@@ -80,9 +91,7 @@ def _tiled(feeds: Mapping[str, np.ndarray], k: int) -> dict[str, np.ndarray]:
 class LoadRunner:
     """Workers, warm-up and levels for one load cell (closed with the ScenarioRun)."""
 
-    def __init__(self, run: ScenarioRun) -> None:
-        from perfguard.measure.runner import open_session
-
+    def __init__(self, run: LoadCell) -> None:
         self.run = run
         self.scenario: Scenario = run.scenario
         assert self.scenario.load is not None
@@ -386,15 +395,13 @@ def stable_under_load(log: LoadLog, tolerance: float) -> tuple[bool, float]:
     return abs(ratio - 1.0) <= tolerance, ratio
 
 
-def measure_load(run: ScenarioRun, runner: LoadRunner) -> ScenarioResult:
+def measure_load(run: LoadCell, runner: LoadRunner) -> ScenarioResult:
     """One round of a load cell: its level (or SLO search) as a ``ScenarioResult``.
 
     Raises ``LoadError`` (requests failed, nothing answered, SLO never met) or
     ``RunInvalid`` (the generator fell behind); both carry the figures in
     ``.result`` so the results file keeps them.
     """
-    from perfguard.measure.runner import base_result
-
     sc = run.scenario
     spec = runner.spec
     probe = CanaryProbe()

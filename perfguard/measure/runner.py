@@ -1,24 +1,19 @@
 """Measure one scenario cell: backend -> inputs -> warm-up and timed loop -> result.
 
-This is the one place that strings the pieces together; the pytest item only
-calls ``measure_scenario`` and turns its exceptions into a clean failure.
+``ScenarioRun`` strings the pieces together for one cell (its session stays open for
+confirmation rounds); a cell under ``load:`` is handed to ``perfguard.measure.load``.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 
-from perfguard.backends import Session, get_backend
+from perfguard.backends import Session
 from perfguard.core.errors import (
-    BackendUnavailable,
-    CellError,
     InputError,
     ModelError,
     NonFiniteOutputError,
@@ -28,48 +23,11 @@ from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import Scenario
 from perfguard.core.stats import stability_ratio, summarize, throughput
 from perfguard.measure.canary import CanaryProbe
-from perfguard.measure.gpu import GpuWatch, cuda_unavailable, is_out_of_memory
+from perfguard.measure.cell import RunContext, base_result, open_session
+from perfguard.measure.gpu import GpuWatch, is_out_of_memory
+from perfguard.measure.load import LoadRunner, measure_load
 from perfguard.measure.memory import PeakMemory
 from perfguard.measure.timing import Measurement, measure
-from perfguard.models.inputs import batch_size, make_inputs
-
-if TYPE_CHECKING:
-    from perfguard.measure.load import LoadRunner
-
-
-@dataclass(frozen=True)
-class RunContext:
-    """Where a session keeps its derived files and how it names scenarios."""
-
-    rootdir: Path
-    cache_dir: Path
-
-
-@contextmanager
-def open_session(
-    scenario: Scenario,
-    ctx: RunContext,
-    calibration: Sequence[Mapping[str, np.ndarray]] | None = None,
-) -> Iterator[tuple[Session, object, int]]:
-    """Open the scenario's backend session with its prepared inputs; always closed.
-
-    ``calibration`` feeds (the accuracy inputs) are only needed by static int8.
-    """
-    if scenario.error:
-        raise CellError(scenario.error)
-    backend = get_backend(scenario.backend)
-    reason = backend.unavailable_reason() or cuda_unavailable(scenario)
-    if reason:
-        raise BackendUnavailable(reason, location=scenario.location)
-    feeds = make_inputs(scenario.model)
-    if calibration is not None:
-        session = backend.open(scenario, feeds, ctx.cache_dir, calibration=calibration)
-    else:
-        session = backend.open(scenario, feeds, ctx.cache_dir)
-    try:
-        yield session, session.prepare(feeds), batch_size(feeds)
-    finally:
-        session.close()
 
 
 def run_loop(scenario: Scenario, session: Session, prepared: object) -> Measurement:
@@ -190,8 +148,6 @@ class ScenarioRun:
 
     def measure(self) -> ScenarioResult:
         if self.scenario.load is not None:
-            from perfguard.measure.load import LoadRunner, measure_load
-
             if self._load is None:
                 self._load = LoadRunner(self)
             loaded = measure_load(self, self._load)
@@ -220,12 +176,6 @@ class ScenarioRun:
             peak_memory_mib=self._memory.peak_mib(),
         )
         return watch.check(built)
-
-
-def measure_scenario(scenario: Scenario, ctx: RunContext) -> ScenarioResult:
-    """Run one cell end to end and return its figures (raises ``PerfguardError``)."""
-    with ScenarioRun(scenario, ctx) as run:
-        return run.measure()
 
 
 def build_result(
@@ -259,29 +209,6 @@ def build_result(
         peak_memory_mib=peak_memory_mib,
         samples_ns=tuple(int(s) for s in samples),
     )
-
-
-def base_result(scenario: Scenario, ctx: RunContext, batch: int) -> ScenarioResult:
-    """A passed result naming the cell, before any figure is filled in."""
-    return ScenarioResult(
-        id=scenario.scenario_id(ctx.rootdir),
-        suite=_relative(scenario.suite, ctx.rootdir),
-        name=scenario.item_name,
-        backend=scenario.backend,
-        device=scenario.device,
-        precision=scenario.precision,
-        status="passed",
-        batch_size=batch,
-        threads=scenario.threads,
-        tags=scenario.tags,
-    )
-
-
-def _relative(path: Path, rootdir: Path) -> str:
-    try:
-        return path.resolve().relative_to(rootdir.resolve()).as_posix()
-    except ValueError:
-        return path.as_posix()
 
 
 def _first_line(exc: BaseException) -> str:

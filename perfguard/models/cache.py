@@ -20,7 +20,7 @@ import os
 import re
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,7 +28,7 @@ import numpy as np
 from filelock import FileLock
 
 from perfguard.core.errors import Location, ModelError
-from perfguard.core.scenario import ModelSpec, QuantSpec, Scenario
+from perfguard.core.scenario import ModelSpec, Scenario
 from perfguard.models.factory import (
     check_forward_inputs,
     check_onnx_file,
@@ -40,19 +40,20 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "KEY_CHARS",
+    "KEY_SUFFIX",
+    "build_once",
+    "safe_name",
     "cache_key_of",
-    "DEFAULT_QUANT",
-    "convert_fp16",
     "export_key",
     "export_onnx",
     "ordered_input_names",
-    "quantize_int8",
     "quiet",
 ]
 
-_KEY_CHARS = 16
+KEY_CHARS = 16
 _KEY_IN_NAME = re.compile(r"-([0-9a-f]{16})\.onnx$")
-_KEY_SUFFIX = re.compile(r"-[0-9a-f]{16}$")
+KEY_SUFFIX = re.compile(r"-[0-9a-f]{16}$")
 _NOISY_LOGGERS = (
     "torch.onnx",
     "torch._dynamo",
@@ -64,8 +65,6 @@ _NOISY_LOGGERS = (
 )
 # torch's TorchScript exporter keeps global state: one export at a time per process.
 _EXPORT_LOCK = threading.Lock()
-# Dynamic int8 with onnxruntime.quantization's defaults (a frozen value, safe to share).
-DEFAULT_QUANT = QuantSpec()
 
 
 @contextlib.contextmanager
@@ -178,12 +177,12 @@ def export_onnx(
     so one session serves the batches a dynamic batcher forms.
     """
     key = export_key(module, feeds, model, dynamic_batch)
-    target = Path(cache_dir) / f"{_safe(model.name)}-{key[:_KEY_CHARS]}.onnx"
+    target = Path(cache_dir) / f"{safe_name(model.name)}-{key[:KEY_CHARS]}.onnx"
 
     def write(tmp: Path) -> None:
         _export(module, feeds, model, tmp, dynamic_batch)
 
-    return _build_once(target, write, model.location, f"export of factory {model.factory}")
+    return build_once(target, write, model.location, f"export of factory {model.factory}")
 
 
 def onnx_file_of(
@@ -247,31 +246,7 @@ def _export(
         module.train(was_training)
 
 
-def quantize_int8(
-    onnx_path: Path,
-    cache_dir: Path,
-    location: Location | None = None,
-    quant: QuantSpec = DEFAULT_QUANT,
-    calibration: Sequence[Mapping[str, np.ndarray]] | None = None,
-) -> Path:
-    """An int8 copy of ``onnx_path`` (dynamic or static, per ``quant``), cached by content.
-
-    See ``perfguard.models.quantize.quantize_int8``; static quantization calibrates on
-    ``calibration`` and raises ``CellError`` without it.
-    """
-    from perfguard.models import quantize
-
-    return quantize.quantize_int8(onnx_path, cache_dir, location, quant, calibration)
-
-
-def convert_fp16(onnx_path: Path, cache_dir: Path, location: Location | None = None) -> Path:
-    """A float16 copy of ``onnx_path`` (inputs/outputs stay float32), cached by content."""
-    from perfguard.models import quantize
-
-    return quantize.convert_fp16(onnx_path, cache_dir, location)
-
-
-def _build_once(
+def build_once(
     target: Path, write: Callable[[Path], None], location: Location | None, what: str
 ) -> Path:
     """Create ``target`` with ``write`` unless it exists; atomic and process-safe."""
@@ -306,5 +281,5 @@ def _build_once(
     return target
 
 
-def _safe(name: str) -> str:
+def safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.]+", "_", name).strip("._") or "model"

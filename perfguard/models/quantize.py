@@ -31,15 +31,18 @@ import numpy as np
 from perfguard.core.errors import CellError, InputError, Location, ModelError
 from perfguard.core.scenario import QuantSpec
 from perfguard.models.cache import (
-    _KEY_CHARS,
-    _KEY_SUFFIX,
-    DEFAULT_QUANT,
-    _build_once,
-    _safe,
+    KEY_CHARS,
+    KEY_SUFFIX,
+    build_once,
     quiet,
+    safe_name,
 )
 
+# Dynamic int8 with onnxruntime.quantization's defaults (a frozen value, safe to share).
+DEFAULT_QUANT = QuantSpec()
+
 __all__ = [
+    "DEFAULT_QUANT",
     "calibration_samples",
     "check_quant_spec",
     "convert_fp16",
@@ -215,7 +218,7 @@ def quantize_int8(
                 location=location,
             ) from exc
 
-    return _build_once(target, write, location, what)
+    return build_once(target, write, location, what)
 
 
 def convert_fp16(onnx_path: Path, cache_dir: Path, location: Location | None = None) -> Path:
@@ -246,12 +249,12 @@ def convert_fp16(onnx_path: Path, cache_dir: Path, location: Location | None = N
                 location=location,
             ) from exc
 
-    return _build_once(target, write, location, what)
+    return build_once(target, write, location, what)
 
 
 def _target(onnx_path: Path, cache_dir: Path, variant: str, key: str) -> Path:
-    stem = _KEY_SUFFIX.sub("", Path(onnx_path).stem)
-    return Path(cache_dir) / f"{_safe(stem)}-{variant}-{key[:_KEY_CHARS]}.onnx"
+    stem = KEY_SUFFIX.sub("", Path(onnx_path).stem)
+    return Path(cache_dir) / f"{safe_name(stem)}-{variant}-{key[:KEY_CHARS]}.onnx"
 
 
 @contextlib.contextmanager

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from perfguard.core.policy import CONTENTION_LIMIT
 from perfguard.plugin.session import STATE_KEY, PerfguardSession
 
 
@@ -88,6 +89,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "perfguard_normalise, else off); both figures are always reported.",
     )
     group.addoption(
+        "--perfguard-contention-limit",
+        metavar="SHARE",
+        type=float,
+        default=None,
+        help="share of all CPUs other processes may use while a cell is measured (1: any) "
+        f"before its figures are invalid (default: ini, else {CONTENTION_LIMIT:g}).",
+    )
+    group.addoption(
         "--perfguard-ab",
         metavar="REF",
         default=None,
@@ -107,6 +116,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         default=False,
         help="measure every scenario in its own worker process (a crash fails only that cell).",
+    )
+    parser.addini(
+        "perfguard_contention_limit",
+        help="perfguard: the twin of --perfguard-contention-limit.",
+        default=str(CONTENTION_LIMIT),
     )
     parser.addini(
         "perfguard_normalise",

@@ -21,11 +21,13 @@ import pytest
 from perfguard import __version__
 from perfguard.accuracy.run import AccuracyChecker
 from perfguard.core.errors import AccuracyFailure, BackendUnavailable, GateFailure, PerfguardError
+from perfguard.core.policy import DEFAULT_GATES
 from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
 from perfguard.core.scenario import Scenario
 from perfguard.judge.gatekeeper import Gatekeeper, GateSettings, check_can_save, failure_message
 from perfguard.judge.verdict import REGRESSION, ScenarioVerdict
-from perfguard.measure.runner import RunContext, ScenarioRun, open_session
+from perfguard.measure.cell import RunContext, open_session
+from perfguard.measure.runner import ScenarioRun
 
 if TYPE_CHECKING:
     from perfguard.ab.run import ABRun
@@ -74,6 +76,7 @@ class PerfguardSession:
             normalise=bool(
                 config.getoption("perfguard_normalise") or config.getini("perfguard_normalise")
             ),
+            contention_limit=self._contention_limit(config),
         )
         self._gatekeeper: Gatekeeper | None = None
         self.isolate = bool(config.getoption("perfguard_isolate"))
@@ -103,6 +106,22 @@ class PerfguardSession:
         value = self.config.getoption(option) or str(self.config.getini(ini))
         path = Path(value)
         return path if path.is_absolute() else self.rootdir / path
+
+    @staticmethod
+    def _contention_limit(config: pytest.Config) -> float:
+        value = config.getoption("perfguard_contention_limit")
+        raw = value if value is not None else config.getini("perfguard_contention_limit")
+        try:
+            limit = float(raw)
+        except ValueError:
+            limit = -1.0
+        if not limit >= 0.0:  # also refuses NaN
+            raise pytest.UsageError(
+                f"perfguard: contention limit is {raw!r}; expected a share of all CPUs >= 0 "
+                "(0.1: other processes may use 10% of the CPUs; 1 or more: never invalid). "
+                "Fix: set --perfguard-contention-limit or ini perfguard_contention_limit"
+            )
+        return limit
 
     @staticmethod
     def _confirm_rounds(config: pytest.Config) -> int:
@@ -293,8 +312,6 @@ class PerfguardSession:
 
         pytest-benchmark owns that loop, so there is no confirmation round.
         """
-        from perfguard.judge.compare import DEFAULT_GATES
-
         verdict = self.gatekeeper.judge(result, DEFAULT_GATES)
         self.verdicts[verdict.scenario_id] = verdict
         if verdict.verdict == REGRESSION and self.settings.gate:

@@ -3,8 +3,8 @@
 Nothing is measured: the report is rendered from a ``results.json``, the
 ``comparison.json`` beside it (verdicts and how the baseline was chosen) and,
 with ``--baseline``, a baseline to compare against afresh (a ``results.json``
-or a baseline archive file), in which case the verdicts are recomputed with the
-default gates.
+or a baseline archive file), in which case the verdicts are recomputed as
+``perfguard compare`` computes them (``perfguard.judge.stored``: the suites' gates).
 """
 
 from __future__ import annotations
@@ -12,10 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from perfguard.baseline.read import pooled_run, read_baseline_file
 from perfguard.core.atomicio import read_json
 from perfguard.core.errors import ResultsError
+from perfguard.core.policy import CONFIDENCE, CONTENTION_LIMIT, NORMALISE
 from perfguard.core.results import RunResult, ScenarioResult
 from perfguard.core.resultsio import read_results
+from perfguard.judge.compare import environment_diff
+from perfguard.judge.stored import judge_runs
 from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.report import write_report_files
 from perfguard.report.index import COMPARISON_FILENAME, render_index
@@ -42,13 +46,20 @@ def _stored_comparison(path: Path) -> tuple[tuple[ScenarioVerdict, ...], dict[st
 
 def _load_baseline(path: Path) -> tuple[RunResult, dict[str, ScenarioResult], str]:
     """The baseline as one pooled RunResult, its scenarios by id, and a commit sha."""
-    from perfguard.baseline.read import pooled_run, read_baseline_file
-
     run = pooled_run(read_baseline_file(path))
     return run, {s.id: s for s in run.scenarios}, run.commit.sha or ""
 
 
-def report_command(results: Path, baseline: Path | None, out_dir: Path | None) -> Path:
+def report_command(
+    results: Path,
+    baseline: Path | None,
+    out_dir: Path | None,
+    *,
+    rootdir: Path | None = None,
+    confidence: float = CONFIDENCE,
+    normalise: bool = NORMALISE,
+    contention_limit: float = CONTENTION_LIMIT,
+) -> Path:
     """Render ``report.html``/``summary.md`` for ``results``; return the HTML path.
 
     Files go to ``out_dir``, else beside ``results``; when that directory is the
@@ -57,8 +68,6 @@ def report_command(results: Path, baseline: Path | None, out_dir: Path | None) -
     Raises ResultsError (naming the file and the fix) when an input is missing
     or corrupt.
     """
-    from perfguard.judge.compare import compare_runs, environment_diff
-
     results = Path(results)
     run = read_results(results)
     verdicts: tuple[ScenarioVerdict, ...] = ()
@@ -81,11 +90,20 @@ def report_command(results: Path, baseline: Path | None, out_dir: Path | None) -
         baseline = Path(baseline)
         base_run, base_by_id, sha = _load_baseline(baseline)
         base_env = base_run.environment
-        verdicts = tuple(compare_runs(run, base_run, {}, baseline_commit=sha or None))
+        verdicts = tuple(
+            judge_runs(
+                run,
+                base_run,
+                rootdir=rootdir if rootdir is not None else Path.cwd(),
+                confidence=confidence,
+                normalise=normalise,
+                contention_limit=contention_limit,
+            )
+        )
         diff = environment_diff(base_env, run.environment)
         info = {
             "commit": sha or None,
-            "how": f"file {baseline}, as asked (verdicts recomputed with the default gates)",
+            "how": f"file {baseline}, as asked (verdicts recomputed with the suites' gates)",
             "path": str(baseline),
             "env_diff": {k: list(v) for k, v in diff.items()},
         }

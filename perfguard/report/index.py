@@ -11,6 +11,7 @@ from perfguard.core.atomicio import read_json, write_text_atomic
 from perfguard.core.errors import PerfguardError
 from perfguard.core.resultsio import RESULTS_FILENAME, read_results
 from perfguard.judge.verdict import SEVERITY
+from perfguard.report.render import environment
 
 INDEX_FILENAME = "index.html"
 COMPARISON_FILENAME = "comparison.json"
@@ -68,8 +69,6 @@ def _entry(directory: Path) -> Entry:
 
 def render_index(report_dir: Path) -> Path:
     """Write ``report_dir/index.html`` listing each ``*/results.json``; return its path."""
-    from perfguard.report.render import environment
-
     report_dir = Path(report_dir)
     entries = [_entry(p.parent) for p in sorted(report_dir.glob(f"*/{RESULTS_FILENAME}"))]
     readable = sorted(

@@ -90,27 +90,24 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from perfguard.core.policy import CONFIDENCE, LATENCY_QS, SLO_GATE, samples_needed
 from perfguard.core.scenario import (
     ARRIVALS,
     SESSION_MODES,
     BatchingSpec,
-    GateSpec,
     LoadSpec,
     ModelSpec,
     Scenario,
     SloSpec,
 )
-from perfguard.judge.compare import samples_needed
 from perfguard.suite.yamlpos import PosDict, PosList, Reader, found, one_of, suggest
 
-__all__ = ["CONFIDENCE", "LOAD", "MAX_RATE", "SHAPES", "expand_cells", "parse_load"]
-__all__ += ["SLO_GATE", "parse_shapes"]
+__all__ = ["LOAD", "MAX_RATE", "SHAPES", "expand_cells", "parse_load", "parse_shapes"]
 
 LOAD = "load"  # scenario and defaults key
 SHAPES = "shapes"  # scenario key
 MAX_RATE = 1e6  # requests/s one Python generator thread can still dispatch on time
 MIN_RATE = 1e-4  # below it `LoadSpec.level_id` would print an exponent with `-`
-CONFIDENCE = 0.99  # of the percentile bound a gate's sample count must allow
 _DEFAULTS_WHERE = "`defaults`"  # how perfguard.suite.loader names `defaults` in `where`
 _LEVEL_KEYS = ("concurrency", "rate")
 _OPTIONS = ("arrivals", "seed", "workers", "sessions", "batching", "late_ms", "late_max")
@@ -119,10 +116,6 @@ _BATCHING_KEYS = ("max_batch", "max_wait_ms")
 _SLO_TARGETS = {"p50_ms": 50.0, "p90_ms": 90.0, "p95_ms": 95.0, "p99_ms": 99.0}
 _SLO_KEYS = (*_SLO_TARGETS, "factor", "refine", "max")
 _SLO_DEFAULTS = SloSpec(percentile=95.0, target_ms=1.0, start=1.0)
-_GATE_QS = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0}
-_LATENCY = (*_GATE_QS, "mean")
-# The search resolves its level only to its last step: -5% would flag that step.
-SLO_GATE = GateSpec("throughput", 0.10, relative=True, higher_is_worse=False)
 _RATE_RE = re.compile(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?:/\s*s)?")
 _BUCKET_RE = re.compile(r"[A-Za-z0-9_.+]+")
 _LINE = "@"  # draft key holding the line of the `load:` key (the scenario's wins the merge)
@@ -417,7 +410,7 @@ def _cell(
     parts = (sc.cell_id, bucket, load.level_id if load else "")
     gates = sc.gates
     if load is not None and load.slo is not None:
-        gates = tuple(g for g in gates if g.metric not in _LATENCY)
+        gates = tuple(g for g in gates if g.metric not in LATENCY_QS)
         gates += () if any(g.metric == SLO_GATE.metric for g in gates) else (SLO_GATE,)
     cell = dataclasses.replace(
         sc, cell_id="-".join(p for p in parts if p), model=model or sc.model, load=load,
@@ -459,8 +452,8 @@ def _check_count(rd: Reader, sc: Scenario, load: LoadSpec, line: int) -> None:
         qs = {load.slo.percentile: f"its P{load.slo.percentile:g} target"}
         level, start, lower = load.slo.start, "the `slo` search's start ", "target"
     else:
-        qs = {_GATE_QS[g.metric]: f"a P{_GATE_QS[g.metric]:g} gate" for g in sc.gates
-              if g.metric in _GATE_QS}  # fmt: skip
+        qs = {LATENCY_QS[g.metric]: f"a P{LATENCY_QS[g.metric]:g} gate" for g in sc.gates
+              if g.metric in LATENCY_QS}  # fmt: skip
         level, start, lower = load.level, "", "gate"
     needed, who = max(((samples_needed(q, CONFIDENCE), w) for q, w in qs.items()), default=(1, ""))
     bound = f"{who} needs at least {needed} requests for a {CONFIDENCE:.0%} bound"

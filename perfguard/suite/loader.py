@@ -62,7 +62,7 @@ Rules:
   ``tags`` and every other key replace the default as a whole.
 * Loops: ``iterations`` integer >= 1, ``seconds`` >= 0, ``max_seconds`` > 0
   (default 300) caps the loop.
-* Gates: metrics ``p50``, ``p90``, ``p95``, ``p99``, ``mean`` (latency),
+* Gates: metrics ``p50``, ``p90``, ``p95``, ``p99``, ``p999`` (latency),
   ``throughput``, ``peak_memory``, ``gpu_mem`` (peak device memory); values are
   quoted strings. Latency and memory
   are written with ``+`` (higher is worse), throughput with ``-``. Relative:
@@ -94,11 +94,11 @@ from typing import Any, cast
 import yaml
 
 from perfguard.core.errors import CellError, Location
+from perfguard.core.policy import METRICS, REFUSED_METRICS, GateSpec, gate_metric
 from perfguard.core.scenario import (
     BACKENDS,
     GRAPH_OPT_LEVELS,
     PRECISIONS,
-    GateSpec,
     ModelSpec,
     QuantSpec,
     Scenario,
@@ -139,20 +139,8 @@ _DEFAULTS_HINTS = {
     for k in ("name", "model", SHAPES, "matrix", "exclude")
 }
 _LOOP_KEYS = ("iterations", "seconds", "max_seconds")
-_LATENCY = ("p50", "p90", "p95", "p99", "mean")
-_GATE_METRICS = (*_LATENCY, "throughput", "peak_memory", "gpu_mem")
-# Factor from each written unit to the unit GateSpec stores: ms, MiB, items/s.
-_UNITS: dict[str, dict[str, float]] = {
-    "latency": {"ms": 1.0, "us": 1e-3, "s": 1000.0},
-    "peak_memory": {"KiB": 1 / 1024, "MiB": 1.0, "GiB": 1024.0},
-    "gpu_mem": {"KiB": 1 / 1024, "MiB": 1.0, "GiB": 1024.0},
-    "throughput": {"/s": 1.0},
-}
-_EXAMPLES = {
-    "latency": ("+5%", "+2ms"),
-    "peak_memory": ("+5%", "+50MiB"),
-    "gpu_mem": ("+10%", "+256MiB"),
-}
+# The gate keys a suite may write: the policy's metrics under their own names.
+_GATE_METRICS = tuple(m.name for m in METRICS)
 _GATE_RE = re.compile(r"([+-]?)\s*(\d+(?:\.\d*)?|\.\d+)\s*(.*)")
 _DEVICE_RE = re.compile(r"cpu|cuda(:\d+)?")
 _IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -192,10 +180,11 @@ def _loop(rd: Reader, value: object, line: int, what: str) -> dict[str, float]:
 
 
 def _gate(rd: Reader, metric: str, value: object, line: int, where: str) -> GateSpec:
-    kind = "latency" if metric in _LATENCY else metric
-    units = _UNITS[kind]
-    rel, absolute = _EXAMPLES.get(kind, ("-5%", "-100/s"))
-    sign = rel[0]
+    spec = gate_metric(metric)
+    assert spec is not None  # the keys were checked against the policy's table
+    units = spec.units
+    rel, absolute = spec.examples
+    sign = spec.sign
     what = f"gate `{metric}` in {where}"
     why = "higher is worse" if sign == "+" else "lower is worse"
     expected = (
@@ -266,7 +255,7 @@ def _setting(rd: Reader, key: str, value: object, line: int, where: str) -> obje
     if key == "tags":
         return _tags(rd, value, line, what)
     gates = rd.as_map(value, line, what)
-    rd.keys(gates, _GATE_METRICS, what)
+    rd.keys(gates, _GATE_METRICS, what, REFUSED_METRICS)
     return {k: _gate(rd, k, v, gates.key_line(k), where) for k, v in gates.items()}
 
 

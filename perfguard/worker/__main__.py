@@ -15,6 +15,8 @@ import os
 import signal
 import sys
 
+from perfguard.worker.serve import Server
+
 
 def _take_protocol_fds() -> tuple[int, int]:
     """(requests fd, replies fd), private to this process (not inherited by children)."""
@@ -42,8 +44,6 @@ def main() -> int:
     faulthandler.enable(file=sys.stderr)
     if hasattr(faulthandler, "register"):  # the parent's timeout asks for the stacks
         faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
-
-    from perfguard.worker.serve import Server
 
     server = Server()
     try:

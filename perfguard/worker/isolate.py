@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import Scenario
-from perfguard.measure.runner import RunContext
+from perfguard.measure.cell import RunContext
 from perfguard.worker.client import WorkerProcess
 
 __all__ = ["IsolatedRun", "measure_timeout_s"]

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from perfguard import __version__
 from perfguard.core import errors
 from perfguard.core.errors import (
     Location,
@@ -171,8 +172,6 @@ def check_reply(message: dict[str, Any], expected_id: int, line: bytes, worker: 
 def check_hello(hello: dict[str, Any], who: str, worker: str) -> None:
     """Raise ``ProtocolError`` naming both versions unless the worker speaks ours."""
     if hello.get("protocol") != PROTOCOL_VERSION:
-        from perfguard import __version__
-
         raise ProtocolError(
             f"{who} runs perfguard {hello.get('perfguard')!r} and speaks worker protocol "
             f"{hello.get('protocol')!r}; this perfguard {__version__} speaks protocol "

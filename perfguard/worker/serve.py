@@ -48,7 +48,8 @@ import perfguard
 from perfguard.backends import Session
 from perfguard.core.errors import CellNotFound, Location, ProtocolError
 from perfguard.core.scenario import LoopSpec, Scenario
-from perfguard.measure.runner import RunContext, ScenarioRun, check_outputs, run_loop
+from perfguard.measure.cell import RunContext
+from perfguard.measure.runner import ScenarioRun, check_outputs, run_loop
 from perfguard.measure.timing import warm_up
 from perfguard.suite.loader import load_suite
 from perfguard.worker.protocol import (

@@ -1,0 +1,235 @@
+"""The judging policy: which figures can be gated, in which unit and direction, and the
+defaults every verdict rests on.
+
+One table (``METRICS``) and one set of defaults, read by the suite loader (which gate
+keys a suite may write and in which units), the archived comparison, same-run A/B, load
+levels, the CLI and the reports. Nothing else may spell a gateable metric name, a default
+limit or a confidence level out again.
+
+Why these defaults:
+
+* ``DEFAULT_GATES``: P95 latency +5%. Users judge a service by its slow requests, and
+  +5% is the smallest change our users asked to catch; the confidence bound keeps it
+  from firing on sampling noise.
+* ``CONFIDENCE``: every bound is one-sided at 99%: a gate that runs on every commit must
+  not cry wolf more than about once in a hundred unchanged runs.
+* ``CONTENTION_LIMIT``: a measurement is invalid when other processes used more than 10%
+  of the CPUs meanwhile (an idle CI machine shows 0-2%, a second job on a 2-core runner
+  ~50%; such contention slows a multi-threaded runtime 1.5-5x, and no canary sees it).
+  A setting: ``--perfguard-contention-limit`` / ini ``perfguard_contention_limit``.
+* ``NORMALISE``: canary normalisation is off by default. The canary is a short
+  single-threaded probe; on shared hosts its own noise moved P95 ratios more than the
+  machine drift it removes. The plugin, ``perfguard compare`` and ``perfguard report``
+  all start from this one default.
+* ``NOISE_K`` and ``MIN_HISTORY``: the archived noise floor (std/mean of a scenario's P95
+  over stored ancestor commits, at least 3 of them) widens a limit to ``NOISE_K`` times
+  itself when the machine cannot resolve the gate's own limit.
+* ``SLO_GATE``: an SLO search resolves its level only to its last step (3-6% wide), so
+  its throughput is gated at -10%, not -5%.
+* A/B's sequential rule: interim looks stop on a regression only at a 99.9% bound
+  (Haybittle-Peto), and stop "no regression" at a 95% upper bound (a stop that can only
+  miss, never raise a false alarm).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+__all__ = [
+    "CONFIDENCE",
+    "CONTENTION_LIMIT",
+    "DEFAULT_GATES",
+    "FUTILITY_CONFIDENCE",
+    "INTERIM_CONFIDENCE",
+    "LATENCY_QS",
+    "METRICS",
+    "MIN_HISTORY",
+    "NOISE_K",
+    "NORMALISE",
+    "REFUSED_METRICS",
+    "SLO_GATE",
+    "GateMetric",
+    "GateSpec",
+    "MetricKind",
+    "gate_metric",
+    "limit_unit",
+    "samples_needed",
+]
+
+
+class MetricKind(str, Enum):
+    """What a gateable figure measures; decides its unit and how it is compared."""
+
+    LATENCY = "latency"
+    THROUGHPUT = "throughput"
+    MEMORY = "memory"
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    """A limit on one figure, compared against the baseline.
+
+    ``metric`` is a name from ``METRICS`` (``p95``, ``throughput``, ``peak_memory``...).
+    ``limit`` is a relative change when ``relative`` (0.05 for "+5%"), else an absolute
+    amount in the metric's limit unit (ms for latency, MiB for memory, /s for
+    throughput). ``higher_is_worse`` says which direction is a regression.
+    """
+
+    metric: str
+    limit: float
+    relative: bool = True
+    higher_is_worse: bool = True
+
+
+@dataclass(frozen=True)
+class GateMetric:
+    """One gateable figure: its suite key, what it is and how a limit on it is written.
+
+    ``unit`` is the unit of the stored figure (``ns`` per request, ``/s``, ``MiB``);
+    ``units`` maps each unit a suite may write an absolute limit in to the factor that
+    turns it into ``limit_unit`` (the unit ``GateSpec.limit`` holds). ``quantile`` is the
+    percentile a latency metric reads from the per-request samples. ``has`` says which
+    runs record the figure; ``examples`` are a relative and an absolute limit, for
+    messages and docs.
+    """
+
+    name: str
+    kind: MetricKind
+    label: str
+    unit: str
+    limit_unit: str
+    units: Mapping[str, float]
+    higher_is_worse: bool
+    has: str
+    examples: tuple[str, str]
+    quantile: float | None = None
+    aliases: tuple[str, ...] = field(default=())
+
+    @property
+    def sign(self) -> str:
+        """The sign a limit is written with: ``+`` when higher is worse."""
+        return "+" if self.higher_is_worse else "-"
+
+
+_TIME_UNITS: Mapping[str, float] = {"ms": 1.0, "us": 1e-3, "s": 1000.0}
+_MEMORY_UNITS: Mapping[str, float] = {"KiB": 1 / 1024, "MiB": 1.0, "GiB": 1024.0}
+
+
+def _latency(name: str, q: float) -> GateMetric:
+    label = f"P{q:g} latency"
+    return GateMetric(
+        name=name,
+        kind=MetricKind.LATENCY,
+        label=label,
+        unit="ns",
+        limit_unit="ms",
+        units=_TIME_UNITS,
+        higher_is_worse=True,
+        has="every measured cell (per-request samples)",
+        examples=("+5%", "+2ms"),
+        quantile=q,
+    )
+
+
+METRICS: tuple[GateMetric, ...] = (
+    _latency("p50", 50.0),
+    _latency("p90", 90.0),
+    _latency("p95", 95.0),
+    _latency("p99", 99.0),
+    _latency("p999", 99.9),
+    GateMetric(
+        name="throughput",
+        kind=MetricKind.THROUGHPUT,
+        label="throughput",
+        unit="/s",
+        limit_unit="/s",
+        units={"/s": 1.0},
+        higher_is_worse=False,
+        has="every measured cell (items/s; a load level's achieved rate)",
+        examples=("-5%", "-100/s"),
+    ),
+    GateMetric(
+        name="peak_memory",
+        kind=MetricKind.MEMORY,
+        label="peak memory",
+        unit="MiB",
+        limit_unit="MiB",
+        units=_MEMORY_UNITS,
+        higher_is_worse=True,
+        has="cells whose process peak memory was recorded",
+        examples=("+5%", "+50MiB"),
+        aliases=("peak_memory_mib", "memory"),
+    ),
+    GateMetric(
+        name="gpu_mem",
+        kind=MetricKind.MEMORY,
+        label="peak GPU memory",
+        unit="MiB",
+        limit_unit="MiB",
+        units=_MEMORY_UNITS,
+        higher_is_worse=True,
+        has="cells on a CUDA device",
+        examples=("+10%", "+256MiB"),
+        aliases=("gpu_peak_memory_mib",),
+    ),
+)
+
+# Names a user may try that perfguard deliberately does not gate: why, and what to gate.
+REFUSED_METRICS: Mapping[str, str] = {
+    "mean": (
+        "the mean latency is reported but not gated (a few outliers move it, it hides a "
+        "slower tail, and it has no distribution-free confidence bound): gate `p50` for "
+        "the typical request or `p95` for the tail"
+    ),
+}
+
+_BY_NAME: dict[str, GateMetric] = {alias: m for m in METRICS for alias in (m.name, *m.aliases)}
+
+LATENCY_QS: Mapping[str, float] = {m.name: m.quantile for m in METRICS if m.quantile is not None}
+
+# --------------------------------------------------------------------------- defaults
+
+DEFAULT_GATES: tuple[GateSpec, ...] = (GateSpec(metric="p95", limit=0.05),)
+SLO_GATE = GateSpec("throughput", 0.10, relative=True, higher_is_worse=False)
+CONFIDENCE = 0.99
+INTERIM_CONFIDENCE = 0.999
+FUTILITY_CONFIDENCE = 0.95
+CONTENTION_LIMIT = 0.10
+NORMALISE = False
+NOISE_K = 2.0
+MIN_HISTORY = 3
+
+
+def gate_metric(name: str) -> GateMetric | None:
+    """The table's entry for ``name`` (or one of its aliases, any case), else None."""
+    return _BY_NAME.get(name.lower())
+
+
+def limit_unit(unit: str) -> tuple[str, float]:
+    """``(limit unit, factor from the stored unit)`` for a stored figure's ``unit``.
+
+    ``ns`` -> ``("ms", 1e-6)``; an unknown or empty unit -> itself with factor 1.
+    """
+    for m in METRICS:
+        if m.unit == unit:
+            factor = 1e-6 if m.kind is MetricKind.LATENCY else 1.0
+            return m.limit_unit, factor
+    return unit, 1.0
+
+
+def samples_needed(q: float, confidence: float = CONFIDENCE) -> int:
+    """Fewest samples for a one-sided order-statistic bound on the q-th percentile.
+
+    The largest of n samples exceeds the true q-quantile with probability
+    1 - (q/100)**n; that must reach ``confidence``. P95 at 99% -> 90.
+    """
+    p = q / 100.0
+    if p <= 0.0:
+        return 1
+    if p >= 1.0:
+        raise ValueError(f"percentile q={q} has no finite-sample bound")
+    # The small slack keeps an exact integer from being pushed up by float error.
+    return max(1, math.ceil(math.log(1.0 - confidence) / math.log(p) - 1e-9))

@@ -1,0 +1,61 @@
+"""Judging two stored runs the way the plugin judges a live one.
+
+``perfguard compare`` and ``perfguard report --baseline`` both come here, so the same
+pair of files gets the same verdicts from either command and from ``pytest --perfguard
+--perfguard-baseline=FILE``: each scenario's gates come from the suite file that still
+defines it (the policy's default gates otherwise), and confidence, normalisation and the
+contention limit start from the policy's defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from perfguard.core.policy import CONFIDENCE, CONTENTION_LIMIT, NORMALISE, GateSpec
+from perfguard.core.results import RunResult
+from perfguard.judge.compare import compare_runs
+from perfguard.judge.verdict import ScenarioVerdict
+from perfguard.suite.loader import Suite, load_suite
+
+__all__ = ["judge_runs", "suite_gates"]
+
+
+def suite_gates(ids: Sequence[str], rootdir: Path) -> dict[str, tuple[GateSpec, ...]]:
+    """Gates of each id whose suite file exists under ``rootdir`` and still has it."""
+    suites: dict[Path, Suite | None] = {}
+    gates: dict[str, tuple[GateSpec, ...]] = {}
+    for sid in ids:
+        rel, sep, _ = sid.partition("::")
+        if not sep:
+            continue
+        path = rootdir / rel
+        if path not in suites:
+            suites[path] = load_suite(path) if path.is_file() else None
+        suite = suites[path]
+        for scenario in suite.scenarios if suite is not None else ():
+            if scenario.scenario_id(rootdir) == sid:
+                gates[sid] = scenario.gates
+    return gates
+
+
+def judge_runs(
+    current: RunResult,
+    baseline: RunResult,
+    *,
+    rootdir: Path,
+    confidence: float = CONFIDENCE,
+    normalise: bool = NORMALISE,
+    contention_limit: float = CONTENTION_LIMIT,
+) -> list[ScenarioVerdict]:
+    """One verdict per scenario of either run, with the suites' gates (see the module)."""
+    ids = list(dict.fromkeys(s.id for run in (current, baseline) for s in run.scenarios))
+    return compare_runs(
+        current,
+        baseline,
+        suite_gates(ids, rootdir),
+        baseline_commit=baseline.commit.sha,
+        confidence=confidence,
+        normalise=normalise,
+        contention_limit=contention_limit,
+    )
