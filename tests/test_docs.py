@@ -2,7 +2,7 @@
 example suite, and every relative link of README.md and docs/*.md.
 
 The options are read from pytest's public surface (``pytest --help`` and
-``config.getoption``/``config.getini`` in a fresh pytester directory), so these
+``config.getoption``/``config.getini`` in a fresh directory without an ini file), so these
 tests do not care which perfguard module registers them.
 """
 
@@ -233,7 +233,7 @@ def test_docs_pages_are_all_in_the_nav() -> None:
 
 def _readme_suite() -> str:
     blocks = re.findall(r"^```yaml\n(.*?)^```", README.read_text(encoding="utf-8"), re.M | re.S)
-    suites = [b for b in blocks if "scenarios:" in b]
+    suites = [str(b) for b in blocks if "scenarios:" in b]
     assert suites, "README.md has no example suite (a ```yaml block with `scenarios:`)"
     return suites[0]
 
