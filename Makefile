@@ -66,6 +66,6 @@ tools:
 test: $(STAMP) tools
 	$(PY) -m ruff check perfguard perfguard_examples tests benchmarks
 	$(PY) -m mypy
-	if grep -q importlinter pyproject.toml; then $(VENV)/bin/lint-imports; fi
+	$(VENV)/bin/lint-imports
 	$(PY) -m mkdocs build --strict --quiet --site-dir .perfguard/site
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest
