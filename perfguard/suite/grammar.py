@@ -83,7 +83,6 @@ __all__ = [
     "REFERENCE",
     "RESERVED_TAGS",
     "SCENARIO",
-    "SCHEMA_ID",
     "SLO",
     "SLO_TARGETS",
     "SUITE",
@@ -103,8 +102,6 @@ __all__ = [
     "type_text",
     "walk",
 ]
-
-SCHEMA_ID = "https://perfguard.dev/schemas/suite.schema.json"
 
 
 class _NoDefault:
@@ -159,13 +156,17 @@ class Section:
     """A mapping with fixed keys; any other key is an error (the loader is strict).
 
     ``exactly_one``/``at_most_one``: groups of keys of which exactly one / at most one
-    may be written. ``min_items`` 1 where an empty mapping is an error.
+    may be written; ``requires``: (key, keys that must be written with it).
+    ``min_items`` 1 where an empty mapping is an error. ``title`` names a section the
+    schema defines once (``$defs``) and refers to.
     """
 
     keys: tuple[Key, ...]
     exactly_one: tuple[tuple[str, ...], ...] = ()
     at_most_one: tuple[tuple[str, ...], ...] = ()
+    requires: tuple[tuple[str, tuple[str, ...]], ...] = ()
     min_items: int = 0
+    title: str = ""  # a section used in several places: one entry of the schema's $defs
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -283,7 +284,10 @@ INPUT = Section(
         Key("high", _num(), "upper bound (exclusive for integers); low < high"),
         Key("fill", _num(), "a constant value instead of a random range"),
         Key("seed", _int(0), "seed of the generated values", _default(InputSpec, "seed")),
-    )
+    ),
+    at_most_one=(("fill", "low"), ("fill", "high")),
+    requires=(("low", ("high",)), ("high", ("low",))),
+    title="input",
 )
 
 MODEL = Section(
@@ -305,6 +309,8 @@ MODEL = Section(
         Key("outputs", ListOf(_TEXT), "output names"),
     ),
     exactly_one=(("factory", "onnx"), ("inputs", "inputs_file")),
+    requires=(("kwargs", ("factory",)), ("opset", ("factory",))),
+    title="model",
 )
 
 # --------------------------------------------------------------------------- loops, gates
@@ -321,7 +327,8 @@ LOOP = Section(
             "caps the loop",
             _default(LoopSpec, "max_seconds"),
         ),
-    )
+    ),
+    title="loop",
 )
 
 
@@ -355,7 +362,8 @@ GATE = Section(
             else NO_DEFAULT,
         )
         for m in METRICS
-    )
+    ),
+    title="gate",
 )
 
 # --------------------------------------------------------------------------- quantization
@@ -390,7 +398,8 @@ QUANT = Section(
             "accuracy inputs calibrated on (static only)",
             default_text="all accuracy inputs",
         ),
-    )
+    ),
+    title="quantization",
 )
 assert QUANT.names == tuple(f.name for f in dataclasses.fields(QuantSpec) if f.name != "name")
 _PRESET_NAME = Scalar("string", pattern=r"\S", text="preset name")
@@ -406,7 +415,8 @@ ACCURACY_INPUTS = Section(
         Key("file", _TEXT, ".npz of inputs, relative to the suite's folder"),
         Key("function", _FUNCTION, "function returning the inputs (no arguments)"),
     ),
-    at_most_one=(("file", "function"),),
+    at_most_one=(("file", "function"), ("seed", "file"), ("seed", "function")),
+    title="accuracyInputs",
 )
 
 REFERENCE = Section(
@@ -419,6 +429,7 @@ REFERENCE = Section(
         Key("quantization", _PRESET_NAME, "the reference cell's quantization preset"),
     ),
     min_items=1,
+    title="reference",
 )
 
 KL_ON = ("logits", "probabilities")
@@ -432,7 +443,8 @@ KL = Section(
             "softmax temperature",
             _SPEC.temperature,
         ),
-    )
+    ),
+    title="kl",
 )
 
 _TASK = TaskMetricSpec("a:b")
@@ -446,7 +458,8 @@ TASK = Section(
             "largest allowed drop, in the metric's units",
             _TASK.drop_max,
         ),
-    )
+    ),
+    title="task",
 )
 
 _GATES = AccuracyGates()
@@ -473,7 +486,8 @@ ACCURACY_LIMITS = Section(
         Key("nonfinite_max", _int(0), "NaN/Inf outputs allowed", _GATES.nonfinite_max),
         _limit("baseline_cosine_min", _COSINE, "lowest cosine vs the baseline's golden outputs"),
         _limit("cosine_drift_max", _NON_NEGATIVE, "largest cosine drift vs the baseline"),
-    )
+    ),
+    title="accuracyLimits",
 )
 assert ACCURACY_LIMITS.names == tuple(f.name for f in dataclasses.fields(AccuracyGates))
 
@@ -496,7 +510,8 @@ ACCURACY = Section(
             MapOf(ACCURACY_LIMITS, key_text="output"),
             "limits for one output (name or index), over `gate`",
         ),
-    )
+    ),
+    title="accuracy",
 )
 
 # --------------------------------------------------------------------------- load
@@ -515,13 +530,15 @@ SLO = Section(
         Key("max", _num(exclusive_minimum=0), "highest level tried", default_text="no cap"),
     ),
     exactly_one=(tuple(SLO_TARGETS),),
+    title="slo",
 )
 
 BATCHING = Section(
     (
         Key("max_batch", _int(2), "most requests served in one model call", required=True),
         Key("max_wait_ms", _num(minimum=0), "longest wait for a batch to fill", required=True),
-    )
+    ),
+    title="batching",
 )
 assert BATCHING.names == tuple(f.name for f in dataclasses.fields(BatchingSpec))
 
@@ -576,6 +593,7 @@ LOAD = Section(
         Key("slo", SLO, "one more cell (`slo`): the highest level meeting a latency target"),
     ),
     at_most_one=(("concurrency", "rate"),),
+    title="load",
 )
 
 # --------------------------------------------------------------------------- gpu
@@ -587,7 +605,8 @@ PROFILE = Section(
         Key("min", _SHAPE, "smallest shape", required=True),
         Key("opt", _SHAPE, "shape TensorRT tunes for", required=True),
         Key("max", _SHAPE, "largest shape", required=True),
-    )
+    ),
+    title="tensorrtProfile",
 )
 TENSORRT = Section(
     (
@@ -604,7 +623,8 @@ TENSORRT = Section(
             MapOf(PROFILE, key_text="input"),
             "one optimization profile: input -> min/opt/max shapes",
         ),
-    )
+    ),
+    title="tensorrt",
 )
 GPU = Section(
     (
@@ -663,7 +683,8 @@ GPU = Section(
             "options passed to that provider (as strings)",
         ),
         Key("tensorrt", TENSORRT, "TensorRT engine build options (backend: tensorrt)"),
-    )
+    ),
+    title="gpu",
 )
 
 # --------------------------------------------------------------------------- scenarios
@@ -721,18 +742,19 @@ _SETTING_KEYS = (
     Key("gpu", GPU, "GPU options; ignored on the CPU"),
 )
 
-DEFAULTS = Section(_SETTING_KEYS)
+DEFAULTS = Section(_SETTING_KEYS, title="defaults")
 AXES = tuple(k.name for k in _AXIS_KEYS)
 MATRIX = Section(
     tuple(
         Key(
             k.name,
-            ListOf(_PRESET_NAME if k.name == "quantization" else k.type, min_items=1),
+            ListOf(_PRESET_NAME if k.name == "quantization" else k.type, min_items=1, unique=True),
             f"axis: one cell per value ({k.doc})",
         )
         for k in _AXIS_KEYS
     ),
     min_items=1,
+    title="matrix",
 )
 EXCLUDE_ENTRY = Section(
     tuple(
@@ -740,6 +762,7 @@ EXCLUDE_ENTRY = Section(
         for k in _AXIS_KEYS
     ),
     min_items=1,
+    title="exclude",
 )
 
 SCENARIO = Section(
@@ -764,7 +787,9 @@ SCENARIO = Section(
         ),
         Key("matrix", MATRIX, "axes: one cell per combination, in the order written"),
         Key("exclude", ListOf(EXCLUDE_ENTRY), "partial cells to drop"),
-    )
+    ),
+    requires=(("exclude", ("matrix",)),),
+    title="scenario",
 )
 
 SUITE = Section(
@@ -883,18 +908,18 @@ def _scalar_schema(node: Scalar) -> dict[str, Any]:
     return out
 
 
-def _schema(node: Node) -> dict[str, Any]:
+def _schema(node: Node, defs: dict[str, Any]) -> dict[str, Any]:
     if isinstance(node, Scalar):
         return _scalar_schema(node)
     if isinstance(node, ListOf):
-        out: dict[str, Any] = {"type": "array", "items": _schema(node.items)}
+        out: dict[str, Any] = {"type": "array", "items": _schema(node.items, defs)}
         if node.min_items:
             out["minItems"] = node.min_items
         if node.unique:
             out["uniqueItems"] = True
         return out
     if isinstance(node, MapOf):
-        out = {"type": "object", "additionalProperties": _schema(node.values)}
+        out = {"type": "object", "additionalProperties": _schema(node.values, defs)}
         names: dict[str, Any] = {}
         if node.key_pattern:
             names["pattern"] = node.key_pattern
@@ -906,14 +931,19 @@ def _schema(node: Node) -> dict[str, Any]:
             out["minProperties"] = node.min_items
         return out
     if isinstance(node, OneOf):
-        return {"oneOf": [_schema(o) for o in node.options]}
-    return _section_schema(node)
+        return {"oneOf": [_schema(o, defs) for o in node.options]}
+    if not node.title:
+        return _section_schema(node, defs)
+    if node.title not in defs:
+        defs[node.title] = {}  # taken before recursing: a section may not contain itself
+        defs[node.title] = _section_schema(node, defs)
+    return {"$ref": f"#/$defs/{node.title}"}
 
 
-def _section_schema(node: Section) -> dict[str, Any]:
+def _section_schema(node: Section, defs: dict[str, Any]) -> dict[str, Any]:
     props = {}
     for key in node.keys:
-        prop = {"description": key.doc, **_schema(key.type)}
+        prop = {"description": key.doc, **_schema(key.type, defs)}
         if key.default is not NO_DEFAULT:
             prop["default"] = key.default
         props[key.name] = prop
@@ -938,20 +968,24 @@ def _section_schema(node: Section) -> dict[str, Any]:
     ]
     if rules:
         out["allOf"] = rules
+    if node.requires:
+        out["dependentRequired"] = {key: list(needs) for key, needs in node.requires}
     return out
 
 
 def json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of a suite file, from the grammar above."""
+    defs: dict[str, Any] = {}
+    top = _section_schema(SUITE, defs)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": SCHEMA_ID,
         "title": "perfguard suite",
         "description": (
             "A perfguard suite file (suites/*.yaml): models and the scenarios measured on "
             "them. Generated from perfguard.suite.grammar; `perfguard keys` lists every key."
         ),
-        **_section_schema(SUITE),
+        **top,
+        "$defs": dict(sorted(defs.items())),
     }
 
 
