@@ -546,7 +546,7 @@ MAX_RATE = 1e6  # requests/s one Python generator thread can still dispatch on t
 MIN_RATE = 1e-4  # below it `LoadSpec.level_id` would print an exponent with `-`
 _RATE = OneOf(
     (
-        _num(minimum=MIN_RATE, maximum=MAX_RATE),
+        Scalar("number", minimum=MIN_RATE, maximum=MAX_RATE, text="number"),
         Scalar(
             "string",
             pattern=r"^\s*\+?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*(/\s*s)?\s*$",
@@ -815,7 +815,7 @@ SUITE = Section(
 
 @dataclass(frozen=True)
 class Row:
-    """One line of ``perfguard keys``."""
+    """One line of ``perfguard keys`` (``default`` empty: none)."""
 
     path: str
     type: str
@@ -856,7 +856,7 @@ def _default_text(key: Key) -> str:
     if key.default_text:
         return key.default_text
     if key.default is NO_DEFAULT:
-        return "required" if key.required else "-"
+        return "required" if key.required else ""
     if isinstance(key.default, dict):
         return "{" + ", ".join(f"{k}: {json.dumps(v)}" for k, v in key.default.items()) + "}"
     return json.dumps(key.default)
