@@ -41,6 +41,7 @@ from perfguard.suite.grammar import (
     schema_text,
 )
 from perfguard.suite.loader import load_suite
+from perfguard.suite.yamlpos import one_of
 from tests import test_suite, test_suite_gpu, test_suite_load
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -423,3 +424,60 @@ def test_every_grammar_key_is_in_the_schema_and_in_perfguard_keys() -> None:
         "scenarios[].exclude[].precision",
     ):
         assert path in rows
+
+
+def _scenario_with(lines: str) -> str:
+    return test_suite.BASE + textwrap.indent(lines, "    ")
+
+
+# One junk key in each section of the grammar: the loader's message lists the section's keys.
+JUNK_KEYS = {
+    "SUITE": "zz_junk: 1\n" + test_suite.BASE,
+    "DEFAULTS": "defaults:\n  zz_junk: 1\n" + test_suite.BASE,
+    "SCENARIO": _scenario_with("zz_junk: 1\n"),
+    "MODEL": test_suite.BASE.replace("    inputs:\n", "    zz_junk: 1\n    inputs:\n"),
+    "INPUT": test_suite.BASE.replace("{shape: [1, 4]}", "{shape: [1, 4], zz_junk: 1}"),
+    "QUANT": "quantizations:\n  q: {zz_junk: 1}\n" + test_suite.BASE,
+    "LOOP": _scenario_with("measure: {zz_junk: 1}\n"),
+    "GATE": _scenario_with("gate: {zz_junk: '+5%'}\n"),
+    "MATRIX": _scenario_with("matrix: {zz_junk: [1]}\n"),
+    "ACCURACY": _scenario_with("accuracy: {zz_junk: 1}\n"),
+    "ACCURACY_INPUTS": _scenario_with("accuracy: {inputs: {zz_junk: 1}}\n"),
+    "ACCURACY_LIMITS": _scenario_with("accuracy: {gate: {zz_junk: 1}}\n"),
+    "KL": _scenario_with("accuracy: {kl: {zz_junk: 1}}\n"),
+    "TASK": _scenario_with("accuracy: {task: {function: 'a:b', zz_junk: 1}}\n"),
+    "REFERENCE": _scenario_with("accuracy: {reference: {zz_junk: 1}}\n"),
+    "LOAD": _scenario_with("load: {rate: 100, zz_junk: 1}\n"),
+    "SLO": _scenario_with("load: {rate: 100, slo: {p95_ms: 5, zz_junk: 1}}\n"),
+    "BATCHING": _scenario_with(
+        "load: {rate: 100, batching: {max_batch: 2, max_wait_ms: 1, zz_junk: 1}}\n"
+    ),
+    "GPU": _scenario_with("gpu: {zz_junk: 1}\n"),
+    "TENSORRT": _scenario_with("gpu: {tensorrt: {zz_junk: 1}}\n"),
+    "PROFILE": _scenario_with(
+        "gpu: {tensorrt: {profiles: {x: {min: [1], opt: [1], max: [1], zz_junk: 1}}}}\n"
+    ),
+}
+
+
+@pytest.mark.parametrize(("section", "text"), JUNK_KEYS.items(), ids=list(JUNK_KEYS))
+def test_the_loader_allows_exactly_the_grammar_keys(
+    tmp_path: Path, section: str, text: str
+) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(SuiteError) as info:
+        load_suite(path)
+    names = getattr(grammar, section).names
+    assert info.value.expected == one_of(names), str(info.value)
+    assert "`zz_junk`" in info.value.problem
+    assert schema_errors(load12(text)) != []
+
+
+def test_every_section_of_the_grammar_is_checked_for_junk_keys() -> None:
+    sections = {
+        name
+        for name in grammar.__all__
+        if isinstance(getattr(grammar, name), Section) and name != "EXCLUDE_ENTRY"
+    }
+    assert sections == set(JUNK_KEYS)  # exclude entries are checked against the matrix

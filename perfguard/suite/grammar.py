@@ -695,7 +695,7 @@ _TAG = Scalar("string", pattern=_IDENT_PATTERN, forbidden=RESERVED_TAGS, text="i
 
 # Settings that may also be matrix axes, in the order errors list them.
 _AXIS_KEYS = (
-    Key("backend", _choice(BACKENDS), "runtime", _default(Scenario, "backend")),
+    Key("backend", _choice(BACKENDS), "runtime that runs the model", _default(Scenario, "backend")),
     Key("device", _DEVICE, "where the model runs", _default(Scenario, "device")),
     Key("precision", _choice(PRECISIONS), "numeric precision", _default(Scenario, "precision")),
     Key("threads", _int(1), "intra-op threads", default_text="the runtime's"),
@@ -749,7 +749,9 @@ MATRIX = Section(
         Key(
             k.name,
             ListOf(_PRESET_NAME if k.name == "quantization" else k.type, min_items=1, unique=True),
-            f"axis: one cell per value ({k.doc})",
+            "axis: one cell per value, int8 preset names"
+            if k.name == "quantization"
+            else f"axis: one cell per value ({k.doc})",
         )
         for k in _AXIS_KEYS
     ),
@@ -844,7 +846,7 @@ def type_text(node: Node) -> str:
         return " ".join([name, *bounds[:1]]) + (f", {', '.join(bounds[1:])}" if bounds[1:] else "")
     if isinstance(node, ListOf):
         items = type_text(node.items)
-        return f"list of ({items})" if isinstance(node.items, OneOf) else f"list of {items}"
+        return f"list of ({items})" if " | " in items else f"list of {items}"
     if isinstance(node, MapOf):
         return f"{node.key_text} -> {type_text(node.values)}"
     if isinstance(node, Section):

@@ -76,7 +76,7 @@ from perfguard.suite.yamlpos import (
 
 __all__ = ["Suite", "load_suite"]
 
-_AXES = grammar.AXES
+_AXES = grammar.MATRIX.names
 _LOOPS = ("warmup", "measure")
 _SETTINGS = grammar.DEFAULTS.names
 _DEFAULTS_HINTS = {
