@@ -503,8 +503,9 @@ def _cmd_init(args: argparse.Namespace) -> int:
             top = args.factory.split(".")[0].split(":")[0]
             ini.append(f'pythonpath = ["{where}"]  # `{top}` is imported from {where}/')
         text = starter.render(name, out, inputs, root=cwd, factory=args.factory, source_note=note)
-    if out.parent.name != "suites":
-        pattern = f"{_project_path(out.parent, cwd) or out.parent.as_posix()}/*.yaml"
+    folder = _project_path(out.parent, cwd)
+    if out.parent.name != "suites" and folder is not None:
+        pattern = "*.yaml" if folder == "." else f"{folder}/*.yaml"
         ini.append(f'perfguard_suite_patterns = ["{pattern}"]  # collect it without naming it')
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out, text)

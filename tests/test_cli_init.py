@@ -152,6 +152,21 @@ def test_init_onnx_reads_the_graph_inputs_and_the_suite_collects(
     result.stdout.fnmatch_lines(["suites/tiny.yaml::tiny"])
 
 
+def test_init_elsewhere_prints_the_suite_pattern(
+    project: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    export_tiny_onnx(project.path / "tiny.onnx")
+    code, out, _ = run(capsys, "init", "--onnx", "tiny.onnx", "-o", "bench/tiny.yaml")
+    assert code == 0
+    line = 'perfguard_suite_patterns = ["bench/*.yaml"]'
+    assert f"[tool.pytest.ini_options]\n{line}" in out
+    assert "onnx: ../tiny.onnx" in (project.path / "bench" / "tiny.yaml").read_text()
+    project.makeini("[pytest]\nperfguard_suite_patterns = bench/*.yaml\n")
+    project.runpytest("--perfguard", "--collect-only", "-q").stdout.fnmatch_lines(
+        ["bench/tiny.yaml::tiny"]
+    )
+
+
 def test_init_onnx_falls_back_to_onnxruntime(
     project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
