@@ -1,14 +1,18 @@
 """The ``perfguard`` command: compare stored runs, inspect the baseline archive, show history.
 
-Commands read what ``pytest --perfguard`` stored and never run a model. Exit status:
-0 ok, 1 ``compare`` found a regression, 2 an error (``perfguard: error: ...``) or bad usage.
+Commands read what ``pytest --perfguard`` stored and never run a model (``init`` builds
+a factory's model once, to read its inputs). ``keys`` lists every suite key and ``init``
+writes a starter suite. Exit status: 0 ok, 1 ``compare`` found a regression, 2 an error
+(``perfguard: error: ...``) or bad usage.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
+import os
 import re
 import sys
 from collections import Counter
@@ -25,14 +29,34 @@ from perfguard.baseline.store import (
     MemoryStore,
     StoreProblem,
 )
-from perfguard.core.errors import GitError, PerfguardError, ResultsError, StoreError
+from perfguard.core.atomicio import write_text_atomic
+from perfguard.core.errors import (
+    GitError,
+    Location,
+    ModelError,
+    PerfguardError,
+    ResultsError,
+    StoreError,
+    SuiteError,
+)
 from perfguard.core.policy import CONFIDENCE, CONTENTION_LIMIT, NORMALISE
 from perfguard.core.results import RunResult, ScenarioResult
+from perfguard.core.scenario import InputSpec, ModelSpec
 from perfguard.interop.benchmark_json import export_command
 from perfguard.judge.stored import judge_runs
 from perfguard.judge.verdict import REGRESSION, SEVERITY
 from perfguard.machine.env import collect_environment
+from perfguard.models.factory import (
+    feeds_positionally,
+    forward_parameters,
+    load_factory,
+    on_sys_path,
+)
+from perfguard.models.inputs import make_inputs
 from perfguard.report.cli_report import report_command
+from perfguard.suite import grammar, starter
+from perfguard.suite.loader import load_suite
+from perfguard.suite.starter import StarterInput
 
 _FULL_SHA = re.compile(r"[0-9a-fA-F]{40}(?:[0-9a-fA-F]{24})?")
 _SHORT_SHA = re.compile(r"[0-9a-fA-F]{4,63}")
@@ -340,6 +364,169 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_keys(args: argparse.Namespace) -> int:
+    rows = [row for row in grammar.walk() if row.path.startswith(args.prefix)]
+    if not rows:
+        tops = ", ".join(grammar.SUITE.names)
+        raise PerfguardError(
+            f"no suite key starts with {args.prefix!r}",
+            expected=f"a key path such as `scenarios[].load` (top-level keys: {tops})",
+            fix="run `perfguard keys` without a prefix to list every key",
+        )
+    if args.json:
+        print(json.dumps([dataclasses.asdict(row) for row in rows], indent=2))
+        return 0
+    table = [[row.path, row.type, row.default or "-", row.doc] for row in rows]
+    print("\n".join(_table(["KEY", "TYPE", "DEFAULT", "MEANING"], table, left=4)))
+    return 0
+
+
+# The first layer of a one-input model says what the input looks like.
+_FIRST_LAYER_SHAPES = {"Linear": 1, "Conv1d": 2, "Conv2d": 3, "Conv3d": 4}
+_TOKEN_INPUTS = ("input_ids", "token_type_ids", "attention_mask", "position_ids")
+
+
+def _guess(module: Any, name: str, only: bool) -> StarterInput:
+    """A starting spec for input ``name`` of a torch module (a placeholder with a TODO)."""
+    import torch
+
+    if name in _TOKEN_INPUTS or name.endswith("_ids"):
+        fill = 1 if name == "attention_mask" else 0 if name == "token_type_ids" else None
+        note = f"a sequence of {starter.DIM} tokens: check the length"
+        return StarterInput(name, (starter.BATCH, starter.DIM), "int64", note, fill=fill)
+    leaves = [m for m in module.modules() if not list(m.children())]
+    first = leaves[0] if leaves and only else None
+    kind = type(first).__name__
+    if isinstance(first, torch.nn.Embedding):
+        note = f"token ids for its first layer, Embedding({first.num_embeddings}, ...)"
+        high = int(first.num_embeddings)
+        return StarterInput(name, (starter.BATCH, starter.DIM), "int64", note, low=0, high=high)
+    if first is not None and kind in _FIRST_LAYER_SHAPES:
+        features = int(getattr(first, "in_features", 0) or getattr(first, "in_channels", 0))
+        rest = (starter.DIM,) * (_FIRST_LAYER_SHAPES[kind] - 1)
+        shape = (starter.BATCH, features, *rest)
+        return StarterInput(name, shape, "float32", f"from its first layer, {kind}")
+    note = "TODO: shape and dtype are a guess; set the ones forward() expects"
+    return StarterInput(name, (starter.BATCH, starter.DIM), "float32", note)
+
+
+def _forward_error(module: Any, inputs: Sequence[StarterInput], base_dir: Path) -> str | None:
+    """``None`` when ``module`` runs on the starter inputs, else what it raised."""
+    import torch
+
+    specs = tuple(InputSpec(i.name, i.shape, i.dtype, i.low, i.high, i.fill) for i in inputs)
+    model = ModelSpec("init", Location(Path("--factory")), base_dir, inputs=specs)
+    feeds = {k: torch.from_numpy(v) for k, v in make_inputs(model).items()}
+    try:
+        with torch.no_grad():
+            module.eval()
+            if feeds_positionally(module, list(feeds)):
+                module(*feeds.values())
+            else:
+                module(**feeds)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:160]
+    return None
+
+
+def _factory_inputs(
+    factory: str, name: str, cwd: Path, suite_dir: Path
+) -> tuple[list[StarterInput], str, Path]:
+    """Starter inputs from a factory's forward() signature, a note, and where it was found.
+
+    The module is imported as a run would: from the suite's folder first, then the
+    project root (which a run finds only through pytest's ``pythonpath``).
+    """
+    pattern = grammar.MODEL.key("factory").type
+    assert isinstance(pattern, grammar.Scalar) and pattern.pattern is not None
+    if not re.fullmatch(pattern.pattern, factory):
+        raise ModelError(
+            f"--factory {factory!r} is not of the form module:function",
+            expected="e.g. `--factory mypackage.models:build` (dotted module, `:`, function)",
+            fix="separate the module and the function with `:`",
+        )
+    spec = ModelSpec(name, Location(Path("--factory")), suite_dir, factory=factory)
+    with on_sys_path(str(cwd.resolve())):
+        module = load_factory(spec)
+    top = factory.split(":")[0].split(".")[0]
+    origin = Path(getattr(sys.modules.get(top), "__file__", None) or cwd).resolve()
+    found_in = origin.parent.parent if origin.name == "__init__.py" else origin.parent
+    _, required, _ = forward_parameters(module)
+    if not required:
+        note = "TODO: forward() names no required input; describe its inputs"
+        inputs = [StarterInput("x", (starter.BATCH, starter.DIM), "float32", note)]
+        return inputs, "", found_in
+    inputs = [_guess(module, n, only=len(required) == 1) for n in required]
+    error = _forward_error(module, inputs, cwd)
+    if error is not None:
+        note = f"TODO: forward() raised {error} on these inputs; fix their shapes and dtypes"
+        return inputs, note, found_in
+    return inputs, "forward() ran on these inputs", found_in
+
+
+def _project_path(path: Path, cwd: Path) -> str | None:
+    """``path`` relative to ``cwd`` (``.`` for cwd itself), or None when outside it."""
+    try:
+        rel = path.resolve().relative_to(cwd.resolve())
+    except ValueError:
+        return None
+    return rel.as_posix() or "."
+
+
+def _cmd_init(args: argparse.Namespace) -> int:
+    cwd = Path.cwd()
+    if args.onnx is not None:
+        onnx_path = Path(args.onnx)
+        name = starter.suite_name(args.name or onnx_path.stem)
+    else:
+        module = args.factory.split(":")[0]
+        name = starter.suite_name(args.name or module.rsplit(".", 1)[-1])
+    out = Path(args.out) if args.out else Path("suites") / f"{name}.yaml"
+    if out.exists() and not args.force:
+        raise PerfguardError(
+            f"{out} already exists",
+            expected="a path with no file yet",
+            fix="pass --force to overwrite it, or --out to write another file",
+        )
+    ini: list[str] = []
+    if args.onnx is not None:
+        inputs = starter.onnx_inputs(onnx_path)
+        source = Path(os.path.relpath(onnx_path.resolve(), out.parent.resolve())).as_posix()
+        text = starter.render(
+            name, out, inputs, root=cwd, onnx=source, source_note="from the ONNX graph"
+        )
+    else:
+        inputs, note, found_in = _factory_inputs(args.factory, name, cwd, out.parent.resolve())
+        where = _project_path(found_in, cwd)
+        installed = {"site-packages", "dist-packages"} & set(found_in.parts)
+        if where is not None and not installed and found_in != out.parent.resolve():
+            top = args.factory.split(".")[0].split(":")[0]
+            ini.append(f'pythonpath = ["{where}"]  # `{top}` is imported from {where}/')
+        text = starter.render(name, out, inputs, root=cwd, factory=args.factory, source_note=note)
+    folder = _project_path(out.parent, cwd)
+    if out.parent.name != "suites" and folder is not None:
+        pattern = "*.yaml" if folder == "." else f"{folder}/*.yaml"
+        ini.append(f'perfguard_suite_patterns = ["{pattern}"]  # collect it without naming it')
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out, text)
+    try:
+        load_suite(out)
+    except SuiteError:
+        out.unlink()  # a starter the loader refuses is perfguard's bug; leave nothing behind
+        raise
+    print(f"wrote {out} ({len(inputs)} input{'s' if len(inputs) != 1 else ''})")
+    todo = sum("TODO" in line for line in text.splitlines())
+    if todo:
+        print(f"{todo} TODO line{'s' if todo != 1 else ''} to check in {out}")
+    if ini:
+        print("add to pyproject.toml:\n[tool.pytest.ini_options]")
+        print("\n".join(ini))
+    else:
+        print("no pytest settings needed: `pytest --perfguard` collects suites/*.yaml")
+    print(f"run it: pytest --perfguard {out.as_posix()}")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="perfguard", description="Compare stored perfguard runs and manage baselines."
@@ -394,6 +581,18 @@ def _parser() -> argparse.ArgumentParser:
 
     p = command(sub, "env", _cmd_env, "this machine's environment fingerprint")
     p.add_argument("--json", action="store_true", help="print it as JSON")
+
+    p = command(sub, "keys", _cmd_keys, "list every suite key: path, type, default, meaning")
+    p.add_argument("prefix", nargs="?", default="", metavar="PREFIX", help="e.g. scenarios[].load")
+    p.add_argument("--json", action="store_true", help="print the keys as JSON")
+
+    p = command(sub, "init", _cmd_init, "write a commented starter suite for one model")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--factory", metavar="MODULE:FUNCTION", help="a torch model factory")
+    source.add_argument("--onnx", metavar="PATH", help="an ONNX file")
+    p.add_argument("--name", help="model and scenario name (default: from the module or file)")
+    p.add_argument("-o", "--out", help="suite file to write (default: suites/<name>.yaml)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing file")
     return parser
 
 

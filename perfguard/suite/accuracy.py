@@ -3,6 +3,9 @@
 ``perfguard.suite.loader`` reads the rest and calls in here; errors are the same
 ``SuiteError`` (``file:line``, did-you-mean) and ``Scenario.error`` cell errors.
 
+The keys, their types and defaults are declared in :mod:`perfguard.suite.grammar`
+(``ACCURACY``, ``QUANT``; ``perfguard keys`` lists them).
+
 Format::
 
     quantizations:            # optional named presets for int8 on onnxruntime
@@ -21,12 +24,8 @@ Format::
         exclude: [{backend: torch, precision: int8}, {backend: torch, quantization: perchannel}]
         accuracy:                  # `false` turns off accuracy set in `defaults`
           inputs: {count: 64, function: perfguard_examples.sentences:tokenized}
-          # labels: data/labels.npy  (.npy, or .npz of one array; unless `function` has them)
           reference: {backend: torch, precision: fp32, quantization: default}  # omit: none
-          baseline: true           # compare with the baseline's golden outputs
-          golden: 16               # inputs whose outputs a baseline archives (0: none)
-          outputs: [embedding]     # output names or indices (default: all)
-          kl: {on: logits, temperature: 1.0}   # or on: probabilities; temperature > 0
+          kl: {on: logits, temperature: 1.0}
           gate: {cosine_min: 0.99, kl_max: 0.01, topk: 1, topk_agreement_min: 0.99}
           per_output:
             logits: {kl_max: 0.01}
@@ -79,9 +78,6 @@ from typing import Any, TypeVar, cast
 
 from perfguard.core.errors import CellError
 from perfguard.core.scenario import (
-    BACKENDS,
-    GRAPH_OPT_LEVELS,
-    PRECISIONS,
     AccuracyGates,
     AccuracyInputs,
     AccuracySpec,
@@ -89,6 +85,7 @@ from perfguard.core.scenario import (
     Scenario,
     TaskMetricSpec,
 )
+from perfguard.suite import grammar
 from perfguard.suite.yamlpos import PosDict, Reader, found, one_of, suggest
 
 __all__ = ["ACCURACY", "PRESETS", "QUANTIZATION", "QuantRef", "finish_cells", "parse_accuracy"]
@@ -101,19 +98,10 @@ QUANTIZATION = "quantization"  # scenario key and matrix axis
 ACCURACY = "accuracy"  # scenario key
 PRESETS = "quantizations"  # top-level key
 _CUSTOM = "custom"  # the name of an inline `quantization:` mapping
-_QUANT_KEYS = tuple(f.name for f in dataclasses.fields(QuantSpec) if f.name != "name")
 _STATIC_ONLY = ("activation_type", "calibration", "calibration_samples")
+_QUANT_CHOICES = grammar.QUANT.choice_keys
+_REF_CHOICES = grammar.REFERENCE.choice_keys
 # fmt: off
-_QTYPES = ("qint8", "quint8")
-_QUANT_CHOICES = {"mode": ("dynamic", "static"), "weight_type": _QTYPES,
-                  "activation_type": _QTYPES, "calibration": ("minmax", "entropy", "percentile")}
-_INPUTS_KEYS = ("count", "seed", "file", "function")
-_KL_KEYS = ("on", "temperature")
-_TASK_KEYS = ("function", "higher_is_better", "drop_max")
-_REF_KEYS = ("backend", "device", "precision", "threads", "graph_optimization_level", QUANTIZATION)
-_REF_CHOICES = {"backend": BACKENDS, "precision": PRECISIONS,
-                "graph_optimization_level": GRAPH_OPT_LEVELS}
-_LIMIT_KEYS = tuple(f.name for f in dataclasses.fields(AccuracyGates))
 _INT_LIMITS = {"topk": 1, "nonfinite_max": 0}  # name -> minimum; these cannot be switched off
 _COSINE: Check = ("a number in [-1, 1]", lambda x: -1 <= x <= 1)
 _NON_NEGATIVE: Check = ("a number >= 0", lambda x: x >= 0)
@@ -189,7 +177,7 @@ def _output_name(rd: Reader, value: object, line: int, what: str) -> str:
 
 def _quant_spec(rd: Reader, value: object, line: int, where: str, name: str) -> QuantSpec:
     m = rd.as_map(value, line, where)
-    rd.keys(m, _QUANT_KEYS, where)
+    rd.keys(m, grammar.QUANT.names, where)
     fields: dict[str, Any] = {}
     for key, v in m.items():
         at, what = m.key_line(key), f"`{key}` of {where}"
@@ -261,7 +249,7 @@ def parse_accuracy(rd: Reader, value: object, line: int, where: str) -> dict[str
     if not isinstance(value, PosDict):
         expected = "a mapping (`{}` for every default), or `false` for no accuracy checks"
         rd.fail(line, f"{what} is {found(value)}", expected, f"write {what} as a mapping")
-    rd.keys(value, [*_PARSERS, "gate", "per_output"], what)
+    rd.keys(value, grammar.ACCURACY.names, what)
     draft: dict[str, object] = {}
     for key, v in value.items():
         at, name = value.key_line(key), f"`{key}` of {what}"
@@ -280,7 +268,7 @@ def parse_accuracy(rd: Reader, value: object, line: int, where: str) -> dict[str
 
 def _inputs(rd: Reader, value: object, line: int, what: str) -> AccuracyInputs:
     m = rd.as_map(value, line, what)
-    rd.keys(m, _INPUTS_KEYS, what)
+    rd.keys(m, grammar.ACCURACY_INPUTS.names, what)
     sources = [key for key in ("file", "function") if key in m]
     if len(sources) == 2:
         expected = "at most one of `file` and `function` (neither: generated from the input specs)"
@@ -312,9 +300,9 @@ def _kl(rd: Reader, value: object, line: int, what: str) -> tuple[str, float]:
     if any(key is True for key in m):  # YAML 1.1 reads the key `on` as the boolean true
         m["on"] = m.pop(True)
         m.key_lines["on"] = m.key_lines.pop(True)
-    rd.keys(m, _KL_KEYS, what)
+    rd.keys(m, grammar.KL.names, what)
     on = m.get("on", _SPEC.kl_on)
-    on = rd.as_choice(on, m.key_line("on"), f"`on` of {what}", ("logits", "probabilities"))
+    on = rd.as_choice(on, m.key_line("on"), f"`on` of {what}", grammar.KL_ON)
     positive: Check = ("a number > 0", lambda x: x > 0)
     temp, at = m.get("temperature", _SPEC.temperature), m.key_line("temperature")
     return on, _num(rd, temp, at, f"`temperature` of {what}", positive)
@@ -322,7 +310,7 @@ def _kl(rd: Reader, value: object, line: int, what: str) -> tuple[str, float]:
 
 def _reference(rd: Reader, value: object, line: int, what: str) -> _Reference:
     m = rd.as_map(value, line, what)
-    rd.keys(m, _REF_KEYS, what)
+    rd.keys(m, grammar.REFERENCE.names, what)
     if not m:
         expected = "matrix values of the reference cell, e.g. `{backend: torch, precision: fp32}`"
         rd.fail(line, f"{what} is empty", expected, "add them, or remove `reference`")
@@ -342,7 +330,7 @@ def _reference(rd: Reader, value: object, line: int, what: str) -> _Reference:
 
 def _limits(rd: Reader, value: object, line: int, what: str) -> dict[str, float | int | None]:
     m = rd.as_map(value, line, what)
-    rd.keys(m, _LIMIT_KEYS, what)
+    rd.keys(m, grammar.ACCURACY_LIMITS.names, what)
     out: dict[str, float | int | None] = {}
     for key, v in m.items():
         at, name = m.key_line(key), f"`{key}` in {what}"
@@ -357,7 +345,7 @@ def _limits(rd: Reader, value: object, line: int, what: str) -> dict[str, float 
 
 def _task(rd: Reader, value: object, line: int, what: str) -> TaskMetricSpec:
     m = rd.as_map(value, line, what)
-    rd.keys(m, _TASK_KEYS, what)
+    rd.keys(m, grammar.TASK.names, what)
     if "function" not in m:
         expected = "`function: module:function` computing the metric from (outputs, labels)"
         rd.fail(line, f"{what} has no `function`", expected, "add `function: mymetrics:accuracy`")

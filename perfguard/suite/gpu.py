@@ -1,30 +1,12 @@
 """The ``gpu:`` part of a suite file: GPU options of a cell (``perfguard.core.scenario.GpuSpec``).
 
 ``perfguard.suite.loader`` calls in here; errors are the same located ``SuiteError``.
-
-Format (every key optional; the whole mapping may sit in ``defaults`` and merges
-key by key with a scenario's, ``tensorrt`` and ``provider_options`` as a whole)::
-
-    gpu:
-      cuda_graph: true           # torch: capture one request, replay it       (default false)
-      cudnn_benchmark: true      # torch.backends.cudnn.benchmark    (default: torch's setting)
-      compile: reduce-overhead   # torch.compile mode: default | reduce-overhead | max-autotune
-      ort_provider: tensorrt     # onnxruntime on cuda: cuda | tensorrt         (default cuda)
-      provider_options: {cudnn_conv_algo_search: EXHAUSTIVE}   # passed to that provider
-      iobinding: true            # onnxruntime: inputs/outputs stay on the device (default true)
-      include_copies: false      # time host->device and device->host copies    (default false)
-      allow_cpu_fallback: false  # onnxruntime: nodes may run on the CPU provider (default false)
-      allow_throttle: false      # a run while the GPU throttled stays valid   (default false)
-      exclusive: false           # refuse to run while other processes use the GPU
-      tensorrt:                  # backend: tensorrt
-        workspace_mib: 2048      # builder workspace                           (default 1024)
-        builder_optimization_level: 3   # 0..5                      (default: TensorRT's)
-        timing_cache: true       # reuse the timing cache across builds        (default true)
-        profiles:                # one optimization profile: input -> min/opt/max shapes
-          input_ids: {min: [1, 16], opt: [1, 64], max: [1, 128]}
-
-The options only act on a ``cuda`` device; on the CPU they are accepted and
-ignored (a ``defaults`` block can serve both).
+The keys, their types and defaults are declared in :data:`perfguard.suite.grammar.GPU`.
+Every key is optional; the whole mapping may sit in ``defaults`` and merges key by key
+with a scenario's, ``tensorrt`` and ``provider_options`` as a whole. The options only act
+on a ``cuda`` device; on the CPU they are accepted and ignored (a ``defaults`` block can
+serve both). A TensorRT profile needs ``min``, ``opt`` and ``max`` of one rank with
+``min <= opt <= max`` in every dimension.
 """
 
 from __future__ import annotations
@@ -32,23 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 from perfguard.core.scenario import COMPILE_MODES, ORT_GPU_PROVIDERS, GpuSpec, TensorRTSpec
+from perfguard.suite import grammar
 from perfguard.suite.yamlpos import PosDict, Reader, found
 
 __all__ = ["GPU", "gpu_spec", "parse_gpu"]
 
 GPU = "gpu"
-_BOOLS = (
-    "cuda_graph",
-    "cudnn_benchmark",
-    "iobinding",
-    "include_copies",
-    "allow_cpu_fallback",
-    "allow_throttle",
-    "exclusive",
-)
-_KEYS = (*_BOOLS, "compile", "ort_provider", "provider_options", "tensorrt")
-_TRT_KEYS = ("workspace_mib", "builder_optimization_level", "timing_cache", "profiles")
-_PROFILE_KEYS = ("min", "opt", "max")
+_BOOLS = tuple(k.name for k in grammar.GPU.keys if k.type == grammar.Scalar("boolean"))
+_PROFILE_KEYS = grammar.PROFILE.names
 
 
 def _bool(rd: Reader, value: object, line: int, what: str) -> bool:
@@ -97,7 +70,7 @@ def _profiles(
 def _tensorrt(rd: Reader, value: object, line: int, where: str) -> TensorRTSpec:
     what = f"`gpu.tensorrt` in {where}"
     m = rd.as_map(value, line, what)
-    rd.keys(m, _TRT_KEYS, what)
+    rd.keys(m, grammar.TENSORRT.names, what)
     spec: dict[str, Any] = {}
     for key, raw in m.items():
         at = m.key_line(key)
@@ -119,7 +92,7 @@ def parse_gpu(rd: Reader, value: object, line: int, where: str) -> dict[str, obj
     """A validated ``gpu:`` mapping as GpuSpec field values (merged later, key by key)."""
     what = f"`gpu` in {where}"
     m: PosDict = rd.as_map(value, line, what)
-    rd.keys(m, _KEYS, what)
+    rd.keys(m, grammar.GPU.names, what)
     out: dict[str, object] = {}
     for key, raw in m.items():
         at = m.key_line(key)

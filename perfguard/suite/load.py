@@ -3,6 +3,9 @@
 ``perfguard.suite.loader`` reads the rest and calls in here; errors are the same
 ``SuiteError`` naming ``file:line``, what was found, what was expected and the fix.
 
+The keys, their types and defaults are declared in :data:`perfguard.suite.grammar.LOAD`
+(``perfguard keys`` lists them).
+
 Format::
 
     defaults:
@@ -19,14 +22,10 @@ Format::
         model: minilm
         load:
           rate: ["100/s", 200]    # open loop, requests per second: cells r100, r200
-          arrivals: constant      # poisson | constant                 (default poisson)
-          seed: 0                 # seeds the poisson schedule, >= 0   (default 0)
-          workers: 2              # model instances serving the queue  (default 1)
-          sessions: per_worker    # shared | per_worker                (default shared)
+          arrivals: constant
+          workers: 2
           batching: {max_batch: 8, max_wait_ms: 2}
           slo: {p95_ms: 50, factor: 2, refine: 4, max: 2000}   # one more cell: `slo`
-          late_ms: 1              # > 0     (default: max(1, 250 / rate) ms, see LoadSpec)
-          late_max: 0.05          # 0 <= x < 1                         (default 0.05)
 
 Rules:
 
@@ -100,21 +99,20 @@ from perfguard.core.scenario import (
     Scenario,
     SloSpec,
 )
+from perfguard.suite import grammar
 from perfguard.suite.yamlpos import PosDict, PosList, Reader, found, one_of, suggest
 
 __all__ = ["LOAD", "MAX_RATE", "SHAPES", "expand_cells", "parse_load", "parse_shapes"]
 
 LOAD = "load"  # scenario and defaults key
 SHAPES = "shapes"  # scenario key
-MAX_RATE = 1e6  # requests/s one Python generator thread can still dispatch on time
-MIN_RATE = 1e-4  # below it `LoadSpec.level_id` would print an exponent with `-`
+MAX_RATE = grammar.MAX_RATE
+MIN_RATE = grammar.MIN_RATE
 _DEFAULTS_WHERE = "`defaults`"  # how perfguard.suite.loader names `defaults` in `where`
 _LEVEL_KEYS = ("concurrency", "rate")
-_OPTIONS = ("arrivals", "seed", "workers", "sessions", "batching", "late_ms", "late_max")
-_LOAD_KEYS = (*_LEVEL_KEYS, *_OPTIONS, "slo")
-_BATCHING_KEYS = ("max_batch", "max_wait_ms")
-_SLO_TARGETS = {"p50_ms": 50.0, "p90_ms": 90.0, "p95_ms": 95.0, "p99_ms": 99.0}
-_SLO_KEYS = (*_SLO_TARGETS, "factor", "refine", "max")
+# Keys copied into LoadSpec as they are.
+_OPTIONS = tuple(k for k in grammar.LOAD.names if k not in (*_LEVEL_KEYS, "slo"))
+_SLO_TARGETS = grammar.SLO_TARGETS
 _SLO_DEFAULTS = SloSpec(percentile=95.0, target_ms=1.0, start=1.0)
 _RATE_RE = re.compile(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?:/\s*s)?")
 _BUCKET_RE = re.compile(r"[A-Za-z0-9_.+]+")
@@ -195,8 +193,8 @@ def _levels(
 
 def _batching(rd: Reader, value: object, line: int, what: str) -> BatchingSpec:
     m = rd.as_map(value, line, what)
-    rd.keys(m, _BATCHING_KEYS, what)
-    for key, example in zip(_BATCHING_KEYS, (8, 2), strict=True):
+    rd.keys(m, grammar.BATCHING.names, what)
+    for key, example in zip(grammar.BATCHING.names, (8, 2), strict=True):
         if key not in m:
             expected = "both `max_batch` and `max_wait_ms`"
             rd.fail(line, f"{what} has no `{key}`", expected, f"add `{key}: {example}`")
@@ -209,7 +207,7 @@ def _batching(rd: Reader, value: object, line: int, what: str) -> BatchingSpec:
 
 def _slo(rd: Reader, value: object, line: int, what: str) -> _Slo:
     m = rd.as_map(value, line, what)
-    rd.keys(m, _SLO_KEYS, what)
+    rd.keys(m, grammar.SLO.names, what)
     targets = [key for key in m if key in _SLO_TARGETS]
     if len(targets) != 1:
         expected = f"exactly one latency target: {one_of(_SLO_TARGETS)}"
@@ -261,7 +259,7 @@ def parse_load(rd: Reader, value: object, line: int, where: str) -> dict[str, ob
     if not isinstance(value, PosDict):
         expected = "a mapping with `concurrency` or `rate`, or `false` for one request at a time"
         rd.fail(line, f"{what} is {found(value)}", expected, f"write {what} as a mapping")
-    rd.keys(value, _LOAD_KEYS, what)
+    rd.keys(value, grammar.LOAD.names, what)
     in_defaults = where == _DEFAULTS_WHERE
     draft: dict[str, object] = {_LINE: _At(None, line, in_defaults)}
     for key, v in value.items():

@@ -6,53 +6,13 @@ wrong type or bad value raises :class:`~perfguard.core.errors.SuiteError` naming
 ``file:line``, what was found, what was expected and the fix. Combinations that
 are well formed but cannot run (e.g. ``onnxruntime`` + ``bf16``) do not raise:
 only that cell gets ``Scenario.error`` set and fails when it runs.
-``accuracy:``, ``quantization:`` and the top-level ``quantizations:`` presets are
-read by :mod:`perfguard.suite.accuracy`, whose docstring documents them.
-``gpu:`` (GPU options) by :mod:`perfguard.suite.gpu`, and
-``load:`` and ``shapes:`` are read by :mod:`perfguard.suite.load`, whose
-docstring documents them.
 
-Format::
-
-    defaults:                 # optional; any scenario key except name/model/matrix/exclude
-      warmup: {iterations: 20, seconds: 1}   # loop runs until BOTH are reached
-      measure: {iterations: 300, seconds: 5, max_seconds: 60}
-      threads: 2
-      device: cpu
-      gate: {p95: "+5%"}
-    models:
-      minilm:
-        factory: perfguard_examples.minilm:build  # "module:function" -> torch.nn.Module
-        kwargs: {seq_len: 64}                      # optional, factory models only
-        opset: 17                                  # optional ONNX export opset (default 17)
-        # OR  onnx: models/model.onnx              # exactly one of factory / onnx
-        inputs:                                    # input name -> spec
-          input_ids: {shape: [1, 64], dtype: int64, low: 0, high: 30522, seed: 0}
-          attention_mask: {shape: [1, 64], dtype: int64, fill: 1}
-        # OR inputs_file: data/real.npz            # exactly one of inputs / inputs_file
-        outputs: [embedding]                       # optional output names
-    scenarios:
-      - name: minilm
-        model: minilm
-        backend: torch            # torch | onnxruntime | tensorrt        (default torch)
-        device: cpu               # cpu | cuda | cuda:N                   (default cpu)
-        precision: fp32           # fp32 | fp16 | bf16 | int8             (default fp32)
-        threads: 2                # intra-op threads, integer >= 1        (default: runtime's)
-        graph_optimization_level: all   # disable | basic | extended | all (onnxruntime)
-        warmup: {iterations: 10, seconds: 0.5}   # default 10 iterations, 0.5 s
-        measure: {iterations: 100, seconds: 2}   # default 100 iterations, 2 s
-        stability_tolerance: 0.1  # 0 < x < 1                             (default 0.1)
-        isolate: true             # measure in a worker process of its own (default false)
-        tags: [nlp, smoke]        # pytest markers: [A-Za-z_][A-Za-z0-9_]*
-        gate: {p95: "+5%", p99: "+2ms", throughput: "-5%", peak_memory: "+50MiB"}
-                                  # also gpu_mem: "+10%" (peak device memory)
-        quantization: default     # int8 preset from `quantizations:` (perfguard.suite.accuracy)
-        accuracy: {reference: {backend: torch, precision: fp32}}   # perfguard.suite.accuracy
-        matrix:                   # axes: backend, device, precision, threads,
-          backend: [torch, onnxruntime]   #   graph_optimization_level, quantization
-          precision: [fp32, int8]
-        exclude:                  # optional partial cells to drop
-          - {backend: torch, precision: int8}
+The keys a suite may write, their types, defaults and meaning are declared once in
+:mod:`perfguard.suite.grammar` (``perfguard keys`` lists them; the JSON Schema is
+generated from it); this module and its helpers check the values. ``models:`` is read
+by :mod:`perfguard.suite.models`, ``accuracy:``/``quantization:``/``quantizations:`` by
+:mod:`perfguard.suite.accuracy`, ``load:``/``shapes:`` by :mod:`perfguard.suite.load`
+and ``gpu:`` by :mod:`perfguard.suite.gpu`, whose docstrings give the rules.
 
 Rules:
 
@@ -60,25 +20,21 @@ Rules:
   the built-in default. ``warmup``/``measure`` merge key by key; ``gate`` merges
   metric by metric and always holds ``p95: "+5%"`` unless ``p95`` is given;
   ``tags`` and every other key replace the default as a whole.
-* Loops: ``iterations`` integer >= 1, ``seconds`` >= 0, ``max_seconds`` > 0
-  (default 300) caps the loop.
-* Gates: metrics ``p50``, ``p90``, ``p95``, ``p99``, ``p999`` (latency),
-  ``throughput``, ``peak_memory``, ``gpu_mem`` (peak device memory); values are
-  quoted strings. Latency and memory
-  are written with ``+`` (higher is worse), throughput with ``-``. Relative:
-  ``"+5%"``. Absolute: latency ``"+2ms"``/``"+500us"``/``"+1s"``, memory
-  ``"+50MiB"``/``"+512KiB"``/``"+1GiB"``, throughput ``"-100/s"``.
+* Loops run until BOTH ``iterations`` and ``seconds`` are reached; ``max_seconds``
+  caps them.
+* Gates: metrics from :data:`perfguard.core.policy.METRICS`; values are quoted
+  strings. Latency and memory are written with ``+`` (higher is worse), throughput
+  with ``-``. Relative: ``"+5%"``. Absolute: latency ``"+2ms"``/``"+500us"``/``"+1s"``,
+  memory ``"+50MiB"``/``"+512KiB"``/``"+1GiB"``, throughput ``"-100/s"``.
 * Cell id: the cell's matrix values joined by ``-`` in the order the axes are
   written (``onnxruntime-int8``); ``""`` without a matrix. pytest shows
   ``name[cell_id]``. ``exclude`` entries must name axes and values of the matrix.
   An axis may not also be set as a plain key of the same scenario.
 * Scenario names (letters, digits, ``_ . + -``) and cells are unique per file.
   Tags may not be pytest's own markers (``skip``, ``xfail``, ``parametrize``, ...).
-* Models (``factory``/``onnx``, ``inputs``/``inputs_file``, input specs) are
-  read by :mod:`perfguard.suite.models`, whose docstring documents them.
 * Cells that cannot run get ``Scenario.error``: ``onnxruntime`` with ``bf16``;
   ``int8`` (CPU dynamic quantization) on a ``cuda`` device; an ``onnx:``
-  model on the ``torch`` backend.
+  model on the ``torch`` backend; ``tensorrt`` off the GPU.
 * YAML anchors and ``<<`` merges work; duplicate keys are an error.
 """
 
@@ -94,18 +50,11 @@ from typing import Any, cast
 import yaml
 
 from perfguard.core.errors import CellError, Location
-from perfguard.core.policy import METRICS, REFUSED_METRICS, GateSpec, gate_metric
-from perfguard.core.scenario import (
-    BACKENDS,
-    GRAPH_OPT_LEVELS,
-    PRECISIONS,
-    ModelSpec,
-    QuantSpec,
-    Scenario,
-)
+from perfguard.core.policy import REFUSED_METRICS, GateSpec, gate_metric
+from perfguard.core.scenario import ModelSpec, QuantSpec, Scenario
+from perfguard.suite import grammar
 from perfguard.suite.accuracy import (
     ACCURACY,
-    PRESETS,
     QUANTIZATION,
     finish_cells,
     parse_accuracy,
@@ -113,7 +62,7 @@ from perfguard.suite.accuracy import (
     parse_quantization,
 )
 from perfguard.suite.gpu import GPU, gpu_spec, parse_gpu
-from perfguard.suite.load import LOAD, SHAPES, expand_cells, parse_load, parse_shapes
+from perfguard.suite.load import LOAD, expand_cells, parse_load, parse_shapes
 from perfguard.suite.models import parse_model
 from perfguard.suite.yamlpos import (
     DuplicateKeyError,
@@ -127,32 +76,20 @@ from perfguard.suite.yamlpos import (
 
 __all__ = ["Suite", "load_suite"]
 
-_TOP_KEYS = ("defaults", PRESETS, "models", "scenarios")
-_AXES = ("backend", "device", "precision", "threads", "graph_optimization_level", QUANTIZATION)
+_AXES = grammar.MATRIX.names
 _LOOPS = ("warmup", "measure")
-_SETTINGS = (
-    *_AXES, *_LOOPS, "stability_tolerance", "tags", "gate", "isolate", ACCURACY, LOAD, GPU,
-)  # fmt: skip
-_SCENARIO_KEYS = ("name", "model", *_SETTINGS, SHAPES, "matrix", "exclude")
+_SETTINGS = grammar.DEFAULTS.names
 _DEFAULTS_HINTS = {
     k: f"set `{k}` on each scenario; `defaults` cannot hold it"
-    for k in ("name", "model", SHAPES, "matrix", "exclude")
+    for k in grammar.SCENARIO.names
+    if k not in _SETTINGS
 }
-_LOOP_KEYS = ("iterations", "seconds", "max_seconds")
-# The gate keys a suite may write: the policy's metrics under their own names.
-_GATE_METRICS = tuple(m.name for m in METRICS)
 _GATE_RE = re.compile(r"([+-]?)\s*(\d+(?:\.\d*)?|\.\d+)\s*(.*)")
 _DEVICE_RE = re.compile(r"cpu|cuda(:\d+)?")
 _IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NAME_RE = re.compile(r"[A-Za-z0-9_.+-]+")
-# Tags become pytest markers; these names already mean something to pytest.
-_RESERVED_TAGS = ("skip", "skipif", "xfail", "parametrize", "usefixtures", "filterwarnings")
 _TAG_FORM = "letters, digits and `_`, not starting with a digit (tags become pytest markers)"
-_CHOICES = {
-    "backend": BACKENDS,
-    "precision": PRECISIONS,
-    "graph_optimization_level": GRAPH_OPT_LEVELS,
-}
+_CHOICES = grammar.DEFAULTS.choice_keys
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(Scenario)}
 
 
@@ -166,7 +103,7 @@ class Suite:
 
 def _loop(rd: Reader, value: object, line: int, what: str) -> dict[str, float]:
     m = rd.as_map(value, line, what)
-    rd.keys(m, _LOOP_KEYS, what)
+    rd.keys(m, grammar.LOOP.names, what)
     out: dict[str, float] = {}
     for key, v in m.items():
         at, name = m.key_line(key), f"`{key}` in {what}"
@@ -219,7 +156,7 @@ def _tags(rd: Reader, value: object, line: int, what: str) -> tuple[str, ...]:
             fixed = fixed if _IDENT_RE.fullmatch(fixed) else f"_{fixed}"
             problem = f"tag {found(tag)} in {what} is not an identifier"
             rd.fail(at, problem, _TAG_FORM, f"use `{fixed}`")
-        if tag in _RESERVED_TAGS:
+        if tag in grammar.RESERVED_TAGS:
             fix = f"rename it, e.g. `{tag}_`"
             rd.fail(at, f"tag `{tag}` in {what} is a built-in pytest marker", "another name", fix)
     return tuple(dict.fromkeys(tags))
@@ -255,7 +192,7 @@ def _setting(rd: Reader, key: str, value: object, line: int, where: str) -> obje
     if key == "tags":
         return _tags(rd, value, line, what)
     gates = rd.as_map(value, line, what)
-    rd.keys(gates, _GATE_METRICS, what, REFUSED_METRICS)
+    rd.keys(gates, grammar.GATE.names, what, REFUSED_METRICS)
     return {k: _gate(rd, k, v, gates.key_line(k), where) for k, v in gates.items()}
 
 
@@ -373,7 +310,7 @@ def _scenario(
     m = rd.as_map(value, line, f"scenario #{index + 1}")
     name = m.get("name")
     where = f"scenario `{name}`" if isinstance(name, str) else f"scenario #{index + 1}"
-    rd.keys(m, _SCENARIO_KEYS, where)
+    rd.keys(m, grammar.SCENARIO.names, where)
     for key in ("name", "model"):
         if key not in m:
             rd.fail(
@@ -466,7 +403,7 @@ def load_suite(path: Path) -> Suite:
         expected = "a mapping with `models:` and `scenarios:`"
         rd.fail(1, "the suite file is empty", expected, "add `models:` and `scenarios:`")
     top = rd.as_map(doc, 1, "the top level of the suite file")
-    rd.keys(top, _TOP_KEYS, "the top level of the suite file")
+    rd.keys(top, grammar.SUITE.names, "the top level of the suite file")
     if "scenarios" not in top:
         fix = "add `scenarios:` with `- name: ...` entries"
         rd.fail(top.line, "the suite file has no `scenarios`", "a `scenarios:` list", fix)

@@ -1,8 +1,8 @@
 """The ``models:`` section of a suite file: each entry into a :class:`ModelSpec`.
 
-Read by :func:`perfguard.suite.loader.load_suite` (whose docstring shows the whole
-format); strict like the rest: every error names ``file:line``, what was found,
-what was expected and the fix.
+Read by :func:`perfguard.suite.loader.load_suite`; the keys, their types and defaults
+are declared in :data:`perfguard.suite.grammar.MODEL` and ``INPUT``. Strict like the
+rest: every error names ``file:line``, what was found, what was expected and the fix.
 
 * A model is exactly one of ``factory: "module:function"`` (a torch module;
   ``kwargs`` reach the function as plain data, lists turned into tuples;
@@ -26,19 +26,19 @@ from pathlib import Path
 
 from perfguard.core.errors import Location
 from perfguard.core.scenario import DTYPES, InputSpec, ModelSpec
+from perfguard.suite import grammar
 from perfguard.suite.yamlpos import Reader, found, frozen
 
 __all__ = ["MODEL_KEYS", "parse_model"]
 
-MODEL_KEYS = ("factory", "kwargs", "opset", "onnx", "inputs", "inputs_file", "outputs")
-INPUT_KEYS = ("shape", "dtype", "low", "high", "fill", "seed")
+MODEL_KEYS = grammar.MODEL.names
 _FACTORY_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 
 def _input(rd: Reader, name: object, value: object, line: int, model: str) -> InputSpec:
     where = f"input `{name}` of model `{model}`"
     m = rd.as_map(value, line, where)
-    rd.keys(m, INPUT_KEYS, where)
+    rd.keys(m, grammar.INPUT.names, where)
     name = rd.as_str(name, line, f"the name of {where}")
     if "shape" not in m:
         rd.fail(line, f"{where} has no `shape`", "`shape: [d1, ...]`", "add `shape: [1, 64]`")
@@ -73,7 +73,7 @@ def _input(rd: Reader, name: object, value: object, line: int, model: str) -> In
 def parse_model(rd: Reader, name: object, value: object, line: int, base_dir: Path) -> ModelSpec:
     where = f"model `{name}`"
     m = rd.as_map(value, line, where)
-    rd.keys(m, MODEL_KEYS, where)
+    rd.keys(m, grammar.MODEL.names, where)
     name = rd.as_str(name, line, "the model name")
     for a, b, fix in (
         ("factory", "onnx", "give `factory: package.module:function` or `onnx: model.onnx`"),
