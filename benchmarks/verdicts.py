@@ -73,7 +73,7 @@ from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import LoopSpec
 from perfguard.core.stats import noise_floor, percentile, summarize
 from perfguard.judge.compare import compare_scenario, confirm, needs_confirmation
-from perfguard.judge.verdict import INVALID, REGRESSION, ScenarioVerdict
+from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
 from perfguard.measure.canary import CanaryProbe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -223,7 +223,13 @@ def normalised_p95(data: dict[str, Any]) -> float:
 
 
 def state(v: ScenarioVerdict) -> str:
-    return "alarm" if v.verdict == REGRESSION else "invalid" if v.verdict == INVALID else "ok"
+    return (
+        "alarm"
+        if v.verdict == VerdictKind.REGRESSION
+        else "invalid"
+        if v.verdict == VerdictKind.INVALID
+        else "ok"
+    )
 
 
 def judge(

@@ -30,7 +30,7 @@ from perfguard.core.policy import CONFIDENCE, CONTENTION_LIMIT, NORMALISE
 from perfguard.core.results import RunResult, ScenarioResult
 from perfguard.interop.benchmark_json import export_command
 from perfguard.judge.stored import judge_runs
-from perfguard.judge.verdict import REGRESSION, SEVERITY
+from perfguard.judge.verdict import SEVERITY
 from perfguard.machine.env import collect_environment
 from perfguard.report.cli_report import report_command
 
@@ -125,7 +125,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         total = f"{len(verdicts)} scenario{'s' if len(verdicts) != 1 else ''}"
         parts = [f"{counts[k]} {k}" for k in SEVERITY if counts[k]]
         print(f"{total}: {', '.join(parts)}" if parts else total)
-    return 1 if any(v.verdict == REGRESSION for v in verdicts) else 0
+    return 1 if any(v.failed for v in verdicts) else 0
 
 
 def _cmd_list(args: argparse.Namespace) -> int:

@@ -19,7 +19,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from perfguard.baseline.fileformat import ENCODING, decode_samples, encode_samples
 from perfguard.baseline.store import (
     Baseline,
     BaselineStore,
@@ -27,9 +26,14 @@ from perfguard.baseline.store import (
     MemoryStore,
     select_auto_baseline,
 )
+from perfguard.core.codec import SAMPLES_ENCODING as ENCODING
+from perfguard.core.codec import decode_samples, encode_samples
 from perfguard.core.errors import ResultsError, StoreError
+from perfguard.core.figures import RuntimeInfo
+from perfguard.core.loadfigures import LoadFigures
 from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
 from perfguard.core.stats import summarize
+from tests.test_load_presentation import load_dict
 
 FP = "fp-0123abcd"
 IDS = ("suite::resnet[torch-cpu-fp32]", "suite::bert[torch-cpu-fp32]")
@@ -70,7 +74,7 @@ def make_run(
                 latency_ns=summarize(s) if s else None,
                 throughput=123.5,
                 canary_ns=canary if canary is not None else 1000.0 + seed,
-                runtime={"threads": 4, "providers": ["cpu"]},
+                runtime=RuntimeInfo(backend={"threads": 4, "providers": ["cpu"]}),
                 tags=("smoke",),
                 samples_ns=s,
             )
@@ -613,7 +617,7 @@ def test_pooled_load_cells_keep_the_launches_own_throughput() -> None:
     for seed, rate in ((0, 380.0), (1, 400.0), (2, 390.0)):
         run = make_run(sha_of(1), seed=seed)
         scenarios = tuple(
-            dataclasses.replace(s, throughput=rate, load={"mode": "closed", "level": "c4"})
+            dataclasses.replace(s, throughput=rate, load=LoadFigures.from_dict(load_dict("c4")))
             for s in run.scenarios
         )
         store.save(dataclasses.replace(run, scenarios=scenarios))

@@ -51,6 +51,8 @@ from pathlib import Path
 
 import numpy as np
 
+from perfguard.core.figures import CpuShares
+
 # 3 x 4 KiB operands: L1-resident wherever the pages land (see above).
 MATRIX_SIZE = 32
 # Products per iteration: ~1.5 us each (mostly numpy call overhead, which is
@@ -80,6 +82,11 @@ class CanaryResult:
     samples_ns: tuple[int, ...]
     foreign_cpu: float | None = None
     steal: float | None = None
+
+    @property
+    def shares(self) -> CpuShares:
+        """``foreign_cpu`` and ``steal`` as a result's runtime facts record them."""
+        return CpuShares(foreign_cpu=self.foreign_cpu, steal=self.steal)
 
     def to_dict(self) -> dict[str, float | list[int] | None]:
         return {
