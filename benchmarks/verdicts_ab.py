@@ -138,13 +138,7 @@ def archived(run: dict[str, Any], pooled: ScenarioResult, history: list[float]) 
 
     first = cmp(run["rounds"][0])
     final = confirm([first, cmp(run["rounds"][1])]) if needs_confirmation(first) else first
-    return (
-        "alarm"
-        if final.verdict == VerdictKind.REGRESSION
-        else "invalid"
-        if final.verdict == VerdictKind.INVALID
-        else "ok"
-    )
+    return "alarm" if final.failed else "invalid" if final.verdict == VerdictKind.INVALID else "ok"
 
 
 def main(argv: list[str] | None = None) -> None:

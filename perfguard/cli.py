@@ -182,7 +182,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
         r = baseline.pooled(sid)
         assert r is not None  # every listed id is in some launch
         canary = None if r.canary_ns is None else r.canary_ns / 1e3
-        note = r.status if r.status != "passed" else ("UNSTABLE" if not r.stable else "")
+        note = r.status if not r.passed else ("UNSTABLE" if not r.stable else "")
         rows.append([sid, *_cells(_figures(r)), _fmt(canary, ".1f"), note])
     headers = ("scenario", "n", "P50 ms", "P95 ms", "P99 ms", "thrpt/s", "canary us", "")
     print("\n".join(_table(headers, rows)))

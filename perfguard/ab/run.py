@@ -287,8 +287,8 @@ class ABRun:
         """Cells A (base tree) and B (working tree), open; B's open reply last.
 
         Both in slots of ONE worker when the base runs on this interpreter: a
-        process's own speed varies from process to process (up to 1.6x on a shared
-        VM) and pairing cannot cancel that between two processes; within one, it
+        process's own speed varies from process to process (``benchmarks/notes.md``)
+        and pairing cannot cancel that between two processes; within one, it
         hits both sides alike. Another interpreter (``--perfguard-ab-python``)
         needs a process per side.
         """

@@ -15,13 +15,12 @@ big enough to matter; the bound above 1 says it is not an artefact of sampling
 the tail of *this* run (a P95 rests on the few slowest requests). A bound-only
 rule (lo > 1 + L) would need roughly twice the effect to fire, and a
 point-only rule (what pytest-benchmark does with the mean) fires on every tail
-outlier burst: on this 2-core host it failed 13 of 30 unchanged runs.
+outlier burst (figures: ``benchmarks/notes.md``).
 
 Noise floor. The bootstrap only knows the noise *within* one run; runs in
-separate processes differ more (P95 CV 3.8% here between quiet launches, 9-18%
-in noisy stretches). ``history`` holds this scenario's normalised P95 at earlier
-stored commits of the same machine fingerprint; its relative spread
-``noise_floor`` (std/mean, needs >= ``MIN_HISTORY`` values) widens the limit:
+separate processes differ more (``benchmarks/notes.md``). ``history`` holds this
+scenario's normalised P95 at earlier stored commits of the same machine fingerprint;
+its relative spread ``noise_floor`` (std/mean, needs >= ``MIN_HISTORY`` values) widens the limit:
 ``L_eff = max(L, NOISE_K * noise_floor)`` with ``NOISE_K = 2``. A ratio of two
 launches spreads by about sqrt(2) * noise_floor, so a 2x margin puts the limit
 ~1.4 of those spreads out (~8% per round if normal), and the confirmation

@@ -27,8 +27,8 @@ from perfguard.report.load import load_context, load_fact
 from perfguard.report.model import ReportInput
 
 #: Scenarios (in table order: regressions first) drawn as full matplotlib figures;
-#: the rest get sparklines. ~25 ms and ~20 KB per figure: 24 scenarios x 2-3
-#: figures keep a 500-scenario report within ~2 s and a few MB.
+#: the rest get sparklines, so a 500-scenario report stays fast and small
+#: (cost per figure: benchmarks/notes.md).
 FULL_PLOT_BUDGET = 24
 #: Canary moves beyond this (relative) between baseline and current get a banner.
 CANARY_BANNER = 0.05
