@@ -180,9 +180,9 @@ class LoadFigures:
         return self.mode == "open"
 
     def with_probe(self, probe: ServiceProbe) -> LoadFigures:
-        """These figures with the batching service probe filled in (batching levels only)."""
+        """These figures with the batching service probe filled in (a batching level)."""
         if self.batching is None:
-            return self
+            raise ValueError("only a level with dynamic batching has a service probe")
         return replace(self, batching=replace(self.batching, probe=probe))
 
     def to_dict(self) -> dict[str, Any]:

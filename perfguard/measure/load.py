@@ -417,7 +417,7 @@ def measure_load(run: LoadCell, runner: LoadRunner) -> ScenarioResult:
     load = figures.load
     if slo is not None:
         load = dataclasses.replace(load, level=spec.level_id, slo=slo)
-    if spec.batching is not None:
+    if spec.batching is not None and load.batching is not None:
         load = load.with_probe(runner.service_probe())
     samples = figures.samples_ns
     if samples.size == 0 and not load.failed:
