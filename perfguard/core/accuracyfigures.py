@@ -21,16 +21,15 @@ __all__ = [
     "DriftRow",
     "OutputMetrics",
     "TaskMetricFigures",
-    "plain",
 ]
 
 
-def plain(data: Any) -> Any:
+def _plain(data: Any) -> Any:
     """JSON-ready: tuples as lists, NaN/Inf as None (results.json is strict JSON)."""
     if isinstance(data, dict):
-        return {key: plain(value) for key, value in data.items()}
+        return {key: _plain(value) for key, value in data.items()}
     if isinstance(data, (list, tuple)):
-        return [plain(value) for value in data]
+        return [_plain(value) for value in data]
     return None if isinstance(data, float) and not math.isfinite(data) else data
 
 
@@ -51,7 +50,7 @@ class OutputMetrics:
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
-            "values": plain(dict(self.values)),
+            "values": _plain(dict(self.values)),
             "worst_inputs": list(self.worst_inputs),
             "worst_by_metric": {k: list(v) for k, v in self.worst_by_metric.items()},
         }
@@ -80,7 +79,7 @@ class Check:
     message: str
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(plain(asdict(self)))
+        return dict(_plain(asdict(self)))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Check:
@@ -103,7 +102,7 @@ class TaskMetricFigures:
     higher_is_better: bool
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(plain(asdict(self)))
+        return dict(_plain(asdict(self)))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TaskMetricFigures:
@@ -162,7 +161,7 @@ class DriftRow:
     passed: bool
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(plain(asdict(self)))
+        return dict(_plain(asdict(self)))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DriftRow:
