@@ -1,8 +1,11 @@
-"""Results as plain, serialisable data: what a run measured, and its JSON form.
+"""Results as typed, frozen records: what a run measured, and its JSON form.
 
-``RunResult.to_dict()`` is exactly what ``reports/<commit12>/results.json`` holds
-(validated by ``perfguard/schemas/results.schema.json``); ``RunResult.from_dict``
-reads it back and refuses a file of another schema version with a clear message.
+JSON appears only at the file boundary: ``RunResult.to_dict()`` is exactly what
+``reports/<commit12>/results.json`` holds (validated by
+``perfguard/schemas/results.schema.json``, and the scenarios of a baseline file);
+``RunResult.from_dict`` reads it back and refuses a file of another schema version with
+a clear message. A scenario's typed parts live beside: ``figures`` (latency summary,
+runtime facts), ``loadfigures`` and ``accuracyfigures``.
 """
 
 from __future__ import annotations
