@@ -38,7 +38,8 @@ import numpy as np
 # Runnable from a checkout without installing.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from perfguard.accuracy.metrics import AccuracyReport, compare_outputs
+from perfguard.accuracy.metrics import compare_outputs
+from perfguard.core.accuracyfigures import AccuracyReport
 from perfguard.core.scenario import AccuracyGates, AccuracySpec
 
 TARGET = 0.10

@@ -26,13 +26,7 @@ from perfguard.core.results import (
     ScenarioResult,
 )
 from perfguard.core.stats import summarize, throughput
-from perfguard.judge.verdict import (
-    IMPROVEMENT,
-    REGRESSION,
-    UNCHANGED,
-    MetricVerdict,
-    ScenarioVerdict,
-)
+from perfguard.judge.verdict import MetricVerdict, ScenarioVerdict, VerdictKind
 from perfguard.report import render_html, write_report
 from perfguard.report.model import ReportInput
 from perfguard.report.render import FULL_PLOT_BUDGET
@@ -81,8 +75,18 @@ def build(n_scenarios: int, n_commits: int, n_samples: int = 300) -> ReportInput
         sid = f"scale::scenario-{i:03d}[{'torch' if i % 2 else 'onnxruntime'}-cpu-fp32]"
         backend = "torch" if i % 2 else "onnxruntime"
         median = float(rng.uniform(0.5, 20.0)) * 1e6
-        kind = REGRESSION if i % 20 == 0 else IMPROVEMENT if i % 20 == 1 else UNCHANGED
-        factor = {REGRESSION: 1.2, IMPROVEMENT: 0.8, UNCHANGED: 1.0}[kind]
+        kind = (
+            VerdictKind.REGRESSION
+            if i % 20 == 0
+            else VerdictKind.IMPROVEMENT
+            if i % 20 == 1
+            else VerdictKind.UNCHANGED
+        )
+        factor = {
+            VerdictKind.REGRESSION: 1.2,
+            VerdictKind.IMPROVEMENT: 0.8,
+            VerdictKind.UNCHANGED: 1.0,
+        }[kind]
         base = rng.lognormal(np.log(median), 0.25, n_samples)
         cur = rng.lognormal(np.log(median * factor), 0.25, n_samples)
         current.append(_scenario(sid, cur, backend))

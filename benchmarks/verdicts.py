@@ -68,12 +68,13 @@ import numpy as np
 # Runnable from a checkout without installing.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from perfguard.core.figures import CpuShares, RuntimeInfo
 from perfguard.core.policy import GateSpec
 from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import LoopSpec
 from perfguard.core.stats import noise_floor, percentile, summarize
 from perfguard.judge.compare import compare_scenario, confirm, needs_confirmation
-from perfguard.judge.verdict import INVALID, REGRESSION, ScenarioVerdict
+from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
 from perfguard.measure.canary import CanaryProbe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -186,7 +187,9 @@ def to_result(data: dict[str, Any], *, contention: bool = False) -> ScenarioResu
         stable=bool(data["stable"]),
         stability_ratio=float(data["stability_ratio"]),
         canary_ns=float(data["canary_ns"]),
-        runtime={"foreign_cpu": foreign} if contention and foreign is not None else {},
+        runtime=RuntimeInfo(cpu=CpuShares(foreign, None))
+        if contention and foreign is not None
+        else RuntimeInfo(),
         samples_ns=samples,
     )
 
@@ -223,7 +226,7 @@ def normalised_p95(data: dict[str, Any]) -> float:
 
 
 def state(v: ScenarioVerdict) -> str:
-    return "alarm" if v.verdict == REGRESSION else "invalid" if v.verdict == INVALID else "ok"
+    return "alarm" if v.failed else "invalid" if v.verdict == VerdictKind.INVALID else "ok"
 
 
 def judge(

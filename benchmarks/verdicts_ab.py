@@ -53,7 +53,7 @@ from perfguard.core.policy import GateSpec
 from perfguard.core.results import ScenarioResult
 from perfguard.core.stats import percentile, summarize
 from perfguard.judge.compare import compare_scenario, confirm, needs_confirmation
-from perfguard.judge.verdict import INVALID, REGRESSION, ScenarioVerdict
+from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
 from perfguard.worker.client import WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -138,9 +138,7 @@ def archived(run: dict[str, Any], pooled: ScenarioResult, history: list[float]) 
 
     first = cmp(run["rounds"][0])
     final = confirm([first, cmp(run["rounds"][1])]) if needs_confirmation(first) else first
-    return (
-        "alarm" if final.verdict == REGRESSION else "invalid" if final.verdict == INVALID else "ok"
-    )
+    return "alarm" if final.failed else "invalid" if final.verdict == VerdictKind.INVALID else "ok"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -44,7 +44,7 @@ from perfguard.core.results import RunResult, ScenarioResult
 from perfguard.core.scenario import InputSpec, ModelSpec
 from perfguard.interop.benchmark_json import export_command
 from perfguard.judge.stored import judge_runs
-from perfguard.judge.verdict import REGRESSION, SEVERITY
+from perfguard.judge.verdict import SEVERITY
 from perfguard.machine.env import collect_environment
 from perfguard.models.factory import (
     feeds_positionally,
@@ -149,7 +149,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         total = f"{len(verdicts)} scenario{'s' if len(verdicts) != 1 else ''}"
         parts = [f"{counts[k]} {k}" for k in SEVERITY if counts[k]]
         print(f"{total}: {', '.join(parts)}" if parts else total)
-    return 1 if any(v.verdict == REGRESSION for v in verdicts) else 0
+    return 1 if any(v.failed for v in verdicts) else 0
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -206,7 +206,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
         r = baseline.pooled(sid)
         assert r is not None  # every listed id is in some launch
         canary = None if r.canary_ns is None else r.canary_ns / 1e3
-        note = r.status if r.status != "passed" else ("UNSTABLE" if not r.stable else "")
+        note = r.status if not r.passed else ("UNSTABLE" if not r.stable else "")
         rows.append([sid, *_cells(_figures(r)), _fmt(canary, ".1f"), note])
     headers = ("scenario", "n", "P50 ms", "P95 ms", "P99 ms", "thrpt/s", "canary us", "")
     print("\n".join(_table(headers, rows)))

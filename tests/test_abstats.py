@@ -17,7 +17,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perfguard.ab.stats import (
-    Decision,
     StoppingRule,
     decide,
     pair_orders,
@@ -26,6 +25,7 @@ from perfguard.ab.stats import (
     per_round,
 )
 from perfguard.core.stats import percentile, percentile_ratio_bound
+from perfguard.judge.verdict import ABRound, Decision
 
 SETTINGS = settings(deadline=None, max_examples=60)
 FloatArray = npt.NDArray[np.float64]
@@ -365,14 +365,15 @@ def test_pair_orders_are_balanced_and_seeded() -> None:
 def test_per_round_reports_each_round() -> None:
     a, b = synth(np.random.default_rng(6), 250, effect=1.1)
     rounds = per_round(a, b, round_size=100)
-    assert [r["round"] for r in rounds] == [0, 1, 2]
-    assert [r["pairs"] for r in rounds] == [100, 100, 50]
-    assert [r["first_pair"] for r in rounds] == [0, 100, 200]
+    assert [r.round for r in rounds] == [0, 1, 2]
+    assert [r.pairs for r in rounds] == [100, 100, 50]
+    assert [r.first_pair for r in rounds] == [0, 100, 200]
     last = rounds[2]
-    assert last["a_p95"] == percentile(a[200:], 95.0)
-    assert last["b_p50"] == percentile(b[200:], 50.0)
-    assert last["ratio"] == last["b_p95"] / last["a_p95"]
-    assert json.loads(json.dumps(rounds)) == rounds
+    assert last.a_p95 == percentile(a[200:], 95.0)
+    assert last.b_p50 == percentile(b[200:], 50.0)
+    assert last.ratio == last.b_p95 / last.a_p95
+    plain = json.loads(json.dumps([r.to_dict() for r in rounds]))
+    assert [ABRound.from_dict(r) for r in plain] == rounds
     with pytest.raises(ValueError, match="round_size"):
         per_round(a, b, round_size=0)
 

@@ -437,15 +437,15 @@ def test_task_metric_drop() -> None:
     cur[1] = [1.0, 0.0, 0.0]  # one of four wrong: 75 vs 100
     spec = TaskMetricSpec(function="m:acc", drop_max=10.0)
     figures, check = task_metric_check(_accuracy_metric, [cur], [ref], labels, spec, "fp32")
-    assert figures["current"] == 75.0 and figures["reference"] == 100.0
-    assert figures["drop"] == 25.0 and not check.passed
+    assert figures.current == 75.0 and figures.reference == 100.0
+    assert figures.drop == 25.0 and not check.passed
     assert check.metric == "task_drop" and check.value == 25.0 and check.limit == 10.0
     assert check.message == (
         "task metric m:acc drop 25 > 10 vs reference fp32 (current 75, reference 100)"
     )
     lower = TaskMetricSpec(function="m:err", higher_is_better=False, drop_max=30.0)
     figures, check = task_metric_check(_accuracy_metric, [cur], [ref], labels, lower, "fp32")
-    assert figures["drop"] == -25.0 and check.passed
+    assert figures.drop == -25.0 and check.passed
 
 
 def test_task_metric_without_reference_passes_and_is_json() -> None:
@@ -453,8 +453,8 @@ def test_task_metric_without_reference_passes_and_is_json() -> None:
     figures, check = task_metric_check(
         _accuracy_metric, [np.eye(2)], None, labels, TaskMetricSpec(function="m:acc"), "none"
     )
-    assert check.passed and figures["current"] == 100.0 and figures["drop"] is None
-    json.dumps([figures, check.to_dict()], allow_nan=False)
+    assert check.passed and figures.current == 100.0 and figures.drop is None
+    json.dumps([figures.to_dict(), check.to_dict()], allow_nan=False)
 
 
 def test_task_metric_gets_read_only_outputs() -> None:
@@ -577,4 +577,4 @@ def test_task_metric_nan_on_current_fails_without_crashing() -> None:
         lambda outputs, labels: float(outputs[0].sum()) or np.nan,  # current (zeros): NaN
         [out], [np.ones((2, 2))], None, TaskMetricSpec("m:f"), "r",
     )  # fmt: skip
-    assert not check.passed and figures["current"] is None and "drop nan" in check.message
+    assert not check.passed and figures.current is None and "drop nan" in check.message

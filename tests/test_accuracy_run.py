@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from perfguard.accuracy.run import collect_outputs, figure_drift, find_reference
+from perfguard.core.accuracyfigures import AccuracyFigures, AccuracyReport, OutputMetrics
 from perfguard.core.errors import AccuracyError, Location
 from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import AccuracyGates, AccuracySpec, ModelSpec, Scenario
@@ -65,11 +66,8 @@ def test_collect_outputs_keeps_axis_zero_for_the_input_index() -> None:
     assert [float(stacked[i, 0, 0]) for i in range(5)] == [0.0, 1.0, 2.0, 3.0, 4.0]
 
 
-def _with_cosine(value: float) -> dict[str, Any]:
-    return {
-        "reference": "torch-fp32",
-        "outputs": [{"name": "emb", "values": {"cosine_mean": value}}],
-    }
+def _with_cosine(value: float) -> AccuracyReport:
+    return AccuracyReport("torch-fp32", (OutputMetrics("emb", {"cosine_mean": value}, ()),), ())
 
 
 def test_figure_drift_fails_a_drop_beyond_the_limit() -> None:
@@ -85,16 +83,18 @@ def test_figure_drift_fails_a_drop_beyond_the_limit() -> None:
         backend="onnxruntime",
         device="cpu",
         precision="int8",
-        accuracy={"reference": "torch-fp32", "report": _with_cosine(0.9933)},
+        accuracy=AccuracyFigures(n=1, reference="torch-fp32", report=_with_cosine(0.9933)),
     )
     rows, failures = figure_drift(scenario, _with_cosine(0.9852), base, "a" * 40)
-    assert rows[0]["drop"] == pytest.approx(0.0081)
+    assert rows[0].drop == pytest.approx(0.0081)
     assert failures == [
         "cosine similarity mean on output emb vs reference torch-fp32 dropped 0.0081 since "
         "baseline aaaaaaa (0.9933 -> 0.9852); limit cosine_drift_max 0.002"
     ]
     _, small = figure_drift(scenario, _with_cosine(0.9925), base, "a" * 40)
     assert small == []
-    other_ref = replace(base, accuracy={"reference": "onnxruntime-fp32", "report": _with_cosine(1)})
+    other_ref = replace(
+        base, accuracy=AccuracyFigures(n=1, reference="onnxruntime-fp32", report=_with_cosine(1))
+    )
     assert figure_drift(scenario, _with_cosine(0.5), other_ref, None) == ([], [])
     assert figure_drift(scenario, _with_cosine(0.5), None, None) == ([], [])

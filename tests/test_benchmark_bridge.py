@@ -127,14 +127,16 @@ def test_result_fields_match_pytest_benchmark_data(
         assert summary.min <= summary.p50 <= summary.p99 <= summary.max
         assert summary.mean == pytest.approx(stats["mean"] * 1e9, rel=1e-6, abs=1.0)
         assert result.throughput == pytest.approx(1e9 / summary.mean, rel=1e-9)
-        assert result.runtime["source"] == "pytest-benchmark"
-        assert result.runtime["rounds"] == stats["rounds"]
-        assert result.runtime["iterations"] == stats["iterations"]
+        facts = result.runtime.benchmark
+        assert facts is not None and facts.source == "pytest-benchmark"
+        assert facts.rounds == stats["rounds"]
+        assert facts.iterations == stats["iterations"]
         assert result.stability_ratio is not None and result.stability_ratio > 0
     pedantic = ScenarioResult.from_dict(results["test_pre.py::test_pedantic[20]"])
-    assert pedantic.runtime["rounds"] == 7 and pedantic.runtime["iterations"] == 3
-    assert pedantic.runtime["params"] == {"n": 20}
-    assert pedantic.runtime["extra_info"] == {"n": 20}
+    facts = pedantic.runtime.benchmark
+    assert facts is not None and facts.rounds == 7 and facts.iterations == 3
+    assert facts.params == {"n": 20}
+    assert facts.extra_info == {"n": 20}
 
 
 def test_bridged_results_fit_the_results_schema(

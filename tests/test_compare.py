@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from perfguard.core.figures import CpuShares, RuntimeInfo
 from perfguard.core.policy import GateSpec
 from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
 from perfguard.core.stats import summarize
@@ -187,13 +188,14 @@ def test_failed_or_unstable_current_is_invalid() -> None:
 def test_contended_run_is_invalid_not_a_regression() -> None:
     base = result(lognormal(1000, 1))
     slow = replace(
-        result((lognormal(1000, 2) * 2.0).astype(np.int64)), runtime={"foreign_cpu": 0.45}
+        result((lognormal(1000, 2) * 2.0).astype(np.int64)),
+        runtime=RuntimeInfo(cpu=CpuShares(0.45, 0.0)),
     )
     v = verdict(slow, base)
     assert v.verdict == "invalid" and not v.failed
     assert "other processes used 45% of the CPUs" in v.messages[0]
     assert v.metrics[0].ratio is not None and v.metrics[0].ratio > 1.9
-    quiet = replace(slow, runtime={"foreign_cpu": 0.01})
+    quiet = replace(slow, runtime=RuntimeInfo(cpu=CpuShares(0.01, 0.0)))
     assert verdict(quiet, base).verdict == "regression"
 
 

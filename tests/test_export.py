@@ -12,7 +12,8 @@ import pytest
 
 from perfguard.core.atomicio import write_json_atomic
 from perfguard.core.errors import ResultsError
-from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
+from perfguard.core.figures import RuntimeInfo
+from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult, Status
 from perfguard.core.stats import summarize
 from perfguard.interop.benchmark_json import benchmark_stats, export_command, to_pytest_benchmark
 
@@ -51,7 +52,7 @@ def _run(*scenarios: ScenarioResult) -> RunResult:
 def _sample_run() -> RunResult:
     return _run(
         _scenario("suites/vision.yaml::resnet", (1000, 2000, 3000, 4000, 10000), batch_size=4),
-        _scenario("suites/vision.yaml::broken", (), status="error", message="boom"),
+        _scenario("suites/vision.yaml::broken", (), status=Status.ERROR, message="boom"),
         _scenario(
             "tests/test_pre.py::test_tokenize[short]",
             (500, 700, 600, 650),
@@ -59,14 +60,16 @@ def _sample_run() -> RunResult:
             name="test_tokenize[short]",
             backend="python",
             precision="-",
-            runtime={
-                "source": "pytest-benchmark",
-                "rounds": 4,
-                "iterations": 10,
-                "group": "text",
-                "params": {"length": "short"},
-                "extra_info": {"corpus": "wiki"},
-            },
+            runtime=RuntimeInfo.from_dict(
+                {
+                    "source": "pytest-benchmark",
+                    "rounds": 4,
+                    "iterations": 10,
+                    "group": "text",
+                    "params": {"length": "short"},
+                    "extra_info": {"corpus": "wiki"},
+                }
+            ),
         ),
     )
 

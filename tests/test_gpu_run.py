@@ -11,7 +11,7 @@ import pytest
 from perfguard.core.errors import Location, ModelError, RunInvalid
 from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import GpuSpec, InputSpec, LoopSpec, ModelSpec, Scenario
-from perfguard.machine import telemetry
+from perfguard.measure import gpu
 from perfguard.measure.gpu import GpuWatch, cuda_unavailable, device_index, is_out_of_memory
 from perfguard.measure.runner import run_loop
 from tests.conftest import write_suite
@@ -113,12 +113,12 @@ def result_of(sc: Scenario) -> ScenarioResult:
 
 
 def test_on_the_cpu_the_watch_does_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(telemetry, "TelemetrySampler", None)  # would fail if touched
+    monkeypatch.setattr(gpu, "TelemetrySampler", None)  # would fail if touched
     session = FakeSession()
     sc = scenario(device="cpu")
     with GpuWatch(sc, session) as watch:
         pass
-    assert session.calls == [] and watch.runtime(3) == {}
+    assert session.calls == [] and watch.facts(3) is None
     assert watch.check(result_of(sc)) == result_of(sc)
 
 
@@ -126,19 +126,18 @@ def test_a_quiet_gpu_run_gets_telemetry_device_time_and_peak_memory(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     seen: list[int] = []
-    monkeypatch.setattr(telemetry, "TelemetrySampler", fake_sampler(QUIET, seen))
+    monkeypatch.setattr(gpu, "TelemetrySampler", fake_sampler(QUIET, seen))
     session = FakeSession()
     sc = scenario()
     with GpuWatch(sc, session) as watch:
         session.calls.append("loop")
     assert seen == [1]  # cuda:1 samples GPU 1
     assert session.calls == ["reset_peak", "start_timing", "loop", "stop_timing", "peak"]
-    runtime = watch.runtime(3)  # the last 3 device times are the timed requests
-    assert runtime["telemetry"] == QUIET
-    assert runtime["device_latency_ns"]["n"] == 3
-    assert (
-        runtime["device_latency_ns"]["min"] == 1000 and runtime["device_latency_ns"]["max"] == 3000
-    )
+    facts = watch.facts(3)  # the last 3 device times are the timed requests
+    assert facts is not None and facts.telemetry == QUIET
+    device = facts.device_latency_ns
+    assert device is not None and device.n == 3
+    assert device.min == 1000 and device.max == 3000
     checked = watch.check(result_of(sc))
     assert checked.gpu_peak_memory_mib == 321.5 and checked.status == "passed"
 
@@ -146,7 +145,7 @@ def test_a_quiet_gpu_run_gets_telemetry_device_time_and_peak_memory(
 def test_a_throttled_run_is_invalid_with_its_figures_unless_allowed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(telemetry, "TelemetrySampler", fake_sampler(HOT, []))
+    monkeypatch.setattr(gpu, "TelemetrySampler", fake_sampler(HOT, []))
     sc = scenario()
     with GpuWatch(sc, FakeSession()) as watch:
         pass
@@ -165,7 +164,7 @@ def test_exclusive_refuses_to_start_while_others_use_the_gpu(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     busy = {**QUIET, "other_processes": [{"pid": 4242, "used_mib": 2048.0}]}
-    monkeypatch.setattr(telemetry, "TelemetrySampler", fake_sampler(busy, []))
+    monkeypatch.setattr(gpu, "TelemetrySampler", fake_sampler(busy, []))
     session = FakeSession()
     with pytest.raises(RunInvalid, match="pid 4242"), GpuWatch(scenario(exclusive=True), session):
         session.calls.append("loop")

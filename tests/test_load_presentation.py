@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from perfguard.core.loadfigures import LoadFigures
 from perfguard.core.results import ScenarioResult
 from perfguard.core.stats import summarize
 from perfguard.report import render_html, render_markdown
@@ -77,7 +78,7 @@ def load_cell(
         latency_ns=base.latency_ns,
         throughput=thrpt,
         samples_ns=base.samples_ns,
-        load=load_dict(level, throughput=thrpt, **load),
+        load=LoadFigures.from_dict(load_dict(level, throughput=thrpt, **load)),
     )
 
 
@@ -167,7 +168,9 @@ def test_group_strips_the_level_only() -> None:
     assert load_group(load_cell("r200", 1.0, 10.0, 0, axes="torch-fp16")) == (
         f"{SUITE}::minilm[torch-fp16]"
     )
-    alone = ScenarioResult(f"{SUITE}::m[slo]", SUITE, "m", "b", "c", "p", load=load_dict("slo"))
+    alone = ScenarioResult(
+        f"{SUITE}::m[slo]", SUITE, "m", "b", "c", "p", load=LoadFigures.from_dict(load_dict("slo"))
+    )
     assert load_group(alone) == f"{SUITE}::m"
     assert load_group(scenario("s::plain")) == "s::plain"
 
@@ -187,22 +190,22 @@ def test_load_lines_rows_and_columns() -> None:
     for sid, cells in rows.items():
         r = by_id[sid]
         assert r.latency_ns is not None and r.load is not None and r.throughput is not None
-        assert cells[col["level"]] == r.load["level"]
+        assert cells[col["level"]] == r.load.level
         for key in ("p50", "p90", "p95", "p99"):
             assert cells[col[f"{key.upper()} ms"]] == ms(getattr(r.latency_ns, key))
         assert cells[col["thrpt/s"]] == f"{r.throughput:.1f}"
-        assert cells[col["queue %"]] == f"{r.load['queue_share'] * 100:.1f}"
-        assert cells[col["failed"]] == str(r.load["failed"])
-        unc = r.load["uncorrected_ns"]
-        if r.load["mode"] == "open":
-            assert cells[col["asked/s"]] == f"{r.load['rate_asked']:.1f}"
-            assert cells[col["achvd/s"]] == f"{r.load['rate_achieved']:.1f}"
-            assert cells[col["unc P95"]] == (ms(unc["p95"]) if unc else "-")
+        assert cells[col["queue %"]] == f"{r.load.queue_share * 100:.1f}"
+        assert cells[col["failed"]] == str(r.load.failed)
+        unc = r.load.uncorrected_ns
+        if r.load.mode == "open":
+            assert cells[col["asked/s"]] == f"{r.load.rate_asked:.1f}"
+            assert cells[col["achvd/s"]] == f"{r.load.rate_achieved:.1f}"
+            assert cells[col["unc P95"]] == (ms(unc.p95) if unc else "-")
         else:
             assert cells[col["asked/s"]] == cells[col["achvd/s"]] == cells[col["unc P95"]] == "-"
-        late = r.load["late"]
-        if late["count"]:
-            assert cells[col["late"]] == f"{late['count']} ({late['share'] * 100:.1f}%)"
+        late = r.load.late
+        if late.count:
+            assert cells[col["late"]] == f"{late.count} ({late.share * 100:.1f}%)"
     # Numbers are right-aligned: each figure ends where its header ends.
     line = next(line for line in lines if "r200" in line)
     r200 = by_id[f"{SUITE}::minilm[onnxruntime-r200]"]
@@ -262,8 +265,8 @@ def test_html_load_section() -> None:
     assert r200.latency_ns is not None and r200.load is not None
     for figure in (
         ms(r200.latency_ns.p95),
-        ms(r200.load["uncorrected_ns"]["p95"]),
-        f"{r200.load['rate_asked']:.1f}",
+        ms(r200.load.uncorrected_ns.p95),  # type: ignore[union-attr]
+        f"{r200.load.rate_asked:.1f}",
     ):
         assert f'<td class="num">{figure}</td>' in section
     assert "RuntimeError: not thread safe (x2)" in section

@@ -180,8 +180,9 @@ def test_a_planted_stall_shows_in_the_corrected_tail_and_is_missing_uncorrected(
     assert percentile(corrected, 95) > 0.1e9
     # ... while the model calls themselves are 1 ms except the one stalled call.
     assert percentile(uncorrected, 95) < 0.05e9
-    assert figures.load["uncorrected_ns"]["p95"] == percentile(uncorrected, 95)
-    assert figures.load["queue_share"] > 0.5
+    assert figures.load.uncorrected_ns is not None
+    assert figures.load.uncorrected_ns.p95 == percentile(uncorrected, 95)
+    assert figures.load.queue_share is not None and figures.load.queue_share > 0.5
 
 
 def test_unanswered_requests_count_with_the_time_they_waited(
@@ -194,7 +195,7 @@ def test_unanswered_requests_count_with_the_time_they_waited(
     spec = LoadSpec(mode="open", level=100.0, arrivals="constant", late_max=1.0 - 1e-9)
     figures = level_figures(log, spec, 1)
     assert figures.samples_ns.size == 20  # censored requests are kept, not dropped
-    assert figures.load["unserved"] == log.unserved
+    assert figures.load.unserved == log.unserved
 
 
 # -- dynamic batching ----------------------------------------------------------------
@@ -243,6 +244,6 @@ def test_closed_loop_clients_can_share_a_batching_server() -> None:
     assert log.calls[:, 0].max() <= 4
     spec = LoadSpec(mode="closed", level=4, batching=BatchingSpec(4, 5.0))
     figures = level_figures(log, spec, 1)
-    batching = figures.load["batching"]
-    assert batching["batches"] == log.calls.shape[0]
-    assert sum(int(k) * v for k, v in batching["sizes"].items()) == log.scheduled_ns.size
+    batching = figures.load.batching
+    assert batching is not None and batching.batches == log.calls.shape[0]
+    assert sum(int(k) * v for k, v in batching.sizes.items()) == log.scheduled_ns.size

@@ -44,25 +44,27 @@ def test_corrected_latency_runs_from_the_scheduled_time_and_keeps_the_unanswered
     figures = level_figures(LOG, OPEN, request_batch=1)
     # Answered and not failed: 3 ms and 4 ms; unanswered request 3: 40 - 30 = 10 ms.
     assert (figures.samples_ns / MS).tolist() == [3, 4, 10]
-    uncorrected = figures.load["uncorrected_ns"]
-    assert uncorrected["n"] == 2 and uncorrected["max"] == 2 * MS  # model calls: 2 ms each
+    uncorrected = figures.load.uncorrected_ns
+    assert (
+        uncorrected is not None and uncorrected.n == 2 and uncorrected.max == 2 * MS
+    )  # model calls: 2 ms each
 
 
 def test_queue_share_late_requests_rates_and_invalid() -> None:
     load = level_figures(LOG, OPEN, request_batch=1).load
     # Waited before the call: 1 + 2 ms out of 3 + 4 ms of corrected latency.
-    assert load["queue_share"] == pytest.approx(3 / 7)
+    assert load.queue_share == pytest.approx(3 / 7)
     # Late: request 2 (5 ms > 1 ms) and request 3 (never sent) -> 2 of 4.
-    assert load["late"]["count"] == 2 and load["late"]["share"] == 0.5
-    assert load["late"]["lag_max_ms"] == 5.0
-    assert load["invalid"] is not None and "50.0%" in load["invalid"]
-    assert "asked 100/s" in load["invalid"]
+    assert load.late.count == 2 and load.late.share == 0.5
+    assert load.late.lag_max_ms == 5.0
+    assert load.invalid is not None and "50.0%" in load.invalid
+    assert "asked 100/s" in load.invalid
     # 2 good answers x batch 1 in 40 ms; 3 answered (one failed) in 40 ms; 3 sent by 25 ms.
-    assert load["throughput"] == pytest.approx(50.0)
-    assert load["rate_achieved"] == pytest.approx(75.0)
-    assert load["rate_sent"] == pytest.approx(120.0)
-    assert (load["completed"], load["failed"], load["unserved"]) == (3, 1, 1)
-    assert load["errors"] == {"RuntimeError: boom": 1}
+    assert load.throughput == pytest.approx(50.0)
+    assert load.rate_achieved == pytest.approx(75.0)
+    assert load.rate_sent == pytest.approx(120.0)
+    assert (load.completed, load.failed, load.unserved) == (3, 1, 1)
+    assert load.errors == {"RuntimeError: boom": 1}
 
 
 def test_a_lenient_limit_keeps_the_level_valid_and_batch_scales_throughput() -> None:
@@ -76,9 +78,9 @@ def test_a_lenient_limit_keeps_the_level_valid_and_batch_scales_throughput() -> 
 def test_closed_loop_has_no_rates_and_is_never_invalid_for_lag() -> None:
     closed = LoadSpec(mode="closed", level=2.0)
     load = level_figures(LOG, closed, 1).load
-    assert load["concurrency"] == 2 and load["rate_asked"] is None
-    assert load["rate_sent"] is None and load["invalid"] is None
-    assert load["level"] == "c2"
+    assert load.concurrency == 2 and load.rate_asked is None
+    assert load.rate_sent is None and load.invalid is None
+    assert load.level == "c2"
 
 
 def test_a_level_that_kept_up_is_not_called_saturated_but_a_backlog_is() -> None:

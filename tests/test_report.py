@@ -5,22 +5,18 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+from perfguard.core.accuracyfigures import AccuracyFigures
 from perfguard.core.errors import ResultsError
+from perfguard.core.figures import RuntimeInfo
 from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
 from perfguard.core.resultsio import write_results
 from perfguard.core.stats import summarize, throughput
-from perfguard.judge.verdict import (
-    IMPROVEMENT,
-    NEW,
-    REGRESSION,
-    UNCHANGED,
-    MetricVerdict,
-    ScenarioVerdict,
-)
+from perfguard.judge.verdict import MetricVerdict, ScenarioVerdict, VerdictKind
 from perfguard.report import render_html, render_index, render_markdown, write_report
 from perfguard.report.cli_report import report_command
 from perfguard.report.markdown import MARKER
@@ -38,7 +34,7 @@ def scenario(
     scale_ms: float = 2.0,
     n: int = 200,
     backend: str = "onnxruntime",
-    accuracy: dict[str, object] | None = None,
+    accuracy: dict[str, Any] | None = None,
     canary_ns: float | None = 1e6,
 ) -> ScenarioResult:
     rng = np.random.default_rng(seed)
@@ -55,8 +51,8 @@ def scenario(
         peak_memory_mib=123.4,
         canary_ns=canary_ns,
         cold_start_ns=50_000_000,
-        runtime={"providers": "CPUExecutionProvider"},
-        accuracy=accuracy,
+        runtime=RuntimeInfo(backend={"providers": "CPUExecutionProvider"}),
+        accuracy=AccuracyFigures.from_dict(accuracy) if accuracy is not None else None,
         samples_ns=samples,
     )
 
@@ -121,7 +117,14 @@ def full_input() -> ReportInput:
                 }
             ],
         },
-        "task_metric": {"function": "m:f", "current": 0.8, "reference": 0.9, "drop": 0.1},
+        "task_metric": {
+            "function": "m:f",
+            "current": 0.8,
+            "reference": 0.9,
+            "drop": 0.1,
+            "drop_max": 0.05,
+            "higher_is_better": True,
+        },
         "failures": ["cosine similarity min 0.9 < 0.98 on output emb"],
         "passed": False,
     }
@@ -136,9 +139,9 @@ def full_input() -> ReportInput:
         "s::better": scenario("s::better", seed=13, scale_ms=2.0, backend="torch"),
     }
     verdicts = (
-        p95_verdict("s::fast", UNCHANGED, 1.0, "P95 latency unchanged +0.0%"),
-        p95_verdict("s::slow", REGRESSION, 1.5, "P95 latency regressed +50.0%"),
-        p95_verdict("s::better", IMPROVEMENT, 0.75, "P95 latency improved -25.0%"),
+        p95_verdict("s::fast", VerdictKind.UNCHANGED, 1.0, "P95 latency unchanged +0.0%"),
+        p95_verdict("s::slow", VerdictKind.REGRESSION, 1.5, "P95 latency regressed +50.0%"),
+        p95_verdict("s::better", VerdictKind.IMPROVEMENT, 0.75, "P95 latency improved -25.0%"),
     )
     history = {
         "s::slow": [(f"{i:040x}", scenario("s::slow", seed=100 + i)) for i in range(5)],
@@ -160,7 +163,7 @@ def test_structure_regressions_first_and_sections() -> None:
     assert html.startswith("<!DOCTYPE html>")
     assert SHA[:12] in html and "nearest ancestor on main" in html
     rows = re.findall(r'<tr class="v-\w+" data-verdict="(\w+)"', html)
-    assert rows == [REGRESSION, IMPROVEMENT, UNCHANGED]
+    assert rows == [VerdictKind.REGRESSION, VerdictKind.IMPROVEMENT, VerdictKind.UNCHANGED]
     assert 'data-backend="torch"' in html and 'data-device="cpu"' in html
     for anchor in ("s0", "s1", "s2"):
         assert f'href="#{anchor}"' in html and f'id="{anchor}"' in html
@@ -176,7 +179,7 @@ def test_user_strings_are_escaped() -> None:
     sid = f"s::{EVIL}"
     inp = ReportInput(
         run=run_of([scenario(sid)]),
-        verdicts=(p95_verdict(sid, REGRESSION, 1.5, f"regressed {EVIL}"),),
+        verdicts=(p95_verdict(sid, VerdictKind.REGRESSION, 1.5, f"regressed {EVIL}"),),
         baseline={sid: scenario(sid, seed=5)},
         baseline_info={"commit": BASE_SHA, "how": EVIL, "env_diff": {EVIL: [EVIL, "x"]}},
     )
@@ -202,7 +205,9 @@ def test_edge_cases_render() -> None:
     html = render_html(ReportInput(run=run_of([scenario("s::a")])))
     assert "s::a" in html and "none" in html
     # Only new scenarios.
-    verdict = ScenarioVerdict("s::a", NEW, messages=("no baseline result for this scenario",))
+    verdict = ScenarioVerdict(
+        "s::a", VerdictKind.NEW, messages=("no baseline result for this scenario",)
+    )
     html = render_html(ReportInput(run=run_of([scenario("s::a")]), verdicts=(verdict,)))
     assert 'data-verdict="new"' in html
     # Zero scenarios, no commit.
@@ -248,7 +253,7 @@ def test_markdown_stays_small_for_500_scenarios() -> None:
     verdicts = tuple(
         p95_verdict(
             f"suite::scenario-{i:03d}" + "x" * 80,
-            REGRESSION if i % 2 else NEW,
+            VerdictKind.REGRESSION if i % 2 else VerdictKind.NEW,
             1.5,
             "P95 latency regressed " + "y" * 400,
         )
@@ -275,9 +280,14 @@ def _store(report_dir: Path, sha: str, created: str, verdicts: list[str]) -> Non
 
 
 def test_write_report_and_index(tmp_path: Path) -> None:
-    _store(tmp_path, "1" * 40, "2026-01-01T00:00:00+00:00", [UNCHANGED])
-    _store(tmp_path, "2" * 40, "2026-03-01T00:00:00+00:00", [REGRESSION, UNCHANGED])
-    _store(tmp_path, "3" * 40, "2026-02-01T00:00:00+00:00", [IMPROVEMENT])
+    _store(tmp_path, "1" * 40, "2026-01-01T00:00:00+00:00", [VerdictKind.UNCHANGED])
+    _store(
+        tmp_path,
+        "2" * 40,
+        "2026-03-01T00:00:00+00:00",
+        [VerdictKind.REGRESSION, VerdictKind.UNCHANGED],
+    )
+    _store(tmp_path, "3" * 40, "2026-02-01T00:00:00+00:00", [VerdictKind.IMPROVEMENT])
     (tmp_path / "corrupt000000").mkdir()
     (tmp_path / "corrupt000000" / "results.json").write_text("{not json")
     inp = full_input()

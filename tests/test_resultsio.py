@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from perfguard.core.atomicio import write_json_atomic
 from perfguard.core.errors import ResultsError
+from perfguard.core.figures import RESERVED_KEYS, RuntimeInfo
 from perfguard.core.results import (
     SCHEMA_VERSION,
     CommitInfo,
@@ -86,7 +87,9 @@ scenarios = st.builds(
     warmup_ns=st.integers(0, 10**12),
     stable=st.booleans(),
     stability_ratio=optional_figures,
-    runtime=st.dictionaries(names, json_values, max_size=4),
+    runtime=st.dictionaries(
+        names.filter(lambda k: k not in RESERVED_KEYS), json_values, max_size=4
+    ).map(lambda d: RuntimeInfo(backend=d)),
     canary_ns=optional_figures,
     peak_memory_mib=optional_figures,
     tags=st.lists(names, max_size=4).map(tuple),
@@ -215,8 +218,8 @@ def test_runtime_is_open() -> None:
 
 
 def test_write_refuses_invalid_data_and_writes_nothing(tmp_path: Path) -> None:
-    run = a_run(scenarios=(ScenarioResult("i", "s", "n", "torch", "cpu", "fp32", status="bad"),))
-    with pytest.raises(ResultsError, match="status"):
+    run = a_run(scenarios=(ScenarioResult("i", "s", "n", "torch", "cpu", "fp32", batch_size=0),))
+    with pytest.raises(ResultsError, match="batch_size"):
         write_results(run, tmp_path)
     assert list(tmp_path.iterdir()) == []
 

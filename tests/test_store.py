@@ -15,11 +15,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from perfguard.baseline.fileformat import ENCODING, decode_samples, encode_samples
 from perfguard.baseline.store import (
     Baseline,
     BaselineStore,
@@ -27,9 +26,13 @@ from perfguard.baseline.store import (
     MemoryStore,
     select_auto_baseline,
 )
+from perfguard.core.codec import SAMPLES_ENCODING as ENCODING
 from perfguard.core.errors import ResultsError, StoreError
+from perfguard.core.figures import RuntimeInfo
+from perfguard.core.loadfigures import LoadFigures
 from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
 from perfguard.core.stats import summarize
+from tests.test_load_presentation import load_dict
 
 FP = "fp-0123abcd"
 IDS = ("suite::resnet[torch-cpu-fp32]", "suite::bert[torch-cpu-fp32]")
@@ -70,7 +73,7 @@ def make_run(
                 latency_ns=summarize(s) if s else None,
                 throughput=123.5,
                 canary_ns=canary if canary is not None else 1000.0 + seed,
-                runtime={"threads": 4, "providers": ["cpu"]},
+                runtime=RuntimeInfo(backend={"threads": 4, "providers": ["cpu"]}),
                 tags=("smoke",),
                 samples_ns=s,
             )
@@ -107,25 +110,6 @@ def test_round_trip_preserves_everything_and_the_file_is_readable(tmp_path: Path
     assert sorted(p.name for p in (tmp_path / "baselines" / FP).iterdir()) == [path.name]
     assert (tmp_path / "baselines" / ".locks" / ".gitignore").read_text() == "*\n"
     assert store.commits(FP) == [sha_of(1)] and store.fingerprints() == [FP]
-
-
-@given(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=200))
-@settings(max_examples=50, database=None, deadline=None)
-def test_sample_encoding_round_trips_exactly(samples: list[int]) -> None:
-    blob = encode_samples(samples)
-    assert blob["n"] == len(samples)
-    assert decode_samples(json.loads(json.dumps(blob))) == tuple(samples)
-
-
-def test_sample_decoding_refuses_a_wrong_count_or_bad_data() -> None:
-    blob = encode_samples([1, 2, 3])
-    with pytest.raises(ResultsError, match="n=4 but holds 3"):
-        decode_samples({**blob, "n": 4}, source="x.json")
-    with pytest.raises(ResultsError, match="does not decode"):
-        decode_samples({**blob, "data": blob["data"][:-6]}, source="x.json")
-    with pytest.raises(ResultsError, match="unknown samples encoding"):
-        decode_samples({**blob, "encoding": "float32"}, source="x.json")
-    assert decode_samples([4, 5]) == (4, 5)
 
 
 def test_launches_pool_and_the_oldest_are_dropped() -> None:
@@ -613,7 +597,7 @@ def test_pooled_load_cells_keep_the_launches_own_throughput() -> None:
     for seed, rate in ((0, 380.0), (1, 400.0), (2, 390.0)):
         run = make_run(sha_of(1), seed=seed)
         scenarios = tuple(
-            dataclasses.replace(s, throughput=rate, load={"mode": "closed", "level": "c4"})
+            dataclasses.replace(s, throughput=rate, load=LoadFigures.from_dict(load_dict("c4")))
             for s in run.scenarios
         )
         store.save(dataclasses.replace(run, scenarios=scenarios))

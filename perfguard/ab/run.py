@@ -42,30 +42,28 @@ from typing import Any
 import numpy as np
 
 import perfguard
-from perfguard.ab.stats import Decision, StoppingRule, decide, pair_orders, per_round
+from perfguard.ab.stats import StoppingRule, decide, pair_orders, per_round
 from perfguard.ab.worktree import BaseRef, base_worktree, resolve_base
 from perfguard.core.errors import SuiteError
+from perfguard.core.figures import RuntimeInfo
+from perfguard.core.paths import under_root
 from perfguard.core.policy import LATENCY_QS
 from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import Scenario
 from perfguard.core.stats import percentile, stability_ratio, summarize, throughput
 from perfguard.judge.verdict import (
-    IMPROVEMENT,
-    INVALID,
-    MISSING,
-    NEW,
-    REGRESSION,
-    UNCHANGED,
+    ABDetail,
+    Decision,
     MetricVerdict,
     ScenarioVerdict,
+    VerdictKind,
 )
-from perfguard.measure.cell import RunContext, base_result
+from perfguard.measure.cell import RunContext
 from perfguard.suite.loader import load_suite
-from perfguard.worker.client import WorkerProcess
+from perfguard.worker.client import OPEN_TIMEOUT_S, WorkerProcess
 
 __all__ = ["ABConfig", "ABOutcome", "ABRun", "base_results", "run_pairs"]
 
-OPEN_TIMEOUT_S = 600.0  # exporting or quantizing a model on first open can take minutes
 REQUEST_TIMEOUT_S = 60.0
 SETTLE_PAIRS = 30  # discarded after warm-up: both processes settle together
 
@@ -99,11 +97,6 @@ class _Slot:
 
     def request(self, op: str, timeout_s: float | None = None, **fields: Any) -> dict[str, Any]:
         return self.worker.request(op, timeout_s=timeout_s, slot=self.slot, **fields)
-
-
-def _decision_verdict(decision: Decision) -> str:
-    kinds = {"regression": REGRESSION, "improvement": IMPROVEMENT, "undecided": INVALID}
-    return kinds.get(decision.verdict, UNCHANGED)
 
 
 def _pair_block(
@@ -242,10 +235,7 @@ class ABRun:
 
     # -- the base revision's cells --------------------------------------------------
     def _relative(self, suite: Path) -> Path:
-        try:
-            return suite.resolve().relative_to(self.rootdir.resolve())
-        except ValueError:
-            return Path(suite.name)
+        return under_root(suite, self.rootdir) or Path(suite.name)
 
     def base_cells(self, suite: Path) -> dict[str, Scenario] | SuiteError:
         """The base revision's cells of ``suite`` by item name, or its load error."""
@@ -297,8 +287,8 @@ class ABRun:
         """Cells A (base tree) and B (working tree), open; B's open reply last.
 
         Both in slots of ONE worker when the base runs on this interpreter: a
-        process's own speed varies from process to process (up to 1.6x on a shared
-        VM) and pairing cannot cancel that between two processes; within one, it
+        process's own speed varies from process to process (``benchmarks/notes.md``)
+        and pairing cannot cancel that between two processes; within one, it
         hits both sides alike. Another interpreter (``--perfguard-ab-python``)
         needs a process per side.
         """
@@ -377,11 +367,11 @@ class ABRun:
         warm: dict[str, Any],
         opened: dict[str, Any],
     ) -> ScenarioResult:
+        assert self.base is not None
         samples = outcome.samples_b
         batch = int(opened.get("batch", 1) or 1)
-        base = base_result(scenario, ctx, batch)
         return dataclasses.replace(
-            base,
+            ScenarioResult.for_cell(scenario, ctx.rootdir, batch_size=batch),
             latency_ns=summarize(samples),
             throughput=throughput(samples, batch),
             cold_start_ns=int(warm.get("cold_start_ns", 0)),
@@ -389,10 +379,7 @@ class ABRun:
             warmup_ns=int(warm.get("elapsed_ns", 0)),
             stable=True,
             stability_ratio=float(stability_ratio(samples)) if samples.size >= 6 else None,
-            runtime={
-                **dict(opened.get("runtime") or {}),
-                "ab_base": self.base.sha if self.base else None,
-            },
+            runtime=RuntimeInfo(backend=dict(opened.get("runtime") or {}), ab_base=self.base.sha),
             samples_ns=tuple(int(s) for s in samples),
         )
 
@@ -402,11 +389,12 @@ class ABRun:
         q = LATENCY_QS[outcome.metric]
         pa = float(percentile(outcome.samples_a, q))
         pb = float(percentile(outcome.samples_b, q))
-        kind = _decision_verdict(d)
+        kind = d.verdict.verdict
         ratio, lo, hi = d.ratio or 1.0, d.lo or 1.0, d.hi or 1.0
         change = (ratio - 1.0) * 100
-        bound = (lo - 1.0) * 100 if kind != IMPROVEMENT else (hi - 1.0) * 100
-        which = "lower" if kind != IMPROVEMENT else "upper"
+        improved = kind == VerdictKind.IMPROVEMENT
+        bound = (hi - 1.0) * 100 if improved else (lo - 1.0) * 100
+        which = "upper" if improved else "lower"
         name = outcome.metric.upper()
         message = (
             f"{name} latency {change:+.1f}% ({pa / 1e6:.3f} ms -> {pb / 1e6:.3f} ms; 99% "
@@ -440,14 +428,14 @@ class ABRun:
             baseline_commit=self.base.sha,
             messages=(message, *notes),
             mode="ab",
-            ab={
-                "base": self.base.sha,
-                "base_how": self.base.how,
-                "decision": d.to_dict(),
-                "elapsed_s": outcome.elapsed_s,
-                "rounds": per_round(outcome.samples_a, outcome.samples_b),
-                "samples_a_ns": [int(x) for x in outcome.samples_a],
-            },
+            ab=ABDetail(
+                base=self.base.sha,
+                base_how=self.base.how,
+                decision=d,
+                elapsed_s=outcome.elapsed_s,
+                rounds=tuple(per_round(outcome.samples_a, outcome.samples_b)),
+                samples_a_ns=tuple(int(x) for x in outcome.samples_a),
+            ),
         )
 
     def outside_ab(self, scenario: Scenario, verdict: ScenarioVerdict) -> ScenarioVerdict:
@@ -465,7 +453,7 @@ class ABRun:
 
     def new_verdict(self, scenario_id: str, why: str) -> ScenarioVerdict:
         return ScenarioVerdict(
-            scenario_id=scenario_id, verdict=NEW, messages=(why,), mode="ab", ab=None
+            scenario_id=scenario_id, verdict=VerdictKind.NEW, messages=(why,), mode="ab"
         )
 
     def missing_verdict(self, scenario_id: str) -> ScenarioVerdict:
@@ -474,7 +462,7 @@ class ABRun:
             "this run (renamed, deleted or deselected?)"
         )
         return ScenarioVerdict(
-            scenario_id=scenario_id, verdict=MISSING, messages=(message,), mode="ab"
+            scenario_id=scenario_id, verdict=VerdictKind.MISSING, messages=(message,), mode="ab"
         )
 
 
@@ -482,14 +470,12 @@ def base_results(
     verdicts: Mapping[str, ScenarioVerdict], results: Mapping[str, ScenarioResult]
 ) -> dict[str, ScenarioResult]:
     """The report's baseline of each A/B cell: its base-revision samples of this run."""
-    import dataclasses
-
     out: dict[str, ScenarioResult] = {}
     for sid, verdict in verdicts.items():
-        samples = tuple(int(x) for x in ((verdict.ab or {}).get("samples_a_ns") or ()))
+        samples = verdict.ab.samples_a_ns if verdict.ab is not None else ()
         current = results.get(sid)
         if verdict.mode == "ab" and samples and current is not None:
             out[sid] = dataclasses.replace(
-                current, samples_ns=samples, latency_ns=summarize(samples), runtime={}
+                current, samples_ns=samples, latency_ns=summarize(samples), runtime=RuntimeInfo()
             )
     return out

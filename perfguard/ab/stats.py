@@ -85,8 +85,7 @@ provisional.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -98,11 +97,10 @@ from perfguard.core.policy import (
     samples_needed,
 )
 from perfguard.core.stats import as_samples, check_q, percentiles, rank_index
+from perfguard.judge.verdict import ABRound, Decision, DecisionKind
 
 __all__ = [
-    "Decision",
     "StoppingRule",
-    "Verdict",
     "decide",
     "pair_orders",
     "paired_bootstrap",
@@ -111,7 +109,6 @@ __all__ = [
 ]
 
 FloatArray = npt.NDArray[np.float64]
-Verdict = Literal["regression", "improvement", "unchanged", "undecided"]
 
 # Bootstrap replicates are drawn in row blocks of at most this many indices, so
 # 2000 replicates of 3000 pairs never hold more than a few tens of MB at once.
@@ -220,34 +217,33 @@ def pair_orders(n: int, seed: int) -> npt.NDArray[np.bool_]:
     return orders
 
 
-def per_round(
-    a_ns: npt.ArrayLike, b_ns: npt.ArrayLike, round_size: int = 100
-) -> list[dict[str, float]]:
+def per_round(a_ns: npt.ArrayLike, b_ns: npt.ArrayLike, round_size: int = 100) -> list[ABRound]:
     """Figures of each consecutive ``round_size`` pairs (the last round may be short).
 
-    Keys: ``round`` (0-based), ``first_pair``, ``pairs``, ``a_p50``, ``a_p95``,
-    ``b_p50``, ``b_p95`` (nearest rank, in the samples' unit) and ``ratio``
-    (``b_p95 / a_p95``). For the report: a drift or a slow spell shows as one
-    round out of line, on both sides if pairing did its job.
+    Each :class:`~perfguard.judge.verdict.ABRound` holds ``round`` (0-based),
+    ``first_pair``, ``pairs``, ``a_p50``, ``a_p95``, ``b_p50``, ``b_p95`` (nearest
+    rank, in the samples' unit) and ``ratio`` (``b_p95 / a_p95``). For the report: a
+    drift or a slow spell shows as one round out of line, on both sides if pairing
+    did its job.
     """
     if round_size < 1:
         raise ValueError(f"round_size={round_size} is invalid; expected an integer >= 1")
     a, b = _pairs(a_ns, b_ns)
-    rounds: list[dict[str, float]] = []
+    rounds: list[ABRound] = []
     for i, start in enumerate(range(0, a.size, round_size)):
         pa = percentiles(a[start : start + round_size], (50.0, 95.0))
         pb = percentiles(b[start : start + round_size], (50.0, 95.0))
         rounds.append(
-            {
-                "round": i,
-                "first_pair": start,
-                "pairs": min(round_size, a.size - start),
-                "a_p50": pa[50.0],
-                "a_p95": pa[95.0],
-                "b_p50": pb[50.0],
-                "b_p95": pb[95.0],
-                "ratio": pb[95.0] / pa[95.0],
-            }
+            ABRound(
+                round=i,
+                first_pair=start,
+                pairs=min(round_size, a.size - start),
+                a_p50=pa[50.0],
+                a_p95=pa[95.0],
+                b_p50=pb[50.0],
+                b_p95=pb[95.0],
+                ratio=pb[95.0] / pa[95.0],
+            )
         )
     return rounds
 
@@ -312,33 +308,17 @@ class StoppingRule:
         return samples_needed(self.q, self.confidence)
 
 
-@dataclass(frozen=True)
-class Decision:
-    """What ``decide`` concluded at one look; ``ratio``/``lo``/``hi`` are None without pairs."""
-
-    stop: bool
-    verdict: Verdict
-    ratio: float | None
-    lo: float | None
-    hi: float | None
-    pairs: int
-    reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
 def _pct(x: float) -> str:
     return f"{(x - 1.0) * 100.0:+.1f}%"
 
 
-def _final(rule: StoppingRule, ratio: float, lo: float, hi: float) -> Verdict:
+def _final(rule: StoppingRule, ratio: float, lo: float, hi: float) -> DecisionKind:
     up = 1.0 + rule.limit
     if ratio > up and lo > 1.0:
-        return "regression"
+        return DecisionKind.REGRESSION
     if ratio < 1.0 / up and hi < 1.0:
-        return "improvement"
-    return "unchanged"
+        return DecisionKind.IMPROVEMENT
+    return DecisionKind.UNCHANGED
 
 
 def decide(
@@ -367,8 +347,10 @@ def decide(
         ratio = paired_ratio(a, b, rule.q) if n else None
         lo_hi: tuple[float | None, float | None] = (None, None)
         if at_cap:
-            return Decision(True, "undecided", ratio, *lo_hi, n, f"{cap} with only {why}")
-        return Decision(False, "undecided", ratio, *lo_hi, n, f"measuring more: {why}")
+            return Decision(
+                True, DecisionKind.UNDECIDED, ratio, *lo_hi, n, f"{cap} with only {why}"
+            )
+        return Decision(False, DecisionKind.UNDECIDED, ratio, *lo_hi, n, f"measuring more: {why}")
 
     ratio, replicates = _replicates(a, b, rule.q, rule.n_boot, rule.seed)
     lo, hi = _bounds(ratio, replicates, rule.confidence)
@@ -389,7 +371,7 @@ def decide(
                 else f"regression: beyond the limit, and its {rule.interim_confidence:.1%} "
                 f"lower bound ({_pct(strict_lo)}) is above +0%; stopped early"
             )
-            return Decision(True, "regression", ratio, lo, hi, n, f"{figures}: {why}")
+            return Decision(True, DecisionKind.REGRESSION, ratio, lo, hi, n, f"{figures}: {why}")
         if hi < down or (ratio < down and strict_hi < 1.0):
             why = (
                 "improvement: the whole interval is beyond the limit; stopped early"
@@ -397,7 +379,7 @@ def decide(
                 else f"improvement: beyond the limit, and its {rule.interim_confidence:.1%} "
                 f"upper bound ({_pct(strict_hi)}) is below +0%; stopped early"
             )
-            return Decision(True, "improvement", ratio, lo, hi, n, f"{figures}: {why}")
+            return Decision(True, DecisionKind.IMPROVEMENT, ratio, lo, hi, n, f"{figures}: {why}")
         futile_hi = _bounds(ratio, replicates, rule.futility_confidence)[1]
         if futile_hi < up:
             # A gate asks one question: is B slower than A beyond the limit? Once the

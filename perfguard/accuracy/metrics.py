@@ -48,12 +48,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from perfguard.core.accuracyfigures import AccuracyReport, Check, OutputMetrics, TaskMetricFigures
 from perfguard.core.errors import AccuracyError
 from perfguard.core.scenario import AccuracySpec, TaskMetricSpec
 
@@ -83,62 +83,8 @@ _NONFINITE: Gate = ("nonfinite_max", "nonfinite_current", "nonfinite", False, "N
 _EXACT: Gate = ("exact_match", "mismatch_count", "mismatch", False, "mismatched values")
 
 
-def _plain(data: Any) -> Any:
-    """JSON-ready: tuples as lists, NaN/Inf as None (results.json is strict JSON)."""
-    if isinstance(data, dict):
-        return {key: _plain(value) for key, value in data.items()}
-    if isinstance(data, (list, tuple)):
-        return [_plain(value) for value in data]
-    return None if isinstance(data, float) and not math.isfinite(data) else data
-
-
-class _ToDict:
-    def to_dict(self) -> dict[str, Any]:
-        return dict(_plain(asdict(self)))  # type: ignore[call-overload]
-
-
-@dataclass(frozen=True)
-class OutputMetrics(_ToDict):
-    """Figures of one output; ``worst_inputs`` by cosine (floats) or mismatches (integers)."""
-
-    name: str
-    values: dict[str, float]
-    worst_inputs: tuple[int, ...]
-    # Worst samples per ranking: cosine, kl, abs_err, rel_err, topk, nonfinite, mismatch.
-    worst_by_metric: dict[str, tuple[int, ...]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Check(_ToDict):
-    """One gate on one output (``output`` is "" for the task metric)."""
-
-    metric: str
-    output: str
-    value: float
-    limit: float
-    passed: bool
-    reference: str
-    worst_inputs: tuple[int, ...]
-    message: str
-
-
-@dataclass(frozen=True)
-class AccuracyReport:
-    reference: str
-    outputs: tuple[OutputMetrics, ...]
-    checks: tuple[Check, ...]
-    task_metric: dict[str, Any] | None = None
-
-    @property
-    def passed(self) -> bool:
-        return all(check.passed for check in self.checks)
-
-    @property
-    def failures(self) -> tuple[Check, ...]:
-        return tuple(check for check in self.checks if not check.passed)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"passed": self.passed, **_plain(asdict(self))}
+def _finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 def _is_floating(dtype: np.dtype[Any]) -> bool:
@@ -290,7 +236,10 @@ def output_metrics(
                 parts.setdefault(key, []).append(value)
     per = {key: np.concatenate(value) for key, value in parts.items()}
     total, worst = float(cur.size), {"nonfinite": _worst(per["nonfinite_current"])}
-    values = {"samples": float(n), **{k: float(np.sum(per[k])) for k in per if "nonfinite" in k}}
+    values: dict[str, float] = {
+        "samples": float(n),
+        **{k: float(np.sum(per[k])) for k in per if "nonfinite" in k},
+    }
     if "mismatch" in per:
         values["mismatch_count"] = float(np.sum(per["mismatch"]))
         values["mismatch_share"] = values["mismatch_count"] / total
@@ -331,7 +280,8 @@ def _check(
     gate: Gate, limit: float, metrics: OutputMetrics, against: str, reference: str, topk: int
 ) -> Check:
     metric, figure, ranking, at_least, label = gate
-    value = metrics.values[figure]
+    figure_value = metrics.values[figure]
+    value = math.nan if figure_value is None else figure_value  # None: read from a file
     passed = math.isfinite(value) and (value >= limit if at_least else value <= limit)
     worst = metrics.worst_by_metric.get(ranking, ())
     if math.isfinite(value):
@@ -462,7 +412,7 @@ def task_metric_check(
     labels: Any,
     spec: TaskMetricSpec,
     reference_name: str,
-) -> tuple[dict[str, Any], Check]:
+) -> tuple[TaskMetricFigures, Check]:
     """The user's metric on both sides; its drop (``reference - current``, or the
     reverse when lower is better) is checked against ``drop_max``. Without
     reference outputs the check passes with a NaN value."""
@@ -494,7 +444,13 @@ def task_metric_check(
             f"{what} drop {d} {'<=' if passed else '>'} {lim} vs reference {reference_name} "
             f"(current {current:.6g}, reference {ref:.6g})"
         )
-    figures = {"function": spec.function, "current": current, "reference": ref, "drop": drop}
-    figures.update(drop_max=spec.drop_max, higher_is_better=spec.higher_is_better)
+    figures = TaskMetricFigures(
+        function=spec.function,
+        current=_finite_or_none(current),
+        reference=ref,
+        drop=_finite_or_none(drop),
+        drop_max=spec.drop_max,
+        higher_is_better=spec.higher_is_better,
+    )
     check = Check("task_drop", "", drop, spec.drop_max, passed, reference_name, (), message)
-    return dict(_plain(figures)), check
+    return figures, check

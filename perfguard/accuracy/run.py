@@ -9,8 +9,9 @@ outputs and hands them over.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,12 @@ import numpy as np
 
 from perfguard.accuracy.metrics import check_finite, compare_outputs, task_metric_check
 from perfguard.backends import Session
+from perfguard.core.accuracyfigures import (
+    AccuracyFigures,
+    AccuracyReport,
+    DriftRow,
+    TaskMetricFigures,
+)
 from perfguard.core.codec import decode_outputs, encode_outputs
 from perfguard.core.errors import AccuracyError, InputError, PerfguardError
 from perfguard.core.results import ScenarioResult
@@ -94,44 +101,39 @@ def _gates_for(scenario: Scenario, output: str) -> Any:
 
 def figure_drift(
     scenario: Scenario,
-    report: Mapping[str, Any],
+    report: AccuracyReport,
     baseline: ScenarioResult | None,
     baseline_commit: str | None,
-) -> tuple[list[dict[str, Any]], list[str]]:
+) -> tuple[list[DriftRow], list[str]]:
     """``cosine_mean`` vs the reference now and at the baseline commit, per output.
 
     Gated by ``cosine_drift_max``: a change that makes the cell drift further from
     its reference than it was at the baseline fails, even above ``cosine_min``.
     """
-    before = (baseline.accuracy or {}) if baseline is not None else {}
-    if not before.get("report") or before.get("reference") != report.get("reference"):
+    before = baseline.accuracy if baseline is not None else None
+    if before is None or before.report is None or before.reference != report.reference:
         return [], []
-    old = {o["name"]: o.get("values", {}) for o in before["report"].get("outputs", ())}
-    rows: list[dict[str, Any]] = []
+    rows: list[DriftRow] = []
     failures: list[str] = []
     where = f"baseline {baseline_commit[:7]}" if baseline_commit else "the baseline"
-    for output in report.get("outputs", ()):
-        was = old.get(output["name"], {}).get("cosine_mean")
-        now = output.get("values", {}).get("cosine_mean")
-        if was is None or now is None:
+    for output in report.outputs:
+        old = before.report.output(output.name)
+        was = old.values.get("cosine_mean") if old is not None else None
+        now = output.values.get("cosine_mean")
+        if was is None or now is None or not (math.isfinite(was) and math.isfinite(now)):
             continue
-        limit = _gates_for(scenario, output["name"]).cosine_drift_max
+        limit = _gates_for(scenario, output.name).cosine_drift_max
         drop = float(was) - float(now)
         passed = limit is None or drop <= limit
         rows.append(
-            {
-                "output": output["name"],
-                "baseline": was,
-                "current": now,
-                "drop": drop,
-                "limit": limit,
-                "passed": passed,
-            }
+            DriftRow(
+                output=output.name, baseline=was, current=now, drop=drop, limit=limit, passed=passed
+            )
         )
         if not passed:
             failures.append(
-                f"cosine similarity mean on output {output['name']} vs reference "
-                f"{report.get('reference')} dropped {drop:.4g} since {where} "
+                f"cosine similarity mean on output {output.name} vs reference "
+                f"{report.reference} dropped {drop:.4g} since {where} "
                 f"({was:.6g} -> {now:.6g}); limit cosine_drift_max {limit:g}"
             )
     return rows, failures
@@ -190,14 +192,14 @@ class AccuracyChecker:
         session: Session,
         baseline: ScenarioResult | None,
         baseline_commit: str | None,
-    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        """Accuracy figures for ``results.json`` and the golden outputs to archive."""
+    ) -> tuple[AccuracyFigures, dict[str, Any] | None]:
+        """The cell's accuracy figures and the golden outputs to archive."""
         spec = scenario.accuracy
         assert spec is not None
         feeds, labels = self.inputs_for(scenario)
         current = collect_outputs(session, feeds)
         names = output_names(scenario, len(current))
-        accuracy: dict[str, Any] = {"n": len(feeds), "reference": None, "report": None}
+        accuracy = AccuracyFigures(n=len(feeds))
         failures: list[str] = []
 
         reference = find_reference(scenario, self.scenarios_of(scenario.suite))
@@ -216,31 +218,28 @@ class AccuracyChecker:
             report = compare_outputs(
                 current, ref_outputs, spec, reference_name=ref_name, output_names=names
             )
-            accuracy["reference"] = ref_name
-            accuracy["report"] = report.to_dict()
             failures.extend(check.message for check in report.failures)
-            drift, drift_failures = figure_drift(
-                scenario, accuracy["report"], baseline, baseline_commit
-            )
-            if drift:
-                accuracy["drift"] = drift
+            drift, drift_failures = figure_drift(scenario, report, baseline, baseline_commit)
+            accuracy = replace(accuracy, reference=ref_name, report=report, drift=tuple(drift))
             failures.extend(drift_failures)
 
         if spec.task is not None:
-            accuracy["task_metric"], failure = self._task_metric(
-                scenario, current, ref_outputs, labels
-            )
+            task, failure = self._task_metric(scenario, current, ref_outputs, labels)
+            accuracy = replace(accuracy, task_metric=task)
             if failure:
                 failures.append(failure)
 
         golden = baseline.golden_outputs if baseline is not None else None
         if spec.against_baseline and golden:
-            accuracy["baseline"], golden_failures = self._against_golden(
+            against, golden_failures = self._against_golden(
                 scenario, current, names, golden, baseline_commit
             )
+            if isinstance(against, str):
+                accuracy = replace(accuracy, baseline_skipped=against)
+            else:
+                accuracy = replace(accuracy, baseline=against)
             failures.extend(golden_failures)
-        accuracy["failures"] = failures
-        accuracy["passed"] = not failures
+        accuracy = replace(accuracy, failures=tuple(failures))
         archived = encode_outputs(names, current, spec.golden) if spec.golden else None
         return accuracy, archived
 
@@ -250,7 +249,7 @@ class AccuracyChecker:
         current: list[np.ndarray],
         reference: list[np.ndarray] | None,
         labels: np.ndarray | None,
-    ) -> tuple[dict[str, Any], str | None]:
+    ) -> tuple[TaskMetricFigures, str | None]:
         spec = scenario.accuracy
         assert spec is not None and spec.task is not None
         if labels is None:
@@ -277,13 +276,14 @@ class AccuracyChecker:
         names: list[str],
         golden: Mapping[str, Any],
         baseline_commit: str | None,
-    ) -> tuple[dict[str, Any], list[str]]:
+    ) -> tuple[AccuracyReport | str, list[str]]:
+        """The check against the golden outputs, or why there is none."""
         spec = scenario.accuracy
         assert spec is not None
         stored = decode_outputs(golden, source=f"baseline {baseline_commit or ''}".strip())
         pairs = [(n, c) for n, c in zip(names, current, strict=True) if n in stored]
         if not pairs:
-            return {"skipped": "the baseline archived none of these outputs"}, []
+            return "the baseline archived none of these outputs", []
         count = min(min(len(stored[n]) for n, _ in pairs), min(len(c) for _, c in pairs))
         ref_name = f"baseline {baseline_commit[:7]}" if baseline_commit else "baseline"
         report = compare_outputs(
@@ -294,4 +294,4 @@ class AccuracyChecker:
             output_names=[n for n, _ in pairs],
             baseline=True,
         )
-        return report.to_dict(), [check.message for check in report.failures]
+        return report, [check.message for check in report.failures]

@@ -1,10 +1,9 @@
-"""The baseline file format: compact samples, and the whole document's codec.
+"""The baseline file format: the whole document's codec.
 
 A baseline keeps every raw sample (pooling launches and re-summarising needs them),
-but tens of thousands of integers as a JSON list would drown the readable parts of
-the file in a reviewer's diff. The samples are therefore stored as little-endian
-int64, zlib-compressed and base64-encoded, in their original order; ``n`` is kept
-in clear so a truncated or hand-edited blob is detected instead of misread.
+stored compactly by :func:`perfguard.core.codec.encode_samples` (little-endian int64,
+zlib-compressed and base64-encoded, in their original order, with ``n`` in clear so
+a truncated or hand-edited blob is detected instead of misread).
 
 The rest of a baseline stays plain JSON (summaries as numbers, so a reviewer can
 diff P95s); :func:`decode_document` validates all of it, so a file of another
@@ -13,78 +12,18 @@ schema version, commit or environment is refused rather than misread.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
-import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from perfguard.core.codec import decode_samples, encode_samples
 from perfguard.core.errors import Location, ResultsError
 from perfguard.core.results import CommitInfo, RunResult
 
-ENCODING = "int64-le+zlib+base64"
 BASELINE_SCHEMA_VERSION = 1
 BASELINE_KIND = "perfguard-baseline"
 MOVE_AWAY_FIX = "move the file away (perfguard never overwrites it) and record the baseline again"
-
-# Fixed byte order so a file written on one machine reads the same on any other.
-_DTYPE = np.dtype("<i8")
-
-
-def encode_samples(samples: Sequence[int]) -> dict[str, Any]:
-    """Encode ``samples`` (nanoseconds, any order) as a JSON-ready dict."""
-    try:
-        raw = np.asarray(samples, dtype=_DTYPE).tobytes()
-    except OverflowError as exc:
-        # Only reachable with absurd values (> 292 years in ns); say so rather than wrap.
-        raise ValueError(f"a latency sample does not fit in int64 nanoseconds: {exc}") from exc
-    data = base64.b64encode(zlib.compress(raw, 9)).decode("ascii")
-    return {"encoding": ENCODING, "n": len(samples), "data": data}
-
-
-def decode_samples(blob: object, *, source: str = "<baseline>") -> tuple[int, ...]:
-    """Decode what :func:`encode_samples` wrote; a plain JSON list is accepted too.
-
-    Raises :class:`ResultsError` naming ``source`` when the blob is of an unknown
-    encoding, does not decode, or holds another number of samples than ``n`` says.
-    """
-    if isinstance(blob, list):
-        # A hand-written or legacy list of integers is unambiguous: accept it.
-        try:
-            return tuple(int(v) for v in blob)
-        except (TypeError, ValueError) as exc:
-            raise _bad(source, f"samples list holds a non-integer ({exc})") from exc
-    if not isinstance(blob, Mapping):
-        raise _bad(source, f"samples are a {type(blob).__name__}, not an encoded block")
-    encoding = blob.get("encoding")
-    if encoding != ENCODING:
-        raise _bad(source, f"unknown samples encoding {encoding!r}")
-    n = blob.get("n")
-    text = blob.get("data")
-    if not isinstance(n, int) or isinstance(n, bool) or n < 0 or not isinstance(text, str):
-        raise _bad(source, "samples block lacks an integer 'n' or a string 'data'")
-    try:
-        raw = zlib.decompress(base64.b64decode(text.encode("ascii"), validate=True))
-    except (binascii.Error, zlib.error, UnicodeEncodeError) as exc:
-        raise _bad(source, f"samples data does not decode ({exc})") from exc
-    if len(raw) != n * _DTYPE.itemsize:
-        raise _bad(
-            source,
-            f"samples block says n={n} but holds {len(raw) / _DTYPE.itemsize:g} samples",
-        )
-    return tuple(int(v) for v in np.frombuffer(raw, dtype=_DTYPE))
-
-
-def _bad(source: str, problem: str) -> ResultsError:
-    return ResultsError(
-        f"{source}: {problem}",
-        expected=f"samples encoded as {ENCODING!r} with a matching count",
-        fix=MOVE_AWAY_FIX,
-    )
 
 
 def encode_launch(run: RunResult) -> dict[str, Any]:
@@ -175,7 +114,12 @@ def decode_document(
         label = f"{where} launch {index}"
         try:
             scenarios = [
-                {**s, "samples_ns": decode_samples(s.get("samples_ns", []), source=label)}
+                {
+                    **s,
+                    "samples_ns": decode_samples(
+                        s.get("samples_ns", []), source=label, fix=MOVE_AWAY_FIX
+                    ),
+                }
                 for s in launch["scenarios"]
             ]
             run = RunResult.from_dict({**launch, "scenarios": scenarios}, source=label)

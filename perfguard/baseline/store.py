@@ -111,8 +111,6 @@ class Baseline:
         measured = [r for r in results if r.samples_ns]
         if not measured:
             return results[-1]
-        # Lazy: stats pulls in numpy machinery the archive itself does not need.
-
         samples = tuple(v for r in measured for v in r.samples_ns)
         canaries = [r.canary_ns for r in measured if r.canary_ns is not None]
         newest = measured[-1]

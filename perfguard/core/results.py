@@ -1,41 +1,68 @@
-"""Results as plain, serialisable data: what a run measured, and its JSON form.
+"""Results as typed, frozen records: what a run measured, and its JSON form.
 
-``RunResult.to_dict()`` is exactly what ``reports/<commit12>/results.json`` holds
-(validated by ``perfguard/schemas/results.schema.json``); ``RunResult.from_dict``
-reads it back and refuses a file of another schema version with a clear message.
+JSON appears only at the file boundary: ``RunResult.to_dict()`` is exactly what
+``reports/<commit12>/results.json`` holds (validated by
+``perfguard/schemas/results.schema.json``, and the scenarios of a baseline file);
+``RunResult.from_dict`` reads it back and refuses a file of another schema version with
+a clear message. A scenario's typed parts live beside: ``figures`` (latency summary,
+runtime facts), ``loadfigures`` and ``accuracyfigures``.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from pathlib import Path
 from typing import Any
 
+from perfguard.core.accuracyfigures import AccuracyFigures
 from perfguard.core.errors import ResultsError
+from perfguard.core.figures import JSON, LatencySummary, RuntimeInfo
+from perfguard.core.loadfigures import LoadFigures
+from perfguard.core.paths import display_path
+from perfguard.core.scenario import Scenario
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "CommitInfo",
+    "Environment",
+    "RunResult",
+    "ScenarioResult",
+    "Status",
+    "WordEnum",
+]
 
 SCHEMA_VERSION = 1
 
 
-@dataclass(frozen=True)
-class LatencySummary:
-    """Summary of per-request latencies, all in nanoseconds (percentiles: nearest rank)."""
+class WordEnum(str, Enum):
+    """An enum whose members are the very words the JSON files hold.
 
-    n: int
-    min: float
-    max: float
-    mean: float
-    std: float
-    p50: float
-    p90: float
-    p95: float
-    p99: float
-    p999: float
+    A member equals, hashes like, formats and prints as its value, so it can stand in
+    for the string anywhere (a dict key, an f-string, ``json.dumps``).
+    """
 
-    def to_dict(self) -> dict[str, float | int]:
-        return asdict(self)
+    __hash__ = str.__hash__
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> LatencySummary:
-        return cls(**{f.name: data[f.name] for f in fields(cls)})
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class Status(WordEnum):
+    """How a cell's measurement ended; ``passed`` unless ``message`` says why not.
+
+    ``skipped``: the cell could not run here (runtime missing, invalid run);
+    ``failed``: it ran and failed (a gate, failed requests, an accuracy check);
+    ``error``: perfguard or the model raised something unexpected.
+    """
+
+    PASSED = "passed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    ERROR = "error"
 
 
 @dataclass(frozen=True)
@@ -53,7 +80,7 @@ class CommitInfo:
         return self.sha[:12] if self.sha else "uncommitted"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"sha": self.sha, "branch": self.branch, "dirty": self.dirty, "note": self.note}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CommitInfo:
@@ -99,8 +126,13 @@ class Environment:
 class ScenarioResult:
     """Everything measured for one scenario cell.
 
-    ``status`` is ``passed``, ``failed``, ``skipped`` or ``error``; on anything but
-    ``passed`` the figures may be absent and ``message`` says why.
+    On any ``status`` but ``passed`` the figures may be absent and ``message`` says
+    why. A cell's result starts from :meth:`for_cell`; the typed parts are
+    ``runtime`` (:class:`~perfguard.core.figures.RuntimeInfo`), ``accuracy``
+    (:class:`~perfguard.core.accuracyfigures.AccuracyFigures`) and ``load``
+    (:class:`~perfguard.core.loadfigures.LoadFigures`: a cell measured under
+    concurrent load, whose ``latency_ns``/``samples_ns`` then hold the corrected
+    per-request latencies).
     """
 
     id: str
@@ -109,7 +141,7 @@ class ScenarioResult:
     backend: str
     device: str
     precision: str
-    status: str = "passed"
+    status: Status = Status.PASSED
     message: str | None = None
     batch_size: int = 1
     threads: int | None = None
@@ -120,7 +152,7 @@ class ScenarioResult:
     warmup_ns: int = 0
     stable: bool = True
     stability_ratio: float | None = None  # median(last third) / median(first third)
-    runtime: dict[str, Any] = field(default_factory=dict)  # providers, versions, opt level
+    runtime: RuntimeInfo = field(default_factory=RuntimeInfo)
     # Median time of the machine-speed canary measured beside this scenario (ns);
     # the ratio of two runs' canaries normalises their latencies for host slow spells.
     canary_ns: float | None = None
@@ -128,24 +160,59 @@ class ScenarioResult:
     # Peak device memory allocated by the runtime during the cell (torch on CUDA:
     # torch.cuda.max_memory_allocated after a reset); None where not measured.
     gpu_peak_memory_mib: float | None = None
-    # Accuracy against the reference cell / baseline (see perfguard.accuracy.metrics):
-    # {"reference": ..., "outputs": {name: {metric: value}}, "checks": [...],
-    #  "worst_inputs": [...], "task_metric": ...}
-    accuracy: dict[str, Any] | None = None
-    # Outputs of the first few accuracy inputs, archived with a baseline so the
-    # next commit can be checked against them: {output: {"shape", "dtype", "data"}}.
-    golden_outputs: dict[str, Any] | None = None
-    # Figures of a cell measured under concurrent load (perfguard.measure.load):
-    # mode, level, concurrency/rate asked and achieved, the uncorrected latency
-    # summary, queue share, late and failed requests, batching and SLO search.
-    # ``latency_ns``/``samples_ns`` then hold the corrected per-request latencies.
-    load: dict[str, Any] | None = None
+    accuracy: AccuracyFigures | None = None
+    # Outputs of the first few accuracy inputs, archived with a baseline so the next
+    # commit can be checked against them: {output: perfguard.core.codec.encode_array(...)}.
+    golden_outputs: dict[str, dict[str, JSON]] | None = None
+    load: LoadFigures | None = None
     tags: tuple[str, ...] = ()
     samples_ns: tuple[int, ...] = ()
 
+    def __post_init__(self) -> None:
+        # Callers may pass the word itself ("skipped"); the record always holds the enum.
+        object.__setattr__(self, "status", Status(self.status))
+
+    @classmethod
+    def for_cell(
+        cls,
+        scenario: Scenario,
+        rootdir: Path,
+        *,
+        batch_size: int = 1,
+        status: Status = Status.PASSED,
+        message: str | None = None,
+    ) -> ScenarioResult:
+        """The result naming ``scenario``'s cell, before any figure is filled in: the
+        one way a measured, unmeasured or A/B cell's result starts."""
+        return cls(
+            id=scenario.scenario_id(rootdir),
+            suite=display_path(scenario.suite, rootdir),
+            name=scenario.item_name,
+            backend=scenario.backend,
+            device=scenario.device,
+            precision=scenario.precision,
+            status=status,
+            message=message,
+            batch_size=batch_size,
+            threads=scenario.threads,
+            tags=scenario.tags,
+        )
+
+    @property
+    def passed(self) -> bool:
+        return self.status == Status.PASSED
+
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["latency_ns"] = self.latency_ns.to_dict() if self.latency_ns else None
+        data: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            data[f.name] = value.to_dict() if hasattr(value, "to_dict") else value
+        data["status"] = self.status.value
+        data["golden_outputs"] = (
+            {k: dict(v) for k, v in self.golden_outputs.items()}
+            if self.golden_outputs is not None
+            else None
+        )
         data["tags"] = list(self.tags)
         data["samples_ns"] = list(self.samples_ns)
         return data
@@ -154,8 +221,14 @@ class ScenarioResult:
     def from_dict(cls, data: dict[str, Any]) -> ScenarioResult:
         known = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in known}
+        kwargs["status"] = Status(kwargs.get("status", Status.PASSED))
         if kwargs.get("latency_ns") is not None:
             kwargs["latency_ns"] = LatencySummary.from_dict(kwargs["latency_ns"])
+        kwargs["runtime"] = RuntimeInfo.from_dict(kwargs.get("runtime") or {})
+        if kwargs.get("accuracy") is not None:
+            kwargs["accuracy"] = AccuracyFigures.from_dict(kwargs["accuracy"])
+        if kwargs.get("load") is not None:
+            kwargs["load"] = LoadFigures.from_dict(kwargs["load"])
         kwargs["tags"] = tuple(kwargs.get("tags", ()))
         kwargs["samples_ns"] = tuple(int(s) for s in kwargs.get("samples_ns", ()))
         return cls(**kwargs)

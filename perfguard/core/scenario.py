@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfguard.core.errors import Location
+from perfguard.core.paths import display_path
 from perfguard.core.policy import DEFAULT_GATES, GateSpec
 
 BACKENDS: tuple[str, ...] = ("torch", "onnxruntime", "tensorrt")
@@ -355,13 +356,8 @@ class Scenario:
 
     def scenario_id(self, rootdir: Path | None = None) -> str:
         """Stable id used in results and baselines: ``suites/x.yaml::minilm[ort-int8]``."""
-        suite = self.suite
-        if rootdir is not None:
-            try:
-                suite = self.suite.resolve().relative_to(rootdir.resolve())
-            except ValueError:
-                suite = self.suite
-        return f"{suite.as_posix()}::{self.item_name}"
+        suite = self.suite.as_posix() if rootdir is None else display_path(self.suite, rootdir)
+        return f"{suite}::{self.item_name}"
 
     @property
     def is_gpu(self) -> bool:

@@ -15,7 +15,7 @@ So each entry is already a per-call time: the **mean** per call over one round.
 perfguard takes each entry as one sample, ``round(seconds * 1e9)`` nanoseconds,
 and nothing else: ``n == rounds``. When ``iterations > 1`` the samples are round
 means, so percentiles describe round means, and tails are narrower than those of
-single calls; ``runtime["iterations"]`` records this so a reader can tell.
+single calls; ``runtime.benchmark.iterations`` records this so a reader can tell.
 
 What does not apply
 -------------------
@@ -36,7 +36,9 @@ from typing import Any
 
 import pytest
 
-from perfguard.core.results import ScenarioResult
+from perfguard.core.figures import BenchmarkFacts, RuntimeInfo
+from perfguard.core.paths import display_path
+from perfguard.core.results import ScenarioResult, Status
 from perfguard.core.stats import is_stable, stability_ratio, summarize, throughput
 
 __all__ = [
@@ -68,13 +70,6 @@ def _is_benchmark_fixture(fixture: Any) -> bool:
     except ImportError:
         return False
     return isinstance(fixture, BenchmarkFixture)
-
-
-def _relative(path: Path, rootdir: Path) -> str:
-    try:
-        return path.resolve().relative_to(rootdir.resolve()).as_posix()
-    except ValueError:
-        return path.as_posix()
 
 
 def _jsonable(value: Any) -> Any:
@@ -110,12 +105,12 @@ def benchmark_result(item: pytest.Item, fixture: Any, rootdir: Path) -> Scenario
     ratio = float(stability_ratio(samples))
     return ScenarioResult(
         id=item.nodeid,
-        suite=_relative(Path(item.path), rootdir),
+        suite=display_path(Path(item.path), rootdir),
         name=item.name,
         backend="python",
         device="cpu",
         precision="-",
-        status="passed",
+        status=Status.PASSED,
         batch_size=1,
         threads=None,
         latency_ns=summarize(samples),
@@ -123,15 +118,17 @@ def benchmark_result(item: pytest.Item, fixture: Any, rootdir: Path) -> Scenario
         cold_start_ns=None,
         stable=bool(is_stable(samples, DEFAULT_STABILITY_TOLERANCE)),
         stability_ratio=ratio if math.isfinite(ratio) else None,
-        runtime={
-            "source": "pytest-benchmark",
-            "rounds": len(samples),
-            "iterations": iterations,
-            "sample": "mean per call over one round of `iterations` calls",
-            "group": _jsonable(getattr(fixture, "group", None)),
-            "params": _jsonable(getattr(fixture, "params", None)),
-            "extra_info": _jsonable(getattr(fixture, "extra_info", None) or {}),
-        },
+        runtime=RuntimeInfo(
+            benchmark=BenchmarkFacts(
+                source="pytest-benchmark",
+                rounds=len(samples),
+                iterations=iterations,
+                sample="mean per call over one round of `iterations` calls",
+                group=_jsonable(getattr(fixture, "group", None)),
+                params=_jsonable(getattr(fixture, "params", None)),
+                extra_info=_jsonable(getattr(fixture, "extra_info", None) or {}),
+            )
+        ),
         tags=(),
         samples_ns=samples,
     )

@@ -98,10 +98,6 @@ def benchmark_stats(data: Sequence[float], iterations: int = 1) -> dict[str, Any
     }
 
 
-def _is_bridged(scenario: ScenarioResult) -> bool:
-    return scenario.runtime.get("source") == "pytest-benchmark"
-
-
 def _param(name: str) -> str | None:
     """The ``[...]`` parametrize id of a test name, as pytest-benchmark's ``param``."""
     if name.endswith("]") and "[" in name:
@@ -110,12 +106,12 @@ def _param(name: str) -> str | None:
 
 
 def _benchmark(scenario: ScenarioResult) -> dict[str, Any]:
-    bridged = _is_bridged(scenario)
-    iterations = int(scenario.runtime.get("iterations", 1)) if bridged else 1
+    bridged = scenario.runtime.benchmark
+    iterations = int(bridged.iterations) if bridged is not None else 1
     summary = scenario.latency_ns
     extra: dict[str, Any] = {}
-    if bridged and isinstance(scenario.runtime.get("extra_info"), dict):
-        extra.update(scenario.runtime["extra_info"])
+    if bridged is not None and isinstance(bridged.extra_info, dict):
+        extra.update(bridged.extra_info)
     extra.update(
         {
             "perfguard_id": scenario.id,
@@ -126,14 +122,14 @@ def _benchmark(scenario: ScenarioResult) -> dict[str, Any]:
             "batch_size": scenario.batch_size,
             "throughput": scenario.throughput,
             "stable": scenario.stable,
-            "status": scenario.status,
+            "status": scenario.status.value,
         }
     )
     if summary is not None:
         extra.update({f"{key}_ns": getattr(summary, key) for key in ("p50", "p90", "p95", "p99")})
-    if bridged:
-        group = scenario.runtime.get("group")
-        params = scenario.runtime.get("params")
+    if bridged is not None:
+        group = bridged.group
+        params = bridged.params
         param = _param(scenario.name)
     else:
         group = scenario.suite or None

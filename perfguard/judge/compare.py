@@ -15,13 +15,12 @@ big enough to matter; the bound above 1 says it is not an artefact of sampling
 the tail of *this* run (a P95 rests on the few slowest requests). A bound-only
 rule (lo > 1 + L) would need roughly twice the effect to fire, and a
 point-only rule (what pytest-benchmark does with the mean) fires on every tail
-outlier burst: on this 2-core host it failed 13 of 30 unchanged runs.
+outlier burst (figures: ``benchmarks/notes.md``).
 
 Noise floor. The bootstrap only knows the noise *within* one run; runs in
-separate processes differ more (P95 CV 3.8% here between quiet launches, 9-18%
-in noisy stretches). ``history`` holds this scenario's normalised P95 at earlier
-stored commits of the same machine fingerprint; its relative spread
-``noise_floor`` (std/mean, needs >= ``MIN_HISTORY`` values) widens the limit:
+separate processes differ more (``benchmarks/notes.md``). ``history`` holds this
+scenario's normalised P95 at earlier stored commits of the same machine fingerprint;
+its relative spread ``noise_floor`` (std/mean, needs >= ``MIN_HISTORY`` values) widens the limit:
 ``L_eff = max(L, NOISE_K * noise_floor)`` with ``NOISE_K = 2``. A ratio of two
 launches spreads by about sqrt(2) * noise_floor, so a 2x margin puts the limit
 ~1.4 of those spreads out (~8% per round if normal), and the confirmation
@@ -36,7 +35,7 @@ that slows model and canary alike cancels out. The raw ratio is kept beside.
 
 Run-level checks override the metrics (figures stay for the report): an
 unstable current run, or one measured while other processes used more than the
-contention limit of the CPUs (``runtime["foreign_cpu"]``; the limit is a setting, default
+contention limit of the CPUs (``runtime.foreign_cpu``; the limit is a setting, default
 ``perfguard.core.policy.CONTENTION_LIMIT``; see ``perfguard.measure.canary``: such
 contention slows a multi-threaded runtime 1.5-5x and the canary cannot see it), is
 ``invalid``; differing environments make it ``incomparable``. An unstable or contended
@@ -79,15 +78,9 @@ from perfguard.core.policy import (
 from perfguard.core.results import Environment, RunResult, ScenarioResult
 from perfguard.core.stats import noise_floor, percentile, percentile_ratio_bound
 from perfguard.judge.verdict import (
-    IMPROVEMENT,
-    INCOMPARABLE,
-    INVALID,
-    MISSING,
-    NEW,
-    REGRESSION,
-    UNCHANGED,
     MetricVerdict,
     ScenarioVerdict,
+    VerdictKind,
     baseline_ref,
     confirm,
     describe,
@@ -152,7 +145,7 @@ def _compare_metric(
     base_ref = baseline_ref(commit)
     common = MetricVerdict(
         metric=gate.metric,
-        verdict=INVALID,
+        verdict=VerdictKind.INVALID,
         message="",
         rule="",
         unit=spec.unit if spec is not None else "",
@@ -168,7 +161,7 @@ def _compare_metric(
         why = REFUSED_METRICS.get(metric)
         return replace(
             common,
-            verdict=INVALID,
+            verdict=VerdictKind.INVALID,
             rule="unknown metric",
             message=f"gate on `{metric}` refused: {why}"
             if why
@@ -184,14 +177,14 @@ def _compare_metric(
         side = "the baseline" if base.value is None else "this run"
         return replace(
             common,
-            verdict=NEW,
+            verdict=VerdictKind.NEW,
             rule="figure absent",
             message=f"{name} not gated: {side} recorded none; gated once both have it",
         )
     if cur.value is None:
         return replace(
             common,
-            verdict=INVALID,
+            verdict=VerdictKind.INVALID,
             rule="figure absent",
             message=f"{name} not gated: this run recorded none although the scenario passed",
         )
@@ -201,7 +194,7 @@ def _compare_metric(
     if needed is not None and min(cur.n or 0, base.n or 0) < needed:
         return replace(
             common,
-            verdict=INVALID,
+            verdict=VerdictKind.INVALID,
             rule=f"too few samples: a {confidence:.0%} bound on {metric} needs >= {needed}",
             message=f"{name} not gated: {cur.n or 0} samples in this run, {base.n or 0} in "
             f"{base_ref}; a {confidence:.0%} bound on {metric.upper()} needs >= {needed} per run "
@@ -211,7 +204,7 @@ def _compare_metric(
     if base.value <= 0.0:
         return replace(
             common,
-            verdict=INVALID,
+            verdict=VerdictKind.INVALID,
             rule="baseline figure <= 0",
             message=f"{name} not gated: {base_ref} recorded {base.value}; re-record the baseline",
         )
@@ -267,7 +260,12 @@ def _compare_metric(
     down = ratio < lo and (upper is None or upper < 1.0)
     worse, better = (up, down) if gate.higher_is_worse else (down, up)
     decided = replace(
-        decided, verdict=REGRESSION if worse else IMPROVEMENT if better else UNCHANGED
+        decided,
+        verdict=VerdictKind.REGRESSION
+        if worse
+        else VerdictKind.IMPROVEMENT
+        if better
+        else VerdictKind.UNCHANGED,
     )
     rule, message = describe(decided, commit)
     return replace(decided, rule=rule, message=message)
@@ -323,37 +321,39 @@ def compare_scenario(
     diff = dict(env_diff or {})
     base_ref = baseline_ref(baseline_commit)
 
-    def verdict_of(kind: str, metrics: Sequence[MetricVerdict], *notes: str) -> ScenarioVerdict:
+    def verdict_of(
+        kind: VerdictKind, metrics: Sequence[MetricVerdict], *notes: str
+    ) -> ScenarioVerdict:
         sid = current.id if current is not None else baseline.id  # type: ignore[union-attr]
         return ScenarioVerdict(
             scenario_id=sid,
             verdict=worst([kind, *(m.verdict for m in metrics)]),
             metrics=tuple(metrics),
             baseline_commit=baseline_commit,
-            env_diff=diff if kind == INCOMPARABLE else {},
+            env_diff=diff if kind == VerdictKind.INCOMPARABLE else {},
             messages=(*notes, *(m.message for m in metrics)),
         )
 
     if current is None:
         assert baseline is not None
         return verdict_of(
-            MISSING,
+            VerdictKind.MISSING,
             (),
             f"{baseline.id} is in {base_ref} but was not measured in this run (renamed, "
             "deleted or deselected?); if intended, record a new baseline",
         )
-    if current.status != "passed":
+    if not current.passed:
         why = f": {current.message}" if current.message else ""
         return verdict_of(
-            INVALID, (), f"scenario {current.status}{why}; it has no figures to compare"
+            VerdictKind.INVALID, (), f"scenario {current.status}{why}; it has no figures to compare"
         )
-    if baseline is None or baseline.status != "passed":
+    if baseline is None or not baseline.passed:
         why = (
             f"no baseline for this scenario in {base_ref}"
             if baseline is None
             else f"{base_ref} has no figures for this scenario ({baseline.status})"
         )
-        return verdict_of(NEW, (), f"{why}; it is gated once a baseline includes it")
+        return verdict_of(VerdictKind.NEW, (), f"{why}; it is gated once a baseline includes it")
 
     metrics = [
         _compare_metric(
@@ -369,19 +369,19 @@ def compare_scenario(
         for gate in gates
     ]
     # Run-level problems override every metric's decision; the figures stay for the report.
-    override: tuple[str, str] | None = None
+    override: tuple[VerdictKind, str] | None = None
     foreign = _foreign_cpu(current)
     if not current.stable:
         ratio = current.stability_ratio
         drift = f" (median of last third / first third = {ratio:.2f})" if ratio else ""
         override = (
-            INVALID,
+            VerdictKind.INVALID,
             f"this run was unstable{drift}; the host was busy. "
             "Fix: re-run; if it persists, raise warmup",
         )
     elif foreign is not None and foreign > contention_limit:
         override = (
-            INVALID,
+            VerdictKind.INVALID,
             f"other processes used {foreign:.0%} of the CPUs while this run was measured "
             f"(limit {contention_limit:.0%}); a multi-threaded runtime slows several-fold "
             "under such contention and no canary corrects it. Fix: re-run on an idle machine",
@@ -389,7 +389,7 @@ def compare_scenario(
     elif diff:
         fields = ", ".join(f"{k}: {b} -> {c}" for k, (b, c) in diff.items())
         override = (
-            INCOMPARABLE,
+            VerdictKind.INCOMPARABLE,
             f"environment differs from {base_ref} ({fields}); record a baseline on this machine",
         )
     notes = []
@@ -399,11 +399,11 @@ def compare_scenario(
             f"{base_ref} was measured unstable or on a busy machine; consider re-recording"
         )
     if override is None:
-        return verdict_of(UNCHANGED, metrics, *notes)
+        return verdict_of(VerdictKind.UNCHANGED, metrics, *notes)
     kind, why = override
     metrics = [
         m
-        if m.verdict == INVALID
+        if m.verdict == VerdictKind.INVALID
         else replace(m, verdict=kind, rule=why, message=f"{m.label} not gated: {why}")
         for m in metrics
     ]
@@ -413,10 +413,9 @@ def compare_scenario(
 def _foreign_cpu(result: ScenarioResult) -> float | None:
     """Share of all CPUs other processes used while measuring (``CanaryResult.foreign_cpu``).
 
-    The runner stores it as ``runtime["foreign_cpu"]``; absent on old results.
+    The runner stores it as ``runtime.foreign_cpu``; absent on old results.
     """
-    value = result.runtime.get("foreign_cpu")
-    return float(value) if isinstance(value, (int, float)) else None
+    return result.runtime.foreign_cpu
 
 
 def environment_diff(

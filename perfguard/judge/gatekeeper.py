@@ -21,12 +21,7 @@ from perfguard.core.errors import GitError, PerfguardError
 from perfguard.core.policy import CONFIDENCE, CONTENTION_LIMIT, NORMALISE, GateSpec
 from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
 from perfguard.judge.compare import compare_scenario, environment_diff
-from perfguard.judge.verdict import (
-    REGRESSION,
-    ScenarioVerdict,
-    confirm,
-    needs_confirmation,
-)
+from perfguard.judge.verdict import ScenarioVerdict, confirm, needs_confirmation
 
 
 @dataclass(frozen=True)
@@ -227,10 +222,10 @@ class Gatekeeper:
             results.append(remeasure())
             verdicts.append(self.judge(results[-1], gates))
         verdict = confirm(verdicts)
-        if verdict.verdict == REGRESSION:
+        if verdict.failed:
             chosen = results[-1]
         else:
-            chosen = results[max(i for i, v in enumerate(verdicts) if v.verdict != REGRESSION)]
+            chosen = results[max(i for i, v in enumerate(verdicts) if not v.failed)]
         self.verdicts[verdict.scenario_id] = verdict
         return chosen, verdict
 
@@ -255,7 +250,7 @@ class Gatekeeper:
 
 def failure_message(verdict: ScenarioVerdict) -> str:
     """The one line (per regressed figure) that fails the item."""
-    lines = [m.message for m in verdict.metrics if m.verdict == REGRESSION]
+    lines = [m.message for m in verdict.metrics if m.verdict.failed]
     per_metric = {m.message for m in verdict.metrics}
     lines.extend(note for note in verdict.messages if note not in per_metric)
     return "\n".join(lines)

@@ -11,19 +11,30 @@ limit before and after noise-floor widening, and the rule that decided.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from perfguard.core.policy import gate_metric, limit_unit
+from perfguard.core.results import WordEnum
 
-REGRESSION = "regression"
-INVALID = "invalid"
-INCOMPARABLE = "incomparable"
-MISSING = "missing"
-NEW = "new"
-IMPROVEMENT = "improvement"
-UNCHANGED = "unchanged"
+
+class VerdictKind(WordEnum):
+    """What a comparison decided for one figure or one scenario; ``SEVERITY`` ranks them."""
+
+    REGRESSION = "regression"
+    INVALID = "invalid"
+    INCOMPARABLE = "incomparable"
+    MISSING = "missing"
+    NEW = "new"
+    IMPROVEMENT = "improvement"
+    UNCHANGED = "unchanged"
+
+    @property
+    def failed(self) -> bool:
+        """True for the one kind that fails the pull request."""
+        return self is VerdictKind.REGRESSION
+
 
 #: Worst first. A scenario's verdict is the worst of its metrics' verdicts:
 #:
@@ -36,21 +47,116 @@ UNCHANGED = "unchanged"
 #: * ``missing``: a gated scenario vanished (renamed or deleted), worth a look.
 #: * ``new``: nothing to compare with yet; normal for added scenarios.
 #: * ``improvement`` before ``unchanged``: worth reporting (refresh the baseline).
-SEVERITY: tuple[str, ...] = (
-    REGRESSION,
-    INVALID,
-    INCOMPARABLE,
-    MISSING,
-    NEW,
-    IMPROVEMENT,
-    UNCHANGED,
-)
+SEVERITY: tuple[VerdictKind, ...] = tuple(VerdictKind)
 
 
-def worst(kinds: Iterable[str]) -> str:
+def worst(kinds: Iterable[VerdictKind]) -> VerdictKind:
     """The most severe verdict kind among ``kinds`` (``unchanged`` when empty)."""
-    ranked = [SEVERITY.index(k) for k in kinds]
-    return SEVERITY[min(ranked)] if ranked else UNCHANGED
+    ranked = [SEVERITY.index(VerdictKind(k)) for k in kinds]
+    return SEVERITY[min(ranked)] if ranked else VerdictKind.UNCHANGED
+
+
+class DecisionKind(WordEnum):
+    """What same-run A/B's stopping rule (``perfguard.ab.stats.decide``) concluded.
+
+    The verdict kinds it can reach, plus ``undecided`` (too few pairs for a bound);
+    :attr:`verdict` is the scenario verdict each one gives.
+    """
+
+    REGRESSION = "regression"
+    IMPROVEMENT = "improvement"
+    UNCHANGED = "unchanged"
+    UNDECIDED = "undecided"
+
+    @property
+    def verdict(self) -> VerdictKind:
+        """``undecided`` is ``invalid`` (no trustworthy answer); the rest map by name."""
+        if self is DecisionKind.UNDECIDED:
+            return VerdictKind.INVALID
+        return VerdictKind(self.value)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the A/B stopping rule concluded at one look; ``ratio``/``lo``/``hi`` are None
+    without pairs."""
+
+    stop: bool
+    verdict: DecisionKind
+    ratio: float | None
+    lo: float | None
+    hi: float | None
+    pairs: int
+    reason: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "verdict", DecisionKind(self.verdict))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "verdict": self.verdict.value}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Decision:
+        kwargs = {f.name: data[f.name] for f in fields(cls)}
+        kwargs["verdict"] = DecisionKind(kwargs["verdict"])
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class ABRound:
+    """Figures of one round of consecutive A/B pairs (nearest rank, in ns): a drift or a
+    slow spell shows as one round out of line, on both sides if pairing did its job."""
+
+    round: int
+    first_pair: int
+    pairs: int
+    a_p50: float
+    a_p95: float
+    b_p50: float
+    b_p95: float
+    ratio: float  # b_p95 / a_p95
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ABRound:
+        return cls(**{f.name: data[f.name] for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class ABDetail:
+    """The paired figures behind a same-run A/B verdict (``ScenarioVerdict.ab``): the base
+    commit and how it was chosen, the stopping rule's decision, the time spent, the
+    per-round figures and the base side's raw samples (the report's baseline)."""
+
+    base: str
+    base_how: str
+    decision: Decision
+    elapsed_s: float
+    rounds: tuple[ABRound, ...]
+    samples_a_ns: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "base": self.base,
+            "base_how": self.base_how,
+            "decision": self.decision.to_dict(),
+            "elapsed_s": self.elapsed_s,
+            "rounds": [r.to_dict() for r in self.rounds],
+            "samples_a_ns": list(self.samples_a_ns),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ABDetail:
+        return cls(
+            base=data["base"],
+            base_how=data["base_how"],
+            decision=Decision.from_dict(data["decision"]),
+            elapsed_s=data["elapsed_s"],
+            rounds=tuple(ABRound.from_dict(r) for r in data.get("rounds", ())),
+            samples_a_ns=tuple(int(x) for x in data.get("samples_a_ns", ())),
+        )
 
 
 @dataclass(frozen=True)
@@ -74,7 +180,7 @@ class MetricVerdict:
     """
 
     metric: str
-    verdict: str
+    verdict: VerdictKind
     message: str
     rule: str
     unit: str = "ns"
@@ -97,6 +203,9 @@ class MetricVerdict:
     n_baseline: int | None = None
     n_current: int | None = None
     samples_needed: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "verdict", VerdictKind(self.verdict))
 
     @property
     def change(self) -> float | None:
@@ -124,11 +233,11 @@ class MetricVerdict:
         return metric_name(self.metric)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "verdict": self.verdict.value}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MetricVerdict:
-        return cls(**data)
+        return cls(**{**data, "verdict": VerdictKind(data["verdict"])})
 
 
 @dataclass(frozen=True)
@@ -142,21 +251,23 @@ class ScenarioVerdict:
     """
 
     scenario_id: str
-    verdict: str
+    verdict: VerdictKind
     metrics: tuple[MetricVerdict, ...] = ()
     baseline_commit: str | None = None
     env_diff: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
     messages: tuple[str, ...] = ()
     # "archived": against a stored baseline; "ab": the base revision measured again
-    # in this run, interleaved request by request (``ab`` then holds the paired
-    # figures: base, ratio, bounds, pairs, rounds, per-round figures).
+    # in this run, interleaved request by request (``ab`` then holds the paired figures).
     mode: str = "archived"
-    ab: dict[str, Any] | None = None
+    ab: ABDetail | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "verdict", VerdictKind(self.verdict))
 
     @property
     def failed(self) -> bool:
         """True when this verdict should fail the pull request."""
-        return self.verdict == REGRESSION
+        return self.verdict.failed
 
     def metric(self, name: str) -> MetricVerdict | None:
         """The verdict of the gate on ``name`` (first one), if any."""
@@ -168,7 +279,7 @@ class ScenarioVerdict:
     def to_dict(self) -> dict[str, Any]:
         return {
             "scenario_id": self.scenario_id,
-            "verdict": self.verdict,
+            "verdict": self.verdict.value,
             "metrics": [m.to_dict() for m in self.metrics],
             "baseline_commit": self.baseline_commit,
             "env_diff": {
@@ -176,14 +287,14 @@ class ScenarioVerdict:
             },
             "messages": list(self.messages),
             "mode": self.mode,
-            "ab": self.ab,
+            "ab": self.ab.to_dict() if self.ab is not None else None,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ScenarioVerdict:
         return cls(
             scenario_id=str(data["scenario_id"]),
-            verdict=str(data["verdict"]),
+            verdict=VerdictKind(data["verdict"]),
             metrics=tuple(MetricVerdict.from_dict(m) for m in data.get("metrics", ())),
             baseline_commit=data.get("baseline_commit"),
             env_diff={
@@ -192,7 +303,7 @@ class ScenarioVerdict:
             },
             messages=tuple(str(m) for m in data.get("messages", ())),
             mode=str(data.get("mode", "archived")),
-            ab=data.get("ab"),
+            ab=ABDetail.from_dict(data["ab"]) if data.get("ab") else None,
         )
 
 
@@ -201,7 +312,7 @@ class ScenarioVerdict:
 
 def needs_confirmation(verdict: ScenarioVerdict) -> bool:
     """True when the plugin should re-measure before failing: a suspected regression."""
-    return verdict.verdict == REGRESSION
+    return verdict.failed
 
 
 def confirm(verdicts: Sequence[ScenarioVerdict]) -> ScenarioVerdict:
@@ -219,13 +330,13 @@ def confirm(verdicts: Sequence[ScenarioVerdict]) -> ScenarioVerdict:
     total = len(verdicts)
     if total == 1:
         return verdicts[0]
-    regressed = sum(v.verdict == REGRESSION for v in verdicts)
+    regressed = sum(v.failed for v in verdicts)
     if regressed == total:
         last = verdicts[-1]
         if total == 1:
             return last
         return last.with_note(f"regression confirmed on re-measurement ({total} of {total} rounds)")
-    chosen = [v for v in verdicts if v.verdict != REGRESSION][-1]
+    chosen = [v for v in verdicts if not v.failed][-1]
     return chosen.with_note(
         f"regression not confirmed on re-measurement ({regressed} of {total} rounds)"
     )
@@ -280,9 +391,9 @@ def describe(m: MetricVerdict, baseline_commit: str | None) -> tuple[str, str]:
         detail = f"raw {pct(m.ratio_raw)}: {detail}"
     if m.lower is None or m.upper is None:
         detail += "; point estimate, no per-request samples"
-    elif m.verdict in (REGRESSION, IMPROVEMENT):
+    elif m.verdict in (VerdictKind.REGRESSION, VerdictKind.IMPROVEMENT):
         # The bound that made it significant: the one nearest to 1.
-        use_lower = (m.verdict == REGRESSION) == m.higher_is_worse
+        use_lower = m.verdict.failed == m.higher_is_worse
         which, value = ("lower", m.lower) if use_lower else ("upper", m.upper)
         detail += f"; {conf} {which} bound {pct(value)}"
     else:
@@ -301,14 +412,16 @@ def describe(m: MetricVerdict, baseline_commit: str | None) -> tuple[str, str]:
             f", widened to {eff} by noise floor {m.noise_floor:.1%} x{m.noise_k:g} "
             f"over {m.noise_commits} commits"
         )
-    verb = {REGRESSION: "regressed", IMPROVEMENT: "improved"}.get(m.verdict, "unchanged")
+    verb = {VerdictKind.REGRESSION: "regressed", VerdictKind.IMPROVEMENT: "improved"}.get(
+        m.verdict, "unchanged"
+    )
     message = (
         f"{metric_name(m.metric)} {verb} {change} ({detail}) "
         f"vs {baseline_ref(baseline_commit)} ({limit})"
     )
-    if m.verdict == UNCHANGED and not lo <= m.ratio <= hi:
+    if m.verdict == VerdictKind.UNCHANGED and not lo <= m.ratio <= hi:
         message += "; beyond the limit but not significant"
-    elif m.verdict == IMPROVEMENT:
+    elif m.verdict == VerdictKind.IMPROVEMENT:
         message += "; record a new baseline to lock it in"
     return rule, message
 

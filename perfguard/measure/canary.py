@@ -11,34 +11,30 @@ Design constraints, and why:
   every machine of one fingerprint, so the sizes are constants, not options.
 * **Identical in every process.** The canary compares *separate processes*
   (baseline and current run), so its figure must not depend on where the OS
-  happened to place its buffers. Measured here, 8 launches each: a 64x64 product
-  (48 KiB working set, over the 32 KiB L1d) came out bimodal, 67 or 75 us; a
-  256 KiB copy ranged 80-121 us, because L2 is physically indexed and random
-  page placement overloads some of its sets. A 32x32 product (12 KiB: L1d is
-  indexed within the page offset, so placement cannot matter) plus a 64 KiB
-  copy (128 KiB touched, 1/8 of L2) spread by under 1% (103.7-106.3 us).
+  happened to place its buffers. A working set over L1d, or a copy reaching deep
+  into L2 (physically indexed: random page placement overloads some of its sets),
+  came out bimodal or spread widely from launch to launch. A 32x32 product (12 KiB:
+  L1d is indexed within the page offset, so placement cannot matter) plus a 64 KiB
+  copy (128 KiB touched, 1/8 of L2) spread by under 1% (``benchmarks/notes.md``).
 * **Single-threaded BLAS, small and cache-resident.** OpenBLAS splits a GEMM
   over threads only above ``m*n*k > 65536 * 4``; 32**3 is far below, so no BLAS
   worker threads wake up to spin beside the model's. Nothing leaves L2, so the
-  model's weights stay in L3 (a 16 MB sweep between MiniLM requests doubled
-  their latency). Measured here: 3 MiniLM requests right after a canary block
-  were 0.9% slower than the next 7, the same as after a busy-wait of equal
-  length (0.7%).
+  model's weights stay in L3 and the requests after a canary block are not slowed
+  (measurements: ``benchmarks/notes.md``).
 * **In blocks of its own.** The canary never runs inside a timed request. The
   runner samples it before and after ``timing.measure`` (``CanaryProbe``), or
   between blocks of requests (``measure_with_canary``), so its estimate covers
   the same time window as the scenario without being part of any sample.
 
-What it cannot see, measured on this 2-core host: *other processes* competing
-for the cores. A multi-threaded runtime (onnxruntime, 2 spinning intra-op
-threads) then slows 1.5-5x while a short single-threaded canary does not move
-(the scheduler gives it the idle core; its iterations fit inside one time
-slice). So the probe also watches the machine passively: from ``/proc/stat``
-(Linux) it reports the share of all CPUs that *other* processes used
-(``foreign_cpu``) and the hypervisor took (``steal``) between its first and
-last sample. It costs two file reads and perturbs nothing; ``perfguard.judge.compare``
-turns a measurement made with much foreign CPU into ``invalid`` (re-run)
-instead of a regression.
+What it cannot see: *other processes* competing for the cores. A
+multi-threaded runtime (spinning intra-op threads) then slows several-fold while a
+short single-threaded canary does not move (the scheduler gives it an idle core;
+its iterations fit inside one time slice; figures in ``benchmarks/notes.md``). So the
+probe also watches the machine passively: from ``/proc/stat`` (Linux) it reports the
+share of all CPUs that *other* processes used (``foreign_cpu``) and the hypervisor took
+(``steal``) between its first and last sample. It costs two file reads and perturbs
+nothing; ``perfguard.judge.compare`` turns a measurement made with much foreign CPU
+into ``invalid`` (re-run) instead of a regression.
 """
 
 from __future__ import annotations
@@ -51,15 +47,17 @@ from pathlib import Path
 
 import numpy as np
 
+from perfguard.core.figures import CpuShares
+
 # 3 x 4 KiB operands: L1-resident wherever the pages land (see above).
 MATRIX_SIZE = 32
-# Products per iteration: ~1.5 us each (mostly numpy call overhead, which is
-# CPU speed too), so ~90 us of compute.
+# Products per iteration (each mostly numpy call overhead, which is CPU speed too;
+# timings in benchmarks/notes.md).
 MATMULS_PER_ITERATION = 60
 # 64 KiB source + 64 KiB destination: beyond L1, 1/8 of L2, never evicts L3.
 SWEEP_BYTES = 64 * 1024
 SWEEPS_PER_ITERATION = 8
-# Default canary iterations per probe sample (~3 ms in all).
+# Default canary iterations per probe sample (a few ms in all).
 DEFAULT_ITERATIONS = 30
 
 
@@ -80,6 +78,11 @@ class CanaryResult:
     samples_ns: tuple[int, ...]
     foreign_cpu: float | None = None
     steal: float | None = None
+
+    @property
+    def shares(self) -> CpuShares:
+        """``foreign_cpu`` and ``steal`` as a result's runtime facts record them."""
+        return CpuShares(foreign_cpu=self.foreign_cpu, steal=self.steal)
 
     def to_dict(self) -> dict[str, float | list[int] | None]:
         return {

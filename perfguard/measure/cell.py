@@ -1,5 +1,6 @@
-"""One cell's session and the result record it starts from, shared by the timed loop
-(``perfguard.measure.runner``) and load levels (``perfguard.measure.load``)."""
+"""One cell's open session and where it keeps its files, shared by the timed loop
+(``perfguard.measure.runner``) and load levels (``perfguard.measure.load``); the
+result record a cell starts from is ``ScenarioResult.for_cell``."""
 
 from __future__ import annotations
 
@@ -12,12 +13,11 @@ import numpy as np
 
 from perfguard.backends import Session, get_backend
 from perfguard.core.errors import BackendUnavailable, CellError
-from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import Scenario
 from perfguard.measure.gpu import cuda_unavailable
 from perfguard.models.inputs import batch_size, make_inputs
 
-__all__ = ["RunContext", "base_result", "open_session"]
+__all__ = ["RunContext", "open_session"]
 
 
 @dataclass(frozen=True)
@@ -53,26 +53,3 @@ def open_session(
         yield session, session.prepare(feeds), batch_size(feeds)
     finally:
         session.close()
-
-
-def base_result(scenario: Scenario, ctx: RunContext, batch: int) -> ScenarioResult:
-    """A passed result naming the cell, before any figure is filled in."""
-    return ScenarioResult(
-        id=scenario.scenario_id(ctx.rootdir),
-        suite=_relative(scenario.suite, ctx.rootdir),
-        name=scenario.item_name,
-        backend=scenario.backend,
-        device=scenario.device,
-        precision=scenario.precision,
-        status="passed",
-        batch_size=batch,
-        threads=scenario.threads,
-        tags=scenario.tags,
-    )
-
-
-def _relative(path: Path, rootdir: Path) -> str:
-    try:
-        return path.resolve().relative_to(rootdir.resolve()).as_posix()
-    except ValueError:
-        return path.as_posix()

@@ -10,7 +10,7 @@
   GPU. Without NVML (not installed, no permission) the telemetry is marked
   unavailable and the run is still measured.
 * **Device time** from CUDA events, per request, where the session offers it
-  (torch): ``runtime["device_latency_ns"]``, beside the host wall time that is
+  (torch): ``RuntimeInfo.gpu.device_latency_ns``, beside the host wall time that is
   gated.
 * **Peak device memory** where the session offers it (torch:
   ``torch.cuda.max_memory_allocated`` after a reset): ``gpu_peak_memory_mib``,
@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 
 from perfguard.core.errors import RunInvalid
-from perfguard.core.results import ScenarioResult
+from perfguard.core.figures import GpuFacts
+from perfguard.core.results import ScenarioResult, Status
 from perfguard.core.scenario import Scenario
 from perfguard.core.stats import summarize
 from perfguard.machine import telemetry
@@ -151,19 +152,19 @@ class GpuWatch:
         peak = getattr(self.session, "device_peak_mib", None)
         self.peak_mib = peak() if peak is not None else None
 
-    def runtime(self, timed_requests: int) -> dict[str, Any]:
-        """Fields for ``ScenarioResult.runtime``: telemetry and device-time summary.
+    def facts(self, timed_requests: int) -> GpuFacts | None:
+        """The result's GPU facts (``RuntimeInfo.gpu``): telemetry and device-time
+        summary; None on a CPU cell.
 
         ``timed_requests``: how many of the last recorded device times belong to
         the timed loop (warm-up calls come first and are dropped).
         """
         if not self.active:
-            return {}
-        out: dict[str, Any] = {"telemetry": self.telemetry}
+            return None
+        device = None
         if self.device_ns and timed_requests > 0:
-            timed = np.asarray(self.device_ns[-timed_requests:], dtype=np.int64)
-            out["device_latency_ns"] = summarize(timed).to_dict()
-        return out
+            device = summarize(np.asarray(self.device_ns[-timed_requests:], dtype=np.int64))
+        return GpuFacts(telemetry=self.telemetry, device_latency_ns=device)
 
     def check(self, result: ScenarioResult) -> ScenarioResult:
         """The result with the peak device memory; raises ``RunInvalid`` for a throttled run."""
@@ -183,5 +184,5 @@ class GpuWatch:
             fix="re-run once the GPU is cool and idle, or set `gpu: {allow_throttle: true}`",
             location=self.scenario.location,
         )
-        problem.result = dataclasses.replace(result, status="skipped", message=str(problem))
+        problem.result = dataclasses.replace(result, status=Status.SKIPPED, message=str(problem))
         raise problem

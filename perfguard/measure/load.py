@@ -43,11 +43,13 @@ import numpy as np
 
 from perfguard.backends import Session
 from perfguard.core.errors import LoadError, PerfguardError, RunInvalid
-from perfguard.core.results import ScenarioResult
+from perfguard.core.figures import RuntimeInfo
+from perfguard.core.loadfigures import LoadFigures, ServiceProbe, SloSearch, SloStep
+from perfguard.core.results import ScenarioResult, Status
 from perfguard.core.scenario import LoadSpec, LoopSpec, Scenario
 from perfguard.core.stats import stability_ratio, summarize
 from perfguard.measure.canary import CanaryProbe
-from perfguard.measure.cell import RunContext, base_result, open_session
+from perfguard.measure.cell import RunContext, open_session
 from perfguard.measure.gpu import GpuWatch
 from perfguard.measure.loadgen import Batching, LoadLog, Worker, closed_loop, open_loop, schedule
 from perfguard.measure.loadstats import LevelFigures, level_figures
@@ -251,7 +253,7 @@ class LoadRunner:
                 location=self.scenario.location,
             )
 
-    def service_probe(self) -> dict[str, float | None]:
+    def service_probe(self) -> ServiceProbe:
         """Median model-call time at batch 1 and at ``max_batch`` on worker 0 (ms), and
         the capacities they imply: the throughput gained by batching."""
         batching = self.spec.batching
@@ -275,21 +277,21 @@ class LoadRunner:
             if times[batching.max_batch] > 0
             else None
         )
-        return {
-            "service_ms_batch1": times[1],
-            "service_ms_max_batch": times[batching.max_batch],
-            "capacity_unbatched": unbatched,
-            "capacity_batched": batched,
-            "gain": batched / unbatched if batched and unbatched else None,
-        }
+        return ServiceProbe(
+            service_ms_batch1=times[1],
+            service_ms_max_batch=times[batching.max_batch],
+            capacity_unbatched=unbatched,
+            capacity_batched=batched,
+            gain=batched / unbatched if batched and unbatched else None,
+        )
 
     # -- SLO search ---------------------------------------------------------------
-    def search(self) -> tuple[LevelRun, dict[str, Any]]:
+    def search(self) -> tuple[LevelRun, SloSearch]:
         """Step the level up to the SLO's limit; the best level meeting it and the steps."""
         slo = self.spec.slo
         assert slo is not None
         closed = self.spec.mode == "closed"
-        steps: list[dict[str, Any]] = []
+        steps: list[SloStep] = []
         runs: dict[float, LevelRun] = {}
 
         def step(level: float) -> bool:
@@ -299,22 +301,22 @@ class LoadRunner:
             figures = run.figures
             p_ms = figures.percentile_ms(slo.percentile)
             load = figures.load
-            saturated = load["unserved"] > 0 or (not closed and _kept_up(run.log) < _SATURATED)
+            saturated = load.unserved > 0 or (not closed and _kept_up(run.log) < _SATURATED)
             ok = (
                 p_ms is not None
                 and p_ms <= slo.target_ms
                 and figures.invalid is None
                 and not saturated
-                and load["failed"] == 0
+                and load.failed == 0
             )
             steps.append(
-                {
-                    "level": level,
-                    "p_ms": p_ms,
-                    "throughput": figures.throughput,
-                    "ok": ok,
-                    "invalid": figures.invalid or ("saturated" if saturated else None),
-                }
+                SloStep(
+                    level=level,
+                    p_ms=p_ms,
+                    throughput=figures.throughput,
+                    ok=ok,
+                    invalid=figures.invalid or ("saturated" if saturated else None),
+                )
             )
             return ok
 
@@ -345,24 +347,20 @@ class LoadRunner:
                 good = mid
             else:
                 bad = mid
-        summary = {
-            "percentile": slo.percentile,
-            "target_ms": slo.target_ms,
-            "over": "concurrency" if closed else "rate",
-            "best_level": None,
-            "best_throughput": None,
-            "best_p_ms": None,
-            "steps": steps,
-        }
-        passing = [s for s in steps if s["ok"]]
-        if not passing:
-            first = steps[0]
-            return runs[first["level"]], summary
-        best = max(passing, key=lambda s: s["throughput"])
-        summary.update(
-            best_level=best["level"], best_throughput=best["throughput"], best_p_ms=best["p_ms"]
+        summary = SloSearch(
+            percentile=slo.percentile,
+            target_ms=slo.target_ms,
+            over="concurrency" if closed else "rate",
+            steps=tuple(steps),
         )
-        return runs[best["level"]], summary
+        passing = [s for s in steps if s.ok]
+        if not passing:
+            return runs[steps[0].level], summary
+        best = max(passing, key=lambda s: s.throughput)
+        summary = dataclasses.replace(
+            summary, best_level=best.level, best_throughput=best.throughput, best_p_ms=best.p_ms
+        )
+        return runs[best.level], summary
 
 
 def _kept_up(log: LoadLog) -> float:
@@ -416,23 +414,23 @@ def measure_load(run: LoadCell, runner: LoadRunner) -> ScenarioResult:
     probe.sample()
     canary = probe.result()
     figures = level_run.figures
-    load = dict(figures.load)
+    load = figures.load
     if slo is not None:
-        load.update(level=spec.level_id, slo=slo)
-    if spec.batching is not None and load["batching"] is not None:
-        load["batching"] = {**load["batching"], **runner.service_probe()}
+        load = dataclasses.replace(load, level=spec.level_id, slo=slo)
+    if spec.batching is not None and load.batching is not None:
+        load = load.with_probe(runner.service_probe())
     samples = figures.samples_ns
-    if samples.size == 0 and not load["failed"]:
+    if samples.size == 0 and not load.failed:
         raise LoadError(
             f"no request of {sc.item_name} was answered at {spec.level_id} "
-            f"({load['failed']} failed: {_errors_text(load['errors'])})",
+            f"({load.failed} failed: {_errors_text(load.errors)})",
             expected="answered requests to time",
             fix="run the cell without `load:` to see the model's own behaviour",
             location=sc.location,
         )
     stable, ratio = stable_under_load(level_run.log, sc.stability_tolerance)
     result = dataclasses.replace(
-        base_result(sc, run.ctx, run.batch),
+        ScenarioResult.for_cell(sc, run.ctx.rootdir, batch_size=run.batch),
         latency_ns=summarize(samples) if samples.size else None,
         throughput=figures.throughput,
         cold_start_ns=level_run.cold_start_ns,
@@ -440,13 +438,12 @@ def measure_load(run: LoadCell, runner: LoadRunner) -> ScenarioResult:
         warmup_ns=level_run.warmup_ns,
         stable=stable,
         stability_ratio=ratio,
-        runtime={
-            **run.session.runtime_info,
-            "foreign_cpu": canary.foreign_cpu,
-            "steal": canary.steal,
-            "sessions": len(runner._sessions),
-            **watch.runtime(0),
-        },
+        runtime=RuntimeInfo(
+            backend=dict(run.session.runtime_info),
+            cpu=canary.shares,
+            sessions=len(runner._sessions),
+            gpu=watch.facts(0),
+        ),
         canary_ns=canary.median_ns,
         peak_memory_mib=run.peak_memory_mib(),
         load=load,
@@ -461,38 +458,38 @@ def _errors_text(errors: Mapping[str, int]) -> str:
     return "; ".join(f"{count} x {text}" for text, count in errors.items()) or "no error"
 
 
-def _raise_for(result: ScenarioResult, load: dict[str, Any], spec: LoadSpec, sc: Scenario) -> None:
+def _raise_for(result: ScenarioResult, load: LoadFigures, spec: LoadSpec, sc: Scenario) -> None:
     where = f"{spec.level:g} concurrent clients" if spec.mode == "closed" else f"{spec.level:g}/s"
     problem: PerfguardError | None = None
-    if load["failed"]:
+    if load.failed:
         problem = LoadError(
-            f"{load['failed']} of {load['requests']} requests failed under load ({where}): "
-            f"{_errors_text(load['errors'])}",
+            f"{load.failed} of {load.requests} requests failed under load ({where}): "
+            f"{_errors_text(load.errors)}",
             expected="every request answered without an error",
             fix="the model may not be safe to call from several threads: use "
             "`sessions: per_worker`, or fix the shared state in the model",
             location=sc.location,
         )
-    elif load.get("slo") is not None and load["slo"]["best_level"] is None:
-        slo = load["slo"]
-        first = slo["steps"][0]
-        seen = f"{first['p_ms']:.2f} ms" if first["p_ms"] is not None else "no answer"
-        why = f"; {first['invalid']}" if first["invalid"] else ""
+    elif load.slo is not None and load.slo.best_level is None:
+        slo = load.slo
+        first = slo.steps[0]
+        seen = f"{first.p_ms:.2f} ms" if first.p_ms is not None else "no answer"
+        why = f"; {first.invalid}" if first.invalid else ""
         problem = LoadError(
-            f"no level met P{slo['percentile']:g} <= {slo['target_ms']:g} ms: already at the "
-            f"start level {first['level']:g} ({slo['over']}) it was {seen}{why}",
-            expected=f"P{slo['percentile']:g} within the target at the start level",
+            f"no level met P{slo.percentile:g} <= {slo.target_ms:g} ms: already at the "
+            f"start level {first.level:g} ({slo.over}) it was {seen}{why}",
+            expected=f"P{slo.percentile:g} within the target at the start level",
             fix="lower `slo.start` (the first listed level), or raise the target",
             location=sc.location,
         )
-    elif load["invalid"]:
+    elif load.invalid:
         problem = RunInvalid(
-            f"{sc.item_name}: {load['invalid']}",
+            f"{sc.item_name}: {load.invalid}",
             expected="a load generator that keeps to its schedule",
             fix="re-run on an idle machine, or lower the rate",
             location=sc.location,
         )
     if problem is not None:
-        status = "skipped" if isinstance(problem, RunInvalid) else "failed"
+        status = Status.SKIPPED if isinstance(problem, RunInvalid) else Status.FAILED
         problem.result = dataclasses.replace(result, status=status, message=str(problem))
         raise problem

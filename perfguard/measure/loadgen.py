@@ -2,7 +2,7 @@
 
 Mechanics only: callables in, one timestamp record per request out
 (:class:`LoadLog`). :mod:`perfguard.measure.load` connects scenarios and sessions to
-it and turns the log into figures (:func:`perfguard.measure.loadstats.load_figures`).
+it and turns the log into figures (:func:`perfguard.measure.loadstats.level_figures`).
 
 Every request carries four times (``perf_counter_ns``):
 
@@ -21,7 +21,7 @@ lag.
 Design points:
 
 * Open loop: the calling thread is the generator. It sleeps until the next
-  scheduled time (no spinning: on a 2-core machine a spinning generator takes a
+  scheduled time (no spinning: on a machine with few cores a spinning generator takes a
   core from the model) and then hands over every request that is due, so a late
   wake-up delays requests by the overshoot only, never the whole schedule.
   Requests go into one queue served by ``W`` model workers.

@@ -21,11 +21,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from perfguard.core.figures import LatencySummary
+from perfguard.core.loadfigures import BatchingFigures, LateFigures, LoadFigures
 from perfguard.core.scenario import LoadSpec
 from perfguard.core.stats import percentile, summarize
 from perfguard.measure.loadgen import LoadLog
@@ -37,15 +38,15 @@ _NS = 1e9
 
 @dataclass(frozen=True)
 class LevelFigures:
-    """One measured level: the corrected samples and the ``load`` dict of the result."""
+    """One measured level: the corrected samples and the ``load`` figures of the result."""
 
     samples_ns: npt.NDArray[np.int64] = field(compare=False)
     throughput: float
-    load: dict[str, Any]
+    load: LoadFigures
 
     @property
     def invalid(self) -> str | None:
-        return self.load.get("invalid")
+        return self.load.invalid
 
     def percentile_ms(self, q: float) -> float | None:
         if self.samples_ns.size == 0:
@@ -53,8 +54,8 @@ class LevelFigures:
         return float(percentile(self.samples_ns, q)) / 1e6
 
 
-def _summary(values: npt.NDArray[np.int64]) -> dict[str, Any] | None:
-    return summarize(values).to_dict() if values.size else None
+def _summary(values: npt.NDArray[np.int64]) -> LatencySummary | None:
+    return summarize(values) if values.size else None
 
 
 def level_figures(log: LoadLog, spec: LoadSpec, request_batch: int) -> LevelFigures:
@@ -103,56 +104,51 @@ def level_figures(log: LoadLog, spec: LoadSpec, request_batch: int) -> LevelFigu
             f"{spec.late_max:.0%}); asked {spec.level:g}/s, sent {sent_text}. This machine "
             "cannot generate that rate: lower `rate`, or raise `late_ms`/`late_max`"
         )
-    load: dict[str, Any] = {
-        "mode": spec.mode,
-        "level": spec.level_id,
-        "concurrency": int(spec.level) if spec.mode == "closed" else None,
-        "rate_asked": float(spec.level) if open_loop else None,
-        "rate_sent": rate_sent,
-        "rate_achieved": completed / window_s if open_loop else None,
-        "arrivals": spec.arrivals if open_loop else None,
-        "workers": spec.workers,
-        "sessions": spec.sessions,
-        "requests": n,
-        "completed": completed,
-        "failed": failed,
-        "unserved": int(np.count_nonzero(unanswered)),
-        "duration_s": window_s,
-        "throughput": throughput,
-        "uncorrected_ns": _summary(uncorrected),
-        "queue_share": queue_share,
-        "late": {
-            "count": late,
-            "share": late_share,
-            "limit_ms": late_ms,
-            "max_share": spec.late_max,
-            "lag_p99_ms": float(percentile(lag, 99)) / 1e6 if lag.size else None,
-            "lag_max_ms": float(lag.max()) / 1e6 if lag.size else None,
-        },
-        "errors": dict(log.errors),
-        "batching": _batching(log, spec, ok) if spec.batching is not None else None,
-        "slo": None,
-        "invalid": invalid,
-    }
+    load = LoadFigures(
+        mode=spec.mode,
+        level=spec.level_id,
+        concurrency=int(spec.level) if spec.mode == "closed" else None,
+        rate_asked=float(spec.level) if open_loop else None,
+        rate_sent=rate_sent,
+        rate_achieved=completed / window_s if open_loop else None,
+        arrivals=spec.arrivals if open_loop else None,
+        workers=spec.workers,
+        sessions=spec.sessions,
+        requests=n,
+        completed=completed,
+        failed=failed,
+        unserved=int(np.count_nonzero(unanswered)),
+        duration_s=window_s,
+        throughput=throughput,
+        uncorrected_ns=_summary(uncorrected),
+        queue_share=queue_share,
+        late=LateFigures(
+            count=late,
+            share=late_share,
+            limit_ms=late_ms,
+            max_share=spec.late_max,
+            lag_p99_ms=float(percentile(lag, 99)) / 1e6 if lag.size else None,
+            lag_max_ms=float(lag.max()) / 1e6 if lag.size else None,
+        ),
+        errors=dict(log.errors),
+        batching=_batching(log, spec, ok) if spec.batching is not None else None,
+        slo=None,
+        invalid=invalid,
+    )
     return LevelFigures(samples_ns=corrected, throughput=throughput, load=load)
 
 
-def _batching(log: LoadLog, spec: LoadSpec, ok: npt.NDArray[np.bool_]) -> dict[str, Any]:
+def _batching(log: LoadLog, spec: LoadSpec, ok: npt.NDArray[np.bool_]) -> BatchingFigures:
     assert spec.batching is not None
     sizes = log.calls[:, 0] if log.calls.size else np.zeros(0, dtype=np.int64)
     values, counts = np.unique(sizes, return_counts=True)
     waits = (log.start_ns - log.sent_ns)[ok].astype(np.int64)
-    return {
-        "max_batch": spec.batching.max_batch,
-        "max_wait_ms": spec.batching.max_wait_ms,
-        "batches": int(sizes.size),
-        "mean_batch": float(sizes.mean()) if sizes.size else None,
-        "sizes": {str(int(v)): int(c) for v, c in zip(values, counts, strict=True)},
-        "wait_ns": _summary(waits),
-        # Filled by perfguard.measure.load from its own service-time probe.
-        "service_ms_batch1": None,
-        "service_ms_max_batch": None,
-        "capacity_unbatched": None,
-        "capacity_batched": None,
-        "gain": None,
-    }
+    # The service probe is filled in by perfguard.measure.load after the level ran.
+    return BatchingFigures(
+        max_batch=spec.batching.max_batch,
+        max_wait_ms=spec.batching.max_wait_ms,
+        batches=int(sizes.size),
+        mean_batch=float(sizes.mean()) if sizes.size else None,
+        sizes={str(int(v)): int(c) for v, c in zip(values, counts, strict=True)},
+        wait_ns=_summary(waits),
+    )

@@ -19,11 +19,12 @@ from perfguard.core.errors import (
     NonFiniteOutputError,
     PerfguardError,
 )
+from perfguard.core.figures import RuntimeInfo
 from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import Scenario
 from perfguard.core.stats import stability_ratio, summarize, throughput
 from perfguard.measure.canary import CanaryProbe
-from perfguard.measure.cell import RunContext, base_result, open_session
+from perfguard.measure.cell import RunContext, open_session
 from perfguard.measure.gpu import GpuWatch, is_out_of_memory
 from perfguard.measure.load import LoadRunner, measure_load
 from perfguard.measure.memory import PeakMemory
@@ -160,12 +161,11 @@ class ScenarioRun:
         probe.sample()
         canary = probe.result()
         self.check_final_outputs()
-        runtime: dict[str, object] = {
-            **self.session.runtime_info,
-            "foreign_cpu": canary.foreign_cpu,
-            "steal": canary.steal,
-            **watch.runtime(int(result.samples_ns.size)),
-        }
+        runtime = RuntimeInfo(
+            backend=dict(self.session.runtime_info),
+            cpu=canary.shares,
+            gpu=watch.facts(int(result.samples_ns.size)),
+        )
         built = build_result(
             self.scenario,
             self.ctx,
@@ -183,7 +183,7 @@ def build_result(
     ctx: RunContext,
     result: Measurement,
     batch: int,
-    runtime: dict[str, object],
+    runtime: RuntimeInfo,
     *,
     canary_ns: float | None = None,
     peak_memory_mib: float | None = None,
@@ -196,7 +196,7 @@ def build_result(
             location=scenario.location,
         )
     return replace(
-        base_result(scenario, ctx, batch),
+        ScenarioResult.for_cell(scenario, ctx.rootdir, batch_size=batch),
         latency_ns=summarize(samples),
         throughput=throughput(samples, batch),
         cold_start_ns=int(result.cold_start_ns),

@@ -21,11 +21,12 @@ import pytest
 from perfguard import __version__
 from perfguard.accuracy.run import AccuracyChecker
 from perfguard.core.errors import AccuracyFailure, BackendUnavailable, GateFailure, PerfguardError
+from perfguard.core.paths import display_path
 from perfguard.core.policy import DEFAULT_GATES
-from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
+from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult, Status
 from perfguard.core.scenario import Scenario
 from perfguard.judge.gatekeeper import Gatekeeper, GateSettings, check_can_save, failure_message
-from perfguard.judge.verdict import REGRESSION, ScenarioVerdict
+from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.measure.cell import RunContext, open_session
 from perfguard.measure.runner import ScenarioRun
 
@@ -193,10 +194,7 @@ class PerfguardSession:
             return False
         if file_path.resolve() in self._explicit:
             return True
-        try:
-            rel = file_path.resolve().relative_to(self.rootdir.resolve()).as_posix()
-        except ValueError:
-            rel = file_path.as_posix()
+        rel = display_path(file_path, self.rootdir)
         return any(fnmatch.fnmatch(rel, pattern) for pattern in self.patterns)
 
     @pytest.hookimpl
@@ -242,23 +240,23 @@ class PerfguardSession:
         try:
             result, verdict = self._measure_and_judge(scenario)
         except BackendUnavailable as exc:
-            self.record(self._unmeasured(item, "skipped", str(exc)))
+            self.record(self._unmeasured(item, Status.SKIPPED, str(exc)))
             raise
         except PerfguardError as exc:
             # A load cell keeps its figures (failed requests, an invalid run).
             kept = exc.result if isinstance(exc.result, ScenarioResult) else None
-            self.record(kept or self._unmeasured(item, "failed", str(exc)))
+            self.record(kept or self._unmeasured(item, Status.FAILED, str(exc)))
             raise
         except Exception as exc:
-            self.record(self._unmeasured(item, "error", f"{type(exc).__name__}: {exc}"))
+            self.record(self._unmeasured(item, Status.ERROR, f"{type(exc).__name__}: {exc}"))
             raise
         self.verdicts[verdict.scenario_id] = verdict
-        regressed = verdict.verdict == REGRESSION
-        accuracy_failures = list((result.accuracy or {}).get("failures", ()))
+        regressed = verdict.failed
+        accuracy_failures = list(result.accuracy.failures) if result.accuracy else []
         if self.settings.gate and (regressed or accuracy_failures):
             lines = ([failure_message(verdict)] if regressed else []) + accuracy_failures
             message = "\n".join(lines)
-            self.record(replace(result, status="failed", message=message))
+            self.record(replace(result, status=Status.FAILED, message=message))
             if regressed:
                 raise GateFailure(message)
             raise AccuracyFailure(message)
@@ -314,9 +312,9 @@ class PerfguardSession:
         """
         verdict = self.gatekeeper.judge(result, DEFAULT_GATES)
         self.verdicts[verdict.scenario_id] = verdict
-        if verdict.verdict == REGRESSION and self.settings.gate:
+        if verdict.failed and self.settings.gate:
             message = failure_message(verdict)
-            self.record(replace(result, status="failed", message=message))
+            self.record(replace(result, status=Status.FAILED, message=message))
             # A plain test function: fail it with the reason alone, not a traceback
             # through perfguard's hook.
             pytest.fail(message, pytrace=False)
@@ -346,30 +344,12 @@ class PerfguardSession:
             if p95 is not None and p95.change is not None:
                 props.append(("perfguard_p95_change_pct", round(p95.change * 100, 2)))
         if result.accuracy:
-            props.append(("perfguard_accuracy_passed", bool(result.accuracy.get("passed", True))))
+            props.append(("perfguard_accuracy_passed", result.accuracy.passed))
         return props
 
-    def _unmeasured(self, item: ScenarioItem, status: str, message: str) -> ScenarioResult:
+    def _unmeasured(self, item: ScenarioItem, status: Status, message: str) -> ScenarioResult:
         """The record of a cell that produced no figures, so the results file lists it."""
-        scenario = item.scenario
-        path = item.path
-        suite = (
-            path.relative_to(self.rootdir).as_posix()
-            if path.is_relative_to(self.rootdir)
-            else path.as_posix()
-        )
-        return ScenarioResult(
-            id=scenario.scenario_id(self.rootdir),
-            suite=suite,
-            name=scenario.item_name,
-            backend=scenario.backend,
-            device=scenario.device,
-            precision=scenario.precision,
-            status=status,
-            message=message,
-            threads=scenario.threads,
-            tags=scenario.tags,
-        )
+        return ScenarioResult.for_cell(item.scenario, self.rootdir, status=status, message=message)
 
     def record(self, result: ScenarioResult) -> None:
         self.results[result.id] = result
@@ -490,7 +470,7 @@ class PerfguardSession:
             return []
         lines = []
         for result in self.results.values():
-            if result.status not in ("failed", "error"):
+            if result.status not in (Status.FAILED, Status.ERROR):
                 continue
             path, line = self.locations.get(result.id, (result.suite, None))
             title = f"perfguard: {result.name}"

@@ -10,7 +10,7 @@ from urllib.parse import quote
 from perfguard.core.atomicio import read_json, write_text_atomic
 from perfguard.core.errors import PerfguardError
 from perfguard.core.resultsio import RESULTS_FILENAME, read_results
-from perfguard.judge.verdict import SEVERITY
+from perfguard.judge.verdict import SEVERITY, VerdictKind
 from perfguard.report.render import environment
 
 INDEX_FILENAME = "index.html"
@@ -61,7 +61,9 @@ def _entry(directory: Path) -> Entry:
             for v in verdicts:
                 kind = str(v["verdict"])
                 entry.counts[kind] = entry.counts.get(kind, 0) + 1
-            entry.gate = "FAILED" if entry.counts.get("regression") and data.get("gate") else "ok"
+            entry.gate = (
+                "FAILED" if entry.counts.get(VerdictKind.REGRESSION) and data.get("gate") else "ok"
+            )
         except (PerfguardError, KeyError, TypeError) as exc:
             entry.problem = f"{comparison}: unreadable ({exc})"
     return entry

@@ -14,6 +14,8 @@ from typing import Any
 
 from markupsafe import Markup
 
+from perfguard.core.figures import LatencySummary
+from perfguard.core.loadfigures import BatchingFigures, LoadFigures, SloSearch
 from perfguard.core.results import ScenarioResult
 from perfguard.report import plots
 from perfguard.report.model import ReportInput
@@ -34,14 +36,12 @@ LOAD_PLOT_BUDGET = 24
 BAR_PX = 120
 
 
-def _f(value: Any, spec: str = ".1f") -> str:
+def _f(value: float | None, spec: str = ".1f") -> str:
     return "-" if value is None else format(float(value), spec)
 
 
-def _ms(summary: Any, key: str) -> float | None:
-    if not isinstance(summary, Mapping) or summary.get(key) is None:
-        return None
-    return float(summary[key]) / 1e6
+def _ms(summary: LatencySummary | None, key: str) -> float | None:
+    return None if summary is None else float(getattr(summary, key)) / 1e6
 
 
 @dataclass
@@ -85,122 +85,120 @@ class LoadGroup:
     baseline_levels: int = 0
 
 
-def batching_view(level: str, batching: Mapping[str, Any]) -> BatchingView:
-    cap = f"{_f(batching.get('capacity_unbatched'))}/s -> {_f(batching.get('capacity_batched'))}/s"
-    gain = batching.get("gain")
+def batching_view(level: str, batching: BatchingFigures) -> BatchingView:
+    probe = batching.probe
+    cap = f"{_f(probe.capacity_unbatched)}/s -> {_f(probe.capacity_batched)}/s"
     service = (
-        f"; model call {_f(batching.get('service_ms_batch1'), '.3g')} ms at batch 1, "
-        f"{_f(batching.get('service_ms_max_batch'), '.3g')} ms at batch "
-        f"{batching.get('max_batch', '-')}"
+        f"; model call {_f(probe.service_ms_batch1, '.3g')} ms at batch 1, "
+        f"{_f(probe.service_ms_max_batch, '.3g')} ms at batch {batching.max_batch}"
     )
-    wait = batching.get("wait_ns")
+    wait = batching.wait_ns
     paid = (
         f"queue wait P50 {_f(_ms(wait, 'p50'), '.3g')} ms, P95 {_f(_ms(wait, 'p95'), '.3g')} ms; "
-        f"mean batch {_f(batching.get('mean_batch'))} over {batching.get('batches', '-')} "
-        f"batches (max {batching.get('max_batch', '-')}, "
-        f"wait up to {_f(batching.get('max_wait_ms'), 'g')} ms)"
+        f"mean batch {_f(batching.mean_batch)} over {batching.batches} "
+        f"batches (max {batching.max_batch}, "
+        f"wait up to {_f(batching.max_wait_ms, 'g')} ms)"
     )
-    sizes = batching.get("sizes") or {}
     counts = sorted(
-        ((str(k), int(v)) for k, v in sizes.items()),
+        ((str(k), int(v)) for k, v in batching.sizes.items()),
         key=lambda kv: (not kv[0].isdigit(), int(kv[0]) if kv[0].isdigit() else 0, kv[0]),
     )
     top = max((c for _, c in counts), default=0) or 1
     return BatchingView(
         level=level,
         headline=batching_note(batching),
-        gained=f"x{_f(gain, '.2f')} capacity ({cap}{service})",
+        gained=f"x{_f(probe.gain, '.2f')} capacity ({cap}{service})",
         paid=paid,
         histogram=[(k, c, max(1, round(c / top * BAR_PX))) for k, c in counts],
     )
 
 
-def slo_view(level: str, slo: Mapping[str, Any]) -> SloView:
+def slo_view(level: str, slo: SloSearch) -> SloView:
     steps = []
-    for step in slo.get("steps") or ():
-        invalid = step.get("invalid")
-        outcome = f"invalid: {invalid}" if invalid else ("met" if step.get("ok") else "missed")
+    for step in slo.steps:
+        outcome = f"invalid: {step.invalid}" if step.invalid else ("met" if step.ok else "missed")
         steps.append(
             (
-                slo_level(slo, step.get("level")),
-                _f(step.get("p_ms"), ".3f"),
-                _f(step.get("throughput")),
+                slo_level(slo, step.level),
+                _f(step.p_ms, ".3f"),
+                _f(step.throughput),
                 outcome,
             )
         )
-    return SloView(level, slo_note(slo), slo.get("best_level") is not None, steps)
+    return SloView(level, slo_note(slo), slo.best_level is not None, steps)
 
 
-def _details(load: Mapping[str, Any]) -> list[tuple[str, str]]:
+def _details(load: LoadFigures) -> list[tuple[str, str]]:
     out = []
-    if load.get("mode") == "open":
+    if load.is_open:
         out.append(
             (
                 "rates",
-                f"asked {_f(load.get('rate_asked'))}/s, sent {_f(load.get('rate_sent'))}/s, "
-                f"completed {_f(load.get('rate_achieved'))}/s ({load.get('arrivals') or '-'})",
+                f"asked {_f(load.rate_asked)}/s, sent {_f(load.rate_sent)}/s, "
+                f"completed {_f(load.rate_achieved)}/s ({load.arrivals or '-'})",
             )
         )
     else:
-        out.append(("clients", str(load.get("concurrency", "-"))))
+        out.append(("clients", str(load.concurrency)))
     out.append(
         (
             "requests",
-            f"{load.get('requests', '-')} sent, {load.get('completed', '-')} completed, "
-            f"{load.get('failed', '-')} failed, {load.get('unserved', '-')} unserved "
-            f"in {_f(load.get('duration_s'), '.2f')} s; {load.get('workers', '-')} worker(s), "
-            f"sessions {load.get('sessions', '-')}",
+            f"{load.requests} sent, {load.completed} completed, "
+            f"{load.failed} failed, {load.unserved} unserved "
+            f"in {_f(load.duration_s, '.2f')} s; {load.workers} worker(s), "
+            f"sessions {load.sessions}",
         )
     )
-    late = load.get("late") or {}
-    if late:
-        out.append(
-            (
-                "late dispatch",
-                f"{late.get('count', 0)} ({float(late.get('share') or 0) * 100:.1f}%) more "
-                f"than {_f(late.get('limit_ms'), 'g')} ms late (limit "
-                f"{float(late.get('max_share') or 0) * 100:.1f}%); lag P99 "
-                f"{_f(late.get('lag_p99_ms'), '.3g')} ms, "
-                f"max {_f(late.get('lag_max_ms'), '.3g')} ms",
-            )
+    late = load.late
+    out.append(
+        (
+            "late dispatch",
+            f"{late.count} ({float(late.share) * 100:.1f}%) more "
+            f"than {_f(late.limit_ms, 'g')} ms late (limit "
+            f"{float(late.max_share) * 100:.1f}%); lag P99 "
+            f"{_f(late.lag_p99_ms, '.3g')} ms, "
+            f"max {_f(late.lag_max_ms, '.3g')} ms",
         )
-    for error, count in sorted((load.get("errors") or {}).items()):
+    )
+    for error, count in sorted(load.errors.items()):
         out.append(("error", f"{error} (x{count})"))
     return out
 
 
 def _point(result: ScenarioResult) -> plots.LoadPoint | None:
-    load, lat = result.load or {}, result.latency_ns
-    thrpt = result.throughput if result.throughput is not None else load.get("throughput")
-    if lat is None or thrpt is None or load.get("slo"):
+    load, lat = result.load, result.latency_ns
+    if load is None:
         return None
-    unc = _ms(load.get("uncorrected_ns"), "p95") if load.get("mode") == "open" else None
+    thrpt = result.throughput if result.throughput is not None else load.throughput
+    if lat is None or load.slo is not None:
+        return None
+    unc = _ms(load.uncorrected_ns, "p95") if load.is_open else None
     return plots.LoadPoint(
-        str(load.get("level")),
+        load.level,
         float(thrpt),
         lat.p50 / 1e6,
         lat.p95 / 1e6,
         unc,
-        bool(load.get("invalid")),
+        bool(load.invalid),
     )
 
 
 def _segments(results: Sequence[ScenarioResult]) -> list[list[plots.LoadPoint]]:
     by_mode: dict[str, list[plots.LoadPoint]] = {}
-    for r in sorted(results, key=lambda r: load_level_key(r.load or {})):
+    for r in sorted(results, key=lambda r: load_level_key(r.load)):
         point = _point(r)
-        if point is not None:
-            by_mode.setdefault(str((r.load or {}).get("mode")), []).append(point)
+        if point is not None and r.load is not None:
+            by_mode.setdefault(r.load.mode, []).append(point)
     return list(by_mode.values())
 
 
-def _steps(slo: Mapping[str, Any]) -> list[plots.SloStep]:
+def _steps(slo: SloSearch) -> list[plots.SloStep]:
     out = []
-    for step in slo.get("steps") or ():
-        if step.get("throughput") is None or step.get("p_ms") is None:
+    for step in slo.steps:
+        if step.p_ms is None:
             continue
-        outcome = "invalid" if step.get("invalid") else ("ok" if step.get("ok") else "missed")
-        out.append(plots.SloStep(float(step["throughput"]), float(step["p_ms"]), outcome))
+        outcome = "invalid" if step.invalid else ("ok" if step.ok else "missed")
+        out.append(plots.SloStep(float(step.throughput), float(step.p_ms), outcome))
     return out
 
 
@@ -216,25 +214,25 @@ def _group(
     targets: list[float] = []
     steps: list[plots.SloStep] = []
     for r in members:
-        load = r.load or {}
-        level = str(load.get("level", "-"))
-        invalid = str(load["invalid"]) if load.get("invalid") else None
+        load = r.load
+        assert load is not None  # only load cells are grouped
+        level = load.level
+        invalid = load.invalid or None
         notes = load_notes(load)
-        if r.status != "passed":
-            notes.insert(0, r.status)
+        if not r.passed:
+            notes.insert(0, r.status.value)
         figures, details = load_figures(r), _details(load)
         group.levels.append(
             LoadLevel(r.id, anchors.get(r.id, ""), figures, "; ".join(notes), invalid, details)
         )
         if invalid:
             group.invalid.append((level, invalid))
-        if load.get("batching"):
-            group.batching.append(batching_view(level, load["batching"]))
-        slo = load.get("slo")
-        if slo:
+        if load.batching is not None:
+            group.batching.append(batching_view(level, load.batching))
+        slo = load.slo
+        if slo is not None:
             group.slo.append(slo_view(level, slo))
-            if slo.get("target_ms") is not None:
-                targets.append(float(slo["target_ms"]))
+            targets.append(float(slo.target_ms))
             steps += _steps(slo)
     current = _segments(members)
     if draw and (any(current) or steps):
@@ -246,17 +244,17 @@ def build_load_groups(inp: ReportInput, anchors: Mapping[str, str]) -> list[Load
     """One group per load curve of the run, in id order; ``anchors``: scenario id -> section."""
     groups: dict[str, list[ScenarioResult]] = {}
     for r in sorted(inp.run.scenarios, key=lambda s: s.id):
-        if r.load:
+        if r.load is not None:
             groups.setdefault(load_group(r), []).append(r)
     base: dict[str, list[ScenarioResult]] = {}
     for r in inp.baseline.values():
-        if r.load:
+        if r.load is not None:
             base.setdefault(load_group(r), []).append(r)
     return [
         _group(
             i,
             key,
-            sorted(members, key=lambda r: load_level_key(r.load or {})),
+            sorted(members, key=lambda r: load_level_key(r.load)),
             base.get(key, []),
             anchors,
             i < LOAD_PLOT_BUDGET,
@@ -278,10 +276,10 @@ def load_context(inp: ReportInput, anchors: Mapping[str, str]) -> dict[str, Any]
 def load_fact(result: ScenarioResult) -> str | None:
     """A one-line description of a load cell for its scenario section, or None."""
     load = result.load
-    if not load:
+    if load is None:
         return None
-    if load.get("mode") == "closed":
-        how = f"closed loop, {load.get('concurrency')} clients"
+    if load.mode == "closed":
+        how = f"closed loop, {load.concurrency} clients"
     else:
-        how = f"open loop, {_f(load.get('rate_asked'))}/s {load.get('arrivals') or ''}".rstrip()
-    return f"{how} (level {load.get('level')}): latencies are corrected, see the Load section"
+        how = f"open loop, {_f(load.rate_asked)}/s {load.arrivals or ''}".rstrip()
+    return f"{how} (level {load.level}): latencies are corrected, see the Load section"

@@ -12,7 +12,7 @@ import html
 from collections.abc import Sequence
 
 from perfguard.core.results import ScenarioResult
-from perfguard.judge.verdict import IMPROVEMENT, REGRESSION, ScenarioVerdict
+from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
 from perfguard.report.model import ReportInput
 from perfguard.report.render import verdict_counts
 from perfguard.report.tables import load_figures, load_notes, ordered_load_results
@@ -40,7 +40,7 @@ def _change(verdict: ScenarioVerdict) -> str:
 
 def _message(verdict: ScenarioVerdict) -> str:
     wanted = [m.message for m in verdict.metrics if m.verdict == verdict.verdict]
-    return "; ".join(wanted or list(verdict.messages)) or verdict.verdict
+    return "; ".join(wanted or list(verdict.messages)) or verdict.verdict.value
 
 
 def _table(title: str, rows: list[tuple[str, str, str]]) -> list[str]:
@@ -58,7 +58,7 @@ def _load_table(results: Sequence[ScenarioResult]) -> list[str]:
     wanted = [
         r
         for r in ordered_load_results(results)
-        if r.load and (r.load.get("invalid") or r.load.get("slo"))
+        if r.load is not None and (r.load.invalid or r.load.slo is not None)
     ]
     if not wanted:
         return []
@@ -70,7 +70,7 @@ def _load_table(results: Sequence[ScenarioResult]) -> list[str]:
     ]
     for r in wanted[:MAX_ROWS]:
         figures = load_figures(r)
-        note = str((r.load or {}).get("invalid") or "; ".join(load_notes(r.load or {})))
+        note = (r.load.invalid if r.load else None) or "; ".join(load_notes(r.load))
         lines.append(f"| {cell(r.id, 200)} | {figures[3]} | {figures[6]} | {cell(note)} |")
     if len(wanted) > MAX_ROWS:
         lines.append(f"| ... and {len(wanted) - MAX_ROWS} more | | | |")
@@ -83,7 +83,7 @@ def render_markdown(inp: ReportInput, *, link: str | None = None) -> str:
     commit = inp.run.commit
     base = inp.baseline_info.get("commit") if inp.baseline_info else None
     base = base or next((v.baseline_commit for v in inp.verdicts if v.baseline_commit), None)
-    failed = counts[REGRESSION] > 0 and inp.gate
+    failed = counts[VerdictKind.REGRESSION] > 0 and inp.gate
     status = "❌ regression" if failed else "✅ no regression"
     head = (
         f"### perfguard {status}: `{cell(commit.short)}`"
@@ -95,17 +95,21 @@ def render_markdown(inp: ReportInput, *, link: str | None = None) -> str:
     if link:
         lines += [f"[Full report]({link})", ""]
     ordered = sorted(inp.verdicts, key=lambda v: v.scenario_id)
-    for kind, title in ((REGRESSION, "Regressions"), (IMPROVEMENT, "Improvements")):
+    for kind, title in (
+        (VerdictKind.REGRESSION, "Regressions"),
+        (VerdictKind.IMPROVEMENT, "Improvements"),
+    ):
         rows = [(v.scenario_id, _change(v), _message(v)) for v in ordered if v.verdict == kind]
         lines += _table(title, rows)
     acc = [
-        (s.id, "-", "; ".join(str(f) for f in (s.accuracy or {}).get("failures") or ()))
+        (s.id, "-", "; ".join(s.accuracy.failures))
         for s in sorted(inp.run.scenarios, key=lambda s: s.id)
-        if s.accuracy and s.accuracy.get("passed") is False
+        if s.accuracy is not None and not s.accuracy.passed
     ]
     lines += _table("Accuracy failures", acc)
     lines += _load_table(inp.run.scenarios)
-    rest = [f"{counts[k]} {k}" for k in ("new", "missing", "incomparable", "invalid") if counts[k]]
+    also = (VerdictKind.NEW, VerdictKind.MISSING, VerdictKind.INCOMPARABLE, VerdictKind.INVALID)
+    rest = [f"{counts[k]} {k.value}" for k in also if counts[k]]
     if rest:
         lines.append("Also: " + ", ".join(rest) + ".")
     return "\n".join(lines).rstrip() + "\n"

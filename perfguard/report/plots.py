@@ -3,10 +3,11 @@
 Two kinds:
 
 * full matplotlib figures (latency CDF, P95 trend, latency-vs-throughput) for
-  the scenarios a reviewer looks at first; each costs ~25 ms and ~20 KB, so a
-  report draws at most a budget of them (see ``perfguard.report.render``);
-* hand-written sparklines (a few hundred bytes, microseconds) for the rest, so
-  a 500-scenario report stays fast and small.
+  the scenarios a reviewer looks at first; each costs tens of ms and KB
+  (``benchmarks/notes.md``), so a report draws at most a budget of them (see
+  ``perfguard.report.render``);
+* hand-written sparklines (a few hundred bytes) for the rest, so a 500-scenario
+  report stays fast and small.
 
 No user-supplied string ever enters an SVG: axes carry numbers, commit labels
 are reduced to hex digits, and cells in the scatter are numbered (the legend is

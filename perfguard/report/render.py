@@ -8,6 +8,7 @@ autoescape; only the SVGs made by ``perfguard.report.plots`` are marked safe.
 from __future__ import annotations
 
 import functools
+import math
 import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -17,16 +18,17 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from perfguard.core.accuracyfigures import AccuracyFigures, AccuracyReport
 from perfguard.core.results import ScenarioResult
-from perfguard.judge.verdict import REGRESSION, SEVERITY, ScenarioVerdict, pct
+from perfguard.judge.verdict import SEVERITY, ScenarioVerdict, VerdictKind, pct
 from perfguard.machine.env import diff_comparable
 from perfguard.report import plots
 from perfguard.report.load import load_context, load_fact
 from perfguard.report.model import ReportInput
 
 #: Scenarios (in table order: regressions first) drawn as full matplotlib figures;
-#: the rest get sparklines. ~25 ms and ~20 KB per figure: 24 scenarios x 2-3
-#: figures keep a 500-scenario report within ~2 s and a few MB.
+#: the rest get sparklines, so a 500-scenario report stays fast and small
+#: (cost per figure: benchmarks/notes.md).
 FULL_PLOT_BUDGET = 24
 #: Canary moves beyond this (relative) between baseline and current get a banner.
 CANARY_BANNER = 0.05
@@ -55,7 +57,7 @@ def rank(verdict: str) -> int:
     return SEVERITY.index(verdict) if verdict in SEVERITY else len(SEVERITY)
 
 
-def verdict_counts(verdicts: Sequence[ScenarioVerdict]) -> dict[str, int]:
+def verdict_counts(verdicts: Sequence[ScenarioVerdict]) -> dict[VerdictKind, int]:
     counts = Counter(v.verdict for v in verdicts)
     return {kind: counts.get(kind, 0) for kind in SEVERITY}
 
@@ -91,35 +93,34 @@ def env_diff(inp: ReportInput) -> dict[str, tuple[str | None, str | None]]:
 
 
 def _fmt(value: Any, digits: int = 6) -> str:
+    """A figure for the report; ``-`` for None and for NaN/Inf (written as null to
+    results.json)."""
     if isinstance(value, bool) or value is None:
         return "-" if value is None else str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return "-"
     if isinstance(value, int | float):
         return f"{value:.{digits}g}"
     return str(value)
 
 
-def _report_dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def accuracy_headline(accuracy: Mapping[str, Any] | None) -> str:
+def accuracy_headline(accuracy: AccuracyFigures | None) -> str:
     """``cos 0.99996/0.9993 vs torch-fp32; 2 failures`` or ``-``."""
-    if not accuracy:
+    if accuracy is None:
         return "-"
     parts = []
-    report = _report_dict(accuracy.get("report"))
-    for output in report.get("outputs") or ():
-        values = _report_dict(_report_dict(output).get("values"))
-        if values.get("cosine_mean") is not None:
-            parts.append(f"cos {_fmt(values['cosine_mean'])}/{_fmt(values.get('cosine_min'))}")
+    for output in accuracy.report.outputs if accuracy.report is not None else ():
+        mean = output.values.get("cosine_mean")
+        if mean is not None and math.isfinite(mean):
+            parts.append(f"cos {_fmt(mean)}/{_fmt(output.values.get('cosine_min'))}")
             break
-    if accuracy.get("reference"):
-        parts.append(f"vs {accuracy['reference']}")
-    failures = accuracy.get("failures") or []
+    if accuracy.reference:
+        parts.append(f"vs {accuracy.reference}")
+    failures = accuracy.failures
     if failures:
         parts.append(f"{len(failures)} failure{'s' if len(failures) != 1 else ''}")
-    elif accuracy.get("passed") is not None:
-        parts.append("ok" if accuracy.get("passed") else "FAILED")
+    else:
+        parts.append("ok" if accuracy.passed else "FAILED")
     return " ".join(parts) or "-"
 
 
@@ -136,52 +137,47 @@ class AccuracyView:
     task: list[tuple[str, str]] = field(default_factory=list)
 
 
-def _outputs(report: Mapping[str, Any]) -> list[dict[str, Any]]:
-    rows = []
-    for output in report.get("outputs") or ():
-        out = _report_dict(output)
-        values = _report_dict(out.get("values"))
-        rows.append(
-            {
-                "name": str(out.get("name", "")),
-                "values": [(str(k), _fmt(v)) for k, v in values.items()],
-                "worst": ", ".join(str(i) for i in out.get("worst_inputs") or ()),
-            }
-        )
-    return rows
-
-
-def _checks(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _outputs(report: AccuracyReport | None) -> list[dict[str, Any]]:
     return [
         {
-            "metric": str(c.get("metric", "")),
-            "output": str(c.get("output", "")),
-            "value": _fmt(c.get("value")),
-            "limit": _fmt(c.get("limit")),
-            "passed": bool(c.get("passed")),
-            "worst": ", ".join(str(i) for i in c.get("worst_inputs") or ()),
-            "message": str(c.get("message", "")),
+            "name": output.name,
+            "values": [(str(k), _fmt(v)) for k, v in output.values.items()],
+            "worst": ", ".join(str(i) for i in output.worst_inputs),
         }
-        for c in map(_report_dict, report.get("checks") or ())
+        for output in (report.outputs if report is not None else ())
     ]
 
 
-def accuracy_view(accuracy: Mapping[str, Any] | None) -> AccuracyView | None:
-    if not accuracy:
+def _checks(report: AccuracyReport | None) -> list[dict[str, Any]]:
+    return [
+        {
+            "metric": c.metric,
+            "output": c.output,
+            "value": _fmt(c.value),
+            "limit": _fmt(c.limit),
+            "passed": c.passed,
+            "worst": ", ".join(str(i) for i in c.worst_inputs),
+            "message": c.message,
+        }
+        for c in (report.checks if report is not None else ())
+    ]
+
+
+def accuracy_view(accuracy: AccuracyFigures | None) -> AccuracyView | None:
+    if accuracy is None:
         return None
-    report = _report_dict(accuracy.get("report"))
-    base = _report_dict(accuracy.get("baseline"))
-    task = _report_dict(accuracy.get("task_metric") or report.get("task_metric"))
+    report, base = accuracy.report, accuracy.baseline
+    task = accuracy.task_metric or (report.task_metric if report is not None else None)
     return AccuracyView(
         headline=accuracy_headline(accuracy),
-        passed=bool(accuracy.get("passed", True)),
-        reference=str(accuracy.get("reference") or report.get("reference") or "none"),
+        passed=accuracy.passed,
+        reference=accuracy.reference or (report.reference if report is not None else "") or "none",
         outputs=_outputs(report),
         checks=_checks(report) + _checks(base),
-        failures=[str(f) for f in accuracy.get("failures") or ()],
+        failures=list(accuracy.failures),
         baseline=_outputs(base),
-        baseline_note=str(base.get("skipped", "")),
-        task=[(str(k), _fmt(v)) for k, v in task.items()],
+        baseline_note=accuracy.baseline_skipped or "",
+        task=[(str(k), _fmt(v)) for k, v in (task.to_dict() if task is not None else {}).items()],
     )
 
 
@@ -227,7 +223,7 @@ def _triple(result: ScenarioResult | None) -> tuple[str, str, str]:
 def _facts(result: ScenarioResult | None) -> list[tuple[str, str]]:
     if result is None:
         return [("status", "not measured in this run")]
-    facts = [("status", result.status)]
+    facts = [("status", result.status.value)]
     if result.message:
         facts.append(("message", result.message))
     facts.append(("batch size", str(result.batch_size)))
@@ -268,11 +264,11 @@ def _row(
     return Row(
         sid=sid,
         anchor=f"s{index}",
-        verdict=verdict.verdict if verdict is not None else NO_VERDICT,
+        verdict=verdict.verdict.value if verdict is not None else NO_VERDICT,
         backend=src.backend if src else "-",
         device=src.device if src else "-",
         precision=src.precision if src else "-",
-        status=cur.status if cur else "absent",
+        status=cur.status.value if cur else "absent",
         base=_triple(base),
         cur=_triple(cur),
         change=change,
@@ -282,25 +278,23 @@ def _row(
         memory="-" if cur is None or cur.peak_memory_mib is None else f"{cur.peak_memory_mib:.1f}",
         accuracy=accuracy_view(cur.accuracy if cur else None),
         messages=messages,
-        runtime=[(str(k), str(v)) for k, v in (cur.runtime if cur else {}).items()],
+        runtime=[(str(k), str(v)) for k, v in (cur.runtime.to_dict() if cur else {}).items()],
         facts=_facts(cur) + _ab_facts(verdict),
     )
 
 
 def _ab_facts(verdict: ScenarioVerdict | None) -> list[tuple[str, str]]:
     """A same-run A/B verdict: the base, the pairs used and the per-round ratios."""
-    if verdict is None or verdict.mode != "ab" or not verdict.ab:
+    if verdict is None or verdict.mode != "ab" or verdict.ab is None:
         return []
     ab = verdict.ab
-    decision = ab.get("decision") or {}
-    rounds = ab.get("rounds") or []
-    shown = ", ".join(f"{r.get('round')}: {r.get('ratio', float('nan')):.3f}" for r in rounds[:30])
+    shown = ", ".join(f"{r.round}: {r.ratio:.3f}" for r in ab.rounds[:30])
     return [
         (
             "same-run A/B",
-            f"base {str(ab.get('base', ''))[:12]} ({ab.get('base_how', '')}), measured in this "
-            f"run, interleaved request by request; {decision.get('pairs', 0)} pairs in "
-            f"{ab.get('elapsed_s', 0.0):.1f} s; {decision.get('reason', '')}",
+            f"base {ab.base[:12]} ({ab.base_how}), measured in this "
+            f"run, interleaved request by request; {ab.decision.pairs} pairs in "
+            f"{ab.elapsed_s:.1f} s; {ab.decision.reason}",
         ),
         ("A/B per-round P95 ratio (B/A, 100 pairs each)", shown or "-"),
     ]
@@ -404,7 +398,7 @@ def render_html(inp: ReportInput) -> str:
         "baseline_path": info.get("path"),
         "baseline_launches": info.get("launches"),
         "counts": verdict_counts(inp.verdicts),
-        "failed": any(v.verdict == REGRESSION for v in inp.verdicts),
+        "failed": any(v.failed for v in inp.verdicts),
         "env_diff": env_diff(inp),
         "canary_ratio": ratio,
         "canary_moved": ratio is not None and abs(ratio - 1.0) > CANARY_BANNER,

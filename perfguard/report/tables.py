@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
+from perfguard.core.figures import LatencySummary
+from perfguard.core.loadfigures import BatchingFigures, LoadFigures, SloSearch
 from perfguard.core.results import ScenarioResult
-from perfguard.judge.verdict import REGRESSION, UNCHANGED, ScenarioVerdict
+from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
 
 _HEADERS = (
     "scenario",
@@ -20,6 +22,11 @@ _HEADERS = (
     "vs base",
     "",
 )
+
+
+def _finite(value: float | None) -> bool:
+    """A figure to show: NaN/Inf figures are written to results.json as null."""
+    return value is not None and math.isfinite(value)
 
 
 def _ms(value_ns: float) -> str:
@@ -39,11 +46,12 @@ def _row(result: ScenarioResult, verdict: ScenarioVerdict | None) -> tuple[str, 
         figures = ("-", "-", "-", "-")
     else:
         figures = (_ms(lat.p50), _ms(lat.p95), _ms(lat.p99), f"{result.throughput:.1f}")
-    notes = [result.status] if result.status != "passed" else []
+    notes = [] if result.passed else [result.status.value]
     if not result.stable:
         notes.append("UNSTABLE")
     if verdict is not None:
-        notes.append(verdict.verdict.upper() if verdict.verdict == REGRESSION else verdict.verdict)
+        kind = verdict.verdict.value
+        notes.append(kind.upper() if verdict.failed else kind)
     return (
         result.id,
         result.backend,
@@ -77,10 +85,10 @@ def verdict_notes(verdicts: Iterable[ScenarioVerdict]) -> list[str]:
     """One warning line per verdict a reviewer should read (anything but unchanged)."""
     lines = []
     for verdict in sorted(verdicts, key=lambda v: v.scenario_id):
-        if verdict.verdict == UNCHANGED:
+        if verdict.verdict == VerdictKind.UNCHANGED:
             continue
-        reason = "; ".join(verdict.messages) or verdict.verdict
-        lines.append(f"{verdict.verdict}: {verdict.scenario_id}: {reason}")
+        reason = "; ".join(verdict.messages) or verdict.verdict.value
+        lines.append(f"{verdict.verdict.value}: {verdict.scenario_id}: {reason}")
     return lines
 
 
@@ -92,9 +100,8 @@ def accuracy_lines(results: Sequence[ScenarioResult]) -> list[str]:
         if not accuracy:
             continue
         parts = []
-        report = accuracy.get("report") or {}
-        for output in report.get("outputs", ()):
-            values = output.get("values", {})
+        for output in accuracy.report.outputs if accuracy.report is not None else ():
+            values = output.values
             # Cosines near 1 need six digits: 0.99996 must not read as "1".
             figures = [
                 f"{label} {values[key]:.{digits}g}"
@@ -105,25 +112,24 @@ def accuracy_lines(results: Sequence[ScenarioResult]) -> list[str]:
                     ("max_abs_err", "max abs err", 4),
                     ("mismatch_share", "mismatch", 4),
                 )
-                if values.get(key) is not None
+                if _finite(values.get(key))
             ]
-            parts.append(f"{output.get('name')}: " + ", ".join(figures))
-        if accuracy.get("reference"):
-            parts.append(f"vs {accuracy['reference']}")
-        task = accuracy.get("task_metric") or {}
-        if task.get("current") is not None:
-            ref = task.get("reference")
+            parts.append(f"{output.name}: " + ", ".join(figures))
+        if accuracy.reference:
+            parts.append(f"vs {accuracy.reference}")
+        task = accuracy.task_metric
+        if task is not None and _finite(task.current):
+            ref = task.reference if _finite(task.reference) else None
             parts.append(
-                f"task {task['current']:.4g}" + (f" (ref {ref:.4g})" if ref is not None else "")
+                f"task {task.current:.4g}" + (f" (ref {ref:.4g})" if ref is not None else "")
             )
-        baseline = accuracy.get("baseline") or {}
-        for output in baseline.get("outputs", ()):
-            cos = output.get("values", {}).get("cosine_min")
-            if cos is not None:
-                parts.append(f"vs baseline: {output.get('name')} cos min {cos:.4g}")
+        for output in accuracy.baseline.outputs if accuracy.baseline is not None else ():
+            cos = output.values.get("cosine_min")
+            if _finite(cos):
+                parts.append(f"vs baseline: {output.name} cos min {cos:.4g}")
         if not parts:  # e.g. the reference cell itself, with nothing to compare yet
             continue
-        verdict = "ok" if accuracy.get("passed", True) else "FAILED"
+        verdict = "ok" if accuracy.passed else "FAILED"
         lines.append(f"{result.id}: {'; '.join(parts)} [{verdict}]")
     return lines
 
@@ -152,14 +158,12 @@ _LOAD_NUMERIC = frozenset(range(2, 13))
 INVALID_NOTE_LIMIT = 60
 
 
-def _num(value: Any, spec: str = ".1f") -> str:
+def _num(value: float | None, spec: str = ".1f") -> str:
     return "-" if value is None else format(float(value), spec)
 
 
-def _opt_ms(summary: Mapping[str, Any] | None, key: str) -> float | None:
-    if not summary or summary.get(key) is None:
-        return None
-    return float(summary[key]) / 1e6
+def _p95_ms(summary: LatencySummary | None) -> float | None:
+    return None if summary is None else summary.p95 / 1e6
 
 
 def load_group(result: ScenarioResult) -> str:
@@ -168,7 +172,7 @@ def load_group(result: ScenarioResult) -> str:
     ``s.yaml::m[onnxruntime-c4]`` -> ``s.yaml::m[onnxruntime]``; ``s.yaml::m[r200]`` ->
     ``s.yaml::m``. A result without load (or an unusual id) keeps its id.
     """
-    level = str((result.load or {}).get("level") or "")
+    level = result.load.level if result.load is not None else ""
     sid = result.id
     if not level or not sid.endswith("]") or "[" not in sid:
         return sid
@@ -187,25 +191,27 @@ def load_group(result: ScenarioResult) -> str:
     return f"{head}[{rest}]" if rest else head
 
 
-def load_level_key(load: Mapping[str, Any]) -> tuple[int, float, str]:
+def load_level_key(load: LoadFigures | None) -> tuple[int, float, str]:
     """Sort key of a level in its group: closed by concurrency, then open by rate, SLO last."""
-    if load.get("slo"):
-        return (2, 0.0, str(load.get("level")))
-    if load.get("mode") == "closed":
-        return (0, float(load.get("concurrency") or 0), str(load.get("level")))
-    return (1, float(load.get("rate_asked") or 0.0), str(load.get("level")))
+    if load is None:
+        return (3, 0.0, "")
+    if load.slo is not None:
+        return (2, 0.0, load.level)
+    if load.mode == "closed":
+        return (0, float(load.concurrency or 0), load.level)
+    return (1, float(load.rate_asked or 0.0), load.level)
 
 
 def ordered_load_results(results: Sequence[ScenarioResult]) -> list[ScenarioResult]:
     """The results with load, grouped (in order of first appearance), levels in order."""
     groups: dict[str, list[ScenarioResult]] = {}
     for result in results:
-        if result.load:
+        if result.load is not None:
             groups.setdefault(load_group(result), []).append(result)
     return [
         r
         for members in groups.values()
-        for r in sorted(members, key=lambda r: load_level_key(r.load or {}))
+        for r in sorted(members, key=lambda r: load_level_key(r.load))
     ]
 
 
@@ -217,80 +223,82 @@ def short_invalid(reason: str, limit: int = INVALID_NOTE_LIMIT) -> str:
     return head if len(head) <= limit else head[: limit - 3] + "..."
 
 
-def batching_note(batching: Mapping[str, Any]) -> str:
+def batching_note(batching: BatchingFigures) -> str:
     """``batch 3.8 avg, x3.64 capacity, wait P95 1.9 ms`` (parts absent when unknown)."""
     parts = []
-    if batching.get("mean_batch") is not None:
-        parts.append(f"batch {float(batching['mean_batch']):.1f} avg")
-    if batching.get("gain") is not None:
-        parts.append(f"x{float(batching['gain']):.2f} capacity")
-    wait = _opt_ms(batching.get("wait_ns"), "p95")
+    if batching.mean_batch is not None:
+        parts.append(f"batch {float(batching.mean_batch):.1f} avg")
+    if batching.probe.gain is not None:
+        parts.append(f"x{float(batching.probe.gain):.2f} capacity")
+    wait = _p95_ms(batching.wait_ns)
     if wait is not None:
         parts.append(f"wait P95 {wait:.3g} ms")
     return ", ".join(parts) or "batched"
 
 
-def slo_level(slo: Mapping[str, Any], level: Any) -> str:
+def slo_level(slo: SloSearch, level: float | None) -> str:
     """A search level as read: ``340/s`` over a rate, ``c8`` over a concurrency."""
     if level is None:
         return "-"
-    return f"c{float(level):g}" if slo.get("over") == "concurrency" else f"{float(level):g}/s"
+    return f"c{float(level):g}" if slo.over == "concurrency" else f"{float(level):g}/s"
 
 
-def slo_note(slo: Mapping[str, Any]) -> str:
+def slo_note(slo: SloSearch) -> str:
     """``SLO P95<=50 ms: best 340/s -> 338.1/s`` (or ``no level met it``)."""
-    head = f"SLO P{float(slo.get('percentile') or 0):g}<={float(slo.get('target_ms') or 0):g} ms"
-    if slo.get("best_level") is None:
+    head = f"SLO P{float(slo.percentile):g}<={float(slo.target_ms):g} ms"
+    if slo.best_level is None:
         return f"{head}: no level met it"
-    best = slo_level(slo, slo["best_level"])
-    return f"{head}: best {best} -> {_num(slo.get('best_throughput'))}/s"
+    best = slo_level(slo, slo.best_level)
+    return f"{head}: best {best} -> {_num(slo.best_throughput)}/s"
 
 
-def load_notes(load: Mapping[str, Any]) -> list[str]:
+def load_notes(load: LoadFigures | None) -> list[str]:
     """The short notes of one level: invalid reason, batching, SLO, unserved requests."""
-    notes = []
-    if load.get("invalid"):
-        notes.append(f"INVALID: {short_invalid(str(load['invalid']))}")
-    if load.get("batching"):
-        notes.append(batching_note(load["batching"]))
-    if load.get("slo"):
-        notes.append(slo_note(load["slo"]))
-    if load.get("unserved"):
-        notes.append(f"{load['unserved']} unserved")
+    notes: list[str] = []
+    if load is None:
+        return notes
+    if load.invalid:
+        notes.append(f"INVALID: {short_invalid(load.invalid)}")
+    if load.batching is not None:
+        notes.append(batching_note(load.batching))
+    if load.slo is not None:
+        notes.append(slo_note(load.slo))
+    if load.unserved:
+        notes.append(f"{load.unserved} unserved")
     return notes
 
 
 def load_figures(result: ScenarioResult) -> tuple[str, ...]:
     """The level's figures, in ``LOAD_HEADERS`` order from ``level`` to ``failed``."""
-    load = result.load or {}
+    load = result.load
     lat = result.latency_ns
     values = () if lat is None else (lat.p50, lat.p90, lat.p95, lat.p99)
     pcts = tuple(_ms(v) for v in values) or ("-",) * 4
-    is_open = load.get("mode") == "open"
-    unc = _opt_ms(load.get("uncorrected_ns"), "p95") if is_open else None
-    thrpt = result.throughput if result.throughput is not None else load.get("throughput")
-    share = load.get("queue_share")
-    late = load.get("late") or {}
-    count = int(late.get("count") or 0)
-    late_text = f"{count} ({float(late.get('share') or 0) * 100:.1f}%)" if count else "0"
+    if load is None:
+        return ("-", *pcts, "-", _num(result.throughput), "-", "-", "-", "0", "0")
+    unc = _p95_ms(load.uncorrected_ns) if load.is_open else None
+    thrpt = result.throughput if result.throughput is not None else load.throughput
+    share = load.queue_share
+    count = load.late.count
+    late_text = f"{count} ({float(load.late.share) * 100:.1f}%)" if count else "0"
     return (
-        str(load.get("level", "-")),
+        load.level,
         *pcts,
         _num(unc, ".3f"),
         _num(thrpt),
         "-" if share is None else f"{float(share) * 100:.1f}",
-        _num(load.get("rate_asked")) if is_open else "-",
-        _num(load.get("rate_achieved")) if is_open else "-",
+        _num(load.rate_asked) if load.is_open else "-",
+        _num(load.rate_achieved) if load.is_open else "-",
         late_text,
-        str(int(load.get("failed") or 0)),
+        str(load.failed),
     )
 
 
 def load_row(result: ScenarioResult) -> tuple[str, ...]:
     """One row of the load table, in ``LOAD_HEADERS`` order."""
-    notes = load_notes(result.load or {})
-    if result.status != "passed":
-        notes.insert(0, result.status)
+    notes = load_notes(result.load)
+    if not result.passed:
+        notes.insert(0, result.status.value)
     return (result.id, *load_figures(result), "; ".join(notes))
 
 

@@ -35,10 +35,13 @@ from perfguard.worker.protocol import (
     timeout_error,
 )
 
-__all__ = ["DEFAULT_TIMEOUT_S", "WorkerProcess"]
+__all__ = ["DEFAULT_TIMEOUT_S", "OPEN_TIMEOUT_S", "WorkerProcess"]
 
+#: How long opening a cell (or warming it up) may take: exporting or quantizing a
+#: model on its first open can take minutes.
+OPEN_TIMEOUT_S = 600.0
 #: A request's default reply timeout (``open`` may export and quantize a model).
-DEFAULT_TIMEOUT_S = 600.0
+DEFAULT_TIMEOUT_S = OPEN_TIMEOUT_S
 _STDERR_LINES = 20
 _STDERR_BYTES = 64 * 1024
 _LINE_CHARS = 300  # a stderr line longer than this is cut in the tail

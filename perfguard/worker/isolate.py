@@ -18,11 +18,10 @@ from dataclasses import replace
 from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import Scenario
 from perfguard.measure.cell import RunContext
-from perfguard.worker.client import WorkerProcess
+from perfguard.worker.client import OPEN_TIMEOUT_S, WorkerProcess
 
 __all__ = ["IsolatedRun", "measure_timeout_s"]
 
-OPEN_TIMEOUT_S = 600.0  # a first export or quantization can take minutes
 # An SLO search measures one level per step; its own rules end it, so this only
 # bounds a worker that stopped answering altogether.
 _SEARCH_LEVELS = 40
@@ -67,7 +66,7 @@ class IsolatedRun:
     def measure(self) -> ScenarioResult:
         reply = self._worker.request("result", timeout_s=measure_timeout_s(self.scenario))
         result = ScenarioResult.from_dict(reply["result"])
-        return replace(result, runtime={**result.runtime, "isolated": True})
+        return replace(result, runtime=replace(result.runtime, isolated=True))
 
     def close(self) -> None:
         self._worker.close()

@@ -1,0 +1,223 @@
+"""A cell's accuracy against its reference, as typed records (``ScenarioResult.accuracy``).
+
+:mod:`perfguard.accuracy.metrics` computes the figures (its docstring defines each
+one) and :mod:`perfguard.accuracy.run` gathers them per cell; the plugin and the
+reports only read them. ``to_dict`` gives exactly the JSON of ``results.json``:
+results files are strict JSON, so a NaN or infinite figure is written as null (and
+reads back as None).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+__all__ = [
+    "AccuracyFigures",
+    "AccuracyReport",
+    "Check",
+    "DriftRow",
+    "OutputMetrics",
+    "TaskMetricFigures",
+]
+
+
+def _plain(data: Any) -> Any:
+    """JSON-ready: tuples as lists, NaN/Inf as None (results.json is strict JSON)."""
+    if isinstance(data, dict):
+        return {key: _plain(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_plain(value) for value in data]
+    return None if isinstance(data, float) and not math.isfinite(data) else data
+
+
+def _ints(values: Any) -> tuple[int, ...]:
+    return tuple(int(v) for v in values)
+
+
+@dataclass(frozen=True)
+class OutputMetrics:
+    """Figures of one output; ``worst_inputs`` by cosine (floats) or mismatches (integers)."""
+
+    name: str
+    values: Mapping[str, float | None]  # NaN in a fresh report, None once read from a file
+    worst_inputs: tuple[int, ...]
+    # Worst samples per ranking: cosine, kl, abs_err, rel_err, topk, nonfinite, mismatch.
+    worst_by_metric: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "values": _plain(dict(self.values)),
+            "worst_inputs": list(self.worst_inputs),
+            "worst_by_metric": {k: list(v) for k, v in self.worst_by_metric.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> OutputMetrics:
+        return cls(
+            name=data["name"],
+            values=dict(data["values"]),
+            worst_inputs=_ints(data["worst_inputs"]),
+            worst_by_metric={k: _ints(v) for k, v in data.get("worst_by_metric", {}).items()},
+        )
+
+
+@dataclass(frozen=True)
+class Check:
+    """One gate on one output (``output`` is "" for the task metric)."""
+
+    metric: str
+    output: str
+    value: float | None
+    limit: float
+    passed: bool
+    reference: str
+    worst_inputs: tuple[int, ...]
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(_plain(asdict(self)))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Check:
+        kwargs = {f.name: data[f.name] for f in fields(cls)}
+        kwargs["worst_inputs"] = _ints(kwargs["worst_inputs"])
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class TaskMetricFigures:
+    """The user's task metric on both sides and its drop (``reference - current``, or the
+    reverse when lower is better), checked against ``drop_max``; ``reference`` and
+    ``drop`` are None without a reference cell."""
+
+    function: str
+    current: float | None
+    reference: float | None
+    drop: float | None
+    drop_max: float
+    higher_is_better: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(_plain(asdict(self)))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TaskMetricFigures:
+        return cls(**{f.name: data[f.name] for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class AccuracyReport:
+    """Every output's figures and every gate's check against one reference."""
+
+    reference: str
+    outputs: tuple[OutputMetrics, ...]
+    checks: tuple[Check, ...]
+    task_metric: TaskMetricFigures | None = None
+
+    @property
+    def passed(self) -> bool:
+        return all(check.passed for check in self.checks)
+
+    @property
+    def failures(self) -> tuple[Check, ...]:
+        return tuple(check for check in self.checks if not check.passed)
+
+    def output(self, name: str) -> OutputMetrics | None:
+        return next((o for o in self.outputs if o.name == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed,
+            "reference": self.reference,
+            "outputs": [o.to_dict() for o in self.outputs],
+            "checks": [c.to_dict() for c in self.checks],
+            "task_metric": self.task_metric.to_dict() if self.task_metric else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AccuracyReport:
+        task = data.get("task_metric")
+        return cls(
+            reference=data["reference"],
+            outputs=tuple(OutputMetrics.from_dict(o) for o in data.get("outputs", ())),
+            checks=tuple(Check.from_dict(c) for c in data.get("checks", ())),
+            task_metric=TaskMetricFigures.from_dict(task) if task else None,
+        )
+
+
+@dataclass(frozen=True)
+class DriftRow:
+    """``cosine_mean`` of one output vs the reference, now and at the baseline commit."""
+
+    output: str
+    baseline: float
+    current: float
+    drop: float
+    limit: float | None
+    passed: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(_plain(asdict(self)))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DriftRow:
+        return cls(**{f.name: data[f.name] for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class AccuracyFigures:
+    """A cell's accuracy: against its reference cell (``report``, with the drift of its
+    ``cosine_mean`` since the baseline commit), its task metric, and against the golden
+    outputs archived with the baseline (``baseline``; ``baseline_skipped`` says why not).
+    ``n`` is the number of accuracy inputs; ``failures`` are the one-line messages of
+    every failed gate."""
+
+    n: int
+    reference: str | None = None
+    report: AccuracyReport | None = None
+    drift: tuple[DriftRow, ...] = ()
+    task_metric: TaskMetricFigures | None = None
+    baseline: AccuracyReport | None = None
+    baseline_skipped: str | None = None
+    failures: tuple[str, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "n": self.n,
+            "reference": self.reference,
+            "report": self.report.to_dict() if self.report is not None else None,
+        }
+        if self.drift:
+            out["drift"] = [row.to_dict() for row in self.drift]
+        if self.task_metric is not None:
+            out["task_metric"] = self.task_metric.to_dict()
+        if self.baseline is not None:
+            out["baseline"] = self.baseline.to_dict()
+        elif self.baseline_skipped is not None:
+            out["baseline"] = {"skipped": self.baseline_skipped}
+        out["failures"] = list(self.failures)
+        out["passed"] = self.passed
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AccuracyFigures:
+        report, task, base = data.get("report"), data.get("task_metric"), data.get("baseline")
+        skipped = base.get("skipped") if isinstance(base, Mapping) else None
+        return cls(
+            n=data["n"],
+            reference=data.get("reference"),
+            report=AccuracyReport.from_dict(report) if report else None,
+            drift=tuple(DriftRow.from_dict(row) for row in data.get("drift") or ()),
+            task_metric=TaskMetricFigures.from_dict(task) if task else None,
+            baseline=AccuracyReport.from_dict(base) if base and skipped is None else None,
+            baseline_skipped=skipped,
+            failures=tuple(str(f) for f in data.get("failures") or ()),
+        )

@@ -1,0 +1,163 @@
+"""The latency summary and the runtime facts of a measured cell, as typed records.
+
+Both travel inside a :class:`~perfguard.core.results.ScenarioResult`; ``to_dict`` gives
+exactly the JSON ``results.json`` and baseline files hold (key order included, since
+a reviewer diffs those files), ``from_dict`` reads it back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+__all__ = [
+    "RESERVED_KEYS",
+    "BenchmarkFacts",
+    "CpuShares",
+    "GpuFacts",
+    "JSON",
+    "LatencySummary",
+    "RuntimeInfo",
+]
+
+#: A value read from or written to a JSON file, as ``json`` gives it.
+JSON = Any
+
+
+@dataclass(frozen=True)
+class LatencySummary:
+    """Summary of per-request latencies, all in nanoseconds (percentiles: nearest rank)."""
+
+    n: int
+    min: float
+    max: float
+    mean: float
+    std: float
+    p50: float
+    p90: float
+    p95: float
+    p99: float
+    p999: float
+
+    def to_dict(self) -> dict[str, float | int]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LatencySummary:
+        return cls(**{f.name: data[f.name] for f in fields(cls)})
+
+
+def summary_or_none(data: Mapping[str, Any] | None) -> LatencySummary | None:
+    """``LatencySummary.from_dict`` of an optional summary."""
+    return LatencySummary.from_dict(data) if data is not None else None
+
+
+@dataclass(frozen=True)
+class CpuShares:
+    """What the machine-speed canary saw besides the cell (see ``perfguard.measure.canary``):
+    other processes' share of all CPUs (``foreign_cpu``) and the hypervisor's (``steal``);
+    None where the host does not tell (no ``/proc/stat``)."""
+
+    foreign_cpu: float | None
+    steal: float | None
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    """A GPU cell's telemetry (``perfguard.machine.telemetry``) and, for torch on CUDA,
+    the device-side latency summary of the timed requests."""
+
+    telemetry: dict[str, JSON] | None
+    device_latency_ns: LatencySummary | None = None
+
+
+@dataclass(frozen=True)
+class BenchmarkFacts:
+    """A result bridged from pytest-benchmark (``perfguard.interop.benchmark_bridge``)."""
+
+    source: str
+    rounds: int
+    iterations: int
+    sample: str
+    group: JSON
+    params: JSON
+    extra_info: JSON
+
+
+#: The runtime keys perfguard itself writes; a backend's own facts use other names.
+RESERVED_KEYS = frozenset(
+    {"foreign_cpu", "steal", "sessions", "telemetry", "device_latency_ns", "isolated", "ab_base"}
+    | {f.name for f in fields(BenchmarkFacts)}
+)
+
+
+@dataclass(frozen=True)
+class RuntimeInfo:
+    """What a result says about how it ran (``ScenarioResult.runtime``).
+
+    ``backend`` holds the backend's own facts, free-form and in its order (providers,
+    versions, optimisation level, engine path...: ``Session.runtime_info``). The rest
+    is what perfguard itself records and reads: ``cpu`` (contention during the cell,
+    gated by the judging policy), ``sessions`` (runtime sessions of a load cell),
+    ``gpu`` (telemetry), ``isolated`` (measured in a worker of its own), ``ab_base``
+    (the base commit of a same-run A/B cell) and ``benchmark`` (a pytest-benchmark
+    test). In JSON they follow the backend's facts, each only when set; their keys
+    (``RESERVED_KEYS``) are not for a backend's own facts.
+    """
+
+    backend: dict[str, JSON] = field(default_factory=dict)
+    cpu: CpuShares | None = None
+    sessions: int | None = None
+    gpu: GpuFacts | None = None
+    isolated: bool = False
+    ab_base: str | None = None
+    benchmark: BenchmarkFacts | None = None
+
+    @property
+    def foreign_cpu(self) -> float | None:
+        """Other processes' share of all CPUs during the cell; None when not measured."""
+        return self.cpu.foreign_cpu if self.cpu is not None else None
+
+    def to_dict(self) -> dict[str, JSON]:
+        out: dict[str, JSON] = dict(self.backend)
+        if self.cpu is not None:
+            out.update(foreign_cpu=self.cpu.foreign_cpu, steal=self.cpu.steal)
+        if self.sessions is not None:
+            out["sessions"] = self.sessions
+        if self.gpu is not None:
+            out["telemetry"] = self.gpu.telemetry
+            if self.gpu.device_latency_ns is not None:
+                out["device_latency_ns"] = self.gpu.device_latency_ns.to_dict()
+        if self.isolated:
+            out["isolated"] = True
+        if self.ab_base is not None:
+            out["ab_base"] = self.ab_base
+        if self.benchmark is not None:
+            out.update(asdict(self.benchmark))
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, JSON]) -> RuntimeInfo:
+        rest = dict(data)
+        cpu = None
+        if "foreign_cpu" in rest or "steal" in rest:
+            cpu = CpuShares(rest.pop("foreign_cpu", None), rest.pop("steal", None))
+        gpu = None
+        if "telemetry" in rest or "device_latency_ns" in rest:
+            gpu = GpuFacts(
+                rest.pop("telemetry", None), summary_or_none(rest.pop("device_latency_ns", None))
+            )
+        benchmark = None
+        if rest.get("source") == "pytest-benchmark":
+            names = [f.name for f in fields(BenchmarkFacts)]
+            benchmark = BenchmarkFacts(**{name: rest.pop(name, None) for name in names})
+        return cls(
+            cpu=cpu,
+            sessions=rest.pop("sessions", None),
+            gpu=gpu,
+            isolated=bool(rest.pop("isolated", False)),
+            ab_base=rest.pop("ab_base", None),
+            benchmark=benchmark,
+            backend=rest,
+        )
