@@ -32,7 +32,7 @@ from perfguard.core.figures import GpuFacts
 from perfguard.core.results import ScenarioResult, Status
 from perfguard.core.scenario import Scenario
 from perfguard.core.stats import summarize
-from perfguard.machine import telemetry
+from perfguard.machine.telemetry import TelemetrySampler, invalid_reason
 
 __all__ = ["GpuWatch", "cuda_unavailable", "device_index", "is_out_of_memory"]
 
@@ -117,7 +117,7 @@ class GpuWatch:
         reset = getattr(self.session, "reset_device_peak", None)
         if reset is not None:
             reset()
-        self._sampler = telemetry.TelemetrySampler(device_index(self.scenario.device))
+        self._sampler = TelemetrySampler(device_index(self.scenario.device))
         self._sampler.start()
         if self.scenario.gpu.exclusive:
             others = self._sampler.result().get("other_processes") or []
@@ -173,7 +173,7 @@ class GpuWatch:
         result = dataclasses.replace(result, gpu_peak_memory_mib=self.peak_mib)
 
         gpu = self.scenario.gpu
-        why = telemetry.invalid_reason(
+        why = invalid_reason(
             self.telemetry or {}, allow_throttle=gpu.allow_throttle, exclusive=gpu.exclusive
         )
         if why is None:
