@@ -13,12 +13,12 @@ from __future__ import annotations
 import pytest
 
 from perfguard.core.policy import CONTENTION_LIMIT
+from perfguard.interop.benchmark_bridge import register_bridge
+from perfguard.plugin import hookspecs
 from perfguard.plugin.session import STATE_KEY, PerfguardSession
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    from perfguard.plugin import hookspecs
-
     pluginmanager.add_hookspecs(hookspecs)
 
 
@@ -175,8 +175,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[STATE_KEY] = session
     config.pluginmanager.register(session, "perfguard-session")
     # pytest-benchmark tests join the same results, comparison and gate.
-    from perfguard.interop.benchmark_bridge import register_bridge
-
     register_bridge(config, session.on_benchmark)
 
 

@@ -14,24 +14,31 @@ import json
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
 from perfguard import __version__
+from perfguard.ab.run import ABConfig, ABRun, base_results
 from perfguard.accuracy.run import AccuracyChecker
+from perfguard.baseline.git import commit_info
+from perfguard.core.atomicio import write_json_atomic
 from perfguard.core.errors import AccuracyFailure, BackendUnavailable, GateFailure, PerfguardError
 from perfguard.core.policy import DEFAULT_GATES
 from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
+from perfguard.core.resultsio import write_results
 from perfguard.core.scenario import Scenario
 from perfguard.judge.gatekeeper import Gatekeeper, GateSettings, check_can_save, failure_message
 from perfguard.judge.verdict import REGRESSION, ScenarioVerdict
+from perfguard.machine.env import collect_environment
 from perfguard.measure.cell import RunContext, open_session
 from perfguard.measure.runner import ScenarioRun
-
-if TYPE_CHECKING:
-    from perfguard.ab.run import ABRun
-    from perfguard.plugin.items import ScenarioItem
+from perfguard.plugin.items import ScenarioItem, SuiteFile
+from perfguard.report import render_markdown, write_report
+from perfguard.report.github import annotation, in_github_actions, write_step_summary
+from perfguard.report.model import ReportInput
+from perfguard.report.tables import accuracy_lines, load_lines, summary_lines, verdict_notes
+from perfguard.worker.isolate import IsolatedRun
 
 STATE_KEY = pytest.StashKey["PerfguardSession"]()
 _WORKER_OUTPUT_KEY = "perfguard_results"
@@ -83,8 +90,6 @@ class PerfguardSession:
         self.ab: ABRun | None = None
         ab_ref = config.getoption("perfguard_ab")
         if ab_ref:
-            from perfguard.ab.run import ABConfig, ABRun
-
             self.ab = ABRun(
                 self.rootdir,
                 ABConfig(ref=str(ab_ref), python=config.getoption("perfguard_ab_python")),
@@ -149,16 +154,12 @@ class PerfguardSession:
     @property
     def commit(self) -> CommitInfo:
         if self._commit is None:
-            from perfguard.baseline.git import commit_info
-
             self._commit = commit_info(self.rootdir)
         return self._commit
 
     @property
     def environment(self) -> Environment:
         if self._environment is None:
-            from perfguard.machine.env import collect_environment
-
             extra: dict[str, str] = {}
             for fields in self.config.hook.pytest_perfguard_environment(config=self.config):
                 extra.update({str(k): str(v) for k, v in (fields or {}).items()})
@@ -203,11 +204,7 @@ class PerfguardSession:
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> Any:
         if not self.is_suite(file_path):
             return None
-        from perfguard.plugin.items import SuiteFile
-
-        node = SuiteFile.from_parent(parent, path=file_path)
-        node.perfguard = self
-        return node
+        return SuiteFile.from_parent(parent, path=file_path, runner=self)
 
     @pytest.hookimpl
     def pytest_itemcollected(self, item: pytest.Item) -> None:
@@ -271,8 +268,6 @@ class PerfguardSession:
             return self._with_accuracy(scenario, result), verdict
         gatekeeper = self.gatekeeper
         if self.isolate or scenario.isolate:
-            from perfguard.worker.isolate import IsolatedRun
-
             with IsolatedRun(scenario, self.ctx) as iso:
                 measured = iso.measure()
                 result, verdict = gatekeeper.judge_confirmed(measured, scenario.gates, iso.measure)
@@ -405,9 +400,6 @@ class PerfguardSession:
             if self.ab is not None:
                 self.ab.close()
             return
-        from perfguard.core.atomicio import write_json_atomic
-        from perfguard.core.resultsio import write_results
-
         gatekeeper = self.gatekeeper
         if self.ab is not None:
             try:
@@ -437,16 +429,10 @@ class PerfguardSession:
 
     def _write_report(self, run: RunResult) -> Path:
         """report.html + summary.md beside results.json; the job summary on GitHub."""
-        from perfguard.report import render_markdown, write_report
-        from perfguard.report.github import in_github_actions, write_step_summary
-        from perfguard.report.model import ReportInput
-
         gatekeeper = self.gatekeeper
         choice = gatekeeper.choice
         baseline = {}
         if self.ab is not None:
-            from perfguard.ab.run import base_results
-
             baseline = base_results(self.verdicts, self.results)
         elif choice.baseline is not None:
             for sid in choice.baseline.scenario_ids():
@@ -484,8 +470,6 @@ class PerfguardSession:
 
     def _annotations(self) -> list[str]:
         """Under GitHub Actions, one ``::error`` per failed cell, at its suite line."""
-        from perfguard.report.github import annotation, in_github_actions
-
         if not in_github_actions():
             return []
         lines = []
@@ -500,8 +484,6 @@ class PerfguardSession:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.is_worker or not self.results:
             return
-        from perfguard.report.tables import accuracy_lines, load_lines, summary_lines, verdict_notes
-
         terminalreporter.section("perfguard")
         choice = self.gatekeeper.choice
         how = f"same-run A/B against {self.ab.label}" if self.ab and self.ab.base else choice.how
