@@ -15,7 +15,9 @@ import pytest
 from _pytest._code.code import ExceptionInfo, TerminalRepr
 
 from perfguard.core.errors import BackendUnavailable, PerfguardError, RunInvalid, SuiteError
+from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import Scenario
+from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.suite.loader import load_suite
 
 
@@ -115,3 +117,26 @@ class SuiteErrorItem(pytest.Item):
     def reportinfo(self) -> tuple[str, int | None, str]:
         line = self.error.location.line if self.error.location else None
         return str(self.path), (line - 1 if line else None), "suite: failed to load"
+
+
+def junit_properties(
+    result: ScenarioResult, verdict: ScenarioVerdict | None
+) -> list[tuple[str, object]]:
+    """(name, value) pairs for JUnit XML (``<property>``): a cell's figures and verdict."""
+    props: list[tuple[str, object]] = [("perfguard_status", result.status)]
+    if result.latency_ns is not None:
+        for key in ("p50", "p95", "p99"):
+            props.append((f"perfguard_{key}_ms", round(getattr(result.latency_ns, key) / 1e6, 6)))
+        props.append(("perfguard_n", result.latency_ns.n))
+    if result.throughput is not None:
+        props.append(("perfguard_throughput", round(result.throughput, 3)))
+    if result.peak_memory_mib is not None:
+        props.append(("perfguard_peak_memory_mib", round(result.peak_memory_mib, 1)))
+    if verdict is not None:
+        props.append(("perfguard_verdict", verdict.verdict))
+        p95 = verdict.metric("p95")
+        if p95 is not None and p95.change is not None:
+            props.append(("perfguard_p95_change_pct", round(p95.change * 100, 2)))
+    if result.accuracy:
+        props.append(("perfguard_accuracy_passed", bool(result.accuracy.get("passed", True))))
+    return props
