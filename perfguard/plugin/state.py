@@ -31,6 +31,7 @@ from perfguard.judge.gatekeeper import Gatekeeper, check_can_save, failure_messa
 from perfguard.judge.verdict import REGRESSION, ScenarioVerdict
 from perfguard.machine.env import collect_environment
 from perfguard.measure.cell import RunContext
+from perfguard.models.factory import forget_factory_models
 from perfguard.plugin import xdist_transport
 from perfguard.plugin.items import ScenarioItem, SuiteFile, junit_properties
 from perfguard.plugin.measurement import CellMeasurer
@@ -53,7 +54,10 @@ def configure(config: pytest.Config) -> None:
 
 
 def unconfigure(config: pytest.Config) -> None:
-    """End the run: the A/B worktree goes however the session ended."""
+    """End the run: the A/B worktree goes however the session ended, and so does the
+    factory model kept for the session's cells (its memory, and a stale build in the
+    next session of this process)."""
+    forget_factory_models()
     session = config.stash.get(STATE_KEY, None)
     if session is not None:
         if session.ab is not None:
