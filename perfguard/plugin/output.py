@@ -45,10 +45,10 @@ def write_run_files(
     write_comparison(
         comparison_path(files.results),
         baseline=gatekeeper.choice.to_dict(),
-        gate=settings.gate.gate,
+        gate=settings.judging.gate,
         verdicts=verdicts.values(),
     )
-    if settings.gate.save:
+    if settings.judging.save:
         files.saved = gatekeeper.save(run)
     files.report = _write_report(run, verdicts, settings, gatekeeper, ab)
 
@@ -84,7 +84,7 @@ def _write_report(
             choice.baseline.launches[-1].environment if choice.baseline else None
         ),
         history={sid: gatekeeper.history_results(sid) for sid in results},
-        gate=settings.gate.gate,
+        gate=settings.judging.gate,
     )
     path = write_report(report, settings.report_dir)
     if in_github_actions():

@@ -25,7 +25,7 @@ class RunSettings:
     cache_dir: Path
     suite_patterns: tuple[str, ...]
     explicit_args: frozenset[Path]  # files named on the command line: always collected
-    gate: GateSettings
+    judging: GateSettings  # the baseline to compare with, the gate and its limits
     isolate: bool = False
     ab: ABConfig | None = None  # --perfguard-ab: same-run A/B against this ref
     is_worker: bool = False  # a pytest-xdist worker: measures, writes no files
@@ -41,7 +41,7 @@ class RunSettings:
             cache_dir=cache if cache.is_absolute() else rootdir / cache,
             suite_patterns=tuple(config.getini("perfguard_suite_patterns")),
             explicit_args=_explicit_args(config),
-            gate=GateSettings(
+            judging=GateSettings(
                 baseline=str(
                     config.getoption("perfguard_baseline") or config.getini("perfguard_baseline")
                 ),

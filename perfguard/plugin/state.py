@@ -71,8 +71,7 @@ class PerfguardSession:
 
     def __init__(self, config: pytest.Config, settings: RunSettings) -> None:
         self.config = config
-        self.run_settings = settings
-        self.settings = settings.gate
+        self.settings = settings
         self.rootdir = settings.rootdir
         self.report_dir = settings.report_dir
         self.is_worker = settings.is_worker
@@ -114,14 +113,14 @@ class PerfguardSession:
     @property
     def gatekeeper(self) -> Gatekeeper:
         if self._gatekeeper is None:
-            self._gatekeeper = Gatekeeper(self.settings, self.rootdir, self.environment)
+            self._gatekeeper = Gatekeeper(self.settings.judging, self.rootdir, self.environment)
         return self._gatekeeper
 
     @pytest.hookimpl
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         # Refuse a save that cannot be honoured, and resolve the baseline, before
         # minutes of measurement are spent.
-        refusal = None if self.is_worker else check_can_save(self.settings, self.commit)
+        refusal = None if self.is_worker else check_can_save(self.settings.judging, self.commit)
         if refusal:
             raise pytest.UsageError(refusal)
         try:
@@ -137,13 +136,13 @@ class PerfguardSession:
     def is_suite(self, file_path: Path) -> bool:
         if file_path.suffix not in _SUITE_SUFFIXES:
             return False
-        if file_path.resolve() in self.run_settings.explicit_args:
+        if file_path.resolve() in self.settings.explicit_args:
             return True
         try:
             rel = file_path.resolve().relative_to(self.rootdir.resolve()).as_posix()
         except ValueError:
             rel = file_path.as_posix()
-        return any(fnmatch.fnmatch(rel, p) for p in self.run_settings.suite_patterns)
+        return any(fnmatch.fnmatch(rel, p) for p in self.settings.suite_patterns)
 
     @pytest.hookimpl
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> Any:
@@ -196,7 +195,7 @@ class PerfguardSession:
         self.verdicts[verdict.scenario_id] = verdict
         regressed = verdict.verdict == REGRESSION
         accuracy_failures = list((result.accuracy or {}).get("failures", ()))
-        if self.settings.gate and (regressed or accuracy_failures):
+        if self.settings.judging.gate and (regressed or accuracy_failures):
             lines = ([failure_message(verdict)] if regressed else []) + accuracy_failures
             message = "\n".join(lines)
             self.record(replace(result, status="failed", message=message))
@@ -212,7 +211,7 @@ class PerfguardSession:
         """
         verdict = self.gatekeeper.judge(result, DEFAULT_GATES)
         self.verdicts[verdict.scenario_id] = verdict
-        if verdict.verdict == REGRESSION and self.settings.gate:
+        if verdict.verdict == REGRESSION and self.settings.judging.gate:
             message = failure_message(verdict)
             self.record(replace(result, status="failed", message=message))
             # A plain test function: fail it with the reason alone, not a traceback
@@ -297,7 +296,7 @@ class PerfguardSession:
         write_run_files(
             self.run_result(),
             self.verdicts,
-            settings=self.run_settings,
+            settings=self.settings,
             gatekeeper=gatekeeper,
             ab=self.ab,
             files=self.files,
