@@ -175,8 +175,14 @@ def test_missing_row_for_a_baseline_only_scenario() -> None:
 
 
 def test_failed_or_unstable_current_is_invalid() -> None:
-    v = verdict(result(status="failed"), result())
-    assert v.verdict == "invalid"
+    v = verdict(replace(result(), status="failed", latency_ns=None), result())
+    assert v.verdict == "invalid" and "no figures" in v.messages[0]
+    errored = verdict(result(status="error"), result())
+    assert errored.verdict == "invalid"
+    # The gate failed it on its figures (the plugin's comparison.json says regression):
+    # a stored run is judged on them too.
+    gated = verdict(result(lognormal(300, 2) * 3, status="failed"), result(lognormal(300, 1)))
+    assert gated.verdict == "regression"
     u = verdict(result(lognormal(300, 2), stable=False), result(lognormal(300, 1)))
     assert u.verdict == "invalid" and "unstable" in u.messages[0]
     assert u.metrics[0].ratio is not None  # figures kept for the report

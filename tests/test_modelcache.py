@@ -436,3 +436,79 @@ def test_fp16_conversion_keeps_float32_io_and_is_cached(
         convert_fp16(other, cache, Location(tmp_path / "suite.yaml", 5))
     assert info.value.location == Location(tmp_path / "suite.yaml", 5)
     assert list(cache.glob("*fp16*.onnx")) == [half]
+
+
+# --------------------------------------------------------------------------- factory model
+
+
+COUNTING_MODELS = """
+import torch
+
+CALLS = []
+
+
+def mlp(width=16):
+    CALLS.append(width)
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(8, width), torch.nn.ReLU(), torch.nn.Linear(width, 4)]
+    return torch.nn.Sequential(*layers)
+"""
+
+COUNTING_SUITE = """
+models:
+  mlp:
+    factory: counting_models:mlp
+    kwargs: {width: 16}
+    inputs:
+      x: {shape: [2, 8], dtype: float32, seed: 0}
+scenarios:
+  - name: mlp
+    model: mlp
+    device: cpu
+    matrix:
+      backend: [torch, onnxruntime]
+      precision: [fp32, fp16]
+"""
+
+
+def test_a_factory_model_is_built_once_for_the_cells_that_need_it(tmp_path: Path) -> None:
+    import dataclasses
+    import sys
+
+    from perfguard.measure.cell import RunContext, open_session
+    from perfguard.models.factory import forget_factory_models, load_factory
+    from perfguard.suite.loader import load_suite
+
+    (tmp_path / "counting_models.py").write_text(COUNTING_MODELS)
+    (tmp_path / "suite.yaml").write_text(COUNTING_SUITE)
+    cells = load_suite(tmp_path / "suite.yaml").scenarios
+    assert [(c.backend, c.precision) for c in cells] == [
+        ("torch", "fp32"),
+        ("torch", "fp16"),
+        ("onnxruntime", "fp32"),
+        ("onnxruntime", "fp16"),
+    ]
+    ctx = RunContext(rootdir=tmp_path, cache_dir=tmp_path / "cache")
+    forget_factory_models()
+    try:
+        outputs = []
+        for cell in cells:
+            with open_session(cell, ctx) as (session, prepared, _batch):
+                outputs.append(np.asarray(session.to_numpy(session.run(prepared))[0]))
+        calls = sys.modules["counting_models"].CALLS
+        assert calls == [16]  # four cells, one build
+        # Each cell had a model of its own: the fp16 cells' half() did not reach the others.
+        np.testing.assert_allclose(outputs[0], outputs[2], rtol=1e-4, atol=1e-4)
+        assert outputs[0].dtype == np.float32
+        first, second = load_factory(cells[0].model), load_factory(cells[0].model)
+        assert first is not second and calls == [16]
+        assert next(first.parameters()).dtype == torch.float32
+        # Other kwargs are another model; forgetting means building again.
+        load_factory(dataclasses.replace(cells[0].model, factory_kwargs=(("width", 8),)))
+        assert calls == [16, 8]
+        forget_factory_models()
+        load_factory(cells[0].model)
+        assert calls == [16, 8, 16]
+    finally:
+        forget_factory_models()
+        sys.modules.pop("counting_models", None)

@@ -75,7 +75,7 @@ from perfguard.core.policy import (
     limit_unit,
     samples_needed,
 )
-from perfguard.core.results import Environment, RunResult, ScenarioResult
+from perfguard.core.results import Environment, RunResult, ScenarioResult, Status
 from perfguard.core.stats import noise_floor, percentile, percentile_ratio_bound
 from perfguard.judge.verdict import (
     MetricVerdict,
@@ -342,7 +342,7 @@ def compare_scenario(
             f"{baseline.id} is in {base_ref} but was not measured in this run (renamed, "
             "deleted or deselected?); if intended, record a new baseline",
         )
-    if not current.passed:
+    if not current.passed and not _failed_by_a_check(current):
         why = f": {current.message}" if current.message else ""
         return verdict_of(
             VerdictKind.INVALID, (), f"scenario {current.status}{why}; it has no figures to compare"
@@ -408,6 +408,17 @@ def compare_scenario(
         for m in metrics
     ]
     return verdict_of(kind, metrics, why, *notes)
+
+
+def _failed_by_a_check(result: ScenarioResult) -> bool:
+    """A cell the gate or an accuracy check failed: measured, then failed on its figures.
+
+    The plugin judged it on those figures before failing it, so a stored run is judged on
+    them too (``perfguard compare`` and ``report`` agree with the run's comparison.json).
+    A cell that failed to measure (no figures, or requests that failed under load) is not.
+    """
+    load_failed = result.load is not None and result.load.failed > 0
+    return result.status == Status.FAILED and result.latency_ns is not None and not load_failed
 
 
 def _foreign_cpu(result: ScenarioResult) -> float | None:

@@ -3,16 +3,25 @@
 A factory is ``module:function``; the module is imported with the suite's
 directory (``ModelSpec.base_dir``) first on ``sys.path``, so a ``models.py``
 beside the suite file is found without installing anything.
+
+A factory model is built once per process and session, not once per cell: the
+last one built is kept (pristine, never handed out) and every caller gets a deep
+copy of it, so a cell may ``eval()``, ``half()``, quantize, compile or move its
+model without touching another's. The copy is made only while the factory function
+is the very object that built it (a re-imported module builds afresh);
+``forget_factory_models`` drops the kept model (the plugin calls it when a session ends).
 """
 
 from __future__ import annotations
 
+import copy
 import difflib
 import importlib
 import inspect
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
@@ -27,6 +36,7 @@ __all__ = [
     "check_forward_inputs",
     "check_onnx_file",
     "feeds_positionally",
+    "forget_factory_models",
     "forget_shadowed",
     "forward_parameters",
     "load_factory",
@@ -49,8 +59,31 @@ def split_factory(factory: str, location: Location | None = None) -> tuple[str, 
     return module_name, function_name
 
 
+@dataclass(frozen=True)
+class _Built:
+    """The last factory model built in this process, and what built it."""
+
+    key: tuple[str, str, str]  # (factory, suite folder, kwargs)
+    function: Callable[..., Any]  # the factory object itself: a re-import builds afresh
+    module: torch.nn.Module  # pristine: only copies of it are handed out
+
+
+# One model at a time: a suite's cells of one model run one after the other, and
+# keeping more would hold their weights in memory for the rest of the session.
+_built: list[_Built] = []
+
+
+def forget_factory_models() -> None:
+    """Drop the kept factory model (its memory goes; the next call builds again)."""
+    _built.clear()
+
+
 def load_factory(model: ModelSpec) -> torch.nn.Module:
-    """Import ``model.factory``, call it with ``factory_kwargs`` and return the module."""
+    """Import ``model.factory``, call it with ``factory_kwargs`` and return the module.
+
+    The model is built once per process and session (see the module docstring):
+    each call returns a module of its own, a deep copy of the one built.
+    """
 
     if model.factory is None:
         raise ModelError(
@@ -64,7 +97,19 @@ def load_factory(model: ModelSpec) -> torch.nn.Module:
     # The suite's folder stays on sys.path while the factory runs: it may import lazily.
     with on_sys_path(entry):
         module = _import_module(module_name, entry, model.location)
-        return _call_factory(module, module_name, function_name, model)
+        function = _factory_function(module, module_name, function_name, model)
+        key = (model.factory, entry, repr(model.factory_kwargs))
+        for built in _built:
+            if built.key == key and built.function is function:
+                return copy.deepcopy(built.module)
+        _built.clear()  # before building: two models' weights are never kept at once
+        result = _call_factory(function, model)
+    try:
+        handed_out = copy.deepcopy(result)
+    except Exception:  # a model that cannot be copied is built per call
+        return result
+    _built.append(_Built(key, function, result))
+    return handed_out
 
 
 def import_function(spec: str, base_dir: Path, location: Location) -> Callable[..., Any]:
@@ -90,11 +135,9 @@ def import_function(spec: str, base_dir: Path, location: Location) -> Callable[.
     return cast("Callable[..., Any]", function)
 
 
-def _call_factory(
+def _factory_function(
     module: ModuleType, module_name: str, function_name: str, model: ModelSpec
-) -> torch.nn.Module:
-    import torch
-
+) -> Callable[..., Any]:
     function = getattr(module, function_name, None)
     if function is None or not callable(function):
         names = [name for name in dir(module) if not name.startswith("_")]
@@ -107,6 +150,12 @@ def _call_factory(
             fix=f"check the function name in `factory: {model.factory}` ({hint})",
             location=model.location,
         )
+    return cast("Callable[..., Any]", function)
+
+
+def _call_factory(function: Callable[..., Any], model: ModelSpec) -> torch.nn.Module:
+    import torch
+
     kwargs: dict[str, Any] = dict(model.factory_kwargs)
     try:
         result = function(**kwargs)

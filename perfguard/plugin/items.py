@@ -8,35 +8,54 @@ errors, and one bad suite must not stop the others.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
 import pytest
 from _pytest._code.code import ExceptionInfo, TerminalRepr
 
 from perfguard.core.errors import BackendUnavailable, PerfguardError, RunInvalid, SuiteError
+from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import Scenario
+from perfguard.judge.verdict import ScenarioVerdict
+from perfguard.suite.loader import load_suite
 
-if TYPE_CHECKING:
-    from perfguard.plugin.session import PerfguardSession
+
+class CellRunner(Protocol):
+    """What the nodes need of the run: the run's state object implements it."""
+
+    def register_suite(self, path: Path, scenarios: tuple[Scenario, ...]) -> None:
+        """Remember a loaded suite's cells."""
+
+    def register_markers(self, tags: Iterable[str]) -> None:
+        """Declare a suite's tags as markers."""
+
+    def run_item(self, item: ScenarioItem) -> None:
+        """Measure, record and judge one cell; raise to fail or skip it."""
+
+    def item_properties(self, scenario: Scenario) -> list[tuple[str, object]]:
+        """The cell's (name, value) pairs for JUnit XML."""
 
 
 class SuiteFile(pytest.File):
     """A ``suites/*.yaml`` file; yields one item per matrix cell."""
 
-    perfguard: PerfguardSession
+    def __init__(self, *, runner: CellRunner, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.runner = runner
 
     def collect(self) -> Iterable[pytest.Item]:
-        from perfguard.suite.loader import load_suite
-
         try:
             suite = load_suite(self.path)
         except SuiteError as exc:
             yield SuiteErrorItem.from_parent(self, name="suite", error=exc)
             return
-        self.perfguard.register_suite(self.path, suite.scenarios)
+        self.runner.register_suite(self.path, suite.scenarios)
         for scenario in suite.scenarios:
-            item = ScenarioItem.from_parent(self, name=scenario.item_name, scenario=scenario)
-            self.perfguard.register_markers(scenario.tags)
+            item = ScenarioItem.from_parent(
+                self, name=scenario.item_name, scenario=scenario, runner=self.runner
+            )
+            self.runner.register_markers(scenario.tags)
             item.add_marker("perfguard")
             for tag in scenario.tags:
                 item.add_marker(tag)
@@ -50,19 +69,19 @@ class SuiteFile(pytest.File):
 class ScenarioItem(pytest.Item):
     """One scenario cell: measured, recorded and (with a baseline) gated."""
 
-    def __init__(self, *, scenario: Scenario, **kwargs: object) -> None:
+    def __init__(self, *, scenario: Scenario, runner: CellRunner, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.scenario = scenario
+        self.runner = runner
 
     def runtest(self) -> None:
-        session: PerfguardSession = self.parent.perfguard  # type: ignore[union-attr]
         try:
-            session.run_item(self)
+            self.runner.run_item(self)
         except (BackendUnavailable, RunInvalid) as exc:
             pytest.skip(str(exc))
         finally:
             # The figures travel with the item: --junitxml writes them as <property>.
-            self.user_properties.extend(session.item_properties(self.scenario))
+            self.user_properties.extend(self.runner.item_properties(self.scenario))
 
     def repr_failure(
         self,
@@ -98,3 +117,26 @@ class SuiteErrorItem(pytest.Item):
     def reportinfo(self) -> tuple[str, int | None, str]:
         line = self.error.location.line if self.error.location else None
         return str(self.path), (line - 1 if line else None), "suite: failed to load"
+
+
+def junit_properties(
+    result: ScenarioResult, verdict: ScenarioVerdict | None
+) -> list[tuple[str, object]]:
+    """(name, value) pairs for JUnit XML (``<property>``): a cell's figures and verdict."""
+    props: list[tuple[str, object]] = [("perfguard_status", result.status)]
+    if result.latency_ns is not None:
+        for key in ("p50", "p95", "p99"):
+            props.append((f"perfguard_{key}_ms", round(getattr(result.latency_ns, key) / 1e6, 6)))
+        props.append(("perfguard_n", result.latency_ns.n))
+    if result.throughput is not None:
+        props.append(("perfguard_throughput", round(result.throughput, 3)))
+    if result.peak_memory_mib is not None:
+        props.append(("perfguard_peak_memory_mib", round(result.peak_memory_mib, 1)))
+    if verdict is not None:
+        props.append(("perfguard_verdict", verdict.verdict))
+        p95 = verdict.metric("p95")
+        if p95 is not None and p95.change is not None:
+            props.append(("perfguard_p95_change_pct", round(p95.change * 100, 2)))
+    if result.accuracy:
+        props.append(("perfguard_accuracy_passed", result.accuracy.passed))
+    return props

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from perfguard.baseline.read import pooled_run, read_baseline_file
-from perfguard.core.atomicio import read_json
 from perfguard.core.errors import ResultsError
 from perfguard.core.policy import CONFIDENCE, CONTENTION_LIMIT, NORMALISE
 from perfguard.core.results import RunResult, ScenarioResult
@@ -22,26 +21,9 @@ from perfguard.judge.compare import environment_diff
 from perfguard.judge.stored import judge_runs
 from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.report import write_report_files
-from perfguard.report.index import COMPARISON_FILENAME, render_index
+from perfguard.report.comparison import comparison_path, read_comparison
+from perfguard.report.index import render_index
 from perfguard.report.model import ReportInput
-
-
-def _stored_comparison(path: Path) -> tuple[tuple[ScenarioVerdict, ...], dict[str, Any], bool]:
-    data = read_json(path)
-    try:
-        if not isinstance(data, dict) or data.get("schema_version") != 1:
-            raise ValueError("not a schema_version 1 comparison object")
-        verdicts = tuple(ScenarioVerdict.from_dict(v) for v in data.get("verdicts", ()))
-        info = data.get("baseline") or {}
-        if not isinstance(info, dict):
-            raise ValueError("'baseline' is not an object")
-        return verdicts, info, bool(data.get("gate", True))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ResultsError(
-            f"{path}: comparison file is malformed ({exc})",
-            expected='{"schema_version": 1, "baseline": {...}, "gate": ..., "verdicts": [...]}',
-            fix="delete it to render without verdicts, or re-run `pytest --perfguard`",
-        ) from exc
 
 
 def _load_baseline(path: Path) -> tuple[RunResult, dict[str, ScenarioResult], str]:
@@ -73,9 +55,14 @@ def report_command(
     verdicts: tuple[ScenarioVerdict, ...] = ()
     info: dict[str, Any] = {}
     gate = True
-    comparison = results.with_name(COMPARISON_FILENAME)
+    comparison = comparison_path(results)
     if comparison.is_file():
-        verdicts, info, gate = _stored_comparison(comparison)
+        stored_comparison = read_comparison(comparison)
+        verdicts, info, gate = (
+            stored_comparison.verdicts,
+            stored_comparison.baseline,
+            stored_comparison.gate,
+        )
     base_by_id: dict[str, ScenarioResult] = {}
     base_env = None
     stored = info.get("path")

@@ -7,14 +7,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import quote
 
-from perfguard.core.atomicio import read_json, write_text_atomic
+from perfguard.core.atomicio import write_text_atomic
 from perfguard.core.errors import PerfguardError
 from perfguard.core.resultsio import RESULTS_FILENAME, read_results
 from perfguard.judge.verdict import SEVERITY, VerdictKind
+from perfguard.report.comparison import comparison_path, read_comparison
 from perfguard.report.render import environment
 
 INDEX_FILENAME = "index.html"
-COMPARISON_FILENAME = "comparison.json"
 
 
 @dataclass
@@ -53,19 +53,16 @@ def _entry(directory: Path) -> Entry:
     entry.branch = run.commit.branch or ""
     entry.dirty = run.commit.dirty
     entry.scenarios = len(run.scenarios)
-    comparison = directory / COMPARISON_FILENAME
+    comparison = comparison_path(directory / RESULTS_FILENAME)
     if comparison.is_file():
         try:
-            data = read_json(comparison)
-            verdicts = data["verdicts"]
-            for v in verdicts:
-                kind = str(v["verdict"])
-                entry.counts[kind] = entry.counts.get(kind, 0) + 1
-            entry.gate = (
-                "FAILED" if entry.counts.get(VerdictKind.REGRESSION) and data.get("gate") else "ok"
-            )
-        except (PerfguardError, KeyError, TypeError) as exc:
-            entry.problem = f"{comparison}: unreadable ({exc})"
+            stored = read_comparison(comparison)
+        except PerfguardError as exc:
+            entry.problem = str(exc)  # names the file
+            return entry
+        for v in stored.verdicts:
+            entry.counts[v.verdict] = entry.counts.get(v.verdict, 0) + 1
+        entry.gate = "FAILED" if entry.counts.get(VerdictKind.REGRESSION) and stored.gate else "ok"
     return entry
 
 

@@ -1,0 +1,167 @@
+"""The ``--perfguard*`` options and ``perfguard_*`` ini keys, and nothing else.
+
+``perfguard.plugin.hooks`` (the ``pytest11`` entry point) imports this module in every
+pytest run, with or without ``--perfguard``, so it imports nothing heavy: only pytest
+and the policy's defaults (no numpy, scipy, jinja2, yaml or runtimes).
+
+Option precedence, for every setting: command line > ini key in
+``[tool.pytest.ini_options]`` (or pytest.ini/tox.ini/setup.cfg) > built-in default;
+``perfguard.plugin.settings`` reads them once.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from perfguard.core.policy import CONTENTION_LIMIT
+
+
+def enabled(config: pytest.Config) -> bool:
+    """Whether this run asked for perfguard (``--perfguard``)."""
+    return bool(config.getoption("perfguard"))
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """Register the command-line options and their ini twins."""
+    group = parser.getgroup("perfguard", "perfguard: performance-regression tests of ML models")
+    group.addoption(
+        "--perfguard",
+        action="store_true",
+        default=False,
+        help="collect and run the model scenarios of suites/*.yaml (off by default).",
+    )
+    group.addoption(
+        "--perfguard-report-dir",
+        metavar="DIR",
+        default=None,
+        help="where reports/<commit12>/results.json is written "
+        "(default: ini perfguard_report_dir, else 'reports').",
+    )
+    group.addoption(
+        "--perfguard-baseline",
+        metavar="auto|REF|PATH|none",
+        default=None,
+        help="what to compare with: 'auto' (nearest ancestor commit with a stored "
+        "baseline; default), a git ref, a results/baseline JSON file, or 'none'.",
+    )
+    group.addoption(
+        "--perfguard-baseline-dir",
+        metavar="DIR",
+        default=None,
+        help="the baseline archive (default: ini perfguard_baseline_dir, else 'baselines').",
+    )
+    group.addoption(
+        "--perfguard-save",
+        action="store_true",
+        default=False,
+        help="archive this run as the baseline of HEAD (refused on a dirty tree).",
+    )
+    group.addoption(
+        "--perfguard-allow-dirty",
+        action="store_true",
+        default=False,
+        help="allow --perfguard-save with uncommitted changes.",
+    )
+    group.addoption(
+        "--perfguard-target-branch",
+        metavar="BRANCH",
+        default=None,
+        help="branch whose merge-base 'auto' prefers (default: ini, else 'main').",
+    )
+    group.addoption(
+        "--perfguard-no-gate",
+        action="store_true",
+        default=False,
+        help="measure, compare and report, but never fail a scenario on a regression.",
+    )
+    group.addoption(
+        "--perfguard-confirm-rounds",
+        metavar="N",
+        type=int,
+        default=None,
+        help="re-measurements a suspected regression must survive (default: ini, else 2).",
+    )
+    group.addoption(
+        "--perfguard-normalise",
+        action="store_true",
+        default=None,
+        help="gate on latencies normalised by the machine-speed canary (default: ini "
+        "perfguard_normalise, else off); both figures are always reported.",
+    )
+    group.addoption(
+        "--perfguard-contention-limit",
+        metavar="SHARE",
+        type=float,
+        default=None,
+        help="share of all CPUs other processes may use while a cell is measured (1: any) "
+        f"before its figures are invalid (default: ini, else {CONTENTION_LIMIT:g}).",
+    )
+    group.addoption(
+        "--perfguard-ab",
+        metavar="REF",
+        default=None,
+        help="same-run A/B: measure REF (a branch's merge base with HEAD, a tag or a sha) "
+        "again in this run, interleaved request by request with the working tree, and "
+        "gate on the paired comparison instead of an archived baseline (~2x the time).",
+    )
+    group.addoption(
+        "--perfguard-ab-python",
+        metavar="PATH",
+        default=None,
+        help="the Python interpreter (e.g. venv/bin/python) of the base revision's worker, "
+        "when its dependencies differ (default: this interpreter).",
+    )
+    group.addoption(
+        "--perfguard-isolate",
+        action="store_true",
+        default=False,
+        help="measure every scenario in its own worker process (a crash fails only that cell).",
+    )
+    parser.addini(
+        "perfguard_contention_limit",
+        help="perfguard: the twin of --perfguard-contention-limit.",
+        default=str(CONTENTION_LIMIT),
+    )
+    parser.addini(
+        "perfguard_normalise",
+        type="bool",
+        help="perfguard: the twin of --perfguard-normalise.",
+        default=False,
+    )
+    parser.addini(
+        "perfguard_baseline",
+        help="perfguard: the twin of --perfguard-baseline.",
+        default="auto",
+    )
+    parser.addini(
+        "perfguard_baseline_dir",
+        help="perfguard: the twin of --perfguard-baseline-dir.",
+        default="baselines",
+    )
+    parser.addini(
+        "perfguard_target_branch",
+        help="perfguard: the twin of --perfguard-target-branch.",
+        default="main",
+    )
+    parser.addini(
+        "perfguard_confirm_rounds",
+        help="perfguard: the twin of --perfguard-confirm-rounds.",
+        default="2",
+    )
+    parser.addini(
+        "perfguard_report_dir",
+        help="perfguard: report directory (the twin of --perfguard-report-dir).",
+        default="reports",
+    )
+    parser.addini(
+        "perfguard_suite_patterns",
+        type="linelist",
+        help="perfguard: glob patterns (relative to rootdir) of suite files; files "
+        "named on the command line are always collected.",
+        default=["suites/*.yaml", "suites/*.yml", "*/suites/*.yaml", "*/suites/*.yml"],
+    )
+    parser.addini(
+        "perfguard_cache_dir",
+        help="perfguard: where exported/quantized models are cached (default .perfguard/cache).",
+        default=".perfguard/cache",
+    )

@@ -1,0 +1,113 @@
+"""The settings of one ``pytest --perfguard`` run, read once from options and ini keys.
+
+Every setting follows one precedence: command line > ini key > built-in default
+(the options and keys are declared in ``perfguard.plugin.options``). A value that
+cannot be honoured is a ``pytest.UsageError`` at start-up, before anything is measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from perfguard.ab.run import ABConfig
+from perfguard.judge.gatekeeper import GateSettings
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What the command line and ini asked of this run."""
+
+    rootdir: Path
+    report_dir: Path
+    cache_dir: Path
+    suite_patterns: tuple[str, ...]
+    explicit_args: frozenset[Path]  # files named on the command line: always collected
+    judging: GateSettings  # the baseline to compare with, the gate and its limits
+    isolate: bool = False
+    ab: ABConfig | None = None  # --perfguard-ab: same-run A/B against this ref
+    is_worker: bool = False  # a pytest-xdist worker: measures, writes no files
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> RunSettings:
+        rootdir = Path(config.rootpath)
+        cache = Path(str(config.getini("perfguard_cache_dir")))
+        ab_ref = config.getoption("perfguard_ab")
+        return cls(
+            rootdir=rootdir,
+            report_dir=_path_setting(config, rootdir, "perfguard_report_dir"),
+            cache_dir=cache if cache.is_absolute() else rootdir / cache,
+            suite_patterns=tuple(config.getini("perfguard_suite_patterns")),
+            explicit_args=_explicit_args(config),
+            judging=GateSettings(
+                baseline=str(
+                    config.getoption("perfguard_baseline") or config.getini("perfguard_baseline")
+                ),
+                baseline_dir=_path_setting(config, rootdir, "perfguard_baseline_dir"),
+                target_branch=str(
+                    config.getoption("perfguard_target_branch")
+                    or config.getini("perfguard_target_branch")
+                ),
+                save=bool(config.getoption("perfguard_save")),
+                allow_dirty=bool(config.getoption("perfguard_allow_dirty")),
+                gate=not config.getoption("perfguard_no_gate"),
+                confirm_rounds=_confirm_rounds(config),
+                normalise=bool(
+                    config.getoption("perfguard_normalise") or config.getini("perfguard_normalise")
+                ),
+                contention_limit=_contention_limit(config),
+            ),
+            isolate=bool(config.getoption("perfguard_isolate")),
+            ab=(
+                ABConfig(ref=str(ab_ref), python=config.getoption("perfguard_ab_python"))
+                if ab_ref
+                else None
+            ),
+            is_worker=hasattr(config, "workerinput"),
+        )
+
+
+def _path_setting(config: pytest.Config, rootdir: Path, name: str) -> Path:
+    """A directory setting (option and ini key of the same name); relative to rootdir."""
+    value = config.getoption(name) or str(config.getini(name))
+    path = Path(value)
+    return path if path.is_absolute() else rootdir / path
+
+
+def _contention_limit(config: pytest.Config) -> float:
+    value = config.getoption("perfguard_contention_limit")
+    raw = value if value is not None else config.getini("perfguard_contention_limit")
+    try:
+        limit = float(raw)
+    except ValueError:
+        limit = -1.0
+    if not limit >= 0.0:  # also refuses NaN
+        raise pytest.UsageError(
+            f"perfguard: contention limit is {raw!r}; expected a share of all CPUs >= 0 "
+            "(0.1: other processes may use 10% of the CPUs; 1 or more: never invalid). "
+            "Fix: set --perfguard-contention-limit or ini perfguard_contention_limit"
+        )
+    return limit
+
+
+def _confirm_rounds(config: pytest.Config) -> int:
+    value = config.getoption("perfguard_confirm_rounds")
+    raw = value if value is not None else config.getini("perfguard_confirm_rounds")
+    try:
+        rounds = int(raw)
+    except ValueError:
+        rounds = -1
+    if rounds < 0:
+        raise pytest.UsageError(f"perfguard_confirm_rounds must be an integer >= 0, given: {raw!r}")
+    return rounds
+
+
+def _explicit_args(config: pytest.Config) -> frozenset[Path]:
+    base = Path(config.invocation_params.dir)
+    found = set()
+    for arg in config.args:
+        path = Path(arg.split("::", 1)[0])
+        found.add((path if path.is_absolute() else base / path).resolve())
+    return frozenset(found)

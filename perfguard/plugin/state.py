@@ -1,0 +1,301 @@
+"""The state of one ``pytest --perfguard`` run, registered as a plugin object.
+
+``configure`` registers one ``PerfguardSession`` (and the pytest-benchmark bridge);
+its hook methods delegate: settings come from ``perfguard.plugin.settings``, a cell
+is measured on the path ``perfguard.plugin.measurement`` chooses, files are written by
+``perfguard.plugin.output``, the summary printed by ``perfguard.plugin.terminal``.
+Under pytest-xdist the workers measure and ship their results to the controller
+(``perfguard.plugin.xdist_transport``), which alone writes files.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import fnmatch
+from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perfguard import __version__
+from perfguard.ab.run import ABRun
+from perfguard.baseline.git import commit_info
+from perfguard.core.errors import AccuracyFailure, BackendUnavailable, GateFailure, PerfguardError
+from perfguard.core.paths import display_path
+from perfguard.core.policy import DEFAULT_GATES
+from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult, Status
+from perfguard.core.scenario import Scenario
+from perfguard.interop.benchmark_bridge import register_bridge
+from perfguard.judge.gatekeeper import Gatekeeper, check_can_save, failure_message
+from perfguard.judge.verdict import ScenarioVerdict
+from perfguard.machine.env import collect_environment
+from perfguard.measure.cell import RunContext
+from perfguard.models.factory import forget_factory_models
+from perfguard.plugin import xdist_transport
+from perfguard.plugin.items import ScenarioItem, SuiteFile, junit_properties
+from perfguard.plugin.measurement import CellMeasurer
+from perfguard.plugin.output import RunFiles, write_run_files
+from perfguard.plugin.settings import RunSettings
+from perfguard.plugin.terminal import header_line, write_summary
+
+STATE_KEY = pytest.StashKey["PerfguardSession"]()
+PLUGIN_NAME = "perfguard-session"
+_SUITE_SUFFIXES = (".yaml", ".yml")
+
+
+def configure(config: pytest.Config) -> None:
+    """Start a ``--perfguard`` run: register its state, and the pytest-benchmark bridge."""
+    session = PerfguardSession(config, RunSettings.from_config(config))
+    config.stash[STATE_KEY] = session
+    config.pluginmanager.register(session, PLUGIN_NAME)
+    # pytest-benchmark tests join the same results, comparison and gate.
+    register_bridge(config, session.on_benchmark)
+
+
+def unconfigure(config: pytest.Config) -> None:
+    """End the run: the A/B worktree goes however the session ended, and so does the
+    factory model kept for the session's cells (its memory, and a stale build in the
+    next session of this process)."""
+    forget_factory_models()
+    session = config.stash.get(STATE_KEY, None)
+    if session is not None:
+        if session.ab is not None:
+            session.ab.close()
+        del config.stash[STATE_KEY]
+        config.pluginmanager.unregister(session)
+
+
+class PerfguardSession:
+    """Holds the run's results; its methods are pytest hooks that delegate."""
+
+    def __init__(self, config: pytest.Config, settings: RunSettings) -> None:
+        self.config = config
+        self.settings = settings
+        self.rootdir = settings.rootdir
+        self.report_dir = settings.report_dir
+        self.is_worker = settings.is_worker
+        self.ctx = RunContext(rootdir=self.rootdir, cache_dir=settings.cache_dir)
+        self.results: dict[str, ScenarioResult] = {}
+        self.verdicts: dict[str, ScenarioVerdict] = {}
+        self.collected_ids: set[str] = set()
+        self.collected_suites: set[str] = set()
+        self.suites: dict[Path, tuple[Scenario, ...]] = {}
+        self.locations: dict[str, tuple[str, int | None]] = {}
+        self.files = RunFiles()
+        self._commit: CommitInfo | None = None
+        self._environment: Environment | None = None
+        self._gatekeeper: Gatekeeper | None = None
+        self.ab = ABRun(self.rootdir, settings.ab) if settings.ab is not None else None
+        self.measurer = CellMeasurer(
+            self.ctx,
+            isolate=settings.isolate,
+            ab=self.ab,
+            gatekeeper=lambda: self.gatekeeper,
+            suites=self.suites,
+        )
+
+    @property
+    def commit(self) -> CommitInfo:
+        if self._commit is None:
+            self._commit = commit_info(self.rootdir)
+        return self._commit
+
+    @property
+    def environment(self) -> Environment:
+        if self._environment is None:
+            extra: dict[str, str] = {}
+            for fields in self.config.hook.pytest_perfguard_environment(config=self.config):
+                extra.update({str(k): str(v) for k, v in (fields or {}).items()})
+            self._environment = collect_environment(extra)
+        return self._environment
+
+    @property
+    def gatekeeper(self) -> Gatekeeper:
+        if self._gatekeeper is None:
+            self._gatekeeper = Gatekeeper(self.settings.judging, self.rootdir, self.environment)
+        return self._gatekeeper
+
+    @pytest.hookimpl
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        # Refuse a save that cannot be honoured, and resolve the baseline, before
+        # minutes of measurement are spent.
+        refusal = None if self.is_worker else check_can_save(self.settings.judging, self.commit)
+        if refusal:
+            raise pytest.UsageError(refusal)
+        try:
+            self.gatekeeper.choice  # noqa: B018 - resolved now so errors surface at start
+            if self.ab is not None and not self.is_worker:
+                self.ab.start()
+        except PerfguardError as exc:
+            if self.ab is not None:
+                self.ab.close()
+            raise pytest.UsageError(f"perfguard: {exc}") from exc
+
+    # -- collection -------------------------------------------------------------
+    def is_suite(self, file_path: Path) -> bool:
+        if file_path.suffix not in _SUITE_SUFFIXES:
+            return False
+        if file_path.resolve() in self.settings.explicit_args:
+            return True
+        rel = display_path(file_path, self.rootdir)
+        return any(fnmatch.fnmatch(rel, p) for p in self.settings.suite_patterns)
+
+    @pytest.hookimpl
+    def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> Any:
+        if not self.is_suite(file_path):
+            return None
+        return SuiteFile.from_parent(parent, path=file_path, runner=self)
+
+    @pytest.hookimpl
+    def pytest_itemcollected(self, item: pytest.Item) -> None:
+        scenario = getattr(item, "scenario", None)
+        if scenario is not None:
+            sid = scenario.scenario_id(self.rootdir)
+            line = scenario.location.line
+        elif "benchmark" in getattr(item, "fixturenames", ()):
+            sid = item.nodeid
+            line = item.location[1] + 1 if item.location[1] is not None else None
+        else:
+            return
+        self.collected_ids.add(sid)
+        self.collected_suites.add(sid.split("::", 1)[0])
+        self.locations[sid] = (str(item.path), line)
+
+    def register_suite(self, path: Path, scenarios: tuple[Scenario, ...]) -> None:
+        """Remember a suite's cells: accuracy references are looked up among them."""
+        self.suites[Path(path).resolve()] = scenarios
+
+    def register_markers(self, tags: Iterable[str]) -> None:
+        """Tags become markers; registering them keeps ``--strict-markers`` happy."""
+        known = {str(line).split(":", 1)[0].strip() for line in self.config.getini("markers")}
+        for tag in tags:
+            if tag not in known:
+                self.config.addinivalue_line("markers", f"{tag}: perfguard suite tag")
+                known.add(tag)
+
+    # -- running ----------------------------------------------------------------
+    def run_item(self, item: ScenarioItem) -> None:
+        try:
+            result, verdict = self.measurer.measure_and_judge(item.scenario)
+        except BackendUnavailable as exc:
+            self.record(self._unmeasured(item, Status.SKIPPED, str(exc)))
+            raise
+        except PerfguardError as exc:
+            # A load cell keeps its figures (failed requests, an invalid run).
+            kept = exc.result if isinstance(exc.result, ScenarioResult) else None
+            self.record(kept or self._unmeasured(item, Status.FAILED, str(exc)))
+            raise
+        except Exception as exc:
+            self.record(self._unmeasured(item, Status.ERROR, f"{type(exc).__name__}: {exc}"))
+            raise
+        self.verdicts[verdict.scenario_id] = verdict
+        regressed = verdict.failed
+        accuracy_failures = list(result.accuracy.failures) if result.accuracy else []
+        if self.settings.judging.gate and (regressed or accuracy_failures):
+            lines = ([failure_message(verdict)] if regressed else []) + accuracy_failures
+            message = "\n".join(lines)
+            self.record(replace(result, status=Status.FAILED, message=message))
+            if regressed:
+                raise GateFailure(message)
+            raise AccuracyFailure(message)
+        self.record(result)
+
+    def on_benchmark(self, item: pytest.Item, result: ScenarioResult) -> None:
+        """A pytest-benchmark test finished: record it and gate it like a scenario.
+
+        pytest-benchmark owns that loop, so there is no confirmation round.
+        """
+        verdict = self.gatekeeper.judge(result, DEFAULT_GATES)
+        self.verdicts[verdict.scenario_id] = verdict
+        if verdict.failed and self.settings.judging.gate:
+            message = failure_message(verdict)
+            self.record(replace(result, status=Status.FAILED, message=message))
+            # A plain test function: fail it with the reason alone, not a traceback
+            # through perfguard's hook.
+            pytest.fail(message, pytrace=False)
+        self.record(result)
+
+    def item_properties(self, scenario: Scenario) -> list[tuple[str, object]]:
+        """(name, value) pairs for JUnit XML: the cell's figures and its verdict."""
+        sid = scenario.scenario_id(self.rootdir)
+        result = self.results.get(sid)
+        if result is None:
+            return []
+        return junit_properties(result, self.verdicts.get(sid))
+
+    def _unmeasured(self, item: ScenarioItem, status: Status, message: str) -> ScenarioResult:
+        """The record of a cell that produced no figures, so the results file lists it."""
+        return ScenarioResult.for_cell(item.scenario, self.rootdir, status=status, message=message)
+
+    def record(self, result: ScenarioResult) -> None:
+        self.results[result.id] = result
+
+    # -- xdist --------------------------------------------------------------------
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        results, verdicts = xdist_transport.receive(node)
+        for result in results:
+            self.record(result)
+        for verdict in verdicts:
+            self.verdicts[verdict.scenario_id] = verdict
+
+    # -- end of session -----------------------------------------------------------
+    def run_result(self) -> RunResult:
+        return RunResult(
+            commit=self.commit,
+            environment=self.environment,
+            scenarios=tuple(self.results.values()),
+            created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            perfguard_version=__version__,
+        )
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.is_worker:
+            output = self.config.workeroutput  # type: ignore[attr-defined]
+            xdist_transport.ship(output, self.results.values(), self.verdicts.values())
+            return
+        if not self.results:
+            if self.ab is not None:
+                self.ab.close()
+            return
+        gatekeeper = self.gatekeeper
+        if self.ab is not None:
+            try:
+                for sid, verdict in self.ab.missing_verdicts(self.suites, self.collected_ids):
+                    self.verdicts.setdefault(sid, verdict)
+            finally:
+                self.ab.close()  # the base worktree goes on every exit path
+        else:
+            gatekeeper.missing(self.collected_suites, self.collected_ids)
+        self.verdicts.update(
+            {k: v for k, v in gatekeeper.verdicts.items() if k not in self.verdicts}
+        )
+        write_run_files(
+            self.run_result(),
+            self.verdicts,
+            settings=self.settings,
+            gatekeeper=gatekeeper,
+            ab=self.ab,
+            files=self.files,
+        )
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        return [header_line(self.commit, self.environment, self.report_dir)]
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.is_worker or not self.results:
+            return
+        how = self.gatekeeper.choice.how
+        if self.ab is not None and self.ab.base is not None:
+            how = f"same-run A/B against {self.ab.label}"
+        write_summary(
+            terminalreporter,
+            baseline_how=how,
+            results=list(self.results.values()),
+            verdicts=self.verdicts,
+            locations=self.locations,
+            files=self.files,
+        )

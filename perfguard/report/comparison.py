@@ -1,0 +1,73 @@
+"""``comparison.json``: the verdicts of a run and how its baseline was chosen.
+
+Written beside ``results.json`` by ``pytest --perfguard``; read by ``perfguard report``
+and the report index. This module is the file's one writer and one reader::
+
+    {"schema_version": 1, "baseline": {...}, "gate": true, "verdicts": [...]}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perfguard.core.atomicio import read_json, write_json_atomic
+from perfguard.core.errors import ResultsError
+from perfguard.judge.verdict import ScenarioVerdict
+
+COMPARISON_FILENAME = "comparison.json"
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class StoredComparison:
+    """What ``comparison.json`` holds."""
+
+    verdicts: tuple[ScenarioVerdict, ...] = ()
+    baseline: dict[str, Any] = field(default_factory=dict)  # BaselineChoice.to_dict()
+    gate: bool = True
+
+
+def comparison_path(results_path: Path) -> Path:
+    """The ``comparison.json`` that belongs to ``results_path`` (in the same directory)."""
+    return Path(results_path).with_name(COMPARISON_FILENAME)
+
+
+def write_comparison(
+    path: Path,
+    *,
+    baseline: Mapping[str, Any],
+    gate: bool,
+    verdicts: Iterable[ScenarioVerdict],
+) -> None:
+    """Write ``path`` atomically (the layout in the module docstring)."""
+    write_json_atomic(
+        path,
+        {
+            "schema_version": SCHEMA_VERSION,
+            "baseline": dict(baseline),
+            "gate": gate,
+            "verdicts": [v.to_dict() for v in verdicts],
+        },
+    )
+
+
+def read_comparison(path: Path) -> StoredComparison:
+    """Parse ``path``; ResultsError (naming the file and the fix) when it is malformed."""
+    data = read_json(path)
+    try:
+        if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+            raise ValueError(f"not a schema_version {SCHEMA_VERSION} comparison object")
+        verdicts = tuple(ScenarioVerdict.from_dict(v) for v in data.get("verdicts", ()))
+        info = data.get("baseline") or {}
+        if not isinstance(info, dict):
+            raise ValueError("'baseline' is not an object")
+        return StoredComparison(verdicts=verdicts, baseline=info, gate=bool(data.get("gate", True)))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ResultsError(
+            f"{path}: comparison file is malformed ({exc})",
+            expected='{"schema_version": 1, "baseline": {...}, "gate": ..., "verdicts": [...]}',
+            fix="delete it to render without verdicts, or re-run `pytest --perfguard`",
+        ) from exc

@@ -1,0 +1,81 @@
+"""Every module of perfguard imports on its own, and the pytest entry point stays light.
+
+Each check runs in a fresh interpreter: in this process pytest and the other tests
+have already imported half of perfguard (and numpy), which would hide both failures.
+"""
+
+from __future__ import annotations
+
+import json
+import pkgutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import perfguard
+
+# What `import perfguard.plugin.hooks` (the pytest11 entry point, imported by every
+# pytest run) must not pull in: each costs tens to hundreds of milliseconds.
+HEAVY = ("numpy", "scipy", "yaml", "jinja2", "matplotlib", "torch", "onnxruntime")
+
+
+def _modules() -> list[str]:
+    found = ["perfguard"]
+    for info in pkgutil.walk_packages(perfguard.__path__, "perfguard."):
+        found.append(info.name)
+    return sorted(found)
+
+
+def _run(code: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_the_walk_finds_every_part() -> None:
+    names = set(_modules())
+    assert {"perfguard.plugin.hooks", "perfguard.cli", "perfguard.core.errors"} <= names
+    assert "perfguard.worker.__main__" in names
+
+
+def _import_alone(name: str) -> str | None:
+    """The last line of the error of ``import name`` in a fresh interpreter, or None."""
+    proc = subprocess.run(
+        [sys.executable, "-c", f"import {name}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if proc.returncode == 0:
+        return None
+    return (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+
+
+def test_every_module_imports() -> None:
+    # One interpreter per module: a module that only imports because another one
+    # happened to be imported first still fails here.
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        errors = dict(zip(_modules(), pool.map(_import_alone, _modules()), strict=True))
+    assert {name: error for name, error in errors.items() if error is not None} == {}
+
+
+def test_the_entry_point_imports_nothing_heavy() -> None:
+    out = _run(
+        "import json, sys\n"
+        "import perfguard.plugin.hooks\n"
+        f"print(json.dumps(sorted(m for m in {list(HEAVY)!r} if m in sys.modules)))\n"
+    )
+    assert json.loads(out) == []
+
+
+def test_the_heavy_check_would_see_a_heavy_import() -> None:
+    # The check above must be able to fail: the run's state module does import them.
+    out = _run(
+        "import json, sys\n"
+        "import perfguard.plugin.state\n"
+        "print(json.dumps(sorted(m for m in ('numpy', 'scipy', 'yaml') if m in sys.modules)))\n"
+    )
+    assert json.loads(out) == ["numpy", "scipy", "yaml"]
