@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from perfguard import cli
-from perfguard.judge.verdict import REGRESSION, ScenarioVerdict
+from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
 from perfguard.report import cli_report
 from perfguard.report.comparison import comparison_path, read_comparison
 from perfguard.report.model import ReportInput
@@ -119,8 +119,8 @@ def test_plugin_compare_and_report_agree(
 
     plugin = judged(read_comparison(comparison_path(current)).verdicts)
     steady, slowed = "suites/s.yaml::steady", "suites/s.yaml::slowed"
-    assert plugin[slowed][0] == REGRESSION
-    assert plugin[steady][0] != REGRESSION
+    assert plugin[slowed][0] == VerdictKind.REGRESSION
+    assert plugin[steady][0] != VerdictKind.REGRESSION
     assert set(plugin) == {steady, slowed}
 
     judging = ["--rootdir", str(pytester.path), "--contention-limit", CONTENTION]
