@@ -39,6 +39,7 @@ from perfguard.core.errors import (
     StoreError,
     SuiteError,
 )
+from perfguard.core.paths import under_root
 from perfguard.core.policy import CONFIDENCE, CONTENTION_LIMIT, NORMALISE
 from perfguard.core.results import RunResult, ScenarioResult
 from perfguard.core.scenario import InputSpec, ModelSpec
@@ -55,6 +56,7 @@ from perfguard.models.factory import (
 from perfguard.models.inputs import make_inputs
 from perfguard.report.cli_report import report_command
 from perfguard.suite import grammar, starter
+from perfguard.suite.grammar import SUITE_PATTERNS, is_suite_path
 from perfguard.suite.loader import load_suite
 from perfguard.suite.starter import StarterInput
 
@@ -466,11 +468,8 @@ def _factory_inputs(
 
 def _project_path(path: Path, cwd: Path) -> str | None:
     """``path`` relative to ``cwd`` (``.`` for cwd itself), or None when outside it."""
-    try:
-        rel = path.resolve().relative_to(cwd.resolve())
-    except ValueError:
-        return None
-    return rel.as_posix() or "."
+    rel = under_root(path, cwd)
+    return None if rel is None else rel.as_posix()
 
 
 def _cmd_init(args: argparse.Namespace) -> int:
@@ -504,7 +503,7 @@ def _cmd_init(args: argparse.Namespace) -> int:
             ini.append(f'pythonpath = ["{where}"]  # `{top}` is imported from {where}/')
         text = starter.render(name, out, inputs, root=cwd, factory=args.factory, source_note=note)
     folder = _project_path(out.parent, cwd)
-    if out.parent.name != "suites" and folder is not None:
+    if folder is not None and not is_suite_path(f"{folder}/{out.name}".removeprefix("./")):
         pattern = "*.yaml" if folder == "." else f"{folder}/*.yaml"
         ini.append(f'perfguard_suite_patterns = ["{pattern}"]  # collect it without naming it')
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -522,7 +521,7 @@ def _cmd_init(args: argparse.Namespace) -> int:
         print("add to pyproject.toml:\n[tool.pytest.ini_options]")
         print("\n".join(ini))
     else:
-        print("no pytest settings needed: `pytest --perfguard` collects suites/*.yaml")
+        print(f"no pytest settings needed: `pytest --perfguard` collects {SUITE_PATTERNS[0]}")
     print(f"run it: pytest --perfguard {out.as_posix()}")
     return 0
 

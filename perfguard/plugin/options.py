@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 
 from perfguard.core.policy import CONTENTION_LIMIT
+from perfguard.suite.grammar import SUITE_PATTERNS
 
 
 def enabled(config: pytest.Config) -> bool:
@@ -158,7 +159,7 @@ def add_options(parser: pytest.Parser) -> None:
         type="linelist",
         help="perfguard: glob patterns (relative to rootdir) of suite files; files "
         "named on the command line are always collected.",
-        default=["suites/*.yaml", "suites/*.yml", "*/suites/*.yaml", "*/suites/*.yml"],
+        default=list(SUITE_PATTERNS),
     )
     parser.addini(
         "perfguard_cache_dir",

@@ -11,7 +11,6 @@ Under pytest-xdist the workers measure and ship their results to the controller
 from __future__ import annotations
 
 import datetime as _dt
-import fnmatch
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
@@ -39,6 +38,7 @@ from perfguard.plugin.measurement import CellMeasurer
 from perfguard.plugin.output import RunFiles, write_run_files
 from perfguard.plugin.settings import RunSettings
 from perfguard.plugin.terminal import header_line, write_summary
+from perfguard.suite.grammar import is_suite_path
 
 STATE_KEY = pytest.StashKey["PerfguardSession"]()
 PLUGIN_NAME = "perfguard-session"
@@ -140,7 +140,7 @@ class PerfguardSession:
         if file_path.resolve() in self.settings.explicit_args:
             return True
         rel = display_path(file_path, self.rootdir)
-        return any(fnmatch.fnmatch(rel, p) for p in self.settings.suite_patterns)
+        return is_suite_path(rel, self.settings.suite_patterns)
 
     @pytest.hookimpl
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> Any:
