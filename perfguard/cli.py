@@ -60,7 +60,6 @@ from perfguard.suite.grammar import SUITE_PATTERNS, is_suite_path
 from perfguard.suite.loader import load_suite
 from perfguard.suite.starter import StarterInput
 
-_FULL_SHA = re.compile(r"[0-9a-fA-F]{40}(?:[0-9a-fA-F]{24})?")
 _SHORT_SHA = re.compile(r"[0-9a-fA-F]{4,63}")
 Handler = Callable[[argparse.Namespace], int]
 
@@ -179,7 +178,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 def _resolve_ref(ref: str, store: DirectoryStore, fp: str) -> str:
     """A full sha as given, else git's answer in the cwd, else a unique stored sha prefix."""
-    if _FULL_SHA.fullmatch(ref):
+    if gitinfo.FULL_SHA_RE.fullmatch(ref.lower()):
         return ref.lower()
     try:
         return gitinfo.resolve(Path.cwd(), ref)

@@ -113,7 +113,7 @@ scenarios:
     ("block", "needles"),
     [
         ("gpu: {cuda_graf: true}  # <-", ("cuda_graf", "cuda_graph")),
-        ("gpu: {cuda_graph: yes please}  # <-", ("true or false",)),
+        ("gpu: {cuda_graph: yes please}  # <-", ("`true` or `false`",)),
         ("gpu: {compile: fastest}  # <-", ("`fastest`", "reduce-overhead")),
         ("gpu: {ort_provider: rocm}  # <-", ("`rocm`", "tensorrt")),
         ("gpu: {provider_options: {a: [1, 2]}}  # <-", ("option `a`", "quote it")),

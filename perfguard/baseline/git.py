@@ -10,12 +10,16 @@ as the user's own git says they do. Each call runs with ``cwd=`` (never a global
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
 from perfguard.core.errors import GitError
 from perfguard.core.results import CommitInfo
+
+# A full commit id, lower case: 40 hex digits (SHA-1) or 64 (SHA-256 repositories).
+FULL_SHA_RE = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 
 #: Seconds one git command may take; local queries take milliseconds, so this
 #: only ever trips on a hung filesystem or a misconfigured hook.

@@ -45,7 +45,6 @@ DEFAULT_MAX_LAUNCHES = 5
 LOCK_DIR = ".locks"
 
 # SHA-1 (40) or SHA-256 (64) object names; anything else in a file name is not ours.
-_SHA_RE = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 # One safe path component; no leading dot, so ".locks", "." and ".." can never collide.
 _FINGERPRINT_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
 
@@ -143,7 +142,7 @@ def _check_names(fingerprint: str, sha: str) -> str:
             fix="use Environment.fingerprint as perfguard computes it",
         )
     low = sha.lower() if isinstance(sha, str) else ""
-    if not _SHA_RE.fullmatch(low):
+    if not gitinfo.FULL_SHA_RE.fullmatch(low):
         raise StoreError(
             f"{sha!r} is not a full commit sha",
             expected="40 (or 64) hexadecimal digits",
@@ -379,7 +378,9 @@ class DirectoryStore(BaselineStore):
         return sorted(
             p.name[:-5]
             for p in folder.iterdir()
-            if p.name.endswith(".json") and _SHA_RE.fullmatch(p.name[:-5]) and p.is_file()
+            if p.name.endswith(".json")
+            and gitinfo.FULL_SHA_RE.fullmatch(p.name[:-5])
+            and p.is_file()
         )
 
     def fingerprints(self) -> list[str]:

@@ -117,7 +117,6 @@ _FLOAT_LIMITS: dict[str, Check] = {
 # Preset names end up in cell ids, which are joined with "-".
 _PRESET_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _FUNCTION_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
-_DEVICE_RE = re.compile(r"cpu|cuda(:\d+)?")
 _SPEC = AccuracySpec()
 
 
@@ -138,12 +137,6 @@ class _Reference:
     pairs: tuple[tuple[str, str], ...]  # sorted by key
     lines: Mapping[str, int]  # key -> line, for did-you-mean on a value
     line: int
-
-
-def _bool(rd: Reader, value: object, line: int, what: str) -> bool:
-    if not isinstance(value, bool):
-        rd.fail(line, f"{what} is {found(value)}", "`true` or `false`", f"set {what} to true")
-    return value
 
 
 def _num(rd: Reader, value: object, line: int, what: str, check: Check) -> float:
@@ -186,7 +179,7 @@ def _quant_spec(rd: Reader, value: object, line: int, where: str, name: str) -> 
         elif key == "calibration_samples":
             fields[key] = rd.as_int(v, at, what, 1)
         else:
-            fields[key] = _bool(rd, v, at, what)
+            fields[key] = rd.as_bool(v, at, what)
     spec = QuantSpec(name=name, **fields)
     for key in _STATIC_ONLY:
         if key in m and spec.mode == "dynamic":
@@ -321,7 +314,7 @@ def _reference(rd: Reader, value: object, line: int, what: str) -> _Reference:
             pairs[key] = rd.as_choice(v, at, name, _REF_CHOICES[key])
         elif key == "threads":
             pairs[key] = str(rd.as_int(v, at, name, 1))
-        elif key == "device" and (not isinstance(v, str) or not _DEVICE_RE.fullmatch(v)):
+        elif key == "device" and (not isinstance(v, str) or not grammar.DEVICE_RE.fullmatch(v)):
             rd.fail(at, f"{name} is {found(v)}", "`cpu`, `cuda` or `cuda:N`", "write e.g. `cpu`")
         else:  # a device, or a preset name (checked against the presets with the cells)
             pairs[key] = rd.as_str(v, at, name)
@@ -355,7 +348,7 @@ def _task(rd: Reader, value: object, line: int, what: str) -> TaskMetricSpec:
         if key == "function":
             fields[key] = _function(rd, v, at, name)
         elif key == "higher_is_better":
-            fields[key] = _bool(rd, v, at, name)
+            fields[key] = rd.as_bool(v, at, name)
         else:
             fields[key] = _num(rd, v, at, name, _NON_NEGATIVE)
     return TaskMetricSpec(**fields)
@@ -364,7 +357,7 @@ def _task(rd: Reader, value: object, line: int, what: str) -> TaskMetricSpec:
 # Every `accuracy:` key but `gate` and `per_output`, which parse_accuracy flattens.
 # fmt: off
 _PARSERS: dict[str, Callable[[Reader, object, int, str], object]] = {
-    "inputs": _inputs, "labels": _path, "reference": _reference, "baseline": _bool,
+    "inputs": _inputs, "labels": _path, "reference": _reference, "baseline": Reader.as_bool,
     "golden": lambda rd, v, line, what: rd.as_int(v, line, what, 0),
     "outputs": _outputs, "kl": _kl, "task": _task,
 }

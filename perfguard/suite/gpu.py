@@ -24,12 +24,6 @@ _BOOLS = tuple(k.name for k in grammar.GPU.keys if k.type == grammar.Scalar("boo
 _PROFILE_KEYS = grammar.PROFILE.names
 
 
-def _bool(rd: Reader, value: object, line: int, what: str) -> bool:
-    if not isinstance(value, bool):
-        rd.fail(line, f"{what} is {found(value)}", "true or false", "write `true` or `false`")
-    return value
-
-
 def _shape(rd: Reader, value: object, line: int, what: str) -> tuple[int, ...]:
     dims = rd.as_list(value, line, what)
     return tuple(
@@ -82,7 +76,7 @@ def _tensorrt(rd: Reader, value: object, line: int, where: str) -> TensorRTSpec:
                 rd.fail(at, f"`{key}` is {level}", "an integer 0..5", "use 0 to 5 (3 is default)")
             spec[key] = level
         elif key == "timing_cache":
-            spec[key] = _bool(rd, raw, at, f"`{key}` in {what}")
+            spec[key] = rd.as_bool(raw, at, f"`{key}` in {what}")
         else:
             spec[key] = _profiles(rd, raw, at, where)
     return TensorRTSpec(**spec)
@@ -98,7 +92,7 @@ def parse_gpu(rd: Reader, value: object, line: int, where: str) -> dict[str, obj
         at = m.key_line(key)
         name = f"`gpu.{key}` in {where}"
         if key in _BOOLS:
-            out[key] = _bool(rd, raw, at, name)
+            out[key] = rd.as_bool(raw, at, name)
         elif key == "compile":
             if raw is False:
                 out["compile_mode"] = None

@@ -61,6 +61,7 @@ from perfguard.core.scenario import (
 )
 
 __all__ = [
+    "DEVICE_RE",
     "SUITE_PATTERNS",
     "is_suite_path",
     "ACCURACY",
@@ -106,6 +107,9 @@ __all__ = [
     "type_text",
     "walk",
 ]
+
+# A device a cell may name (the whole string).
+DEVICE_RE = re.compile(r"cpu|cuda(:\d+)?")
 
 # Which files are suites when none is named on the command line (the default of the
 # `perfguard_suite_patterns` ini key), as globs relative to the rootdir.
@@ -253,7 +257,7 @@ _ANY = Scalar("any")
 _FUNCTION_PATTERN = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$"
 _FUNCTION = Scalar("string", pattern=_FUNCTION_PATTERN, text="module:function")
 _IDENT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
-_DEVICE = Scalar("string", pattern=r"^(cpu|cuda(:\d+)?)$", text="cpu | cuda | cuda:N")
+_DEVICE = Scalar("string", pattern=f"^({DEVICE_RE.pattern})$", text="cpu | cuda | cuda:N")
 # PyYAML reads `1e-3` as a string; tolerances are written that way, so they may be one.
 _NUMERIC_STRING = Scalar(
     "string",

@@ -85,7 +85,6 @@ _DEFAULTS_HINTS = {
     if k not in _SETTINGS
 }
 _GATE_RE = re.compile(r"([+-]?)\s*(\d+(?:\.\d*)?|\.\d+)\s*(.*)")
-_DEVICE_RE = re.compile(r"cpu|cuda(:\d+)?")
 _IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NAME_RE = re.compile(r"[A-Za-z0-9_.+-]+")
 _TAG_FORM = "letters, digits and `_`, not starting with a digit (tags become pytest markers)"
@@ -169,7 +168,7 @@ def _setting(rd: Reader, key: str, value: object, line: int, where: str) -> obje
     if key == "threads":
         return rd.as_int(value, line, what, 1)
     if key == "device":
-        if not isinstance(value, str) or not _DEVICE_RE.fullmatch(value):
+        if not isinstance(value, str) or not grammar.DEVICE_RE.fullmatch(value):
             fix = "write `cpu`, `cuda` or e.g. `cuda:0`"
             rd.fail(line, f"{what} is {found(value)}", "`cpu`, `cuda` or `cuda:N`", fix)
         return value

@@ -219,6 +219,13 @@ class Reader:
             self.fail(line, f"{what} is {found(value)}", expected, f"set {what} to {expected}")
         return float(value)
 
+    def as_bool(self, value: object, line: int, what: str) -> bool:
+        if not isinstance(value, bool):
+            self.fail(
+                line, f"{what} is {found(value)}", "`true` or `false`", "write `true` or `false`"
+            )
+        return value
+
     def as_str(self, value: object, line: int, what: str) -> str:
         if not isinstance(value, str) or not value.strip():
             self.fail(line, f"{what} is {found(value)}", "a non-empty string", f"set {what}")
