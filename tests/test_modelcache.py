@@ -512,3 +512,45 @@ def test_a_factory_model_is_built_once_for_the_cells_that_need_it(tmp_path: Path
     finally:
         forget_factory_models()
         sys.modules.pop("counting_models", None)
+
+
+def test_later_cells_reuse_the_session_export_without_copying_or_hashing_the_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from perfguard.models import cache
+    from perfguard.models.factory import forget_factory_models
+    from perfguard.models.inputs import make_inputs
+    from perfguard.suite.loader import load_suite
+
+    (tmp_path / "counting_models.py").write_text(COUNTING_MODELS)
+    (tmp_path / "suite.yaml").write_text(COUNTING_SUITE)
+    ort_cell = next(
+        c for c in load_suite(tmp_path / "suite.yaml").scenarios if c.backend != "torch"
+    )
+    feeds = make_inputs(ort_cell.model)
+    copies: list[str] = []
+    real_load = cache.load_factory
+
+    def counting_load(model: ModelSpec) -> torch.nn.Module:
+        copies.append(str(model.factory))
+        return real_load(model)
+
+    monkeypatch.setattr(cache, "load_factory", counting_load)
+    forget_factory_models()
+    try:
+        first, exported = cache.onnx_file_of(ort_cell, feeds, tmp_path / "cache")
+        again, _ = cache.onnx_file_of(ort_cell, feeds, tmp_path / "cache")
+        assert exported and again == first and len(copies) == 1
+        # Other inputs are another export: the model is needed again.
+        other = {name: np.concatenate([a, a]) for name, a in feeds.items()}
+        assert cache.onnx_file_of(ort_cell, other, tmp_path / "cache")[0] != first
+        assert len(copies) == 2
+        # The memo goes with the kept build.
+        forget_factory_models()
+        cache.onnx_file_of(ort_cell, feeds, tmp_path / "cache")
+        assert len(copies) == 3
+    finally:
+        forget_factory_models()
+        sys.modules.pop("counting_models", None)

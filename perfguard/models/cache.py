@@ -32,6 +32,7 @@ from perfguard.core.scenario import ModelSpec, Scenario
 from perfguard.models.factory import (
     check_forward_inputs,
     check_onnx_file,
+    derived_from_build,
     feeds_positionally,
     load_factory,
 )
@@ -193,11 +194,27 @@ def onnx_file_of(
     model = scenario.model
     if model.onnx is not None:
         return check_onnx_file(model.base_dir / model.onnx, model.location), False
+    dynamic = scenario.load is not None and scenario.load.batching is not None
+    # Cells of one model share its build; once it was exported for these inputs, later
+    # cells neither copy the model nor hash its weights again.
+    signature = (
+        "onnx-export",
+        str(cache_dir),
+        tuple((name, np.shape(a), np.asarray(a).dtype.str) for name, a in feeds.items()),
+        dynamic,
+    )
+    known = derived_from_build(model)
+    exported = known.get(signature) if known is not None else None
+    if isinstance(exported, Path) and exported.is_file():
+        return exported, True
     module = load_factory(model)
     module.eval()
     check_forward_inputs(module, list(feeds), model.location)
-    dynamic = scenario.load is not None and scenario.load.batching is not None
-    return export_onnx(module, feeds, model, cache_dir, dynamic_batch=dynamic), True
+    path = export_onnx(module, feeds, model, cache_dir, dynamic_batch=dynamic)
+    known = derived_from_build(model)
+    if known is not None:
+        known[signature] = path
+    return path, True
 
 
 def _export(

@@ -21,7 +21,7 @@ import inspect
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
@@ -66,6 +66,9 @@ class _Built:
     key: tuple[str, str, str]  # (factory, suite folder, kwargs)
     function: Callable[..., Any]  # the factory object itself: a re-import builds afresh
     module: torch.nn.Module  # pristine: only copies of it are handed out
+    # What was derived from this build (e.g. its export file per input signature): it is
+    # as valid as the kept model itself and goes with it.
+    derived: dict[object, object] = field(default_factory=dict)
 
 
 # One model at a time: a suite's cells of one model run one after the other, and
@@ -76,6 +79,17 @@ _built: list[_Built] = []
 def forget_factory_models() -> None:
     """Drop the kept factory model (its memory goes; the next call builds again)."""
     _built.clear()
+
+
+def _build_key(model: ModelSpec) -> tuple[str, str, str]:
+    return (str(model.factory), str(Path(model.base_dir).resolve()), repr(model.factory_kwargs))
+
+
+def derived_from_build(model: ModelSpec) -> dict[object, object] | None:
+    """A dict that lives as long as the kept build of ``model``'s factory, for facts
+    derived from it (an export's file), or None when no build of it is kept."""
+    key = _build_key(model)
+    return next((built.derived for built in _built if built.key == key), None)
 
 
 def load_factory(model: ModelSpec) -> torch.nn.Module:
@@ -98,7 +112,7 @@ def load_factory(model: ModelSpec) -> torch.nn.Module:
     with on_sys_path(entry):
         module = _import_module(module_name, entry, model.location)
         function = _factory_function(module, module_name, function_name, model)
-        key = (model.factory, entry, repr(model.factory_kwargs))
+        key = _build_key(model)
         for built in _built:
             if built.key == key and built.function is function:
                 return copy.deepcopy(built.module)
