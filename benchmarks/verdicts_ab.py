@@ -47,7 +47,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from perfguard.ab.run import _Slot, run_pairs, worker_env
+from perfguard.ab.run import Slot, run_pairs, worker_env
 from perfguard.ab.stats import StoppingRule
 from perfguard.core.policy import GateSpec
 from perfguard.core.results import ScenarioResult
@@ -107,7 +107,7 @@ def ab(folder: Path, spin_ns: int, limit: float, seed: int) -> dict[str, Any]:
                       cell="cnn", rootdir=str(folder),
                       cache_dir=str(ROOT / ".perfguard" / "cache"))  # fmt: skip
             w.request("warmup", timeout_s=300, slot=slot, **WARMUP)
-        a, b = _Slot(w, "a"), _Slot(w, "b")
+        a, b = Slot(w, "a"), Slot(w, "b")
         t0 = time.perf_counter()
         a_ns, _b_ns, decision, _elapsed = run_pairs(a, b, StoppingRule(limit=limit), seed=seed)
         return {

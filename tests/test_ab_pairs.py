@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from perfguard.ab.run import SETTLE_PAIRS, _Slot, run_pairs
+from perfguard.ab.run import SETTLE_PAIRS, Slot, run_pairs
 from perfguard.ab.stats import StoppingRule, pair_orders
 
 A_NS, B_NS = 1_000_000, 1_300_000  # B is 30% slower: a clear regression
@@ -38,7 +38,7 @@ def test_one_worker_gets_blocks_of_pairs_that_end_at_the_looks() -> None:
     # and no bound is below it), so the blocks run on to the cap.
     worker = FakeWorker(b_ns=A_NS * 3 // 2)
     rule = StoppingRule(limit=0.5, max_pairs=600)
-    a_ns, b_ns, decision, _ = run_pairs(_Slot(worker, "a"), _Slot(worker, "b"), rule, seed=7)  # type: ignore[arg-type]
+    a_ns, b_ns, decision, _ = run_pairs(Slot(worker, "a"), Slot(worker, "b"), rule, seed=7)  # type: ignore[arg-type]
     sizes = [len(fields["order"]) for op, fields in worker.requests]
     assert {op for op, _ in worker.requests} == {"pairs"}
     assert sizes == [1, SETTLE_PAIRS, 200, 100, 100, 100, 100]  # looks at 200, 300, ... 600
@@ -53,7 +53,7 @@ def test_one_worker_gets_blocks_of_pairs_that_end_at_the_looks() -> None:
 
 def test_a_clear_regression_stops_at_the_first_look() -> None:
     worker = FakeWorker()
-    _, _, decision, _ = run_pairs(_Slot(worker, "a"), _Slot(worker, "b"), StoppingRule())  # type: ignore[arg-type]
+    _, _, decision, _ = run_pairs(Slot(worker, "a"), Slot(worker, "b"), StoppingRule())  # type: ignore[arg-type]
     assert (decision.verdict, decision.pairs) == ("regression", 200)
     assert "stopped early" in decision.reason
 
@@ -61,7 +61,7 @@ def test_a_clear_regression_stops_at_the_first_look() -> None:
 def test_two_workers_alternate_single_requests_in_the_scheduled_order() -> None:
     wa, wb = FakeWorker("A"), FakeWorker("B")
     rule = StoppingRule(max_pairs=200)
-    a, b = _Slot(wa, "a"), _Slot(wb, "main")  # type: ignore[arg-type]
+    a, b = Slot(wa, "a"), Slot(wb, "main")  # type: ignore[arg-type]
     log: list[str] = []
     for slot, tag in ((a, "a"), (b, "b")):
         worker = slot.worker
@@ -87,7 +87,7 @@ def test_two_workers_alternate_single_requests_in_the_scheduled_order() -> None:
 def test_the_time_cap_cuts_the_next_block_short() -> None:
     worker = FakeWorker()
     rule = StoppingRule(max_seconds=1e-9)  # spent before the first counted pair
-    a_ns, _, decision, _ = run_pairs(_Slot(worker, "a"), _Slot(worker, "b"), rule)  # type: ignore[arg-type]
+    a_ns, _, decision, _ = run_pairs(Slot(worker, "a"), Slot(worker, "b"), rule)  # type: ignore[arg-type]
     assert a_ns.size == 1  # one pair, not a 200-pair block past the cap
     assert (decision.stop, decision.verdict) == (True, "undecided")
     assert "max_seconds" in decision.reason

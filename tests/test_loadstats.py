@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from perfguard.core.scenario import LoadSpec
+from perfguard.measure.load import kept_up
 from perfguard.measure.loadgen import LoadLog
 from perfguard.measure.loadstats import level_figures
 
@@ -84,8 +85,6 @@ def test_closed_loop_has_no_rates_and_is_never_invalid_for_lag() -> None:
 
 
 def test_a_level_that_kept_up_is_not_called_saturated_but_a_backlog_is() -> None:
-    from perfguard.measure.load import _kept_up
-
     # 10 requests 100 ms apart, each answered 300 ms after its time: stable, just slow.
     steady = log_of(
         scheduled=[i * 100 for i in range(10)],
@@ -94,7 +93,7 @@ def test_a_level_that_kept_up_is_not_called_saturated_but_a_backlog_is() -> None
         end=[i * 100 + 300 for i in range(10)],
         window_end=[1200],
     )
-    assert _kept_up(steady) == pytest.approx(1.0)
+    assert kept_up(steady) == pytest.approx(1.0)
     # The same arrivals served one per 250 ms: the backlog grows, answers trail off.
     backlog = log_of(
         scheduled=[i * 100 for i in range(10)],
@@ -103,4 +102,4 @@ def test_a_level_that_kept_up_is_not_called_saturated_but_a_backlog_is() -> None
         end=[i * 250 + 250 for i in range(10)],
         window_end=[2500],
     )
-    assert _kept_up(backlog) < 0.9
+    assert kept_up(backlog) < 0.9

@@ -89,7 +89,7 @@ class ABOutcome:
     limit: float
 
 
-class _Slot:
+class Slot:
     """One side of an A/B comparison: a worker, and the slot its cell is open in."""
 
     def __init__(self, worker: WorkerProcess, slot: str) -> None:
@@ -100,11 +100,11 @@ class _Slot:
 
 
 def _pair_block(
-    a: WorkerProcess | _Slot, b: WorkerProcess | _Slot, order: np.ndarray, timeout_s: float
+    a: WorkerProcess | Slot, b: WorkerProcess | Slot, order: np.ndarray, timeout_s: float
 ) -> tuple[list[int], list[int]]:
     """``len(order)`` pairs: in one ``pairs`` request when both cells share a worker
     (no pipe round trip between requests), else one ``measure`` request at a time."""
-    if isinstance(a, _Slot) and isinstance(b, _Slot) and a.worker is b.worker:
+    if isinstance(a, Slot) and isinstance(b, Slot) and a.worker is b.worker:
         reply = a.worker.request(
             "pairs", timeout_s=timeout_s, order=[bool(x) for x in order], slots=[a.slot, b.slot]
         )
@@ -121,8 +121,8 @@ def _pair_block(
 
 
 def run_pairs(
-    a: WorkerProcess | _Slot,
-    b: WorkerProcess | _Slot,
+    a: WorkerProcess | Slot,
+    b: WorkerProcess | Slot,
     rule: StoppingRule,
     *,
     seed: int = 0,
@@ -283,7 +283,7 @@ class ABRun:
 
     # -- measuring one cell ---------------------------------------------------------
     @contextlib.contextmanager
-    def _sides(self, scenario: Scenario, ctx: RunContext) -> Iterator[tuple[_Slot, _Slot, Any]]:
+    def _sides(self, scenario: Scenario, ctx: RunContext) -> Iterator[tuple[Slot, Slot, Any]]:
         """Cells A (base tree) and B (working tree), open; B's open reply last.
 
         Both in slots of ONE worker when the base runs on this interpreter: a
@@ -303,8 +303,8 @@ class ABRun:
                     command=_bootstrap_command(python),
                     env=worker_env(),
                 )
-                a = _Slot(stack.enter_context(base_worker), "main")
-                b = _Slot(
+                a = Slot(stack.enter_context(base_worker), "main")
+                b = Slot(
                     stack.enter_context(
                         WorkerProcess(cwd=self.rootdir, name="B (working tree)", env=worker_env())
                     ),
@@ -315,7 +315,7 @@ class ABRun:
                 worker = stack.enter_context(
                     WorkerProcess(cwd=self.rootdir, name="A/B worker", env=worker_env())
                 )
-                a, b = _Slot(worker, "a"), _Slot(worker, "b")
+                a, b = Slot(worker, "a"), Slot(worker, "b")
                 code = (
                     {"path_first": str(self.worktree), "forget_under": []},
                     {"path_first": str(self.rootdir), "forget_under": [str(self.worktree)]},

@@ -55,7 +55,7 @@ from perfguard.measure.loadgen import Batching, LoadLog, Worker, closed_loop, op
 from perfguard.measure.loadstats import LevelFigures, level_figures
 from perfguard.models.inputs import make_inputs
 
-__all__ = ["LevelRun", "LoadCell", "LoadRunner", "measure_load"]
+__all__ = ["LevelRun", "LoadCell", "LoadRunner", "kept_up", "measure_load"]
 
 
 class LoadCell(Protocol):
@@ -301,7 +301,7 @@ class LoadRunner:
             figures = run.figures
             p_ms = figures.percentile_ms(slo.percentile)
             load = figures.load
-            saturated = load.unserved > 0 or (not closed and _kept_up(run.log) < _SATURATED)
+            saturated = load.unserved > 0 or (not closed and kept_up(run.log) < _SATURATED)
             ok = (
                 p_ms is not None
                 and p_ms <= slo.target_ms
@@ -363,7 +363,7 @@ class LoadRunner:
         return runs[best.level], summary
 
 
-def _kept_up(log: LoadLog) -> float:
+def kept_up(log: LoadLog) -> float:
     """Answered rate / scheduled rate of an open-loop level, 1.0 when it kept up.
 
     The window from the first scheduled time to the last answer always includes

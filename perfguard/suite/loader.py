@@ -345,7 +345,8 @@ def _scenario(
     extras: list[dict[str, object]] = []
     for cell in cells:
         merged = _merge(defaults, settings, cell)
-        # Resolved by suite_accuracy once every cell exists (a reference names another cell).
+        # Resolved by perfguard.suite.accuracy once every cell exists (a reference
+        # names another cell).
         extras.append({k: merged.pop(k) for k in (QUANTIZATION, ACCURACY) if k in merged})
         load = merged.pop(LOAD, None)  # the same in every cell: `load` is not an axis
         merged[GPU] = gpu_spec(merged.pop(GPU, None))
