@@ -56,7 +56,7 @@ from perfguard.models.factory import (
 from perfguard.models.inputs import make_inputs
 from perfguard.report.cli_report import report_command
 from perfguard.suite import grammar, starter
-from perfguard.suite.grammar import SUITE_PATTERNS, is_suite_path
+from perfguard.suite.files import SUITE_PATTERNS, is_suite_path
 from perfguard.suite.loader import load_suite
 from perfguard.suite.starter import StarterInput
 

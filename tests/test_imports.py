@@ -79,3 +79,28 @@ def test_the_heavy_check_would_see_a_heavy_import() -> None:
         "print(json.dumps(sorted(m for m in ('numpy', 'scipy', 'yaml') if m in sys.modules)))\n"
     )
     assert json.loads(out) == ["numpy", "scipy", "yaml"]
+
+
+# What a plain `pytest` run loads of perfguard: the entry point, the option definitions
+# and the two small tables they need (a default contention limit, the suite patterns).
+# Importing the suite grammar here once added ~90 ms to every plain pytest run.
+ENTRY_POINT_MODULES = [
+    "perfguard",
+    "perfguard.core",
+    "perfguard.core.policy",
+    "perfguard.plugin",
+    "perfguard.plugin.hooks",
+    "perfguard.plugin.hookspecs",
+    "perfguard.plugin.options",
+    "perfguard.suite",
+    "perfguard.suite.files",
+]
+
+
+def test_the_entry_point_loads_only_option_registration() -> None:
+    out = _run(
+        "import json, sys\n"
+        "import perfguard.plugin.hooks\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'perfguard')))\n"
+    )
+    assert json.loads(out) == ENTRY_POINT_MODULES

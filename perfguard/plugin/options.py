@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from perfguard.core.policy import CONTENTION_LIMIT
-from perfguard.suite.grammar import SUITE_PATTERNS
+from perfguard.suite.files import SUITE_PATTERNS
 
 
 def enabled(config: pytest.Config) -> bool:

@@ -38,7 +38,7 @@ from perfguard.plugin.measurement import CellMeasurer
 from perfguard.plugin.output import RunFiles, write_run_files
 from perfguard.plugin.settings import RunSettings
 from perfguard.plugin.terminal import header_line, write_summary
-from perfguard.suite.grammar import is_suite_path
+from perfguard.suite.files import is_suite_path
 
 STATE_KEY = pytest.StashKey["PerfguardSession"]()
 PLUGIN_NAME = "perfguard-session"

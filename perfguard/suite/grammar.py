@@ -27,7 +27,6 @@ only themselves. YAML anchors and ``<<`` merges work; duplicate keys are an erro
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import json
 import re
 from collections.abc import Iterator, Sequence
@@ -62,8 +61,6 @@ from perfguard.core.scenario import (
 
 __all__ = [
     "DEVICE_RE",
-    "SUITE_PATTERNS",
-    "is_suite_path",
     "ACCURACY",
     "ACCURACY_INPUTS",
     "ACCURACY_LIMITS",
@@ -110,20 +107,6 @@ __all__ = [
 
 # A device a cell may name (the whole string).
 DEVICE_RE = re.compile(r"cpu|cuda(:\d+)?")
-
-# Which files are suites when none is named on the command line (the default of the
-# `perfguard_suite_patterns` ini key), as globs relative to the rootdir.
-SUITE_PATTERNS: tuple[str, ...] = (
-    "suites/*.yaml",
-    "suites/*.yml",
-    "*/suites/*.yaml",
-    "*/suites/*.yml",
-)
-
-
-def is_suite_path(relative: str, patterns: Sequence[str] = SUITE_PATTERNS) -> bool:
-    """Whether ``relative`` (a path relative to the rootdir, with ``/``) is a suite file."""
-    return any(fnmatch.fnmatch(relative, p) for p in patterns)
 
 
 class _NoDefault:

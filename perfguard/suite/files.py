@@ -1,0 +1,27 @@
+"""Which files are suites: the default patterns and the test, shared by the plugin's
+collection (and its ini default) and ``perfguard init``.
+
+Kept apart from the grammar so that the plugin's entry point, which registers the ini
+default, imports nothing but this.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Sequence
+
+__all__ = ["SUITE_PATTERNS", "is_suite_path"]
+
+# Which files are suites when none is named on the command line (the default of the
+# `perfguard_suite_patterns` ini key), as globs relative to the rootdir.
+SUITE_PATTERNS: tuple[str, ...] = (
+    "suites/*.yaml",
+    "suites/*.yml",
+    "*/suites/*.yaml",
+    "*/suites/*.yml",
+)
+
+
+def is_suite_path(relative: str, patterns: Sequence[str] = SUITE_PATTERNS) -> bool:
+    """Whether ``relative`` (a path relative to the rootdir, with ``/``) is a suite file."""
+    return any(fnmatch.fnmatch(relative, p) for p in patterns)
