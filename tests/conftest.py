@@ -119,3 +119,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if reason:
         for item in gpu_items:
             item.add_marker(pytest.mark.skip(reason=reason))
+
+
+# A torch model that busy-waits `us` microseconds per call: a planted, exact slowdown
+# for the gate's end-to-end tests.
+SPIN_MODEL = """
+import time
+import torch
+
+
+class Spin(torch.nn.Module):
+    def __init__(self, us):
+        super().__init__()
+        self.us = us
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        end = time.perf_counter_ns() + self.us * 1000
+        while time.perf_counter_ns() < end:
+            pass
+        return self.lin(x)
+
+
+def spin(us=200):
+    torch.manual_seed(0)
+    return Spin(us).eval()
+"""

@@ -13,30 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_git
-
-SPIN_MODEL = """
-import time
-import torch
-
-
-class Spin(torch.nn.Module):
-    def __init__(self, us):
-        super().__init__()
-        self.us = us
-        self.lin = torch.nn.Linear(4, 4)
-
-    def forward(self, x):
-        end = time.perf_counter_ns() + self.us * 1000
-        while time.perf_counter_ns() < end:
-            pass
-        return self.lin(x)
-
-
-def spin(us=200):
-    torch.manual_seed(0)
-    return Spin(us).eval()
-"""
+from tests.conftest import SPIN_MODEL, run_git
 
 # Contention from other processes on a shared CI host would turn verdicts into
 # `invalid`; these tests are about the plumbing, so the contention check is off.

@@ -24,31 +24,10 @@ from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
 from perfguard.report import cli_report
 from perfguard.report.comparison import comparison_path, read_comparison
 from perfguard.report.model import ReportInput
+from tests.conftest import SPIN_MODEL
 
 pytest.importorskip("torch")
 
-SPIN_MODEL = """
-import time
-import torch
-
-
-class Spin(torch.nn.Module):
-    def __init__(self, us):
-        super().__init__()
-        self.us = us
-        self.lin = torch.nn.Linear(4, 4)
-
-    def forward(self, x):
-        end = time.perf_counter_ns() + self.us * 1000
-        while time.perf_counter_ns() < end:
-            pass
-        return self.lin(x)
-
-
-def spin(us=200):
-    torch.manual_seed(0)
-    return Spin(us).eval()
-"""
 
 CONTENTION = "1.01"
 INI = f"[pytest]\nperfguard_contention_limit = {CONTENTION}\n"
