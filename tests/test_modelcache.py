@@ -517,6 +517,7 @@ def test_a_factory_model_is_built_once_for_the_cells_that_need_it(tmp_path: Path
 def test_later_cells_reuse_the_session_export_without_copying_or_hashing_the_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import dataclasses
     import sys
 
     from perfguard.models import cache
@@ -547,10 +548,16 @@ def test_later_cells_reuse_the_session_export_without_copying_or_hashing_the_mod
         other = {name: np.concatenate([a, a]) for name, a in feeds.items()}
         assert cache.onnx_file_of(ort_cell, other, tmp_path / "cache")[0] != first
         assert len(copies) == 2
+        # So is another opset of the same factory (a second `models:` entry, say).
+        opset = dataclasses.replace(
+            ort_cell, model=dataclasses.replace(ort_cell.model, opset=ort_cell.model.opset - 1)
+        )
+        assert cache.onnx_file_of(opset, feeds, tmp_path / "cache")[0] != first
+        assert len(copies) == 3
         # The memo goes with the kept build.
         forget_factory_models()
         cache.onnx_file_of(ort_cell, feeds, tmp_path / "cache")
-        assert len(copies) == 3
+        assert len(copies) == 4
     finally:
         forget_factory_models()
         sys.modules.pop("counting_models", None)

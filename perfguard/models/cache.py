@@ -197,9 +197,14 @@ def onnx_file_of(
     dynamic = scenario.load is not None and scenario.load.batching is not None
     # Cells of one model share its build; once it was exported for these inputs, later
     # cells neither copy the model nor hash its weights again.
+    # Everything export_key hashes besides the weights, and the file's name: two models
+    # of one factory may differ in opset or outputs.
     signature = (
         "onnx-export",
         str(cache_dir),
+        model.name,
+        model.opset,
+        tuple(model.output_names),
         tuple((name, np.shape(a), np.asarray(a).dtype.str) for name, a in feeds.items()),
         dynamic,
     )
