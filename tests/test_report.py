@@ -349,3 +349,19 @@ def test_report_command_with_baseline_archive(tmp_path: Path) -> None:
     html = report_command(results, archive, None).read_text()
     assert 'data-verdict="regression"' in html
     assert BASE_SHA[:12] in html
+
+
+@pytest.mark.parametrize(
+    ("version", "hint"), [(2, "upgrade perfguard"), (0, "re-run"), ("1", "re-run")]
+)
+def test_a_comparison_file_of_another_schema_version_says_whose_it_is(
+    tmp_path: Path, version: object, hint: str
+) -> None:
+    from perfguard.core.errors import ResultsError
+    from perfguard.report.comparison import read_comparison
+
+    path = tmp_path / "comparison.json"
+    path.write_text(json.dumps({"schema_version": version, "verdicts": []}))
+    with pytest.raises(ResultsError, match="comparison schema_version") as info:
+        read_comparison(path)
+    assert str(path) in str(info.value) and hint in str(info.value)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from perfguard.core.codec import decode_samples, encode_samples
-from perfguard.core.errors import Location, ResultsError
+from perfguard.core.errors import Location, ResultsError, check_schema_version
 from perfguard.core.results import CommitInfo, RunResult
 
 BASELINE_SCHEMA_VERSION = 1
@@ -82,19 +82,13 @@ def decode_document(
         raise corrupt(f"top level is a {type(doc).__name__}, not an object", 1)
     if "kind" in doc and doc["kind"] != BASELINE_KIND:
         raise corrupt(f"kind is {doc['kind']!r}, not {BASELINE_KIND!r}")
-    version = doc.get("schema_version")
-    if version != BASELINE_SCHEMA_VERSION:
-        newer = isinstance(version, int) and version > BASELINE_SCHEMA_VERSION
-        raise ResultsError(
-            f"baseline schema_version {version!r} is not supported",
-            expected=f"schema_version {BASELINE_SCHEMA_VERSION}",
-            fix=(
-                "it was written by a newer perfguard: upgrade perfguard to read it"
-                if newer
-                else "it was written by an older perfguard: re-save the baseline"
-            ),
-            location=Location(where),
-        )
+    check_schema_version(
+        doc.get("schema_version"),
+        BASELINE_SCHEMA_VERSION,
+        "baseline",
+        older_fix="re-save the baseline",
+        location=Location(where),
+    )
     if doc.get("kind") != BASELINE_KIND:
         raise corrupt("'kind' is missing")
     if doc.get("fingerprint") != fingerprint:

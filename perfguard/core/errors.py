@@ -92,6 +92,30 @@ class ResultsError(PerfguardError):
     """A results or baseline file is corrupt, truncated or of an unknown schema version."""
 
 
+def check_schema_version(
+    found: object,
+    supported: int,
+    what: str,
+    *,
+    older_fix: str,
+    location: Location | None = None,
+) -> None:
+    """Raise ResultsError unless a file's ``schema_version`` is ``supported``: every file
+    perfguard reads says the same about a version it cannot read, and whose fix it is
+    (a newer perfguard wrote it: upgrade; an older one: ``older_fix``)."""
+    if found == supported and type(found) is int:
+        return
+    newer = type(found) is int and found > supported
+    raise ResultsError(
+        f"{what} schema_version {found!r} is not supported",
+        expected=f"schema_version {supported}",
+        fix="it was written by a newer perfguard: upgrade perfguard to read it"
+        if newer
+        else f"it was written by an older perfguard (or by hand): {older_fix}",
+        location=location,
+    )
+
+
 class GitError(PerfguardError):
     """git could not answer a question perfguard needs (no commits, shallow clone, ...)."""
 

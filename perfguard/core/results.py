@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from perfguard.core.accuracyfigures import AccuracyFigures
-from perfguard.core.errors import ResultsError
+from perfguard.core.errors import ResultsError, check_schema_version
 from perfguard.core.figures import JSON, LatencySummary, RuntimeInfo
 from perfguard.core.loadfigures import LoadFigures
 from perfguard.core.paths import display_path
@@ -258,20 +258,15 @@ class RunResult:
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, source: str = "<results>") -> RunResult:
         version = data.get("schema_version") if isinstance(data, dict) else None
-        if version != SCHEMA_VERSION:
-            newer = isinstance(version, int) and version > SCHEMA_VERSION
-            raise ResultsError(
-                f"{source}: results schema_version {version!r} is not supported",
-                expected=f"schema_version {SCHEMA_VERSION}",
-                fix=(
-                    "upgrade perfguard to read files written by a newer version"
-                    if newer
-                    else "re-create the file with this perfguard version"
-                ),
-            )
+        check_schema_version(
+            version,
+            SCHEMA_VERSION,
+            f"{source}: results",
+            older_fix="re-create the file with this perfguard version",
+        )
         try:
             return cls(
-                schema_version=version,
+                schema_version=SCHEMA_VERSION,  # checked above
                 perfguard_version=str(data.get("perfguard_version", "unknown")),
                 created_at=str(data["created_at"]),
                 commit=CommitInfo.from_dict(data["commit"]),

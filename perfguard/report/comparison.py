@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from perfguard.core.atomicio import read_json, write_json_atomic
-from perfguard.core.errors import ResultsError
+from perfguard.core.errors import ResultsError, check_schema_version
 from perfguard.judge.verdict import ScenarioVerdict
 
 COMPARISON_FILENAME = "comparison.json"
@@ -57,9 +57,16 @@ def write_comparison(
 def read_comparison(path: Path) -> StoredComparison:
     """Parse ``path``; ResultsError (naming the file and the fix) when it is malformed."""
     data = read_json(path)
+    if isinstance(data, dict):
+        check_schema_version(
+            data.get("schema_version"),
+            SCHEMA_VERSION,
+            f"{path}: comparison",
+            older_fix="delete it to render without verdicts, or re-run `pytest --perfguard`",
+        )
     try:
-        if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError(f"not a schema_version {SCHEMA_VERSION} comparison object")
+        if not isinstance(data, dict):
+            raise ValueError("not a comparison object")
         verdicts = tuple(ScenarioVerdict.from_dict(v) for v in data.get("verdicts", ()))
         info = data.get("baseline") or {}
         if not isinstance(info, dict):
