@@ -31,6 +31,7 @@ from filelock import FileLock
 
 from perfguard.core.atomicio import read_json, write_json_atomic
 from perfguard.core.errors import CellError, InputError, Location, ModelError, PerfguardError
+from perfguard.models.cache import KEY_CHARS, make_cache_folder, safe_name
 
 __all__ = [
     "Engine",
@@ -52,7 +53,6 @@ Shape = tuple[int, ...]
 Profile = dict[str, tuple[Shape, Shape, Shape]]
 Feeds = Mapping[str, np.ndarray]
 
-_KEY_CHARS = 16
 _LOG_TAIL = 20
 _FLAGS = {"fp16": "FP16", "bf16": "BF16", "int8": "INT8"}
 _LOGGERS: dict[int, Any] = {}
@@ -301,18 +301,10 @@ def load_engine(
     """The cached engine for ``spec``, built (once, under a file lock) when missing or stale."""
     logger = trt_logger(trt)
     key = spec.key
-    path = Path(cache_dir) / f"{_safe(name)}-{key[:_KEY_CHARS]}.engine"
+    path = Path(cache_dir) / f"{safe_name(name)}-{key[:KEY_CHARS]}.engine"
     sidecar = path.with_suffix(".json")
     timing = _timing_path(Path(cache_dir), spec) if timing_cache else None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ModelError(
-            f"cannot create the engine cache folder {path.parent}: {exc}",
-            expected="a writable folder",
-            fix="make the project folder writable or remove a file blocking the path",
-            location=location,
-        ) from exc
+    make_cache_folder(path.parent, location, "engine cache")
     runtime = trt.Runtime(logger)
     with FileLock(str(path) + ".lock"):
         profile = _fresh_profile(sidecar, spec, key) if path.is_file() else None
@@ -458,7 +450,10 @@ def _build_error(
 
 def _timing_path(cache_dir: Path, spec: EngineSpec) -> Path:
     major, minor = spec.capability
-    return cache_dir / f"timing-trt{_safe(spec.tensorrt)}-{_safe(spec.gpu)}-sm{major}{minor}.cache"
+    return (
+        cache_dir
+        / f"timing-trt{safe_name(spec.tensorrt)}-{safe_name(spec.gpu)}-sm{major}{minor}.cache"
+    )
 
 
 def _attach_timing_cache(config: Any, path: Path) -> Any:
@@ -493,7 +488,3 @@ def _temporary(target: Path) -> Iterator[Path]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
-
-
-def _safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.]+", "_", text).strip("._") or "model"

@@ -44,6 +44,7 @@ __all__ = [
     "KEY_CHARS",
     "KEY_SUFFIX",
     "build_once",
+    "make_cache_folder",
     "safe_name",
     "cache_key_of",
     "export_key",
@@ -274,15 +275,7 @@ def build_once(
     """Create ``target`` with ``write`` unless it exists; atomic and process-safe."""
     if target.is_file():
         return target
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ModelError(
-            f"cannot create the model cache folder {target.parent}: {exc}",
-            expected="a writable folder",
-            fix="make the project folder writable or remove a file blocking the path",
-            location=location,
-        ) from exc
+    make_cache_folder(target.parent, location, "model cache")
     with FileLock(str(target) + ".lock"):
         if target.is_file():  # another process built it while we waited
             return target
@@ -301,6 +294,19 @@ def build_once(
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
     return target
+
+
+def make_cache_folder(folder: Path, location: Location | None, what: str) -> None:
+    """Create a cache folder (``what``: "model cache", "engine cache"); ModelError if not."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ModelError(
+            f"cannot create the {what} folder {folder}: {exc}",
+            expected="a writable folder",
+            fix="make the project folder writable or remove a file blocking the path",
+            location=location,
+        ) from exc
 
 
 def safe_name(name: str) -> str:
