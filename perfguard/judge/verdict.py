@@ -228,6 +228,34 @@ class MetricVerdict:
         return 1.0 - step, 1.0 + step
 
     @property
+    def detectable(self) -> float | None:
+        """The smallest relative regression this comparison could have flagged.
+
+        A regression needs the ratio beyond the (noise-widened) limit *and* its lower
+        bound above 1. With the spread this run had (``ratio / lower``), a true change
+        ``d`` shows with its bound near ``(1 + d) * lower / ratio``, so the gate can
+        see ``max(effective limit, ratio / lower - 1)``: e.g. 0.23 when a +5% gate
+        widened by the noise floor, or a wide A/B bootstrap interval, sees only +23%.
+        Only latency and throughput gates with a relative limit have one (None else);
+        without per-request bounds it is the effective limit.
+        """
+        if not self.relative or self.ratio is None or self.ratio <= 0.0:
+            return None
+        if self.lower is None or self.upper is None:
+            return self.effective_limit
+        bound = self.lower if self.higher_is_worse else 1.0 / self.upper
+        ratio = self.ratio if self.higher_is_worse else 1.0 / self.ratio
+        if bound <= 0.0:
+            return math.inf
+        return max(self.effective_limit, ratio / bound - 1.0)
+
+    @property
+    def blind(self) -> bool:
+        """True when the gate could not have seen a regression of its own limit."""
+        seen = self.detectable
+        return seen is not None and seen > self.limit * (1.0 + 1e-9) + 1e-12
+
+    @property
     def label(self) -> str:
         """How messages name the metric: ``P95 latency``, ``throughput``, ``peak memory``."""
         return metric_name(self.metric)
