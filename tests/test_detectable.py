@@ -32,14 +32,15 @@ def test_detectable_is_the_smallest_change_the_rule_flags(
 ) -> None:
     """Shift the measured interval so its point sits just above / below the detectable
     change (same spread): the gate's own rule flags the first and not the second."""
+    lower, upper = ratio / below, ratio * above
     m = MetricVerdict(
         metric="p95" if higher_is_worse else "throughput",
         verdict=VerdictKind.UNCHANGED,
         message="",
         rule="",
         ratio=ratio,
-        lower=ratio / below,
-        upper=ratio * above,
+        lower=lower,
+        upper=upper,
         limit=limit,
         effective_limit=limit * widen,
         higher_is_worse=higher_is_worse,
@@ -51,7 +52,7 @@ def test_detectable_is_the_smallest_change_the_rule_flags(
         target = (1.0 + d) * factor
         point = target if higher_is_worse else 1.0 / target
         shift = point / ratio
-        moved = replace(m, ratio=point, lower=m.lower * shift, upper=m.upper * shift)
+        moved = replace(m, ratio=point, lower=lower * shift, upper=upper * shift)
         assert _flags(moved) is expected, (factor, moved)
 
 
