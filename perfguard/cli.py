@@ -136,7 +136,8 @@ def _load_run(path: Path) -> RunResult:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     base, current = _load_run(Path(args.base)), _load_run(Path(args.current))
-    verdicts = judge_runs(current, base, **_judging(args))
+    names = (f"current {args.current}", f"baseline {args.base}")
+    verdicts = judge_runs(current, base, names=names, **_judging(args))
     if args.json:
         print(json.dumps([v.to_dict() for v in verdicts], indent=2))
     else:

@@ -287,3 +287,22 @@ def test_an_isolated_cell_is_measured_as_in_process(suite_writer: pytest.Pyteste
     assert found["fine"]["load"] is None
     assert found["fine"]["canary_ns"] is not None and found["fine"]["canary_ns"] > 0
     assert "foreign_cpu" in found["fine"]["runtime"]
+
+
+def test_an_ab_run_lands_beside_the_plain_run_of_its_commit_and_is_never_saved(
+    repo: pytest.Pytester,
+) -> None:
+    head = commit(repo.path, 1.0, "model")
+    repo.runpytest("--perfguard").assert_outcomes(passed=1)
+    plain = repo.path / "reports" / head[:12]
+    plain_report = (plain / "report.html").read_text()
+    repo.runpytest("--perfguard", "--perfguard-ab=HEAD").assert_outcomes(passed=1)
+    ab = repo.path / "reports" / f"{head[:12]}-ab"
+    assert json.loads((ab / "results.json").read_text())["mode"] == "ab"
+    assert (ab / "report.html").is_file() and (ab / "summary.md").is_file()
+    assert "mode" not in json.loads((plain / "results.json").read_text())
+    assert (plain / "report.html").read_text() == plain_report  # not overwritten
+    refused = repo.runpytest("--perfguard", "--perfguard-ab=HEAD", "--perfguard-save")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(["*--perfguard-save refused with --perfguard-ab*"])
+    assert not (repo.path / "baselines").exists()

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -462,3 +463,22 @@ def test_env_json_is_this_machines_fingerprint(capsys: pytest.CaptureFixture[str
     status, out, _ = run_cli(capsys, "env")
     assert status == 0
     assert out.splitlines()[0] == f"fingerprint {data['fingerprint']}"
+
+
+def test_compare_refuses_a_same_run_ab_run_naming_the_file_and_the_fix(
+    tmp_path: Path, nogit: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reports = tmp_path / "reports"
+    base = write_results(make_run(sha(1), seed=1), reports)
+    ab = replace(make_run(sha(2), seed=2), mode="ab")
+    ab_path = write_results(ab, reports)
+    assert ab_path.parent.name == f"{sha(2)[:12]}-ab"  # beside the plain run, not over it
+    for argv in ((base, ab_path), (ab_path, base)):
+        status, out, err = run_cli(capsys, "compare", *argv)
+        assert status == 2 and out == ""
+        assert f"{ab_path}" in err and "same-run A/B" in err
+        assert "perfguard report" in err  # the fix: read the run's own A/B verdicts
+    # The same two plain runs compare as usual.
+    plain = write_results(make_run(sha(2), seed=2), reports)
+    assert plain.parent.name == sha(2)[:12] and ab_path.is_file()
+    assert run_cli(capsys, "compare", base, plain)[0] == 0

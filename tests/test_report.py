@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -365,3 +366,19 @@ def test_a_comparison_file_of_another_schema_version_says_whose_it_is(
     with pytest.raises(ResultsError, match="comparison schema_version") as info:
         read_comparison(path)
     assert str(path) in str(info.value) and hint in str(info.value)
+
+
+def test_report_command_refuses_to_rejudge_an_ab_run_but_renders_its_own_verdicts(
+    tmp_path: Path,
+) -> None:
+    ab = replace(run_of([scenario("s::a", scale_ms=3.0)]), mode="ab")
+    results = write_results(ab, tmp_path / "reports")
+    assert results.parent.name == f"{ab.commit.short}-ab"
+    base_path = tmp_path / "base.json"
+    base_path.write_text(json.dumps(run_of([scenario("s::a")], sha=BASE_SHA).to_dict()))
+    with pytest.raises(ResultsError, match="same-run A/B") as refused:
+        report_command(results, base_path, None)
+    assert str(results) in str(refused.value)
+    html_path = report_command(results, None, None)  # its own comparison (none here)
+    assert html_path == results.parent / "report.html"
+    assert (results.parent.parent / "index.html").is_file()  # <commit12>-ab is a run dir

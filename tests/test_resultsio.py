@@ -19,6 +19,7 @@ from perfguard.core.atomicio import write_json_atomic
 from perfguard.core.errors import ResultsError
 from perfguard.core.figures import RESERVED_KEYS, RuntimeInfo
 from perfguard.core.results import (
+    RUN_MODES,
     SCHEMA_VERSION,
     CommitInfo,
     Environment,
@@ -30,6 +31,7 @@ from perfguard.core.resultsio import (
     load_schema,
     read_results,
     results_path,
+    run_dir_name,
     validate,
     write_results,
 )
@@ -118,6 +120,7 @@ run_results = st.builds(
     scenarios=st.lists(scenarios, max_size=4).map(tuple),
     created_at=st.datetimes(timezones=st.just(timezone.utc)).map(datetime.isoformat),
     perfguard_version=st.sampled_from(["0.1.0", "0.2.0.dev1"]),
+    mode=st.sampled_from(RUN_MODES),
 )
 
 
@@ -157,7 +160,8 @@ def test_to_dict_matches_schema(run: RunResult) -> None:
 def test_write_read_round_trip(run: RunResult) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = write_results(run, Path(tmp) / "reports")
-        assert path == results_path(Path(tmp) / "reports", run.commit)
+        assert path == results_path(Path(tmp) / "reports", run.commit, run.mode)
+        assert path.parent.name == run_dir_name(run.commit, run.mode)
         assert read_results(path) == run
 
 
@@ -172,7 +176,8 @@ def test_schema_covers_exactly_the_data_classes() -> None:
     # The schema is closed, so a field added to a data class must be added here too.
     schema = load_schema()
     defs = schema["$defs"]
-    assert set(schema["properties"]) == set(a_run().to_dict())
+    assert set(schema["properties"]) == set(a_run(mode="ab").to_dict())
+    assert "mode" not in a_run().to_dict()  # a plain run's file is as it always was
     assert set(defs["scenario"]["properties"]) == {f.name for f in fields(ScenarioResult)}
     assert set(defs["scenario"]["required"]) == {f.name for f in fields(ScenarioResult)}
     assert set(defs["latency"]["properties"]) == {f.name for f in fields(LatencySummary)}

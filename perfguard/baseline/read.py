@@ -48,4 +48,5 @@ def pooled_run(baseline: Baseline) -> RunResult:
         scenarios=tuple(p for p in pooled if p is not None),
         created_at=newest.created_at,
         perfguard_version=newest.perfguard_version,
+        mode="ab" if any(launch.mode == "ab" for launch in baseline.launches) else "plain",
     )

@@ -23,6 +23,7 @@ from perfguard.core.paths import display_path
 from perfguard.core.scenario import Scenario
 
 __all__ = [
+    "RUN_MODES",
     "SCHEMA_VERSION",
     "CommitInfo",
     "Environment",
@@ -234,6 +235,10 @@ class ScenarioResult:
         return cls(**kwargs)
 
 
+#: ``RunResult.mode`` values: how a run's figures were measured.
+RUN_MODES: tuple[str, ...] = ("plain", "ab")
+
+
 @dataclass(frozen=True)
 class RunResult:
     """One pytest session's results: commit, environment and every scenario."""
@@ -244,9 +249,17 @@ class RunResult:
     created_at: str  # ISO 8601, UTC
     perfguard_version: str
     schema_version: int = SCHEMA_VERSION
+    #: How the figures were measured: ``plain`` (one revision, as archived baselines
+    #: are) or ``ab`` (same-run A/B: interleaved with the base revision, so slower
+    #: than a plain run and judged only against that base, never an archived baseline).
+    mode: str = "plain"
+
+    def __post_init__(self) -> None:
+        if self.mode not in RUN_MODES:
+            raise ValueError(f"run mode {self.mode!r}; expected one of {', '.join(RUN_MODES)}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "schema_version": self.schema_version,
             "perfguard_version": self.perfguard_version,
             "created_at": self.created_at,
@@ -254,6 +267,9 @@ class RunResult:
             "environment": self.environment.to_dict(),
             "scenarios": [s.to_dict() for s in self.scenarios],
         }
+        if self.mode != "plain":  # a plain run's file is as it always was
+            data["mode"] = self.mode
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, source: str = "<results>") -> RunResult:
@@ -272,6 +288,7 @@ class RunResult:
                 commit=CommitInfo.from_dict(data["commit"]),
                 environment=Environment.from_dict(data["environment"]),
                 scenarios=tuple(ScenarioResult.from_dict(s) for s in data["scenarios"]),
+                mode=str(data.get("mode", "plain")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ResultsError(

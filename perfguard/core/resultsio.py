@@ -1,6 +1,7 @@
 """Where a run's results live on disk, and writing/reading them safely.
 
-``reports/<commit12>/results.json`` holds ``RunResult.to_dict()``. Writes are
+``reports/<commit12>/results.json`` holds ``RunResult.to_dict()`` (``<commit12>-ab/`` for
+a same-run A/B run). Writes are
 atomic (see ``atomicio``) and checked against the packaged JSON Schema when
 ``jsonschema`` is installed, so drift between the data classes and the schema
 shows up in perfguard's own tests rather than in a user's CI.
@@ -22,9 +23,16 @@ RESULTS_FILENAME = "results.json"
 SCHEMA_RESOURCE = "schemas/results.schema.json"
 
 
-def results_path(report_dir: Path, commit: CommitInfo) -> Path:
-    """``report_dir / <first 12 of the sha, or "uncommitted"> / results.json``."""
-    return Path(report_dir) / commit.short / RESULTS_FILENAME
+def run_dir_name(commit: CommitInfo, mode: str = "plain") -> str:
+    """A run's folder under the report directory: ``<commit12>``, or ``<commit12>-ab``
+    for a same-run A/B run, which so lands beside the plain run of the same commit
+    instead of over it (``uncommitted`` without a commit)."""
+    return commit.short if mode == "plain" else f"{commit.short}-{mode}"
+
+
+def results_path(report_dir: Path, commit: CommitInfo, mode: str = "plain") -> Path:
+    """``report_dir / <run_dir_name> / results.json``."""
+    return Path(report_dir) / run_dir_name(commit, mode) / RESULTS_FILENAME
 
 
 @functools.cache
@@ -60,7 +68,7 @@ def write_results(run: RunResult, report_dir: Path) -> Path:
     """Write ``run`` to its ``results.json`` under ``report_dir`` atomically; return the path."""
     data = run.to_dict()
     validate(data)
-    path = results_path(report_dir, run.commit)
+    path = results_path(report_dir, run.commit, run.mode)
     write_json_atomic(path, data)
     return path
 

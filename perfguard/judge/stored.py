@@ -12,13 +12,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from perfguard.core.errors import ResultsError
 from perfguard.core.policy import CONFIDENCE, CONTENTION_LIMIT, NORMALISE, GateSpec
 from perfguard.core.results import RunResult
 from perfguard.judge.compare import compare_runs
 from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.suite.loader import Suite, load_suite
 
-__all__ = ["judge_runs", "suite_gates"]
+__all__ = ["check_plain_runs", "judge_runs", "suite_gates"]
 
 
 def suite_gates(ids: Sequence[str], rootdir: Path) -> dict[str, tuple[GateSpec, ...]]:
@@ -39,6 +40,32 @@ def suite_gates(ids: Sequence[str], rootdir: Path) -> dict[str, tuple[GateSpec, 
     return gates
 
 
+def check_plain_runs(current: RunResult, baseline: RunResult, *, names: Sequence[str]) -> None:
+    """Refuse to judge a same-run A/B run's figures against another run.
+
+    A/B measures both revisions interleaved, request by request, in one session: its
+    latencies are slower than a plain run's (two workers share the machine and its
+    caches), and its verdicts stand only against the base it was interleaved with,
+    which its own ``comparison.json`` holds. ``names``: how to call (current, baseline).
+    """
+    for run, name in zip((current, baseline), names, strict=True):
+        if run.mode == "ab":
+            raise ResultsError(
+                f"{name} was measured in same-run A/B (interleaved with base "
+                f"{_ab_base(run)}), so its latencies are not comparable with a plain run's "
+                "(interleaving slows both sides alike, by a different amount than a plain run)",
+                expected="two plain runs: results of `pytest --perfguard` without "
+                "--perfguard-ab, or archived baselines",
+                fix="read the A/B run's own verdicts (`perfguard report` on its results.json, "
+                "or its comparison.json), or measure a plain run to compare",
+            )
+
+
+def _ab_base(run: RunResult) -> str:
+    bases = sorted({s.runtime.ab_base[:12] for s in run.scenarios if s.runtime.ab_base})
+    return ", ".join(bases) or "unknown"
+
+
 def judge_runs(
     current: RunResult,
     baseline: RunResult,
@@ -47,8 +74,14 @@ def judge_runs(
     confidence: float = CONFIDENCE,
     normalise: bool = NORMALISE,
     contention_limit: float = CONTENTION_LIMIT,
+    names: tuple[str, str] = ("the current run", "the baseline"),
 ) -> list[ScenarioVerdict]:
-    """One verdict per scenario of either run, with the suites' gates (see the module)."""
+    """One verdict per scenario of either run, with the suites' gates (see the module).
+
+    ResultsError when either run was measured in same-run A/B (``check_plain_runs``;
+    ``names`` say which file each run came from).
+    """
+    check_plain_runs(current, baseline, names=names)
     ids = list(dict.fromkeys(s.id for run in (current, baseline) for s in run.scenarios))
     return compare_runs(
         current,

@@ -122,6 +122,12 @@ class PerfguardSession:
         # Refuse a save that cannot be honoured, and resolve the baseline, before
         # minutes of measurement are spent.
         refusal = None if self.is_worker else check_can_save(self.settings.judging, self.commit)
+        if refusal is None and self.settings.judging.save and self.ab is not None:
+            refusal = (
+                "--perfguard-save refused with --perfguard-ab: a same-run A/B run is measured "
+                "interleaved with its base, so its figures would skew every later comparison "
+                "against the archive; save a plain run (drop --perfguard-ab)"
+            )
         if refusal:
             raise pytest.UsageError(refusal)
         try:
@@ -249,6 +255,7 @@ class PerfguardSession:
             scenarios=tuple(self.results.values()),
             created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             perfguard_version=__version__,
+            mode="ab" if self.ab is not None else "plain",
         )
 
     @pytest.hookimpl(trylast=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from perfguard.core.atomicio import write_text_atomic
+from perfguard.core.resultsio import run_dir_name
 from perfguard.report.index import render_index
 from perfguard.report.markdown import render_markdown
 from perfguard.report.model import ReportInput
@@ -15,11 +16,13 @@ SUMMARY_FILENAME = "summary.md"
 
 
 def write_report(inp: ReportInput, report_dir: Path) -> Path:
-    """Write ``<commit12>/report.html`` and ``summary.md`` atomically, refresh the index.
+    """Write ``<run dir>/report.html`` and ``summary.md`` atomically (``run_dir_name``:
+    ``<commit12>``, ``<commit12>-ab`` for an A/B run), refresh the index.
 
     Returns the path of ``report.html``.
     """
-    html_path = write_report_files(inp, Path(report_dir) / inp.run.commit.short)
+    run_dir = Path(report_dir) / run_dir_name(inp.run.commit, inp.run.mode)
+    html_path = write_report_files(inp, run_dir)
     render_index(Path(report_dir))
     return html_path
 

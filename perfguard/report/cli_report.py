@@ -16,7 +16,7 @@ from perfguard.baseline.read import pooled_run, read_baseline_file
 from perfguard.core.errors import ResultsError
 from perfguard.core.policy import CONFIDENCE, CONTENTION_LIMIT, NORMALISE
 from perfguard.core.results import RunResult, ScenarioResult
-from perfguard.core.resultsio import read_results
+from perfguard.core.resultsio import read_results, run_dir_name
 from perfguard.judge.compare import environment_diff
 from perfguard.judge.stored import judge_runs
 from perfguard.judge.verdict import ScenarioVerdict
@@ -85,6 +85,7 @@ def report_command(
                 confidence=confidence,
                 normalise=normalise,
                 contention_limit=contention_limit,
+                names=(f"results {results}", f"baseline {baseline}"),
             )
         )
         diff = environment_diff(base_env, run.environment)
@@ -104,6 +105,6 @@ def report_command(
     )
     dest = Path(out_dir) if out_dir is not None else results.parent
     html_path = write_report_files(inp, dest)
-    if dest.name == run.commit.short:  # the usual reports/<commit12>/ layout
+    if dest.name == run_dir_name(run.commit, run.mode):  # the usual reports/<commit12>/
         render_index(dest.parent)
     return html_path
