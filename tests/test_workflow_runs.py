@@ -116,6 +116,14 @@ class Origin:
         return job
 
 
+def head_report(run: WorkflowRun, head: str) -> Path:
+    """The head commit's report folder in the artifact, as the comment job picks it."""
+    reports = run.artifacts / "perfguard-reports"
+    found = [d for d in (reports / f"{head[:12]}-ab", reports / head[:12]) if d.is_dir()]
+    assert found, sorted(p.name for p in reports.iterdir())
+    return found[0]
+
+
 def baseline_doc(server: Server, sha: str) -> dict:
     (path,) = [p for p in server.branch_files(BRANCH) if p.endswith(f"/{sha}.json")]
     return json.loads(server.origin_git("show", f"refs/heads/{BRANCH}:{path}"))
@@ -155,6 +163,11 @@ def test_main_pushes_create_then_extend_the_baselines_branch(origin: Origin) -> 
         assert doc["kind"] == "perfguard-baseline" and len(doc["launches"]) == 1
     log = server.origin_git("log", "--format=%s", f"refs/heads/{BRANCH}").splitlines()
     assert log == [f"perfguard baseline for {second}", f"perfguard baseline for {first}"]
+    # The token reached git through the environment only.
+    token = origin.push_run(first, "token").github["token"]
+    for job in (job1, job2):
+        assert token not in (job.workspace / ".git" / "config").read_text()
+        assert all(token not in step.output for step in job.steps.values())
     # main is left alone: its tip is the developer's commit, not a bot's.
     assert server.origin_git("rev-parse", "refs/heads/main") == second
     # The push event runs the baseline job only.
@@ -177,7 +190,7 @@ def test_a_pr_with_a_planted_regression_fails_and_the_comment_is_its_summary(
     assert gate.rc == 1, perf.describe()
     assert "P95 latency" in gate.output and "measured in this run, interleaved" in gate.output
     assert perf.steps["Upload reports"].rc == 0  # if: always()
-    report = run.artifacts / "perfguard-reports" / head[:12]
+    report = head_report(run, head)
     (verdict,) = json.loads((report / "comparison.json").read_text())["verdicts"]
     assert verdict["mode"] == "ab" and verdict["verdict"] == "regression"
     # A decoy that sorts before the head's directory: the old summaries[0] took it.
@@ -210,7 +223,7 @@ def test_an_unchanged_pr_passes_in_ab_mode(origin: Origin) -> None:
     run = origin.pr_run(head, "pr-same", 8)
     perf = run.job("perf")
     assert perf.run() == "success", perf.describe()
-    report = run.artifacts / "perfguard-reports" / head[:12]
+    report = head_report(run, head)
     (verdict,) = json.loads((report / "comparison.json").read_text())["verdicts"]
     assert verdict["mode"] == "ab" and verdict["verdict"] in ("unchanged", "improvement")
     # The stored baselines were there for the report's history.
