@@ -155,6 +155,7 @@ def test_main_pushes_create_then_extend_the_baselines_branch(origin: Origin) -> 
         job1.steps["Install"],
         job1.steps["Upload reports"],
     ]
+    assert server.has_branch(BRANCH)
     files = server.branch_files(BRANCH)
     assert sum(p.endswith(f"/{first}.json") for p in files) == 1
     assert sum(p.endswith(f"/{second}.json") for p in files) == 1

@@ -269,12 +269,9 @@ class Server:
         self, files: Mapping[str, str], message: str, *, branch: str = "main", start: str = "main"
     ) -> str:
         """Write ``files`` on ``branch`` (new ones start at ``start``), commit, push; the sha."""
-        if self.git("symbolic-ref", "--short", "HEAD") == branch:
-            pass
-        elif self.git("branch", "--list", branch):
-            self.git("checkout", "-q", branch)
-        else:
-            self.git("checkout", "-q", "-b", branch, start)
+        if self.git("symbolic-ref", "--short", "HEAD") != branch:
+            exists = bool(self.git("branch", "--list", branch))
+            self.git("checkout", "-q", *((branch,) if exists else ("-b", branch, start)))
         for name, text in files.items():
             path = self.dev / name
             path.parent.mkdir(parents=True, exist_ok=True)
