@@ -322,6 +322,9 @@ def test_lock_is_in_step_with_pyproject() -> None:
     assert not unhashed, f"pins without --hash=sha256: {unhashed}"
     # perfguard itself is installed from the checkout (--no-deps), never from the lock.
     assert "perfguard" not in pins
+    # onnxruntime and onnxruntime-gpu install the same module: the CPU one would shadow
+    # the GPU one on the runner.
+    assert "onnxruntime-gpu" in pins and "onnxruntime" not in pins
 
 
 def test_lock_digest_follows_the_dependency_sections() -> None:
