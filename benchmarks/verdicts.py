@@ -398,6 +398,12 @@ def analyse(data: dict[str, Any], *, label: str, elapsed_s: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
+    if args_in[:2] == ["--mode", "pr"] or "--mode=pr" in args_in[:1]:
+        # The pull-request default: archived vs A/B vs screen-then-confirm, busy and quiet.
+        import verdicts_pr
+
+        verdicts_pr.main(args_in[2:] if args_in[:1] == ["--mode"] else args_in[1:])
+        return 0
     if args_in[:2] == ["--mode", "ab"] or "--mode=ab" in args_in[:1]:
         # Same-run A/B beside the archived gate and pytest-benchmark: verdicts_ab.py.
         import verdicts_ab
