@@ -13,10 +13,12 @@ from typing import Protocol
 
 import pytest
 from _pytest._code.code import ExceptionInfo, TerminalRepr
+from _pytest._io import TerminalWriter
 
 from perfguard.core.errors import BackendUnavailable, PerfguardError, RunInvalid, SuiteError
 from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import Scenario
+from perfguard.core.text import plain
 from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.suite.loader import load_suite
 
@@ -88,13 +90,27 @@ class ScenarioItem(pytest.Item):
         excinfo: ExceptionInfo[BaseException],
         style: str | None = None,
     ) -> str | TerminalRepr:
+        # The text may carry a model's or an exception's words: ``plain`` leaves no
+        # escape sequence or workflow command in the terminal or the CI log.
         if isinstance(excinfo.value, PerfguardError):
-            return str(excinfo.value)
-        return super().repr_failure(excinfo, style=style)  # type: ignore[arg-type]
+            return plain(str(excinfo.value))
+        shown = super().repr_failure(excinfo, style=style)  # type: ignore[arg-type]
+        return plain(shown) if isinstance(shown, str) else PlainRepr(shown)
 
     def reportinfo(self) -> tuple[str, int | None, str]:
         line = self.scenario.location.line
         return str(self.path), (line - 1 if line else None), f"scenario: {self.name}"
+
+
+class PlainRepr(TerminalRepr):
+    """pytest's own failure representation (a traceback), written through ``plain``."""
+
+    def __init__(self, inner: TerminalRepr) -> None:
+        self.inner = inner
+
+    def toterminal(self, tw: TerminalWriter) -> None:
+        tw.write(plain(str(self.inner)))
+        tw.line()
 
 
 class SuiteErrorItem(pytest.Item):
@@ -112,7 +128,7 @@ class SuiteErrorItem(pytest.Item):
         excinfo: ExceptionInfo[BaseException],
         style: str | None = None,
     ) -> str | TerminalRepr:
-        return str(excinfo.value)
+        return plain(str(excinfo.value))
 
     def reportinfo(self) -> tuple[str, int | None, str]:
         line = self.error.location.line if self.error.location else None
