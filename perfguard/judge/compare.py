@@ -349,7 +349,7 @@ def compare_scenario(
         )
     if baseline is None or not baseline.passed:
         why = (
-            f"no baseline for this scenario in {base_ref}"
+            "no baseline for this scenario" + (f" in {base_ref}" if baseline_commit else "")
             if baseline is None
             else f"{base_ref} has no figures for this scenario ({baseline.status})"
         )

@@ -330,8 +330,11 @@ class RunOutcome:
         return f"{parts} ({cells})" if parts else cells
 
     def summary(self) -> str:
-        """The headline and the counts: ``❌ regression: 1 regression, 7 passed (8 cells)``."""
-        return f"{self.headline()}: {self.counts_line()}"
+        """The headline and the counts: ``❌ regression: 1 regression, 7 passed (8 cells)``,
+        ``⚠️ passed with 1 new (1 cell)``."""
+        counts = self.counts_line()
+        sep = ": " if counts.endswith(")") else " ("
+        return f"{self.headline()}{sep}{counts}" + ("" if sep == ": " else ")")
 
     def of(self, outcome: Outcome) -> list[CellOutcome]:
         return [c for c in self.cells if c.outcome is outcome]
@@ -370,8 +373,8 @@ def run_outcome(
 def grouped(cells: Sequence[CellOutcome], limit: int = 5) -> list[tuple[Outcome, str, str]]:
     """(outcome, who, reason) per group of cells sharing an outcome and a reason.
 
-    ``who`` is the one id, or ``(N): a, b, c, d, e and 5 more`` for a group, so ten
-    ``new`` cells with the same reason read as one line.
+    ``who`` is ``new: a`` for one cell, ``new (10): a, b, c, d, e and 5 more`` for a
+    group, so ten ``new`` cells with the same reason read as one line.
     """
     groups: dict[tuple[Outcome, str], list[str]] = {}
     for cell in cells:
@@ -379,10 +382,10 @@ def grouped(cells: Sequence[CellOutcome], limit: int = 5) -> list[tuple[Outcome,
     out = []
     for (outcome, reason), ids in groups.items():
         if len(ids) == 1:
-            who = ids[0]
+            who = f"{outcome.label}: {ids[0]}"
         else:
             more = f" and {len(ids) - limit} more" if len(ids) > limit else ""
-            who = f"({len(ids)}) " + ", ".join(ids[:limit]) + more
+            who = f"{outcome.label} ({len(ids)}): " + ", ".join(ids[:limit]) + more
         out.append((outcome, who, reason))
     return out
 

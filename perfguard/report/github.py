@@ -81,7 +81,7 @@ def annotation(
     # The title and message come from YAML names, models and exceptions: no escape
     # sequence or control character gets into the log line (``plain``; the escaping
     # below then keeps any newline inside the one command).
-    title, message = plain(title), plain(message)
+    path, title, message = plain(str(path)), plain(title), plain(message)
     props = [f"file={escape_property(relative_path(path, env))}"]
     if line is not None:
         if line < 1:

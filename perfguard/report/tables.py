@@ -109,7 +109,7 @@ def outcome_lines(outcome: RunOutcome) -> list[tuple[str, bool]]:
     for kind, who, reason in grouped([c for c in outcome.cells if c.outcome.value != "passed"]):
         failed = any(c.failed for c in outcome.cells if c.outcome is kind and c.reason == reason)
         tail = f": {reason}" if reason else ""
-        lines.append((one_line(f"{kind.label}: {who}{tail}"), failed))
+        lines.append((one_line(f"{who}{tail}"), failed))
     return lines
 
 
