@@ -125,7 +125,10 @@ def test_first_run_is_new_and_removed_scenario_is_missing(repo: Repo) -> None:
     first.assert_outcomes(passed=2)
     # Two cells with the same reason: one grouped line, and the run is not clean.
     first.stdout.fnmatch_lines(
-        ["new (2): suites/s.yaml::spin, suites/s.yaml::other: no baseline*", "*⚠️ passed with 2 new*"]
+        [
+            "new (2): suites/s.yaml::spin, suites/s.yaml::other: no baseline*",
+            "*⚠️ passed with 2 new*",
+        ]
     )
     repo.commit(200, "drop one", scenarios="spin")
     result = repo.run()

@@ -129,8 +129,13 @@ def test_failed_accuracy_and_errored_cell_every_output_agrees(
             "failed: *boom: *factory evilmodels:boom raised RuntimeError: red*",
         ]
     )
-    assert out.count("perfguard: ❌ accuracy failure: 1 accuracy failure, 1 failed, 2 new (4 cells)") == 1
-    result.stdout.fnmatch_lines(["perfguard: export mlp: 0 (to ONNX, opset *)", "perfguard: export mlp: 1 (done in *s)"])
+    assert (
+        out.count("perfguard: ❌ accuracy failure: 1 accuracy failure, 1 failed, 2 new (4 cells)")
+        == 1
+    )
+    result.stdout.fnmatch_lines(
+        ["perfguard: export mlp: 0 (to ONNX, opset *)", "perfguard: export mlp: 1 (done in *s)"]
+    )
     result.stdout.fnmatch_lines(["perfguard: quantize *: 1 (done in *s)"])
     # What perfguard writes: the failure texts and its summary section (pytest's own
     # progress and "FAILED <nodeid>" lines print the file name as it is).

@@ -401,15 +401,15 @@ def compare_scenario(
     if override is None:
         return verdict_of(VerdictKind.UNCHANGED, metrics, *notes)
     kind, why = override
+    # Each metric's message stands alone (the report shows it per metric); the
+    # scenario's messages say the reason once, not again per metric it switched off.
+    own = [m.message for m in metrics if m.verdict == VerdictKind.INVALID]
     metrics = [
         m
         if m.verdict == VerdictKind.INVALID
         else replace(m, verdict=kind, rule=why, message=f"{m.label} not gated: {why}")
         for m in metrics
     ]
-    # Each metric's message stands alone (the report shows it per metric); the
-    # scenario's messages say the reason once, not again per metric it switched off.
-    own = [m.message for m in metrics if m.verdict == VerdictKind.INVALID]
     return ScenarioVerdict(
         scenario_id=current.id,
         verdict=worst([kind, *(m.verdict for m in metrics)]),

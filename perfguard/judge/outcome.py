@@ -77,13 +77,18 @@ OUTCOMES: tuple[Outcome, ...] = tuple(Outcome)
 
 
 def unique(sentences: Iterable[str]) -> list[str]:
-    """``sentences`` without empty ones and without repeats, in first-seen order."""
+    """``sentences`` without empty ones and without repeats, in first-seen order.
+
+    A sentence another one already contains (a failure message that quotes the
+    verdict's reason) is a repeat too.
+    """
     seen: dict[str, None] = {}
     for sentence in sentences:
         text = sentence.strip()
         if text:
             seen.setdefault(text, None)
-    return list(seen)
+    kept = list(seen)
+    return [s for s in kept if not any(s != other and s in other for other in kept)]
 
 
 def blind_note(metric: MetricVerdict, mode: str) -> str:
@@ -207,7 +212,8 @@ def cell_outcome(
         outcome, reasons = Outcome.FAILED, [message or "failed"]
     elif kind is VerdictKind.INVALID:
         assert verdict is not None
-        outcome, reasons = Outcome.INCONCLUSIVE, [message, *_kind_messages(verdict, kind)]
+        # The scenario's messages say a run-level reason once (its metrics each repeat it).
+        outcome, reasons = Outcome.INCONCLUSIVE, [message, *verdict.messages]
     elif blind:
         assert verdict is not None
         outcome = Outcome.BLIND
@@ -216,7 +222,7 @@ def cell_outcome(
         outcome, reasons = Outcome.MISSING, list(verdict.messages)  # type: ignore[union-attr]
     elif kind is VerdictKind.INCOMPARABLE:
         assert verdict is not None
-        outcome, reasons = Outcome.INCOMPARABLE, _kind_messages(verdict, kind)
+        outcome, reasons = Outcome.INCOMPARABLE, list(verdict.messages)
     elif kind is VerdictKind.NEW or verdict is None:
         outcome = Outcome.NEW
         reasons = list(verdict.messages) if verdict is not None else ["not compared"]
