@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +21,7 @@ from perfguard.core.accuracyfigures import AccuracyFigures, AccuracyReport
 from perfguard.core.results import ScenarioResult
 from perfguard.core.text import plain
 from perfguard.judge.outcome import OUTCOMES, CellOutcome, Outcome, blind_note
-from perfguard.judge.verdict import SEVERITY, ScenarioVerdict, VerdictKind, pct
+from perfguard.judge.verdict import ScenarioVerdict, VerdictKind, pct
 from perfguard.machine.env import diff_comparable
 from perfguard.report import plots
 from perfguard.report.load import load_context, load_fact
@@ -65,15 +64,6 @@ def _plain_value(value: Any) -> Any:
 
 def ms(value_ns: float | None) -> str:
     return "-" if value_ns is None else f"{value_ns / 1e6:.3f}"
-
-
-def rank(verdict: str) -> int:
-    return SEVERITY.index(verdict) if verdict in SEVERITY else len(SEVERITY)
-
-
-def verdict_counts(verdicts: Sequence[ScenarioVerdict]) -> dict[VerdictKind, int]:
-    counts = Counter(v.verdict for v in verdicts)
-    return {kind: counts.get(kind, 0) for kind in SEVERITY}
 
 
 def canary_ratio(
