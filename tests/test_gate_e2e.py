@@ -126,7 +126,7 @@ def test_first_run_is_new_and_removed_scenario_is_missing(repo: Repo) -> None:
     # Two cells with the same reason: one grouped line, and the run is not clean.
     first.stdout.fnmatch_lines(
         [
-            "new (2): suites/s.yaml::spin, suites/s.yaml::other: no baseline*",
+            "new (2): suites/s.yaml::other, suites/s.yaml::spin: no baseline*",
             "*⚠️ passed with 2 new*",
         ]
     )

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from dataclasses import replace
 from pathlib import Path
 
+from _pytest._io import TerminalWriter
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -26,6 +28,7 @@ from perfguard.judge.outcome import (
     run_outcome,
 )
 from perfguard.judge.verdict import MetricVerdict, ScenarioVerdict, VerdictKind
+from perfguard.plugin.items import PlainRepr
 from perfguard.plugin.terminal import ProgressPrinter
 from perfguard.report.comparison import comparison_path, read_comparison, write_comparison
 from perfguard.report.index import render_index
@@ -313,3 +316,11 @@ def test_index_reads_how_old_and_new_runs_ended(tmp_path: Path) -> None:
     index = render_index(tmp_path).read_text()
     states = dict(re.findall(r'data-commit="(\w+)" data-state="(\w+)"', index))
     assert states == {"1" * 12: "failed", "2" * 12: "failed", "3" * 12: "passed"}
+
+
+def test_a_traceback_carrying_escapes_is_written_plain() -> None:
+    out = io.StringIO()
+    PlainRepr("E   RuntimeError: \x1b[31mred\n::add-mask::x").toterminal(TerminalWriter(out))
+    text = out.getvalue()
+    assert "\x1b" not in text and "red" in text
+    assert not any(line.startswith("::") for line in text.splitlines())

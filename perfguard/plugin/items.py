@@ -95,7 +95,10 @@ class ScenarioItem(pytest.Item):
         if isinstance(excinfo.value, PerfguardError):
             return plain(str(excinfo.value))
         shown = super().repr_failure(excinfo, style=style)  # type: ignore[arg-type]
-        return plain(shown) if isinstance(shown, str) else PlainRepr(shown)
+        if isinstance(shown, str):
+            return plain(shown)
+        text = str(shown)
+        return shown if plain(text) == text else PlainRepr(text)
 
     def reportinfo(self) -> tuple[str, int | None, str]:
         line = self.scenario.location.line
@@ -103,13 +106,14 @@ class ScenarioItem(pytest.Item):
 
 
 class PlainRepr(TerminalRepr):
-    """pytest's own failure representation (a traceback), written through ``plain``."""
+    """pytest's failure representation (a traceback) whose text carried escape
+    sequences or workflow commands, written through ``plain`` (without colours)."""
 
-    def __init__(self, inner: TerminalRepr) -> None:
-        self.inner = inner
+    def __init__(self, text: str) -> None:
+        self.text = text
 
     def toterminal(self, tw: TerminalWriter) -> None:
-        tw.write(plain(str(self.inner)))
+        tw.write(plain(self.text))
         tw.line()
 
 
