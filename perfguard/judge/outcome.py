@@ -168,11 +168,11 @@ def _measured(result: ScenarioResult) -> bool:
 
 
 def _kind_messages(verdict: ScenarioVerdict, kind: VerdictKind) -> list[str]:
-    """The metric messages of ``kind`` and the scenario's own notes (each once)."""
+    """The metric messages of ``kind``, then the scenario's own notes (each once)."""
     per_metric = {m.message for m in verdict.metrics}
     own = [m.message for m in verdict.metrics if m.verdict == kind]
     notes = [n for n in verdict.messages if n not in per_metric]
-    return unique([*notes, *own]) or unique(verdict.messages)
+    return unique([*own, *notes]) or unique(verdict.messages)
 
 
 def cell_outcome(
@@ -208,7 +208,9 @@ def cell_outcome(
         outcome, reasons = Outcome.ACCURACY, list(accuracy.failures) or ["accuracy check failed"]
     elif status is Status.SKIPPED:
         outcome, reasons = Outcome.SKIPPED, [message or "skipped"]
-    elif status is Status.FAILED and not (kind is VerdictKind.INVALID and _measured(result)):  # type: ignore[arg-type]
+    elif status is Status.FAILED and not (
+        kind is VerdictKind.INVALID and result is not None and _measured(result)
+    ):
         outcome, reasons = Outcome.FAILED, [message or "failed"]
     elif kind is VerdictKind.INVALID:
         assert verdict is not None
