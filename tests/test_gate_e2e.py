@@ -96,7 +96,8 @@ def test_save_then_regression_fails_the_item(repo: Repo) -> None:
             f"*P95 latency regressed +*vs baseline {base[:7]} (limit +50%)*",
             "*regression confirmed on re-measurement (3 of 3 rounds)*",
             f"*baseline: nearest ancestor with a baseline: {base[:7]}*",
-            "*suites/s.yaml::spin*failed REGRESSION*",
+            "*suites/s.yaml::spin*REGRESSION*",
+            "perfguard: ❌ regression: 1 regression (1 cell)",
         ]
     )
     verdicts = repo.comparison()["verdicts"]
@@ -122,7 +123,13 @@ def test_first_run_is_new_and_removed_scenario_is_missing(repo: Repo) -> None:
     repo.commit(200, "base", scenarios="spin,other")
     first = repo.run("--perfguard-save")
     first.assert_outcomes(passed=2)
-    first.stdout.fnmatch_lines(["*new: suites/s.yaml::spin*"])
+    # Two cells with the same reason: one grouped line, and the run is not clean.
+    first.stdout.fnmatch_lines(
+        [
+            "new (2): suites/s.yaml::other, suites/s.yaml::spin: no baseline*",
+            "*⚠️ passed with 2 new*",
+        ]
+    )
     repo.commit(200, "drop one", scenarios="spin")
     result = repo.run()
     result.assert_outcomes(passed=1)

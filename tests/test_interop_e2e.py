@@ -71,6 +71,9 @@ def test_github_annotation_points_at_the_suite_line(
     result.assert_outcomes(failed=1)
     # The scenario `- name: spin` sits on line 15 of the suite written by Repo.
     result.stdout.fnmatch_lines(
-        ["::error file=suites/s.yaml,line=15,title=perfguard%3A spin::P95 latency regressed*"]
+        [
+            "::error file=suites/s.yaml,line=15,"
+            "title=perfguard regression%3A spin::P95 latency regressed*"
+        ]
     )
     assert "<!-- perfguard-summary -->" in summary.read_text()

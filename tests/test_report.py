@@ -163,8 +163,15 @@ def test_structure_regressions_first_and_sections() -> None:
     html = render_html(full_input())
     assert html.startswith("<!DOCTYPE html>")
     assert SHA[:12] in html and "nearest ancestor on main" in html
-    rows = re.findall(r'<tr class="v-\w+" data-verdict="(\w+)"', html)
-    assert rows == [VerdictKind.REGRESSION, VerdictKind.IMPROVEMENT, VerdictKind.UNCHANGED]
+    rows = re.findall(r'<tr class="o-(\w+)" data-outcome="(\w+)" data-verdict="(\w+)"', html)
+    # Worst outcome first; class, outcome and verdict of each row agree.
+    assert rows == [
+        ("regression", "regression", "regression"),
+        ("improvement", "improvement", "improvement"),
+        ("passed", "passed", "unchanged"),
+    ]
+    # The regressed cell fails the run (gate on), whatever its stored status says.
+    assert 'data-state="failed"' in html and "❌ regression" in html
     assert 'data-backend="torch"' in html and 'data-device="cpu"' in html
     for anchor in ("s0", "s1", "s2"):
         assert f'href="#{anchor}"' in html and f'id="{anchor}"' in html
@@ -190,7 +197,9 @@ def test_user_strings_are_escaped() -> None:
     assert "&#34;quoted&#34;" in html or "&quot;quoted&quot;" in html
     assert 'id="env-banner"' in html
     md = render_markdown(inp)
-    assert "<script>alert(1)" not in md
+    # Outside code spans nothing is raw HTML; inside one (the scenario id) it is inert.
+    outside = re.sub(r"`[^`]*`", "", md)
+    assert "<script>" not in outside and "&lt;script&gt;alert\\(1\\)" in md
 
 
 def test_no_external_urls() -> None:
@@ -247,7 +256,9 @@ def test_markdown_marker_and_lines() -> None:
     assert "P95 latency regressed +50.0%" in md
     assert "P95 latency improved -25.0%" in md
     assert "s::fast" not in md  # unchanged ones are left out
-    assert "Accuracy failures" in md and "(report.html)" in md
+    # s::slow regressed and failed its accuracy check: one row, both reasons.
+    assert "cosine similarity min 0.9 &lt; 0.98 on output emb" in md and "(report.html)" in md
+    assert md.splitlines()[1].startswith("### perfguard ❌ regression: `aaaaaaaaaaaa`")
 
 
 def test_markdown_stays_small_for_500_scenarios() -> None:

@@ -339,8 +339,8 @@ def compare_scenario(
         return verdict_of(
             VerdictKind.MISSING,
             (),
-            f"{baseline.id} is in {base_ref} but was not measured in this run (renamed, "
-            "deleted or deselected?); if intended, record a new baseline",
+            f"in {base_ref} but not measured in this run (renamed, deleted or "
+            "deselected?); if intended, record a new baseline",
         )
     if not current.passed and not _failed_by_a_check(current):
         why = f": {current.message}" if current.message else ""
@@ -349,7 +349,7 @@ def compare_scenario(
         )
     if baseline is None or not baseline.passed:
         why = (
-            f"no baseline for this scenario in {base_ref}"
+            "no baseline for this scenario" + (f" in {base_ref}" if baseline_commit else "")
             if baseline is None
             else f"{base_ref} has no figures for this scenario ({baseline.status})"
         )
@@ -401,13 +401,23 @@ def compare_scenario(
     if override is None:
         return verdict_of(VerdictKind.UNCHANGED, metrics, *notes)
     kind, why = override
+    # Each metric's message stands alone (the report shows it per metric); the
+    # scenario's messages say the reason once, not again per metric it switched off.
+    own = [m.message for m in metrics if m.verdict == VerdictKind.INVALID]
     metrics = [
         m
         if m.verdict == VerdictKind.INVALID
         else replace(m, verdict=kind, rule=why, message=f"{m.label} not gated: {why}")
         for m in metrics
     ]
-    return verdict_of(kind, metrics, why, *notes)
+    return ScenarioVerdict(
+        scenario_id=current.id,
+        verdict=worst([kind, *(m.verdict for m in metrics)]),
+        metrics=tuple(metrics),
+        baseline_commit=baseline_commit,
+        env_diff=diff if kind == VerdictKind.INCOMPARABLE else {},
+        messages=tuple(dict.fromkeys([why, *notes, *own])),
+    )
 
 
 def _failed_by_a_check(result: ScenarioResult) -> bool:

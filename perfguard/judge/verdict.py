@@ -451,7 +451,18 @@ def describe(m: MetricVerdict, baseline_commit: str | None) -> tuple[str, str]:
         message += "; beyond the limit but not significant"
     elif m.verdict == VerdictKind.IMPROVEMENT:
         message += "; record a new baseline to lock it in"
+    if m.verdict != VerdictKind.REGRESSION and m.blind:
+        message += f"; {detectable_note(m)}"
     return rule, message
+
+
+def detectable_note(m: MetricVerdict) -> str:
+    """``only >= +23% was detectable`` (the gate's blind spot), or ``no change was ...``."""
+    seen = m.detectable
+    if seen is None or math.isinf(seen):
+        return "no change was detectable"
+    sign = "+" if m.higher_is_worse else "-"
+    return f"only >= {sign}{seen * 100:.0f}% was detectable"
 
 
 def _rule(

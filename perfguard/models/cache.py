@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from filelock import FileLock
 
+from perfguard.core import progress
 from perfguard.core.errors import Location, ModelError
 from perfguard.core.scenario import ModelSpec, Scenario
 from perfguard.models.factory import (
@@ -182,7 +184,19 @@ def export_onnx(
     target = Path(cache_dir) / f"{safe_name(model.name)}-{key[:KEY_CHARS]}.onnx"
 
     def write(tmp: Path) -> None:
-        _export(module, feeds, model, tmp, dynamic_batch)
+        # Export may take a minute for a large model: say so on the terminal.
+        started = time.monotonic()
+        progress.report("export", 0, cell=model.name, detail=f"to ONNX, opset {model.opset}")
+        try:
+            _export(module, feeds, model, tmp, dynamic_batch)
+        except BaseException:
+            elapsed = time.monotonic() - started
+            progress.report(
+                "export", 0, cell=model.name, detail=f"failed after {elapsed:.1f} s", final=True
+            )
+            raise
+        elapsed = time.monotonic() - started
+        progress.report("export", 1, cell=model.name, detail=f"done in {elapsed:.1f} s", final=True)
 
     return build_once(target, write, model.location, f"export of factory {model.factory}")
 

@@ -22,12 +22,14 @@ import io
 import json
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from perfguard.core import progress
 from perfguard.core.errors import CellError, InputError, Location, ModelError
 from perfguard.core.scenario import QuantSpec
 from perfguard.models.cache import (
@@ -199,17 +201,29 @@ def quantize_int8(
     variant = "int8-static" if quant.mode == "static" else "int8"
     target = _target(onnx_path, cache_dir, variant, key)
 
+    cell = Path(onnx_path).stem
+    total = len(samples) if samples is not None else None
+
+    def step(done: int, detail: str = "", *, final: bool = False) -> None:
+        progress.report("quantize", done, total, cell=cell, detail=detail, final=final)
+
     def write(tmp: Path) -> None:
+        started = time.monotonic()
+        step(0, f"int8 {quant.mode}" + (", calibrating" if samples is not None else ""))
         try:
             with _scratch(tmp) as scratch, _silent():
                 source, inputs = _stage(onnx_path, scratch)
                 if samples is None:
                     _dynamic(source, tmp, quant)
                 else:
-                    _static(source, tmp, quant, _calibration_feeds(inputs, samples, location))
+                    feeds = _calibration_feeds(inputs, samples, location)
+                    _static(source, tmp, quant, feeds, lambda n: step(n, "calibration batches"))
+            step(total or 1, f"done in {time.monotonic() - started:.1f} s", final=True)
         except (InputError, CellError):
+            step(0, f"failed after {time.monotonic() - started:.1f} s", final=True)
             raise
         except Exception as exc:
+            step(0, f"failed after {time.monotonic() - started:.1f} s", final=True)
             raise ModelError(
                 f"{what} failed: {type(exc).__name__}: {exc}",
                 expected=f"a model onnxruntime.quantization.quantize_{quant.mode} accepts",
@@ -340,7 +354,11 @@ def _dynamic(source: Path, output: Path, quant: QuantSpec) -> None:
 
 
 def _static(
-    source: Path, output: Path, quant: QuantSpec, feeds: list[dict[str, np.ndarray]]
+    source: Path,
+    output: Path,
+    quant: QuantSpec,
+    feeds: list[dict[str, np.ndarray]],
+    on_batch: Callable[[int], None] | None = None,
 ) -> None:
     from onnxruntime.quantization import (
         CalibrationDataReader,
@@ -360,6 +378,8 @@ def _static(
             if self._next >= self._end:
                 return None
             self._next += 1
+            if on_batch is not None:
+                on_batch(self._next)
             return feeds[self._next - 1]
 
         def __len__(self) -> int:

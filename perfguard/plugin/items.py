@@ -13,10 +13,12 @@ from typing import Protocol
 
 import pytest
 from _pytest._code.code import ExceptionInfo, TerminalRepr
+from _pytest._io import TerminalWriter
 
 from perfguard.core.errors import BackendUnavailable, PerfguardError, RunInvalid, SuiteError
 from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import Scenario
+from perfguard.core.text import plain
 from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.suite.loader import load_suite
 
@@ -88,13 +90,31 @@ class ScenarioItem(pytest.Item):
         excinfo: ExceptionInfo[BaseException],
         style: str | None = None,
     ) -> str | TerminalRepr:
+        # The text may carry a model's or an exception's words: ``plain`` leaves no
+        # escape sequence or workflow command in the terminal or the CI log.
         if isinstance(excinfo.value, PerfguardError):
-            return str(excinfo.value)
-        return super().repr_failure(excinfo, style=style)  # type: ignore[arg-type]
+            return plain(str(excinfo.value))
+        shown = super().repr_failure(excinfo, style=style)  # type: ignore[arg-type]
+        if isinstance(shown, str):
+            return plain(shown)
+        text = str(shown)
+        return shown if plain(text) == text else PlainRepr(text)
 
     def reportinfo(self) -> tuple[str, int | None, str]:
         line = self.scenario.location.line
         return str(self.path), (line - 1 if line else None), f"scenario: {self.name}"
+
+
+class PlainRepr(TerminalRepr):
+    """pytest's failure representation (a traceback) whose text carried escape
+    sequences or workflow commands, written through ``plain`` (without colours)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def toterminal(self, tw: TerminalWriter) -> None:
+        tw.write(plain(self.text))
+        tw.line()
 
 
 class SuiteErrorItem(pytest.Item):
@@ -112,7 +132,7 @@ class SuiteErrorItem(pytest.Item):
         excinfo: ExceptionInfo[BaseException],
         style: str | None = None,
     ) -> str | TerminalRepr:
-        return str(excinfo.value)
+        return plain(str(excinfo.value))
 
     def reportinfo(self) -> tuple[str, int | None, str]:
         line = self.error.location.line if self.error.location else None

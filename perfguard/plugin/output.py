@@ -39,18 +39,24 @@ def write_run_files(
     gatekeeper: Gatekeeper,
     ab: ABRun | None,
     files: RunFiles,
+    exit_status: int | None = None,
 ) -> None:
-    """Write every file of the run, in order, recording each path in ``files`` as it lands."""
+    """Write every file of the run, in order, recording each path in ``files`` as it lands.
+
+    ``exit_status`` is pytest's: comparison.json keeps it, so the report index says how
+    the run ended, and the report's outcome agrees with it.
+    """
     files.results = write_results(run, settings.report_dir)
     write_comparison(
         comparison_path(files.results),
         baseline=gatekeeper.choice.to_dict(),
         gate=settings.judging.gate,
         verdicts=verdicts.values(),
+        exit_status=exit_status,
     )
     if settings.judging.save:
         files.saved = gatekeeper.save(run)
-    files.report = _write_report(run, verdicts, settings, gatekeeper, ab)
+    files.report = _write_report(run, verdicts, settings, gatekeeper, ab, exit_status)
 
 
 def _write_report(
@@ -59,6 +65,7 @@ def _write_report(
     settings: RunSettings,
     gatekeeper: Gatekeeper,
     ab: ABRun | None,
+    exit_status: int | None,
 ) -> Path:
     """report.html + summary.md beside results.json; the job summary on GitHub."""
     choice = gatekeeper.choice
@@ -85,6 +92,7 @@ def _write_report(
         ),
         history={sid: gatekeeper.history_results(sid) for sid in results},
         gate=settings.judging.gate,
+        exit_status=exit_status,
     )
     path = write_report(report, settings.report_dir)
     if in_github_actions():

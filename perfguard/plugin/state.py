@@ -10,6 +10,7 @@ Under pytest-xdist the workers measure and ship their results to the controller
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 from collections.abc import Iterable
 from dataclasses import replace
@@ -21,13 +22,16 @@ import pytest
 from perfguard import __version__
 from perfguard.ab.run import ABRun
 from perfguard.baseline.git import commit_info
+from perfguard.core import progress
 from perfguard.core.errors import AccuracyFailure, BackendUnavailable, GateFailure, PerfguardError
 from perfguard.core.paths import display_path
 from perfguard.core.policy import DEFAULT_GATES
 from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult, Status
 from perfguard.core.scenario import Scenario
+from perfguard.core.text import plain
 from perfguard.interop.benchmark_bridge import register_bridge
 from perfguard.judge.gatekeeper import Gatekeeper, check_can_save, failure_message
+from perfguard.judge.outcome import RunOutcome, run_outcome
 from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.machine.env import collect_environment
 from perfguard.measure.cell import RunContext
@@ -37,7 +41,7 @@ from perfguard.plugin.items import ScenarioItem, SuiteFile, junit_properties
 from perfguard.plugin.measurement import CellMeasurer
 from perfguard.plugin.output import RunFiles, write_run_files
 from perfguard.plugin.settings import RunSettings
-from perfguard.plugin.terminal import header_line, write_summary
+from perfguard.plugin.terminal import ProgressPrinter, header_line, write_summary
 from perfguard.suite.files import is_suite_path
 
 STATE_KEY = pytest.StashKey["PerfguardSession"]()
@@ -61,6 +65,7 @@ def unconfigure(config: pytest.Config) -> None:
     forget_factory_models()
     session = config.stash.get(STATE_KEY, None)
     if session is not None:
+        session.progress.close()
         if session.ab is not None:
             session.ab.close()
         del config.stash[STATE_KEY]
@@ -84,6 +89,9 @@ class PerfguardSession:
         self.suites: dict[Path, tuple[Scenario, ...]] = {}
         self.locations: dict[str, tuple[str, int | None]] = {}
         self.files = RunFiles()
+        self.outcome: RunOutcome | None = None
+        # Live progress of long steps (export, quantization, A/B pairs) on the terminal.
+        self.progress = contextlib.ExitStack()
         self._commit: CommitInfo | None = None
         self._environment: Environment | None = None
         self._gatekeeper: Gatekeeper | None = None
@@ -130,6 +138,8 @@ class PerfguardSession:
             )
         if refusal:
             raise pytest.UsageError(refusal)
+        if not self.is_worker:
+            self.progress.enter_context(progress.sink(ProgressPrinter.for_config(self.config)))
         try:
             self.gatekeeper.choice  # noqa: B018 - resolved now so errors surface at start
             if self.ab is not None and not self.is_worker:
@@ -236,6 +246,10 @@ class PerfguardSession:
         return ScenarioResult.for_cell(item.scenario, self.rootdir, status=status, message=message)
 
     def record(self, result: ScenarioResult) -> None:
+        # A message may carry a model's or an exception's text: nothing in it may act
+        # on the terminal, a CI log or a report that shows it (``plain``).
+        if result.message and plain(result.message) != result.message:
+            result = replace(result, message=plain(result.message))
         self.results[result.id] = result
 
     # -- xdist --------------------------------------------------------------------
@@ -264,6 +278,7 @@ class PerfguardSession:
             output = self.config.workeroutput  # type: ignore[attr-defined]
             xdist_transport.ship(output, self.results.values(), self.verdicts.values())
             return
+        self.progress.close()
         if not self.results:
             if self.ab is not None:
                 self.ab.close()
@@ -280,6 +295,12 @@ class PerfguardSession:
         self.verdicts.update(
             {k: v for k, v in gatekeeper.verdicts.items() if k not in self.verdicts}
         )
+        self.outcome = run_outcome(
+            self.results.values(),
+            self.verdicts.values(),
+            exit_status=int(exitstatus),
+            gate=self.settings.judging.gate,
+        )
         write_run_files(
             self.run_result(),
             self.verdicts,
@@ -287,6 +308,7 @@ class PerfguardSession:
             gatekeeper=gatekeeper,
             ab=self.ab,
             files=self.files,
+            exit_status=int(exitstatus),
         )
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
@@ -298,6 +320,11 @@ class PerfguardSession:
         how = self.gatekeeper.choice.how
         if self.ab is not None and self.ab.base is not None:
             how = f"same-run A/B against {self.ab.label}"
+        # Set at sessionfinish with pytest's exit status; judged here without it only
+        # when writing the files failed before that.
+        outcome = self.outcome or run_outcome(
+            self.results.values(), self.verdicts.values(), gate=self.settings.judging.gate
+        )
         write_summary(
             terminalreporter,
             baseline_how=how,
@@ -305,4 +332,5 @@ class PerfguardSession:
             verdicts=self.verdicts,
             locations=self.locations,
             files=self.files,
+            outcome=outcome,
         )

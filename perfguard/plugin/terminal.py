@@ -1,17 +1,24 @@
-"""What a run prints: the report header line, the ``perfguard`` summary section and,
-under GitHub Actions, one ``::error`` annotation per failed cell."""
+"""What a run prints: the report header line, the ``perfguard`` summary section (its
+last line the run's outcome) and, under GitHub Actions, one ``::error`` annotation per
+failed cell (``::warning`` per inconclusive or blind one)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from perfguard.core.results import CommitInfo, Environment, ScenarioResult, Status
+import pytest
+
+from perfguard.core.progress import ProgressEvent
+from perfguard.core.results import CommitInfo, Environment, ScenarioResult
+from perfguard.core.text import one_line
+from perfguard.judge.outcome import Outcome, RunOutcome
 from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.plugin.output import RunFiles
 from perfguard.report.github import annotation, in_github_actions
-from perfguard.report.tables import accuracy_lines, load_lines, summary_lines, verdict_notes
+from perfguard.report.tables import accuracy_lines, load_lines, outcome_lines, summary_lines
 
 
 def header_line(commit: CommitInfo, environment: Environment, report_dir: Path) -> str:
@@ -25,18 +32,30 @@ def header_line(commit: CommitInfo, environment: Environment, report_dir: Path) 
 
 
 def github_annotations(
-    results: Sequence[ScenarioResult], locations: Mapping[str, tuple[str, int | None]]
+    results: Sequence[ScenarioResult],
+    locations: Mapping[str, tuple[str, int | None]],
+    outcome: RunOutcome,
 ) -> list[str]:
-    """Under GitHub Actions, one ``::error`` per failed cell, at its suite line."""
+    """Under GitHub Actions, one ``::error`` per failed cell and one ``::warning`` per
+    inconclusive or blind one, at its suite line."""
     if not in_github_actions():
         return []
+    by_id = {r.id: r for r in results}
     lines = []
-    for result in results:
-        if result.status not in (Status.FAILED, Status.ERROR):
+    for cell in outcome.cells:
+        result = by_id.get(cell.scenario_id)
+        if result is None:
+            continue
+        if cell.failed:
+            level = "error"
+        elif cell.outcome in (Outcome.INCONCLUSIVE, Outcome.BLIND):
+            level = "warning"
+        else:
             continue
         path, line = locations.get(result.id, (result.suite, None))
-        title = f"perfguard: {result.name}"
-        lines.append(annotation(path, line, title, result.message or result.status))
+        title = f"perfguard {cell.outcome.label}: {result.name}"
+        message = result.message if cell.failed and result.message else cell.reason
+        lines.append(annotation(path, line, title, message or cell.outcome.label, level))
     return lines
 
 
@@ -48,26 +67,80 @@ def write_summary(
     verdicts: Mapping[str, ScenarioVerdict],
     locations: Mapping[str, tuple[str, int | None]],
     files: RunFiles,
+    outcome: RunOutcome,
 ) -> None:
-    """The ``perfguard`` section of the terminal summary."""
+    """The ``perfguard`` section of the terminal summary, ending with the run's outcome
+    (the same one report.html, summary.md and the index give)."""
+    write = terminalreporter.write_line
     terminalreporter.section("perfguard")
-    terminalreporter.write_line(f"baseline: {baseline_how}")
-    for line in summary_lines(list(results), verdicts):
-        terminalreporter.write_line(line)
+    write(f"baseline: {one_line(baseline_how)}")
+    for line in summary_lines(list(results), verdicts, outcome=outcome):
+        write(line)
     loaded = load_lines(list(results))
     if loaded:
-        terminalreporter.write_line("under load (latency from the scheduled send time):")
+        write("under load (latency from the scheduled send time):")
     for line in loaded:
-        terminalreporter.write_line(line)
+        write(line)
     for line in accuracy_lines(list(results)):
-        terminalreporter.write_line(f"accuracy: {line}")
-    for line in verdict_notes(verdicts.values()):
-        terminalreporter.write_line(line, yellow=True)
-    for line in github_annotations(results, locations):
-        terminalreporter.write_line(line)
+        write(f"accuracy: {line}")
+    for line, failed in outcome_lines(outcome):
+        write(line, **({"red": True} if failed else {"yellow": True}))
+    for line in github_annotations(results, locations, outcome):
+        write(line)
     if files.results is not None:
-        terminalreporter.write_line(f"results: {files.results}")
+        write(f"results: {files.results}")
     if files.report is not None:
-        terminalreporter.write_line(f"report: {files.report}")
+        write(f"report: {files.report}")
     if files.saved is not None:
-        terminalreporter.write_line(f"baseline saved: {files.saved}")
+        write(f"baseline saved: {files.saved}")
+    colour = {"failed": "red", "warnings": "yellow", "passed": "green"}[outcome.state]
+    write(f"perfguard: {outcome.summary()}", **{colour: True, "bold": True})
+
+
+class ProgressPrinter:
+    """A progress sink (``perfguard.core.progress``) that prints one line per event.
+
+    At most one line per ``interval_s`` per step and cell, plus each step's final
+    event: a minute of export reads as a few lines, not dots, and a CI log stays short.
+    Lines are plain appended lines (no rewriting in place), readable in any log.
+    """
+
+    def __init__(
+        self,
+        write: Callable[[str], None],
+        interval_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.write = write
+        self.interval_s = interval_s
+        self.clock = clock
+        self._last: dict[tuple[str, str], float] = {}
+
+    def __call__(self, event: ProgressEvent) -> None:
+        key = (event.step, event.cell)
+        now = self.clock()
+        last = self._last.get(key)
+        if not event.final and last is not None and now - last < self.interval_s:
+            return
+        if event.final:
+            self._last.pop(key, None)
+        else:
+            self._last[key] = now
+        self.write(f"perfguard: {one_line(event.line())}")
+
+    @classmethod
+    def for_config(cls, config: pytest.Config) -> ProgressPrinter:
+        """A printer on pytest's terminal, around output capture (as live logging does)."""
+
+        def write(line: str) -> None:
+            reporter = config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is None:
+                return
+            capture = config.pluginmanager.get_plugin("capturemanager")
+            if capture is None:
+                reporter.write_line(line)
+                return
+            with capture.global_and_fixture_disabled():
+                reporter.write_line(line)
+
+        return cls(write)

@@ -3,7 +3,12 @@
 Written beside ``results.json`` by ``pytest --perfguard``; read by ``perfguard report``
 and the report index. This module is the file's one writer and one reader::
 
-    {"schema_version": 1, "baseline": {...}, "gate": true, "verdicts": [...]}
+    {"schema_version": 1, "baseline": {...}, "gate": true, "verdicts": [...],
+     "exit_status": 1}
+
+``exit_status`` (pytest's; an optional key, so no schema bump: older
+readers ignore it, and a file without it reads as None) lets the report index say
+how each past run ended.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ class StoredComparison:
     verdicts: tuple[ScenarioVerdict, ...] = ()
     baseline: dict[str, Any] = field(default_factory=dict)  # BaselineChoice.to_dict()
     gate: bool = True
+    exit_status: int | None = None
 
 
 def comparison_path(results_path: Path) -> Path:
@@ -41,17 +47,18 @@ def write_comparison(
     baseline: Mapping[str, Any],
     gate: bool,
     verdicts: Iterable[ScenarioVerdict],
+    exit_status: int | None = None,
 ) -> None:
     """Write ``path`` atomically (the layout in the module docstring)."""
-    write_json_atomic(
-        path,
-        {
-            "schema_version": SCHEMA_VERSION,
-            "baseline": dict(baseline),
-            "gate": gate,
-            "verdicts": [v.to_dict() for v in verdicts],
-        },
-    )
+    data: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "baseline": dict(baseline),
+        "gate": gate,
+        "verdicts": [v.to_dict() for v in verdicts],
+    }
+    if exit_status is not None:
+        data["exit_status"] = int(exit_status)
+    write_json_atomic(path, data)
 
 
 def read_comparison(path: Path) -> StoredComparison:
@@ -71,7 +78,13 @@ def read_comparison(path: Path) -> StoredComparison:
         info = data.get("baseline") or {}
         if not isinstance(info, dict):
             raise ValueError("'baseline' is not an object")
-        return StoredComparison(verdicts=verdicts, baseline=info, gate=bool(data.get("gate", True)))
+        status = data.get("exit_status")
+        return StoredComparison(
+            verdicts=verdicts,
+            baseline=info,
+            gate=bool(data.get("gate", True)),
+            exit_status=None if status is None else int(status),
+        )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ResultsError(
             f"{path}: comparison file is malformed ({exc})",

@@ -16,6 +16,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path, PurePath
 
+from perfguard.core.text import plain
+
 LEVELS: tuple[str, ...] = ("error", "warning", "notice")
 
 
@@ -76,6 +78,10 @@ def annotation(
     """
     if level not in LEVELS:
         raise ValueError(f"annotation level must be one of {', '.join(LEVELS)}, not {level!r}")
+    # The title and message come from YAML names, models and exceptions: no escape
+    # sequence or control character gets into the log line (``plain``; the escaping
+    # below then keeps any newline inside the one command).
+    path, title, message = plain(str(path)), plain(title), plain(message)
     props = [f"file={escape_property(relative_path(path, env))}"]
     if line is not None:
         if line < 1:

@@ -1,4 +1,9 @@
-"""``report_dir/index.html``: every stored report, newest first, with verdict counts."""
+"""``report_dir/index.html``: every stored report, newest first, with its outcome.
+
+Each run's state and counts come from ``perfguard.judge.outcome``, the same model
+the run's own report and terminal summary used: a run whose cells failed (or whose
+pytest exit status, stored in ``comparison.json``, was non-zero) never reads "ok".
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,8 @@ from urllib.parse import quote
 from perfguard.core.atomicio import write_text_atomic
 from perfguard.core.errors import PerfguardError
 from perfguard.core.resultsio import RESULTS_FILENAME, read_results
-from perfguard.judge.verdict import SEVERITY, VerdictKind
+from perfguard.judge.outcome import OUTCOMES, run_outcome
+from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.report.comparison import comparison_path, read_comparison
 from perfguard.report.render import environment
 
@@ -27,6 +33,8 @@ class Entry:
     scenarios: int = 0
     counts: dict[str, int] = field(default_factory=dict)
     gate: str = ""
+    state: str = ""
+    headline: str = ""
     href: str | None = None
     problem: str | None = None
 
@@ -54,15 +62,23 @@ def _entry(directory: Path) -> Entry:
     entry.dirty = run.commit.dirty
     entry.scenarios = len(run.scenarios)
     comparison = comparison_path(directory / RESULTS_FILENAME)
+    verdicts: tuple[ScenarioVerdict, ...] = ()
+    exit_status: int | None = None
+    gate = True
     if comparison.is_file():
         try:
             stored = read_comparison(comparison)
         except PerfguardError as exc:
             entry.problem = str(exc)  # names the file
             return entry
-        for v in stored.verdicts:
-            entry.counts[v.verdict] = entry.counts.get(v.verdict, 0) + 1
-        entry.gate = "FAILED" if entry.counts.get(VerdictKind.REGRESSION) and stored.gate else "ok"
+        verdicts, exit_status, gate = stored.verdicts, stored.exit_status, stored.gate
+    outcome = run_outcome(run.scenarios, verdicts, exit_status=exit_status, gate=gate)
+    entry.counts = {o.value: n for o, n in outcome.counts.items()}
+    entry.state = outcome.state
+    entry.headline = outcome.headline()
+    entry.gate = {"failed": "FAILED", "warnings": "warnings", "passed": "passed"}[outcome.state]
+    if not gate:
+        entry.gate += " (gate off)"
     return entry
 
 
@@ -79,7 +95,7 @@ def render_index(report_dir: Path) -> Path:
     html = (
         environment()
         .get_template("index.html.j2")
-        .render(entries=readable, broken=broken, kinds=SEVERITY)
+        .render(entries=readable, broken=broken, kinds=[(o.value, o.label) for o in OUTCOMES])
     )
     path = report_dir / INDEX_FILENAME
     write_text_atomic(path, html)

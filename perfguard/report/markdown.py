@@ -1,55 +1,62 @@
 """The short Markdown summary for a pull-request comment (``summary.md``).
 
-It starts with a marker line so a workflow can find and update one comment,
-lists only what a reviewer must read (regressions, improvements, accuracy
-failures) and stays well under GitHub's comment limit for any number of
-scenarios by truncating each list.
+It starts with a marker line so a workflow can find and update one comment. The
+heading tells the run's outcome (``perfguard.judge.outcome``: the same one pytest's
+exit status, the terminal and the HTML report give) and the counts once; then one
+table per outcome worth reading (regressions, accuracy failures, errors and failed
+cells with their message, inconclusive cells, blind gates, improvements; repeated
+same-reason cells such as ``new`` are one line). It stays well under GitHub's comment
+limit for any number of scenarios by truncating each list.
+
+Everything that came from outside (scenario ids, commits, branch names, messages) is
+made inert: names become code spans (``md_code``), messages running text with no
+link, mention, reference or HTML left live (``md_text``).
 """
 
 from __future__ import annotations
 
-import html
 from collections.abc import Sequence
 
 from perfguard.core.results import ScenarioResult
-from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
+from perfguard.core.text import md_code, md_text
+from perfguard.judge.outcome import CellOutcome, Outcome
 from perfguard.report.model import ReportInput
-from perfguard.report.render import verdict_counts
 from perfguard.report.tables import load_figures, load_notes, ordered_load_results
 
 MARKER = "<!-- perfguard-summary -->"
 #: Rows per list before "... and N more"; messages are cut to this many characters.
 MAX_ROWS = 40
 MAX_MESSAGE = 300
+MAX_NAME = 200
+
+#: The tables, in order: (outcome, title). Outcomes not listed (passed, skipped, new,
+#: missing, incomparable) are one grouped line each under "Also".
+TABLES: tuple[tuple[Outcome, str], ...] = (
+    (Outcome.REGRESSION, "Regressions"),
+    (Outcome.ACCURACY, "Accuracy failures"),
+    (Outcome.ERROR, "Errors"),
+    (Outcome.FAILED, "Failed cells (not measured)"),
+    (Outcome.INCONCLUSIVE, "Inconclusive"),
+    (Outcome.BLIND, "Blind gates (passed, but could not see their limit)"),
+    (Outcome.IMPROVEMENT, "Improvements"),
+)
 
 
-def cell(text: str, limit: int = MAX_MESSAGE) -> str:
-    """Text safe for one Markdown table cell: one line, no pipes, no raw HTML."""
-    flat = " ".join(text.split())
-    if len(flat) > limit:
-        flat = flat[: limit - 3] + "..."
-    return html.escape(flat, quote=False).replace("|", "\\|")
+def _change(cell: CellOutcome) -> str:
+    return "-" if cell.change is None else f"{cell.change * 100:+.1f}%"
 
 
-def _change(verdict: ScenarioVerdict) -> str:
-    metric = verdict.metric("p95")
-    if metric is None or metric.change is None:
-        return "-"
-    return f"{metric.change * 100:+.1f}%"
-
-
-def _message(verdict: ScenarioVerdict) -> str:
-    wanted = [m.message for m in verdict.metrics if m.verdict == verdict.verdict]
-    return "; ".join(wanted or list(verdict.messages)) or verdict.verdict.value
-
-
-def _table(title: str, rows: list[tuple[str, str, str]]) -> list[str]:
-    if not rows:
+def _table(title: str, cells: Sequence[CellOutcome]) -> list[str]:
+    if not cells:
         return []
-    lines = [f"**{title} ({len(rows)})**", "", "| scenario | Δ P95 | why |", "| --- | --- | --- |"]
-    lines += [f"| {cell(a, 200)} | {b} | {cell(c)} |" for a, b, c in rows[:MAX_ROWS]]
-    if len(rows) > MAX_ROWS:
-        lines.append(f"| ... and {len(rows) - MAX_ROWS} more | | |")
+    lines = [f"**{title} ({len(cells)})**", "", "| scenario | Δ P95 | why |", "| --- | --- | --- |"]
+    lines += [
+        f"| {md_code(c.scenario_id, MAX_NAME)} | {_change(c)} | "
+        f"{md_text(c.reason or c.outcome.label, MAX_MESSAGE)} |"
+        for c in cells[:MAX_ROWS]
+    ]
+    if len(cells) > MAX_ROWS:
+        lines.append(f"| ... and {len(cells) - MAX_ROWS} more | | |")
     return [*lines, ""]
 
 
@@ -71,45 +78,49 @@ def _load_table(results: Sequence[ScenarioResult]) -> list[str]:
     for r in wanted[:MAX_ROWS]:
         figures = load_figures(r)
         note = (r.load.invalid if r.load else None) or "; ".join(load_notes(r.load))
-        lines.append(f"| {cell(r.id, 200)} | {figures[3]} | {figures[6]} | {cell(note)} |")
+        lines.append(
+            f"| {md_code(r.id, MAX_NAME)} | {figures[3]} | {figures[6]} | "
+            f"{md_text(note, MAX_MESSAGE)} |"
+        )
     if len(wanted) > MAX_ROWS:
         lines.append(f"| ... and {len(wanted) - MAX_ROWS} more | | | |")
     return [*lines, ""]
 
 
+def _also(cells: Sequence[CellOutcome]) -> list[str]:
+    """Outcomes without a table (new, missing, incomparable, skipped): a grouped line each."""
+    tabled = {o for o, _ in TABLES} | {Outcome.PASSED}
+    groups: dict[tuple[Outcome, str], list[str]] = {}
+    for c in cells:
+        if c.outcome not in tabled:
+            groups.setdefault((c.outcome, c.reason), []).append(c.scenario_id)
+    lines = []
+    for (outcome, reason), ids in groups.items():
+        shown = ", ".join(md_code(i, MAX_NAME, in_table=False) for i in ids[:5])
+        more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
+        count = f" ({len(ids)})" if len(ids) > 1 else ""
+        why = f": {md_text(reason, MAX_MESSAGE)}" if reason else ""
+        lines.append(f"- {outcome.label}{count}: {shown}{more}{why}")
+    return [*lines, ""] if lines else []
+
+
 def render_markdown(inp: ReportInput, *, link: str | None = None) -> str:
-    """A PR-comment summary: header, regressions, improvements, accuracy failures, counts."""
-    counts = verdict_counts(inp.verdicts)
+    """A PR-comment summary: the outcome, a table per outcome worth reading, the rest."""
+    outcome = inp.outcome()
     commit = inp.run.commit
     base = inp.baseline_info.get("commit") if inp.baseline_info else None
     base = base or next((v.baseline_commit for v in inp.verdicts if v.baseline_commit), None)
-    failed = counts[VerdictKind.REGRESSION] > 0 and inp.gate
-    status = "❌ regression" if failed else "✅ no regression"
-    head = (
-        f"### perfguard {status}: `{cell(commit.short)}`"
-        + (f" ({cell(commit.branch, 80)})" if commit.branch else "")
-        + f" vs baseline `{cell(base[:12]) if base else 'none'}`"
-    )
-    shown = ", ".join(f"{n} {kind}" for kind, n in counts.items() if n)
-    lines = [MARKER, head, "", shown or "no verdicts", ""]
+    where = md_code(commit.short, in_table=False)
+    if commit.branch:
+        where += f" ({md_code(commit.branch, 80, in_table=False)})"
+    against = md_code(base[:12], in_table=False) if base else "none"
+    gate = "" if inp.gate else " · gate off"
+    head = f"### perfguard {outcome.headline()}: {where} vs baseline {against}{gate}"
+    lines = [MARKER, head, "", outcome.counts_line(), ""]
     if link:
         lines += [f"[Full report]({link})", ""]
-    ordered = sorted(inp.verdicts, key=lambda v: v.scenario_id)
-    for kind, title in (
-        (VerdictKind.REGRESSION, "Regressions"),
-        (VerdictKind.IMPROVEMENT, "Improvements"),
-    ):
-        rows = [(v.scenario_id, _change(v), _message(v)) for v in ordered if v.verdict == kind]
-        lines += _table(title, rows)
-    acc = [
-        (s.id, "-", "; ".join(s.accuracy.failures))
-        for s in sorted(inp.run.scenarios, key=lambda s: s.id)
-        if s.accuracy is not None and not s.accuracy.passed
-    ]
-    lines += _table("Accuracy failures", acc)
+    for kind, title in TABLES:
+        lines += _table(title, outcome.of(kind))
     lines += _load_table(inp.run.scenarios)
-    also = (VerdictKind.NEW, VerdictKind.MISSING, VerdictKind.INCOMPARABLE, VerdictKind.INVALID)
-    rest = [f"{counts[k]} {k.value}" for k in also if counts[k]]
-    if rest:
-        lines.append("Also: " + ", ".join(rest) + ".")
+    lines += _also(outcome.cells)
     return "\n".join(lines).rstrip() + "\n"

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perfguard.core.results import Environment, RunResult, ScenarioResult
+from perfguard.judge.outcome import RunOutcome, run_outcome
 from perfguard.judge.verdict import ScenarioVerdict
 
 
@@ -22,6 +23,8 @@ class ReportInput:
     distributions; ``baseline_info`` is ``BaselineChoice.to_dict()`` (commit, how
     it was chosen, path, launches, env_diff); ``history`` maps scenario id -> the
     stored commits' results of that scenario on this fingerprint, oldest first.
+    ``exit_status`` is pytest's exit status of the run, when known (older runs did
+    not store it); a non-zero one fails the run even when no cell explains it.
     """
 
     run: RunResult
@@ -31,3 +34,10 @@ class ReportInput:
     baseline_environment: Environment | None = None
     history: Mapping[str, Sequence[tuple[str, ScenarioResult]]] = field(default_factory=dict)
     gate: bool = True
+    exit_status: int | None = None
+
+    def outcome(self) -> RunOutcome:
+        """What became of each cell and of the run (every output reads this)."""
+        return run_outcome(
+            self.run.scenarios, self.verdicts, exit_status=self.exit_status, gate=self.gate
+        )

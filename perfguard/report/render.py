@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +19,9 @@ from markupsafe import Markup
 
 from perfguard.core.accuracyfigures import AccuracyFigures, AccuracyReport
 from perfguard.core.results import ScenarioResult
-from perfguard.judge.verdict import SEVERITY, ScenarioVerdict, VerdictKind, pct
+from perfguard.core.text import plain
+from perfguard.judge.outcome import OUTCOMES, CellOutcome, Outcome, blind_note
+from perfguard.judge.verdict import ScenarioVerdict, VerdictKind, pct
 from perfguard.machine.env import diff_comparable
 from perfguard.report import plots
 from perfguard.report.load import load_context, load_fact
@@ -39,27 +40,30 @@ MAX_SCATTER_CELLS = 24
 
 @functools.cache
 def environment() -> jinja2.Environment:
+    # Autoescape keeps HTML inert; ``finalize`` strips what escaping leaves live in a
+    # string that came from a YAML file, a model or an exception (ANSI/OSC escapes,
+    # control characters, workflow-command lines) from every ``{{ }}`` it prints.
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("perfguard.report", "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=_plain_value,
     )
+    env.filters["plain"] = _plain_value
     return env
+
+
+def _plain_value(value: Any) -> Any:
+    """:func:`perfguard.core.text.plain` for untrusted strings; markup made here passes."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return plain(value)
+    return value
 
 
 def ms(value_ns: float | None) -> str:
     return "-" if value_ns is None else f"{value_ns / 1e6:.3f}"
-
-
-def rank(verdict: str) -> int:
-    return SEVERITY.index(verdict) if verdict in SEVERITY else len(SEVERITY)
-
-
-def verdict_counts(verdicts: Sequence[ScenarioVerdict]) -> dict[VerdictKind, int]:
-    counts = Counter(v.verdict for v in verdicts)
-    return {kind: counts.get(kind, 0) for kind in SEVERITY}
 
 
 def canary_ratio(
@@ -191,6 +195,10 @@ class Row:
     sid: str
     anchor: str
     verdict: str
+    outcome: str
+    outcome_label: str
+    failed: bool
+    reason: str
     backend: str
     device: str
     precision: str
@@ -245,12 +253,29 @@ def _facts(result: ScenarioResult | None) -> list[tuple[str, str]]:
     return facts
 
 
+def _detectable_facts(verdict: ScenarioVerdict | None) -> list[tuple[str, str]]:
+    """What each relative latency/throughput gate could see (``MetricVerdict.detectable``)."""
+    facts = []
+    for m in verdict.metrics if verdict is not None else ():
+        seen = m.detectable
+        if seen is None or m.verdict in (VerdictKind.INVALID, VerdictKind.INCOMPARABLE):
+            continue
+        sign = "+" if m.higher_is_worse else "-"
+        if m.blind:
+            text = blind_note(m, verdict.mode if verdict is not None else "archived")
+        else:
+            text = f"{sign}{seen * 100:.1f}% (limit {sign}{m.limit * 100:g}%)"
+        facts.append((f"{m.label}: smallest detectable change", text))
+    return facts
+
+
 def _row(
     index: int,
     sid: str,
     cur: ScenarioResult | None,
     base: ScenarioResult | None,
     verdict: ScenarioVerdict | None,
+    outcome: CellOutcome,
 ) -> Row:
     src = cur or base
     p95 = verdict.metric("p95") if verdict is not None else None
@@ -261,10 +286,21 @@ def _row(
     messages = list(verdict.messages) if verdict is not None else []
     if verdict is not None and not messages:
         messages = [m.message for m in verdict.metrics]
+    # The outcome's reason heads the section; nothing below says it again.
+    messages = [m for m in dict.fromkeys(messages) if m not in outcome.reason]
+    facts = [
+        (k, v)
+        for k, v in _facts(cur) + _detectable_facts(verdict) + _ab_facts(verdict)
+        if not (k == "message" and v in outcome.reason)
+    ]
     return Row(
         sid=sid,
         anchor=f"s{index}",
         verdict=verdict.verdict.value if verdict is not None else NO_VERDICT,
+        outcome=outcome.outcome.value,
+        outcome_label=outcome.outcome.label,
+        failed=outcome.failed,
+        reason=outcome.reason,
         backend=src.backend if src else "-",
         device=src.device if src else "-",
         precision=src.precision if src else "-",
@@ -279,7 +315,7 @@ def _row(
         accuracy=accuracy_view(cur.accuracy if cur else None),
         messages=messages,
         runtime=[(str(k), str(v)) for k, v in (cur.runtime.to_dict() if cur else {}).items()],
-        facts=_facts(cur) + _ab_facts(verdict),
+        facts=facts,
     )
 
 
@@ -353,17 +389,12 @@ def _add_plots(
 
 
 def build_rows(inp: ReportInput) -> list[Row]:
-    """One row per scenario of the run and per verdict-only (missing) id, worst first."""
+    """One row per scenario of the run and per verdict-only (missing) id, worst outcome
+    first (``perfguard.judge.outcome``)."""
     current = {s.id: s for s in inp.run.scenarios}
     verdicts = {v.scenario_id: v for v in inp.verdicts}
-    ids = list(dict.fromkeys([*current, *verdicts]))
-    order = sorted(
-        ids,
-        key=lambda sid: (
-            rank(verdicts[sid].verdict) if sid in verdicts else len(SEVERITY),
-            sid,
-        ),
-    )
+    outcomes = {c.scenario_id: c for c in inp.outcome().cells}
+    order = list(outcomes)
     siblings: dict[tuple[str, str], list[ScenarioResult]] = {}
     for s in inp.run.scenarios:
         if not s.load:  # load levels get their own curve (perfguard.report.load)
@@ -372,7 +403,7 @@ def build_rows(inp: ReportInput) -> list[Row]:
     budget = FULL_PLOT_BUDGET
     for index, sid in enumerate(order):
         cur, base = current.get(sid), inp.baseline.get(sid)
-        row = _row(index, sid, cur, base, verdicts.get(sid))
+        row = _row(index, sid, cur, base, verdicts.get(sid), outcomes[sid])
         full = budget > 0 and cur is not None and bool(cur.samples_ns)
         budget -= int(full)
         group = siblings.get((cur.suite, cur.name), []) if cur is not None else []
@@ -385,6 +416,7 @@ def render_html(inp: ReportInput) -> str:
     """The self-contained HTML report (inline CSS, SVG and JS; no external URL)."""
     plots.reset_ids()
     rows = build_rows(inp)
+    outcome = inp.outcome()
     ratio = canary_ratio(inp.run.scenarios, inp.baseline)
     info = dict(inp.baseline_info or {})
     base_env = inp.baseline_environment
@@ -397,15 +429,17 @@ def render_html(inp: ReportInput) -> str:
         "baseline_how": info.get("how") or ("no baseline" if not inp.baseline else ""),
         "baseline_path": info.get("path"),
         "baseline_launches": info.get("launches"),
-        "counts": verdict_counts(inp.verdicts),
-        "failed": any(v.failed for v in inp.verdicts),
+        "outcome": outcome,
+        "headline": outcome.headline(),
+        "counts": {o.value: n for o, n in outcome.counts.items()},
+        "count_labels": {o.value: o.label for o in OUTCOMES},
         "env_diff": env_diff(inp),
         "canary_ratio": ratio,
         "canary_moved": ratio is not None and abs(ratio - 1.0) > CANARY_BANNER,
         "canary_change": pct(ratio) if ratio is not None else "",
         "rows": rows,
         "filters": {
-            "verdict": sorted({r.verdict for r in rows}, key=rank),
+            "outcome": sorted({r.outcome for r in rows}, key=lambda o: Outcome(o).rank),
             "backend": sorted({r.backend for r in rows}),
             "device": sorted({r.device for r in rows}),
         },

@@ -1,14 +1,22 @@
-"""The terminal summary table: one row per scenario with P50/P95/P99 and throughput."""
+"""The terminal summary: one row per scenario with P50/P95/P99, throughput and its
+outcome (worst first), one line per outcome group, accuracy and load tables.
+
+Names and messages come from YAML files, models and exceptions: every cell of every
+line goes through ``perfguard.core.text.one_line`` (no escape sequence, control
+character or workflow command reaches the terminal or a CI log).
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from perfguard.core.figures import LatencySummary
 from perfguard.core.loadfigures import BatchingFigures, LoadFigures, SloSearch
 from perfguard.core.results import ScenarioResult
-from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
+from perfguard.core.text import one_line
+from perfguard.judge.outcome import CellOutcome, RunOutcome, grouped, run_outcome
+from perfguard.judge.verdict import ScenarioVerdict
 
 _HEADERS = (
     "scenario",
@@ -20,7 +28,7 @@ _HEADERS = (
     "P99 ms",
     "thrpt/s",
     "vs base",
-    "",
+    "outcome",
 )
 
 
@@ -40,23 +48,25 @@ def _change(verdict: ScenarioVerdict | None) -> str:
     return f"{metric.change * 100:+.1f}%"
 
 
-def _row(result: ScenarioResult, verdict: ScenarioVerdict | None) -> tuple[str, ...]:
+def _row(
+    result: ScenarioResult, verdict: ScenarioVerdict | None, outcome: CellOutcome | None
+) -> tuple[str, ...]:
     lat = result.latency_ns
     if lat is None or result.throughput is None:
         figures = ("-", "-", "-", "-")
     else:
         figures = (_ms(lat.p50), _ms(lat.p95), _ms(lat.p99), f"{result.throughput:.1f}")
-    notes = [] if result.passed else [result.status.value]
+    notes = []
+    if outcome is not None:
+        label = outcome.outcome.label
+        notes.append(label.upper() if outcome.failed else label)
     if not result.stable:
         notes.append("UNSTABLE")
-    if verdict is not None:
-        kind = verdict.verdict.value
-        notes.append(kind.upper() if verdict.failed else kind)
     return (
-        result.id,
-        result.backend,
-        result.device,
-        result.precision,
+        one_line(result.id),
+        one_line(result.backend),
+        one_line(result.device),
+        one_line(result.precision),
         *figures,
         _change(verdict),
         " ".join(notes),
@@ -64,31 +74,42 @@ def _row(result: ScenarioResult, verdict: ScenarioVerdict | None) -> tuple[str, 
 
 
 def summary_lines(
-    results: Sequence[ScenarioResult], verdicts: Mapping[str, ScenarioVerdict] | None = None
+    results: Sequence[ScenarioResult],
+    verdicts: Mapping[str, ScenarioVerdict] | None = None,
+    *,
+    outcome: RunOutcome | None = None,
 ) -> list[str]:
-    """Aligned text rows; numeric columns right-aligned; the P95 change vs the baseline."""
+    """Aligned text rows, worst outcome first; numeric columns right-aligned; the P95
+    change vs the baseline; the cell's outcome (upper case when it failed its item)."""
     found = verdicts or {}
-    rows = [_HEADERS, *(_row(r, found.get(r.id)) for r in results)]
+    run = outcome if outcome is not None else run_outcome(results, found.values())
+    cells = {c.scenario_id: c for c in run.cells}
+    order = {sid: i for i, sid in enumerate(cells)}
+    ranked = sorted(results, key=lambda r: order.get(r.id, len(order)))
+    rows = [_HEADERS, *(_row(r, found.get(r.id), cells.get(r.id)) for r in ranked)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(_HEADERS))]
     numeric = {4, 5, 6, 7, 8}
     lines = []
     for row in rows:
-        cells = [
+        padded = [
             cell.rjust(widths[i]) if i in numeric else cell.ljust(widths[i])
             for i, cell in enumerate(row)
         ]
-        lines.append("  ".join(cells).rstrip())
+        lines.append("  ".join(padded).rstrip())
     return lines
 
 
-def verdict_notes(verdicts: Iterable[ScenarioVerdict]) -> list[str]:
-    """One warning line per verdict a reviewer should read (anything but unchanged)."""
+def outcome_lines(outcome: RunOutcome) -> list[tuple[str, bool]]:
+    """(line, failed) per group of cells a reviewer should read, worst first.
+
+    Passed cells are left out (the table shows them); cells sharing an outcome and a
+    reason are one line: ``new (10): a, b, c, d, e and 5 more: no baseline ...``.
+    """
     lines = []
-    for verdict in sorted(verdicts, key=lambda v: v.scenario_id):
-        if verdict.verdict == VerdictKind.UNCHANGED:
-            continue
-        reason = "; ".join(verdict.messages) or verdict.verdict.value
-        lines.append(f"{verdict.verdict.value}: {verdict.scenario_id}: {reason}")
+    for kind, who, reason in grouped([c for c in outcome.cells if c.outcome.value != "passed"]):
+        failed = any(c.failed for c in outcome.cells if c.outcome is kind and c.reason == reason)
+        tail = f": {reason}" if reason else ""
+        lines.append((one_line(f"{who}{tail}"), failed))
     return lines
 
 
@@ -130,7 +151,7 @@ def accuracy_lines(results: Sequence[ScenarioResult]) -> list[str]:
         if not parts:  # e.g. the reference cell itself, with nothing to compare yet
             continue
         verdict = "ok" if accuracy.passed else "FAILED"
-        lines.append(f"{result.id}: {'; '.join(parts)} [{verdict}]")
+        lines.append(one_line(f"{result.id}: {'; '.join(parts)} [{verdict}]"))
     return lines
 
 
@@ -299,7 +320,7 @@ def load_row(result: ScenarioResult) -> tuple[str, ...]:
     notes = load_notes(result.load)
     if not result.passed:
         notes.insert(0, result.status.value)
-    return (result.id, *load_figures(result), "; ".join(notes))
+    return (one_line(result.id), *load_figures(result), one_line("; ".join(notes)))
 
 
 def load_lines(results: Sequence[ScenarioResult]) -> list[str]:

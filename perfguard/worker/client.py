@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from perfguard.core.errors import PerfguardError, ProtocolError, WorkerError
+from perfguard.core.text import plain
 from perfguard.worker.protocol import (
     PROTOCOL_VERSION,
     LineReader,
@@ -198,8 +199,12 @@ class WorkerProcess:
             proc.wait()
 
     def stderr_tail(self, lines: int = _STDERR_LINES) -> str:
-        """The last ``lines`` lines the worker wrote to stderr (kept after ``close``)."""
-        tail = self._stderr_text().splitlines()[-lines:]
+        """The last ``lines`` lines the worker wrote to stderr (kept after ``close``).
+
+        Made ``plain``: the tail goes into error messages that reach the terminal, CI
+        logs and reports, and a model may print escape sequences or workflow commands.
+        """
+        tail = plain(self._stderr_text()).splitlines()[-lines:]
         return "\n".join(t if len(t) <= _LINE_CHARS else t[:_LINE_CHARS] + " ..." for t in tail)
 
     def _stderr_text(self) -> str:

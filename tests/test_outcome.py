@@ -1,0 +1,326 @@
+"""The outcome model: what became of each cell and of the run (perfguard.judge.outcome)."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+
+from _pytest._io import TerminalWriter
+from hypothesis import given
+from hypothesis import strategies as st
+
+from perfguard.core.accuracyfigures import AccuracyFigures
+from perfguard.core.policy import GateSpec
+from perfguard.core.progress import ProgressEvent
+from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult, Status
+from perfguard.core.resultsio import write_results
+from perfguard.core.stats import summarize
+from perfguard.judge.compare import compare_scenario
+from perfguard.judge.outcome import (
+    OUTCOMES,
+    Outcome,
+    RunOutcome,
+    cell_outcome,
+    grouped,
+    run_outcome,
+)
+from perfguard.judge.verdict import MetricVerdict, ScenarioVerdict, VerdictKind
+from perfguard.plugin.items import PlainRepr
+from perfguard.plugin.terminal import ProgressPrinter
+from perfguard.report.comparison import comparison_path, read_comparison, write_comparison
+from perfguard.report.index import render_index
+from perfguard.worker.client import WorkerProcess
+from tests.test_compare import lognormal
+from tests.test_compare import result as measured
+
+SAMPLES = tuple(range(1_000_000, 1_000_100))
+
+
+def cell(
+    sid: str,
+    status: Status = Status.PASSED,
+    *,
+    message: str | None = None,
+    accuracy_failures: tuple[str, ...] | None = None,
+    figures: bool = True,
+) -> ScenarioResult:
+    accuracy = (
+        AccuracyFigures(n=4, failures=accuracy_failures) if accuracy_failures is not None else None
+    )
+    return ScenarioResult(
+        id=sid,
+        suite="s.yaml",
+        name="m",
+        backend="torch",
+        device="cpu",
+        precision="fp32",
+        status=status,
+        message=message,
+        latency_ns=summarize(SAMPLES) if figures else None,
+        accuracy=accuracy,
+    )
+
+
+def p95(kind: VerdictKind, *, lower: float = 0.99, upper: float = 1.01) -> MetricVerdict:
+    return MetricVerdict(
+        "p95", kind, f"P95 latency {kind.value}", "rule", ratio=1.0, lower=lower, upper=upper,
+        limit=0.05, effective_limit=0.05,
+    )  # fmt: skip
+
+
+def judged(
+    sid: str, kind: VerdictKind, *, blind: bool = False, mode: str = "archived"
+) -> ScenarioVerdict:
+    metric = p95(kind, lower=0.8 if blind else 0.99)
+    return ScenarioVerdict(
+        sid, kind, (metric,), "b" * 40, messages=(f"{kind.value} because",), mode=mode
+    )
+
+
+# --------------------------------------------------------------------------- cells
+
+
+def test_each_outcome_from_its_inputs() -> None:
+    cases = [
+        (cell("a", Status.ERROR, message="boom", figures=False), None, Outcome.ERROR, True),
+        (cell("a", Status.FAILED), judged("a", VerdictKind.REGRESSION), Outcome.REGRESSION, True),
+        (
+            cell("a", Status.FAILED, accuracy_failures=("cos 0.9 < 0.99",)),
+            judged("a", VerdictKind.UNCHANGED),
+            Outcome.ACCURACY,
+            True,
+        ),
+        (cell("a", Status.FAILED, message="no figures", figures=False), None, Outcome.FAILED, True),
+        # --perfguard-inconclusive=fail: measured, failed with the verdict's reason.
+        (
+            cell("a", Status.FAILED, message="invalid: busy"),
+            judged("a", VerdictKind.INVALID),
+            Outcome.INCONCLUSIVE,
+            True,
+        ),
+        (cell("a"), judged("a", VerdictKind.INVALID), Outcome.INCONCLUSIVE, False),
+        (cell("a"), judged("a", VerdictKind.UNCHANGED, blind=True), Outcome.BLIND, False),
+        (None, judged("a", VerdictKind.MISSING), Outcome.MISSING, False),
+        (cell("a"), judged("a", VerdictKind.INCOMPARABLE), Outcome.INCOMPARABLE, False),
+        (cell("a"), judged("a", VerdictKind.NEW), Outcome.NEW, False),
+        (cell("a"), None, Outcome.NEW, False),
+        (cell("a"), judged("a", VerdictKind.IMPROVEMENT), Outcome.IMPROVEMENT, False),
+        (cell("a", Status.SKIPPED, message="no onnxruntime"), None, Outcome.SKIPPED, False),
+        (cell("a"), judged("a", VerdictKind.UNCHANGED), Outcome.PASSED, False),
+    ]
+    for result, verdict, outcome, failed in cases:
+        got = cell_outcome(result, verdict)
+        assert (got.outcome, got.failed) == (outcome, failed), (result, verdict)
+
+
+def test_gate_off_regression_passes_its_item_but_is_still_a_regression() -> None:
+    got = cell_outcome(cell("a"), judged("a", VerdictKind.REGRESSION), gate=False)
+    assert got.outcome is Outcome.REGRESSION and not got.failed
+    run = run_outcome([cell("a")], [judged("a", VerdictKind.REGRESSION)], gate=False)
+    assert run.state == "warnings" and run.headline() == "⚠️ passed with 1 regression"
+    # A stored run judged again with the gate on fails, as the plugin would have.
+    assert run_outcome([cell("a")], [judged("a", VerdictKind.REGRESSION)]).failed
+
+
+def test_blind_note_says_the_fix_for_its_mode() -> None:
+    archived = cell_outcome(cell("a"), judged("a", VerdictKind.UNCHANGED, blind=True))
+    ab = cell_outcome(cell("a"), judged("a", VerdictKind.UNCHANGED, blind=True, mode="ab"))
+    assert archived.reason == (
+        "P95 latency limit +5%, but only >= +25% is detectable here: use --perfguard-ab "
+        "(same-run A/B) or a quieter machine"
+    )
+    assert ab.reason.endswith("run more A/B pairs or use a quieter machine")
+    assert archived.detectable is not None and archived.detectable > 0.05
+
+
+def test_a_regressed_cell_that_failed_accuracy_too_says_both() -> None:
+    result = cell("a", Status.FAILED, accuracy_failures=("cos 0.9 < 0.99",))
+    got = cell_outcome(result, judged("a", VerdictKind.REGRESSION))
+    assert got.outcome is Outcome.REGRESSION
+    assert "P95 latency regression" in got.reason and "cos 0.9 < 0.99" in got.reason
+
+
+# --------------------------------------------------------------------------- runs
+
+STATUSES = st.sampled_from(list(Status))
+KINDS = st.one_of(st.none(), st.sampled_from(list(VerdictKind)))
+
+
+@st.composite
+def runs(draw: st.DrawFn) -> tuple[list[ScenarioResult], list[ScenarioVerdict], bool, int]:
+    n = draw(st.integers(0, 8))
+    results, verdicts = [], []
+    for i in range(n):
+        sid = f"s::c{i}"
+        status = draw(STATUSES)
+        failures = draw(st.one_of(st.none(), st.just(()), st.just(("cos low",))))
+        if draw(st.booleans()) or status is not Status.PASSED:
+            message = draw(st.sampled_from(["", "why"]))
+            figures = draw(st.booleans())
+            results.append(cell(sid, status, message=message, accuracy_failures=failures,
+                                figures=figures))  # fmt: skip
+        kind = draw(KINDS)
+        if kind is not None:
+            verdicts.append(judged(sid, kind, blind=draw(st.booleans())))
+        elif not results or results[-1].id != sid:
+            verdicts.append(judged(sid, VerdictKind.MISSING))
+    return results, verdicts, draw(st.booleans()), draw(st.sampled_from([0, 0, 1, 2]))
+
+
+@given(runs())
+def test_run_outcome_invariants(
+    run: tuple[list[ScenarioResult], list[ScenarioVerdict], bool, int],
+) -> None:
+    results, verdicts, gate, exit_status = run
+    outcome = run_outcome(results, verdicts, exit_status=exit_status, gate=gate)
+    ids = {r.id for r in results} | {v.scenario_id for v in verdicts}
+    # Every cell is there once, an errored one too; counts sum to the cells.
+    assert sorted(c.scenario_id for c in outcome.cells) == sorted(ids)
+    assert sum(outcome.counts.values()) == len(ids)
+    # Worst first, in the cells and in the counts.
+    ranks = [c.outcome.rank for c in outcome.cells]
+    assert ranks == sorted(ranks)
+    assert list(outcome.counts) == [o for o in OUTCOMES if o in outcome.counts]
+    # The run passes iff every cell ran, was judged and passed, and pytest exited 0.
+    clean = all(c.outcome in (Outcome.PASSED, Outcome.IMPROVEMENT) for c in outcome.cells)
+    failing = any(r.status in (Status.FAILED, Status.ERROR) for r in results)
+    assert outcome.passed == (bool(ids) and clean and not failing and exit_status == 0)
+    # A failed item, or a non-zero exit status, is never reported as passing.
+    if failing or exit_status:
+        assert outcome.state == "failed" and outcome.headline().startswith("❌")
+    if any(r.status is Status.ERROR for r in results):
+        assert outcome.counts.get(Outcome.ERROR)
+    assert outcome.headline().startswith("✅") == outcome.passed
+    # Round trip.
+    assert RunOutcome.from_dict(outcome.to_dict()) == outcome
+
+
+def test_headlines_and_counts() -> None:
+    ok = run_outcome([cell("a"), cell("b")], [judged("a", VerdictKind.UNCHANGED),
+                     judged("b", VerdictKind.IMPROVEMENT)], exit_status=0)  # fmt: skip
+    assert ok.summary() == "✅ passed: 1 improvement, 1 passed (2 cells)"
+    new = run_outcome([cell(f"n{i}") for i in range(4)], [], exit_status=0)
+    assert new.summary() == "⚠️ passed with 4 new (4 cells)"
+    bad = run_outcome(
+        [cell("e", Status.ERROR, message="x", figures=False), cell("ok")],
+        [judged("ok", VerdictKind.UNCHANGED)],
+        exit_status=1,
+    )
+    assert bad.summary() == "❌ error: 1 error, 1 passed (2 cells)"
+    # pytest failed for a reason no cell explains (a suite that did not load).
+    outside = run_outcome([cell("ok")], [judged("ok", VerdictKind.UNCHANGED)], exit_status=1)
+    assert outside.headline() == "❌ failed (pytest exit status 1)"
+
+
+def test_same_reason_cells_are_one_group() -> None:
+    run = run_outcome([cell(f"s::c{i}") for i in range(10)], [])
+    [(outcome, who, reason)] = grouped(run.cells)
+    assert outcome is Outcome.NEW and reason == "not compared"
+    assert who == "new (10): s::c0, s::c1, s::c2, s::c3, s::c4 and 5 more"
+
+
+# --------------------------------------------------------------------------- wording
+
+
+def test_an_invalid_run_says_its_reason_once() -> None:
+    busy = replace(measured(lognormal(300, 1)), stable=False, stability_ratio=1.4)
+    v = compare_scenario(
+        busy,
+        measured(lognormal(300, 2)),
+        (GateSpec("p95", 0.05), GateSpec("throughput", 0.05, higher_is_worse=False)),
+        baseline_commit="c" * 40,
+    )
+    assert v.verdict is VerdictKind.INVALID
+    text = "; ".join(v.messages)
+    assert text.count("this run was unstable") == 1, text
+    # Each metric still says why on its own.
+    assert all("this run was unstable" in m.message for m in v.metrics)
+    got = cell_outcome(busy, v)
+    assert got.outcome is Outcome.INCONCLUSIVE and got.reason.count("unstable") == 1
+
+
+def test_a_blind_latency_verdict_names_what_it_could_see() -> None:
+    rng_base, rng_cur = lognormal(120, 3, sigma=0.8), lognormal(120, 4, sigma=0.8)
+    v = compare_scenario(
+        measured(rng_cur), measured(rng_base), (GateSpec("p95", 0.05),), baseline_commit="c" * 40
+    )
+    metric = v.metrics[0]
+    assert metric.blind and metric.verdict is not VerdictKind.REGRESSION
+    assert metric.message.endswith(f"only >= +{metric.detectable * 100:.0f}% was detectable")
+
+
+# --------------------------------------------------------------------------- sinks
+
+
+def test_worker_stderr_tail_is_plain() -> None:
+    worker = WorkerProcess(name="evil")
+    # Not started: the tail is what was kept at close.
+    worker._final_tail = "ok\n\x1b]8;;http://x\x07link\x1b]8;;\x07\n::add-mask::secret\n\rdone"
+    tail = worker.stderr_tail()
+    assert "\x1b" not in tail and "\r" not in tail
+    assert not any(line.lstrip().startswith("::") for line in tail.splitlines())
+    assert "link" in tail and "add-mask" in tail and "done" in tail
+
+
+def test_progress_printer_rate_limits_per_step_and_always_prints_the_final() -> None:
+    now = [0.0]
+    lines: list[str] = []
+    printer = ProgressPrinter(lines.append, interval_s=1.0, clock=lambda: now[0])
+    for i in range(10):  # ten events within 0.9 s: one line
+        now[0] = i * 0.1
+        printer(ProgressEvent("quantize", i, 10, cell="m"))
+    printer(ProgressEvent("export", 0, cell="m"))  # another step: its own line
+    now[0] = 1.5
+    printer(ProgressEvent("quantize", 10, 10, cell="m"))  # a second later: printed
+    printer(ProgressEvent("quantize", 10, 10, cell="m", detail="done in 1.5 s", final=True))
+    printer(ProgressEvent("export", 1, cell="m\x1b[2J", final=True))
+    assert lines == [
+        "perfguard: quantize m: 0/10",
+        "perfguard: export m: 0",
+        "perfguard: quantize m: 10/10",
+        "perfguard: quantize m: 10/10 (done in 1.5 s)",
+        "perfguard: export m: 1",
+    ]
+
+
+def test_index_reads_how_old_and_new_runs_ended(tmp_path: Path) -> None:
+    """An old comparison.json (no exit_status) is judged from results.json's statuses;
+    a new one carries pytest's exit status, which fails a run no cell explains."""
+    failing = [cell("s::boom", Status.FAILED, message="import failed", figures=False)]
+    passing = [cell("s::ok")]
+    for sha, cells, status in (("1" * 40, failing, None), ("2" * 40, passing, 2),
+                               ("3" * 40, passing, 0)):  # fmt: skip
+        run = RunResult(
+            commit=CommitInfo(sha=sha, branch="b", dirty=False),
+            environment=Environment("f" * 12, {}, {}),
+            scenarios=tuple(cells),
+            created_at=f"2026-01-0{sha[0]}T00:00:00+00:00",
+            perfguard_version="0",
+        )
+        path = write_results(run, tmp_path)
+        write_comparison(
+            comparison_path(path),
+            baseline={},
+            gate=True,
+            verdicts=[judged(c.id, VerdictKind.UNCHANGED) for c in cells if c.passed],
+            exit_status=status,
+        )
+        if status is None:
+            data = json.loads(comparison_path(path).read_text())
+            assert "exit_status" not in data
+        else:
+            assert read_comparison(comparison_path(path)).exit_status == status
+    index = render_index(tmp_path).read_text()
+    states = dict(re.findall(r'data-commit="(\w+)" data-state="(\w+)"', index))
+    assert states == {"1" * 12: "failed", "2" * 12: "failed", "3" * 12: "passed"}
+
+
+def test_a_traceback_carrying_escapes_is_written_plain() -> None:
+    out = io.StringIO()
+    PlainRepr("E   RuntimeError: \x1b[31mred\n::add-mask::x").toterminal(TerminalWriter(out))
+    text = out.getvalue()
+    assert "\x1b" not in text and "red" in text
+    assert not any(line.startswith("::") for line in text.splitlines())
