@@ -43,7 +43,9 @@ from perfguard.core.paths import under_root
 from perfguard.core.policy import CONFIDENCE, CONTENTION_LIMIT, NORMALISE
 from perfguard.core.results import RunResult, ScenarioResult
 from perfguard.core.scenario import InputSpec, ModelSpec
+from perfguard.core.text import one_line
 from perfguard.interop.benchmark_json import export_command
+from perfguard.judge.outcome import OUTCOMES, Outcome, cell_outcomes, unique
 from perfguard.judge.stored import judge_runs
 from perfguard.judge.verdict import SEVERITY
 from perfguard.machine.env import collect_environment
@@ -140,17 +142,25 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     verdicts = judge_runs(current, base, names=names, **_judging(args))
     if args.json:
         print(json.dumps([v.to_dict() for v in verdicts], indent=2))
-    else:
-        for v in sorted(verdicts, key=lambda v: SEVERITY.index(v.verdict)):
-            shown: list[str] = []
-            for message in v.messages:  # a metric often repeats the scenario-level reason
-                if not any(earlier in message for earlier in shown):
-                    shown.append(message)
-            print(f"{v.verdict:<12} {v.scenario_id}: {'; '.join(shown) or '-'}")
-        counts = Counter(v.verdict for v in verdicts)
-        total = f"{len(verdicts)} scenario{'s' if len(verdicts) != 1 else ''}"
-        parts = [f"{counts[k]} {k}" for k in SEVERITY if counts[k]]
-        print(f"{total}: {', '.join(parts)}" if parts else total)
+        return 1 if any(v.failed for v in verdicts) else 0
+    # A cell that failed or errored in its run says so (not "invalid: scenario failed");
+    # every other one its verdict and the verdict's sentences, each once.
+    by_id = {c.scenario_id: c for c in cell_outcomes(current.scenarios, verdicts)}
+    rows = []
+    for v in verdicts:
+        cell = by_id.get(v.scenario_id)
+        if cell is not None and cell.outcome in (Outcome.FAILED, Outcome.ERROR):
+            rows.append((cell.outcome.rank, cell.outcome.value, v.scenario_id, cell.reason))
+        else:
+            rank = cell.outcome.rank if cell is not None else len(OUTCOMES)
+            rows.append((rank, v.verdict.value, v.scenario_id, "; ".join(unique(v.messages))))
+    for _rank, word, sid, why in sorted(rows, key=lambda r: (r[0], r[2])):
+        print(one_line(f"{word:<12} {sid}: {why or '-'}"))
+    counts = Counter(word for _rank, word, _sid, _why in rows)
+    total = f"{len(rows)} scenario{'s' if len(rows) != 1 else ''}"
+    order = [*(k.value for k in SEVERITY), Outcome.FAILED.value, Outcome.ERROR.value]
+    parts = [f"{counts[k]} {k}" for k in sorted(counts, key=order.index)]
+    print(f"{total}: {', '.join(parts)}" if parts else total)
     return 1 if any(v.failed for v in verdicts) else 0
 
 

@@ -20,6 +20,7 @@ from perfguard.core.stats import summarize, throughput
 from perfguard.judge.verdict import MetricVerdict, ScenarioVerdict, VerdictKind
 from perfguard.report import render_html, render_index, render_markdown, write_report
 from perfguard.report.cli_report import report_command
+from perfguard.report.comparison import comparison_path, write_comparison
 from perfguard.report.markdown import MARKER
 from perfguard.report.model import ReportInput
 
@@ -393,3 +394,18 @@ def test_report_command_refuses_to_rejudge_an_ab_run_but_renders_its_own_verdict
     html_path = report_command(results, None, None)  # its own comparison (none here)
     assert html_path == results.parent / "report.html"
     assert (results.parent.parent / "index.html").is_file()  # <commit12>-ab is a run dir
+
+
+def test_report_command_keeps_the_runs_exit_status_unless_it_rejudges(tmp_path: Path) -> None:
+    """A run that pytest failed for a reason no cell shows (another test, a crash in a
+    hook) is rendered as failed from its stored files, as it ended; re-judged against
+    another baseline, the old exit status says nothing about the new verdicts."""
+    results = write_results(run_of([scenario("s::a")]), tmp_path / "reports")
+    write_comparison(comparison_path(results), baseline={}, gate=True, verdicts=(), exit_status=1)
+    html = report_command(results, None, None).read_text()
+    assert 'id="outcome" data-state="failed"' in html and "pytest exit status 1" in html
+    base_path = tmp_path / "base.json"
+    base_path.write_text(json.dumps(run_of([scenario("s::a", seed=9)], sha=BASE_SHA).to_dict()))
+    rejudged = report_command(results, base_path, tmp_path / "out").read_text()
+    assert 'id="outcome" data-state="failed"' not in rejudged
+    assert "pytest exit status" not in rejudged

@@ -55,13 +55,15 @@ def report_command(
     verdicts: tuple[ScenarioVerdict, ...] = ()
     info: dict[str, Any] = {}
     gate = True
+    exit_status: int | None = None
     comparison = comparison_path(results)
     if comparison.is_file():
         stored_comparison = read_comparison(comparison)
-        verdicts, info, gate = (
+        verdicts, info, gate, exit_status = (
             stored_comparison.verdicts,
             stored_comparison.baseline,
             stored_comparison.gate,
+            stored_comparison.exit_status,
         )
     base_by_id: dict[str, ScenarioResult] = {}
     base_env = None
@@ -88,6 +90,7 @@ def report_command(
                 names=(f"results {results}", f"baseline {baseline}"),
             )
         )
+        exit_status = None  # the run's own exit status judged other verdicts
         diff = environment_diff(base_env, run.environment)
         info = {
             "commit": sha or None,
@@ -102,6 +105,7 @@ def report_command(
         baseline_info=info,
         baseline_environment=base_env,
         gate=gate,
+        exit_status=exit_status,
     )
     dest = Path(out_dir) if out_dir is not None else results.parent
     html_path = write_report_files(inp, dest)
