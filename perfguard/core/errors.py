@@ -126,7 +126,17 @@ class GateFailure(PerfguardError):
 
 class InconclusiveFailure(PerfguardError):
     """A cell's figures stayed untrustworthy (``invalid``) after waiting for quiet and
-    re-measuring, and ``--perfguard-inconclusive=fail`` asks for that to fail its item."""
+    re-measuring, and ``--perfguard-inconclusive=fail`` asks for that to fail its item.
+
+    ``problem`` may hold several lines (the reasons, the rounds tried); the fix then
+    follows on a line of its own.
+    """
+
+    @property
+    def message(self) -> str:
+        if "\n" not in self.problem or not self.fix:
+            return super().message
+        return f"{self.problem}\nFix: {self.fix}"
 
 
 class StoreError(PerfguardError):

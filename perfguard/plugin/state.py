@@ -230,15 +230,16 @@ class PerfguardSession:
                 raise GateFailure(message)
             raise AccuracyFailure(message)
         if verdict.verdict is VerdictKind.INVALID and self.settings.judging.gate:
-            problem = inconclusive_problem(verdict)
+            header, reasons = inconclusive_header(verdict), inconclusive_reasons(verdict)
             if self._inconclusive_fails():
+                problem = "\n".join([f"{header}:", *(f"  {line}" for line in reasons)])
                 failure = InconclusiveFailure(problem, fix=INCONCLUSIVE_FIX)
                 self.record(replace(result, status=Status.FAILED, message=str(failure)))
                 raise failure
             self.record(result)
             warnings.warn(
                 InconclusiveWarning(
-                    f"{problem}. It passes under --perfguard-inconclusive=warn; "
+                    f"{header}: {'; '.join(reasons)}. It passes under --perfguard-inconclusive=warn; "
                     f"to fail it instead pass --perfguard-inconclusive=fail. "
                     f"Fix: {INCONCLUSIVE_FIX}"
                 ),
@@ -368,9 +369,9 @@ class PerfguardSession:
             )
 
 
-def inconclusive_problem(verdict: ScenarioVerdict) -> str:
+def inconclusive_reasons(verdict: ScenarioVerdict) -> list[str]:
     """What was invalid and why, with what was tried: the verdict's scenario-level
-    messages (the reason, the rounds note), or its invalid metrics' messages."""
+    messages (the reason, the rounds note), after any metric invalid on its own."""
     per_metric = {m.message for m in verdict.metrics}
     notes = [note for note in verdict.messages if note not in per_metric]
     # A metric invalid for a run-level reason repeats that reason (its rule); one
@@ -380,7 +381,8 @@ def inconclusive_problem(verdict: ScenarioVerdict) -> str:
         for m in verdict.metrics
         if m.verdict is VerdictKind.INVALID and m.rule not in notes
     ]
-    lines = own + notes
-    return f"{verdict.scenario_id} is inconclusive (invalid), not gated: " + "; ".join(
-        dict.fromkeys(lines)
-    )
+    return list(dict.fromkeys(own + notes))
+
+
+def inconclusive_header(verdict: ScenarioVerdict) -> str:
+    return f"{verdict.scenario_id} is inconclusive (invalid), not gated"
