@@ -66,7 +66,8 @@ def keeper(
     )
     gk.quiet = QuietWaiter(gk.settings.contention_limit, budget_s=budget_s, sample=machine)
     if baseline is not None:
-        base = Baseline(ENV.fingerprint, CommitInfo(sha="a" * 40, branch="main", dirty=False), (run_of(baseline),), None)
+        commit = CommitInfo(sha="a" * 40, branch="main", dirty=False)
+        base = Baseline(ENV.fingerprint, commit, (run_of(baseline),), None)
         gk.__dict__["choice"] = BaselineChoice(base, "test baseline")
     return gk
 
@@ -242,7 +243,7 @@ def test_a_clean_run_saves_as_before(tmp_path: Path) -> None:
     gk = keeper(tmp_path, FakeMachine([0.0]), save=True)
     path = gk.save(run_of(CLEAN), {})
     assert path is not None and not gk.save_refused and not gk.save_marked
-    assert "\"inconclusive\"" not in path.read_text()
+    assert '"inconclusive"' not in path.read_text()
 
 
 def test_marked_samples_read_back_unchanged(tmp_path: Path) -> None:

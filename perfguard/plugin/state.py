@@ -239,8 +239,9 @@ class PerfguardSession:
             self.record(result)
             warnings.warn(
                 InconclusiveWarning(
-                    f"{header}: {'; '.join(reasons)}. It passes under --perfguard-inconclusive=warn; "
-                    f"to fail it instead pass --perfguard-inconclusive=fail. "
+                    f"{header}: {'; '.join(reasons)}. It passes under "
+                    "--perfguard-inconclusive=warn; to fail it instead pass "
+                    "--perfguard-inconclusive=fail. "
                     f"Fix: {INCONCLUSIVE_FIX}"
                 ),
                 stacklevel=2,
