@@ -175,3 +175,35 @@ def test_bad_settings_are_usage_errors(repo: Repo, args: tuple[str, ...], messag
     result = repo.run(*args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
+
+
+RUN_INVALID = """
+import pytest
+
+from perfguard.core.errors import RunInvalid
+from perfguard.measure.runner import ScenarioRun
+
+_patch = pytest.MonkeyPatch()
+
+
+def throttled(self):
+    raise RunInvalid("spin: the GPU throttled its clocks during the measurement")
+
+
+def pytest_configure(config):
+    _patch.setattr(ScenarioRun, "measure", throttled)
+
+
+def pytest_unconfigure(config):
+    _patch.undo()
+"""
+
+
+def test_a_run_invalid_skip_fails_under_fail(repo: Repo) -> None:
+    repo.pytester.makeconftest(RUN_INVALID)
+    repo.run().assert_outcomes(skipped=1)
+    result = repo.run("--perfguard-inconclusive=fail")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["inconclusive, not gated: spin: the GPU throttled its clocks*Fix: re-run on an idle*"]
+    )

@@ -336,7 +336,8 @@ class Gatekeeper:
             result = remeasure()
             verdict = self.judge(result, gates)
             why = self.remeasurable(result, verdict, gates)
-        return result, verdict, _rounds_note(first_why, why, rounds, waited, stopped)
+        still = "invalid" if verdict.verdict is VerdictKind.INVALID else "inconclusive"
+        return result, verdict, _rounds_note(first_why, why, rounds, waited, stopped, still)
 
     def missing(self, collected_suites: set[str], collected_ids: set[str]) -> None:
         """Record ``missing`` for baseline scenarios of collected suites that are gone."""
@@ -413,17 +414,22 @@ def run_problem(result: ScenarioResult, contention_limit: float) -> str | None:
 
 
 def _rounds_note(
-    first_why: str, why: str | None, rounds: int, waited: float, stopped: str | None
+    first_why: str,
+    why: str | None,
+    rounds: int,
+    waited: float,
+    stopped: str | None,
+    still: str = "invalid",
 ) -> str:
-    """The one note on a cell's inconclusive rounds."""
+    """The one note on a cell's inconclusive rounds (``still``: what the cell still is)."""
     after = f"after waiting {waited:.0f} s for quiet"
     if why is None:
         return f"valid on round {rounds + 1} {after} (round 1: {first_why})"
     if rounds == 0:
-        return f"not re-measured: {stopped}; still invalid: {why}"
+        return f"not re-measured: {stopped}; still {still}: {why}"
     plural = "round" if rounds == 1 else "rounds"
     tail = f", then {stopped}" if stopped else ""
-    return f"re-measured {rounds} {plural} {after}{tail}; still invalid: {why}"
+    return f"re-measured {rounds} {plural} {after}{tail}; still {still}: {why}"
 
 
 def failure_message(verdict: ScenarioVerdict) -> str:
