@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -354,31 +354,29 @@ class Gatekeeper:
                     )
 
     # -- saving -------------------------------------------------------------------
-    def inconclusive_cells(
-        self, run: RunResult, verdicts: Mapping[str, ScenarioVerdict]
-    ) -> dict[str, str]:
-        """``{scenario id: why}`` of the cells whose figures cannot be trusted: a run
-        contended or unstable (whatever its verdict), or an ``invalid`` verdict."""
+    def contaminated_cells(self, run: RunResult) -> dict[str, str]:
+        """``{scenario id: why}`` of the cells whose figures cannot be trusted as a
+        baseline: a run contended or unstable (after its rounds), whatever its verdict.
+
+        An ``invalid`` verdict for a reason of the gate's own (too few samples for its
+        percentile, an unknown metric) or an undecided A/B cell does not count: those
+        figures are clean, and the next comparison says again what is missing.
+        """
         found: dict[str, str] = {}
         for result in run.scenarios:
             why = run_problem(result, self.settings.contention_limit)
-            verdict = verdicts.get(result.id)
-            if why is None and verdict is not None and verdict.verdict is VerdictKind.INVALID:
-                why = verdict.messages[0] if verdict.messages else "verdict invalid"
             if why is not None:
                 found[result.id] = why
         return found
 
-    def save(
-        self, run: RunResult, verdicts: Mapping[str, ScenarioVerdict] | None = None
-    ) -> Path | None:
-        """Archive ``run`` as its commit's baseline, unless a cell is inconclusive.
+    def save(self, run: RunResult) -> Path | None:
+        """Archive ``run`` as its commit's baseline, unless a cell is contaminated.
 
         Refused (nothing written; ``save_refused`` says which cells and why) when any
-        cell is inconclusive, unless ``save_invalid``: then saved with those cells
-        marked (``save_marked``; see ``BaselineStore.save``).
+        cell is (``contaminated_cells``), unless ``save_invalid``: then saved with those
+        cells marked (``save_marked``; see ``BaselineStore.save``).
         """
-        bad = self.inconclusive_cells(run, verdicts or {})
+        bad = self.contaminated_cells(run)
         if bad and not self.settings.save_invalid:
             self.save_refused = bad
             return None

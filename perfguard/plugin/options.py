@@ -66,8 +66,9 @@ def add_options(parser: pytest.Parser) -> None:
         "--perfguard-save-invalid",
         action="store_true",
         default=False,
-        help="with --perfguard-save: save even when cells stayed inconclusive (invalid), "
-        "marking them in the baseline (by default such a save is refused).",
+        help="with --perfguard-save: save even when cells stayed contaminated (measured "
+        "beside other processes, or unstable), marking them in the baseline (by default "
+        "such a save is refused).",
     )
     group.addoption(
         "--perfguard-allow-dirty",

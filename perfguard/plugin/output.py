@@ -49,7 +49,7 @@ def write_run_files(
         verdicts=verdicts.values(),
     )
     if settings.judging.save:
-        files.saved = gatekeeper.save(run, verdicts)
+        files.saved = gatekeeper.save(run)
     files.report = _write_report(run, verdicts, settings, gatekeeper, ab)
 
 
