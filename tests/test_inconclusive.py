@@ -155,6 +155,19 @@ def test_the_session_budget_stops_waiting_for_the_later_cells(tmp_path: Path) ->
     assert notes[2] == notes[1]
 
 
+def test_the_cells_own_wait_bounds_its_later_rounds(tmp_path: Path) -> None:
+    # Quiet only in the last 3 s of the cell's 30: round 2 has no wait left.
+    machine = FakeMachine([0.6] * 27 + [0.0])
+    gk = keeper(tmp_path, machine, baseline=BASE)
+    rounds = Rounds(contended(CLEAN))
+    _, verdict = gk.judge_confirmed(contended(CLEAN), P95, rounds)
+    assert rounds.calls == 1 and len(machine.windows) == 30
+    assert verdict.messages[-1].startswith(
+        "re-measured 1 round after waiting 30 s for quiet, then the cell's 30 s of waiting "
+        "for quiet is spent; still invalid: other processes used 50%"
+    )
+
+
 def test_an_unstable_run_is_re_measured_too(tmp_path: Path) -> None:
     gk = keeper(tmp_path, FakeMachine([0.0]), baseline=BASE)
     rounds = Rounds(CLEAN)

@@ -318,6 +318,8 @@ class Gatekeeper:
                     stopped = (
                         f"this session's {self.quiet.budget_s:.0f} s of waiting for quiet is spent"
                     )
+                elif wait.waited_s == 0.0:
+                    stopped = f"the cell's {QUIET_WAIT_S:.0f} s of waiting for quiet is spent"
                 else:
                     use = f"{wait.foreign:.0%}" if wait.foreign is not None else "too much"
                     stopped = (
