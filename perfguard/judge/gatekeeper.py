@@ -339,7 +339,17 @@ class Gatekeeper:
             verdict = self.judge(result, gates)
             why = self.remeasurable(result, verdict, gates)
         still = "invalid" if verdict.verdict is VerdictKind.INVALID else "inconclusive"
-        return result, verdict, _rounds_note(first_why, why, rounds, waited, stopped, still)
+        note = _rounds_note(first_why, why, rounds, waited, stopped, still)
+        if rounds:  # the step's last report: how the rounds ended
+            progress.report(
+                REMEASURE_STEP,
+                rounds,
+                INCONCLUSIVE_ROUNDS,
+                cell=result.id,
+                detail="valid" if why is None else f"still {still}: {why}",
+                final=True,
+            )
+        return result, verdict, note
 
     def missing(self, collected_suites: set[str], collected_ids: set[str]) -> None:
         """Record ``missing`` for baseline scenarios of collected suites that are gone."""
