@@ -155,7 +155,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             rank = cell.outcome.rank if cell is not None else len(OUTCOMES)
             rows.append((rank, v.verdict.value, v.scenario_id, "; ".join(unique(v.messages))))
     for _rank, word, sid, why in sorted(rows, key=lambda r: (r[0], r[2])):
-        print(one_line(f"{word:<12} {sid}: {why or '-'}"))
+        print(f"{word:<12} {one_line(sid)}: {one_line(why) or '-'}")
     counts = Counter(word for _rank, word, _sid, _why in rows)
     total = f"{len(rows)} scenario{'s' if len(rows) != 1 else ''}"
     order = [*(k.value for k in SEVERITY), Outcome.FAILED.value, Outcome.ERROR.value]

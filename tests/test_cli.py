@@ -15,7 +15,7 @@ import pytest
 
 from perfguard.baseline.store import DirectoryStore
 from perfguard.cli import main
-from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
+from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult, Status
 from perfguard.core.resultsio import write_results
 from perfguard.core.stats import summarize, throughput
 from perfguard.machine.env import fingerprint as env_fingerprint
@@ -482,3 +482,26 @@ def test_compare_refuses_a_same_run_ab_run_naming_the_file_and_the_fix(
     plain = write_results(make_run(sha(2), seed=2), reports)
     assert plain.parent.name == sha(2)[:12] and ab_path.is_file()
     assert run_cli(capsys, "compare", base, plain)[0] == 0
+
+
+def test_compare_shows_a_cell_that_failed_to_measure_as_failed(
+    tmp_path: Path, nogit: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reports = tmp_path / "reports"
+    base = write_results(make_run(sha(1), seed=1, ids=(OTHER, SID)), reports)
+    current = make_run(sha(2), seed=2, ids=(OTHER, SID))
+    broken = replace(
+        current.scenarios[1],
+        status=Status.ERROR,
+        message="RuntimeError: \x1b[31mCUDA out of memory\x1b[0m",
+        latency_ns=None,
+        throughput=None,
+        samples_ns=(),
+    )
+    current = replace(current, scenarios=(current.scenarios[0], broken))
+    status, out, _ = run_cli(capsys, "compare", base, write_results(current, reports))
+    lines = out.splitlines()
+    assert lines[0] == f"error        {SID}: RuntimeError: CUDA out of memory"  # no escapes
+    assert lines[1].startswith(f"unchanged    {OTHER}:")
+    assert lines[-1] == "2 scenarios: 1 unchanged, 1 error"
+    assert status == 0  # exit 1 is for a regression; the error is listed first

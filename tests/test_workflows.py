@@ -172,6 +172,7 @@ def test_pr_perf_job(workflows: dict[str, dict[Any, Any]]) -> None:
     assert gate["env"] == {"BASE_REF": "${{ github.base_ref }}"}
     # Same-run A/B on every PR: no label decides it.
     assert '--perfguard-ab "origin/$BASE_REF"' in gate["run"]
+    assert "--perfguard-inconclusive=fail" in gate["run"]
     assert "if" not in gate and "labeled" not in wf[True]["pull_request"]["types"]
     fetch = next(s for s in perf["steps"] if s.get("name") == "Fetch stored baselines")
     assert "tar -x -C baselines" in fetch["run"]
@@ -193,6 +194,7 @@ def test_pr_perf_job(workflows: dict[str, dict[Any, Any]]) -> None:
         "cancel-in-progress": False,
     }
     assert "--perfguard-save" in str(baseline["steps"])
+    assert "--perfguard-inconclusive=fail" in str(baseline["steps"])
 
 
 def test_untrusted_and_trusted_jobs_never_share_a_runner(

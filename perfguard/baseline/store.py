@@ -8,6 +8,11 @@ do not show the launch-to-launch noise (address layout, clocks, caches)::
     {"schema_version": 1, "kind": "perfguard-baseline", "fingerprint": "...",
      "commit": {...}, "launches": [<RunResult.to_dict(), samples encoded>, ...]}
 
+A cell saved although its figures could not be trusted (``--perfguard-save-invalid``)
+is *marked*: its ``stable`` is false, so every later comparison against it notes a
+baseline "measured unstable or on a busy machine", and its scenario object carries
+``"inconclusive": "<why>"`` for a reader of the file (older perfguards ignore the key).
+
 ``DirectoryStore`` is the real archive; ``MemoryStore`` is its in-memory twin
 (like Hypothesis's example databases). Both share every rule here and differ only
 in where the bytes live, so tests can check that they agree.
@@ -21,7 +26,7 @@ import re
 import statistics
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -43,6 +48,8 @@ from perfguard.core.stats import summarize, throughput
 DEFAULT_ROOT = Path("baselines")
 DEFAULT_MAX_LAUNCHES = 5
 LOCK_DIR = ".locks"
+# The key that marks a cell saved although inconclusive (--perfguard-save-invalid).
+INCONCLUSIVE_KEY = "inconclusive"
 
 # SHA-1 (40) or SHA-256 (64) object names; anything else in a file name is not ours.
 # One safe path component; no leading dot, so ".locks", "." and ".." can never collide.
@@ -205,8 +212,17 @@ class BaselineStore(ABC):
         raw = self._read_bytes(fingerprint, sha)
         return None if raw is None else self._parse(raw, fingerprint, sha)[0]
 
-    def save(self, run: RunResult, *, replace: bool = False) -> Path | None:
+    def save(
+        self,
+        run: RunResult,
+        *,
+        replace: bool = False,
+        inconclusive: Mapping[str, str] | None = None,
+    ) -> Path | None:
         """Add ``run`` as a launch of its commit's baseline (``replace``: start afresh).
+
+        ``inconclusive`` (``{scenario id: why}``) marks cells saved although their figures
+        could not be trusted (see the module docstring).
 
         The read-modify-write happens under a lock, so concurrent savers all land;
         at most ``max_launches`` launches are kept, the oldest dropped. An existing
@@ -224,7 +240,19 @@ class BaselineStore(ABC):
         sha = _check_names(fingerprint, run.commit.sha)
         if sha != run.commit.sha:  # keep file name and content in agreement
             run = dataclasses.replace(run, commit=dataclasses.replace(run.commit, sha=sha))
+        marks = dict(inconclusive or {})
+        if marks:
+            run = dataclasses.replace(
+                run,
+                scenarios=tuple(
+                    dataclasses.replace(r, stable=False) if r.id in marks else r
+                    for r in run.scenarios
+                ),
+            )
         launch = encode_launch(run)
+        for scenario in launch["scenarios"]:
+            if scenario["id"] in marks:
+                scenario[INCONCLUSIVE_KEY] = marks[scenario["id"]]
         with self._locked(fingerprint, sha):
             raw = self._read_bytes(fingerprint, sha)
             # Parsed even when replacing: an unreadable file must stop the save.

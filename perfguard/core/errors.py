@@ -124,6 +124,21 @@ class GateFailure(PerfguardError):
     """A gated figure regressed beyond its limit."""
 
 
+class InconclusiveFailure(PerfguardError):
+    """A cell's figures stayed untrustworthy (``invalid``) after waiting for quiet and
+    re-measuring, and ``--perfguard-inconclusive=fail`` asks for that to fail its item.
+
+    ``problem`` may hold several lines (the reasons, the rounds tried); the fix then
+    follows on a line of its own.
+    """
+
+    @property
+    def message(self) -> str:
+        if "\n" not in self.problem or not self.fix:
+            return super().message
+        return f"{self.problem}\nFix: {self.fix}"
+
+
 class StoreError(PerfguardError):
     """The baseline archive cannot do what was asked (run without a commit, bad name, lock)."""
 
@@ -204,3 +219,12 @@ class WorkerRequestFailed(WorkerError):
     def __init__(self, problem: str, *, remote_type: str, **kwargs: Any) -> None:
         self.remote_type = remote_type
         super().__init__(problem, **kwargs)
+
+
+class PerfguardWarning(UserWarning):
+    """Base of the warnings perfguard emits (filter them with ``-W``/``filterwarnings``)."""
+
+
+class InconclusiveWarning(PerfguardWarning):
+    """A cell stayed ``invalid`` after its rounds and ``--perfguard-inconclusive=warn``
+    lets its item pass: the figures were reported, not gated."""

@@ -26,6 +26,19 @@ Why these defaults:
   itself when the machine cannot resolve the gate's own limit.
 * ``SLO_GATE``: an SLO search resolves its level only to its last step (3-6% wide), so
   its throughput is gated at -10%, not -5%.
+* Inconclusive cells (``invalid`` verdicts): a cell made invalid by something that
+  passes (other processes on the CPUs, an unstable run) waits for quiet and is
+  re-measured, at most ``INCONCLUSIVE_ROUNDS`` (2) times. "Quiet" is other processes
+  under the contention limit for ``QUIET_SECONDS`` (3 s: three 1 s ``/proc/stat``
+  windows, so one lull between two compile jobs does not count) running. A cell waits
+  at most ``QUIET_WAIT_S`` (30 s: a pip install, a compile or a neighbour's short test
+  is over by then; a second CI job taking minutes is not, and waiting longer would
+  only delay the verdict), a session at most ``QUIET_BUDGET_S`` (120 s), so a runner
+  that stays busy all session adds at most two minutes however many cells it has. A
+  wait that ends without quiet is not followed by a round (re-measuring on a busy
+  machine measures the neighbour again). A cell still invalid after that fails its
+  item under ``inconclusive = "fail"`` (what CI passes) and warns under ``"warn"``
+  (``INCONCLUSIVE``, the local default: a busy laptop must not turn a run red).
 * A/B's sequential rule: interim looks stop on a regression only at a 99.9% bound
   (Haybittle-Peto), and stop "no regression" at a 95% upper bound (a stop that can only
   miss, never raise a false alarm).
@@ -43,12 +56,19 @@ __all__ = [
     "CONTENTION_LIMIT",
     "DEFAULT_GATES",
     "FUTILITY_CONFIDENCE",
+    "INCONCLUSIVE",
+    "INCONCLUSIVE_CHOICES",
+    "INCONCLUSIVE_ROUNDS",
     "INTERIM_CONFIDENCE",
     "LATENCY_QS",
     "METRICS",
     "MIN_HISTORY",
     "NOISE_K",
     "NORMALISE",
+    "QUIET_BUDGET_S",
+    "QUIET_SAMPLE_S",
+    "QUIET_SECONDS",
+    "QUIET_WAIT_S",
     "REFUSED_METRICS",
     "SLO_GATE",
     "GateMetric",
@@ -201,6 +221,15 @@ CONTENTION_LIMIT = 0.10
 NORMALISE = False
 NOISE_K = 2.0
 MIN_HISTORY = 3
+# Inconclusive cells (see above): what a cell still invalid after its rounds does to
+# its item, the rounds, and the bounds on waiting for quiet.
+INCONCLUSIVE_CHOICES = ("fail", "warn")
+INCONCLUSIVE = "warn"
+INCONCLUSIVE_ROUNDS = 2
+QUIET_SECONDS = 3.0
+QUIET_SAMPLE_S = 1.0
+QUIET_WAIT_S = 30.0
+QUIET_BUDGET_S = 120.0
 
 
 def gate_metric(name: str) -> GateMetric | None:

@@ -1,13 +1,26 @@
 """The regression gate of one session: which baseline, what verdict, and saving.
 
 ``Gatekeeper`` resolves the baseline once (``--perfguard-baseline``), judges
-each measured scenario against it (``perfguard.judge.compare``), asks for
+each measured scenario against it (``perfguard.judge.compare``), waits for quiet and
+re-measures a cell whose figures could not be trusted (inconclusive rounds), asks for
 confirmation rounds before a regression may fail an item, and archives the run
-(``--perfguard-save``). The pytest hooks only call it.
+(``--perfguard-save``, refused when a cell stayed inconclusive). The pytest hooks only
+call it.
+
+Inconclusive rounds. A cell is re-measured only for a reason that can pass: other
+processes used more than the contention limit of the CPUs, or the run drifted
+(``stable`` false). A reason that is the same on every round (too few samples for the
+gate, a gate on an unknown metric, a scenario that failed, a baseline figure <= 0) is
+not: the cell is judged again with those run-level facts cleared, and if it is still
+``invalid`` re-measuring cannot help. Before each round the gatekeeper waits for quiet
+(``perfguard.measure.quiet``); a wait that ends with the machine still busy ends the
+rounds. GPU throttling and a load generator that fell behind reach the plugin as
+``RunInvalid`` (a skipped item) before any verdict, so they are not re-measured here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -17,11 +30,28 @@ from typing import Any
 from perfguard.baseline.git import ancestors, resolve
 from perfguard.baseline.read import read_baseline_file
 from perfguard.baseline.store import Baseline, DirectoryStore, select_auto_baseline
+from perfguard.core import progress
 from perfguard.core.errors import GitError, PerfguardError
-from perfguard.core.policy import CONFIDENCE, CONTENTION_LIMIT, NORMALISE, GateSpec
+from perfguard.core.policy import (
+    CONFIDENCE,
+    CONTENTION_LIMIT,
+    INCONCLUSIVE,
+    INCONCLUSIVE_ROUNDS,
+    NORMALISE,
+    QUIET_WAIT_S,
+    GateSpec,
+)
 from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
 from perfguard.judge.compare import compare_scenario, environment_diff
-from perfguard.judge.verdict import ScenarioVerdict, confirm, needs_confirmation
+from perfguard.judge.verdict import (
+    ScenarioVerdict,
+    VerdictKind,
+    confirm,
+    needs_confirmation,
+)
+from perfguard.measure.quiet import QuietWaiter
+
+REMEASURE_STEP = "re-measuring"
 
 
 @dataclass(frozen=True)
@@ -38,6 +68,9 @@ class GateSettings:
     confidence: float = CONFIDENCE
     normalise: bool = NORMALISE
     contention_limit: float = CONTENTION_LIMIT
+    # A cell still invalid after its rounds: "fail" fails its item, "warn" warns.
+    inconclusive: str = INCONCLUSIVE
+    save_invalid: bool = False  # --perfguard-save-invalid: save anyway, cells marked
 
 
 @dataclass(frozen=True)
@@ -91,6 +124,11 @@ class Gatekeeper:
         self.environment = environment
         self.store = DirectoryStore(settings.baseline_dir)
         self.verdicts: dict[str, ScenarioVerdict] = {}
+        # One budget of waiting for quiet for the whole session.
+        self.quiet = QuietWaiter(settings.contention_limit)
+        # Set by save(): the inconclusive cells that refused (or were marked in) the save.
+        self.save_refused: dict[str, str] = {}
+        self.save_marked: dict[str, str] = {}
 
     @functools.cached_property
     def choice(self) -> BaselineChoice:
@@ -207,13 +245,15 @@ class Gatekeeper:
         gates: Sequence[GateSpec],
         remeasure: Callable[[], ScenarioResult],
     ) -> tuple[ScenarioResult, ScenarioVerdict]:
-        """Judge, and re-measure a suspected regression before believing it.
+        """Judge, re-measure an inconclusive cell after waiting for quiet, and
+        re-measure a suspected regression before believing it.
 
         Returns the result to record (the round whose verdict stands) and the
-        combined verdict.
+        combined verdict, with one note on the inconclusive rounds when there were any.
         """
+        first, verdict, note = self._until_conclusive(first, gates, remeasure)
         results = [first]
-        verdicts = [self.judge(first, gates)]
+        verdicts = [verdict]
         while (
             self.settings.gate
             and needs_confirmation(verdicts[-1])
@@ -226,8 +266,90 @@ class Gatekeeper:
             chosen = results[-1]
         else:
             chosen = results[max(i for i, v in enumerate(verdicts) if not v.failed)]
+        if note:
+            verdict = verdict.with_note(note)
         self.verdicts[verdict.scenario_id] = verdict
         return chosen, verdict
+
+    def remeasurable(
+        self, result: ScenarioResult, verdict: ScenarioVerdict, gates: Sequence[GateSpec]
+    ) -> str | None:
+        """Why waiting and re-measuring could make this cell trustworthy, or None.
+
+        An ``invalid`` verdict qualifies when its run was contended or unstable and
+        nothing else would keep it invalid; a comparable-free verdict (``new``,
+        ``incomparable``) only when the run is to be saved as a baseline.
+        """
+        why = run_problem(result, self.settings.contention_limit)
+        if why is None or not (self.settings.gate or self.settings.save):
+            return None
+        if verdict.verdict is VerdictKind.INVALID:
+            cleared = dataclasses.replace(
+                result,
+                stable=True,
+                runtime=dataclasses.replace(result.runtime, cpu=None),
+            )
+            if self.judge(cleared, gates).verdict is VerdictKind.INVALID:
+                return None  # invalid on every round: re-measuring cannot fix it
+            return why
+        return why if self.settings.save else None
+
+    def _until_conclusive(
+        self,
+        result: ScenarioResult,
+        gates: Sequence[GateSpec],
+        remeasure: Callable[[], ScenarioResult],
+    ) -> tuple[ScenarioResult, ScenarioVerdict, str | None]:
+        """Wait for quiet and re-measure while the cell is inconclusive for a reason that
+        can pass; the last round's result and verdict, and one note saying what happened."""
+        verdict = self.judge(result, gates)
+        why = self.remeasurable(result, verdict, gates)
+        if why is None:
+            return result, verdict, None
+        first_why = why
+        rounds = 0
+        waited = 0.0
+        stopped: str | None = None
+        while why is not None and rounds < INCONCLUSIVE_ROUNDS:
+            wait = self.quiet.wait(QUIET_WAIT_S - waited, cell=result.id)
+            waited += wait.waited_s
+            if not wait.quiet:
+                if wait.budget_spent:
+                    stopped = (
+                        f"this session's {self.quiet.budget_s:.0f} s of waiting for quiet is spent"
+                    )
+                elif wait.waited_s == 0.0:
+                    stopped = f"the cell's {QUIET_WAIT_S:.0f} s of waiting for quiet is spent"
+                else:
+                    use = f"{wait.foreign:.0%}" if wait.foreign is not None else "too much"
+                    stopped = (
+                        f"other processes still used {use} of the CPUs after {waited:.0f} s "
+                        f"(limit {self.settings.contention_limit:.0%})"
+                    )
+                break
+            rounds += 1
+            progress.report(
+                REMEASURE_STEP,
+                rounds,
+                INCONCLUSIVE_ROUNDS,
+                cell=result.id,
+                detail=f"round {rounds} of {INCONCLUSIVE_ROUNDS}: {why}",
+            )
+            result = remeasure()
+            verdict = self.judge(result, gates)
+            why = self.remeasurable(result, verdict, gates)
+        still = "invalid" if verdict.verdict is VerdictKind.INVALID else "inconclusive"
+        note = _rounds_note(first_why, why, rounds, waited, stopped, still)
+        if rounds:  # the step's last report: how the rounds ended
+            progress.report(
+                REMEASURE_STEP,
+                rounds,
+                INCONCLUSIVE_ROUNDS,
+                cell=result.id,
+                detail="valid" if why is None else f"still {still}: {why}",
+                final=True,
+            )
+        return result, verdict, note
 
     def missing(self, collected_suites: set[str], collected_ids: set[str]) -> None:
         """Record ``missing`` for baseline scenarios of collected suites that are gone."""
@@ -244,8 +366,80 @@ class Gatekeeper:
                     )
 
     # -- saving -------------------------------------------------------------------
+    def contaminated_cells(self, run: RunResult) -> dict[str, str]:
+        """``{scenario id: why}`` of the cells whose figures cannot be trusted as a
+        baseline: a run contended or unstable (after its rounds), whatever its verdict.
+
+        An ``invalid`` verdict for a reason of the gate's own (too few samples for its
+        percentile, an unknown metric) or an undecided A/B cell does not count: those
+        figures are clean, and the next comparison says again what is missing.
+        """
+        found: dict[str, str] = {}
+        for result in run.scenarios:
+            why = run_problem(result, self.settings.contention_limit)
+            if why is not None:
+                found[result.id] = why
+        return found
+
     def save(self, run: RunResult) -> Path | None:
-        return self.store.save(run)
+        """Archive ``run`` as its commit's baseline, unless a cell is contaminated.
+
+        Refused (nothing written; ``save_refused`` says which cells and why) when any
+        cell is (``contaminated_cells``), unless ``save_invalid``: then saved with those
+        cells marked (``save_marked``; see ``BaselineStore.save``).
+        """
+        bad = self.contaminated_cells(run)
+        if bad and not self.settings.save_invalid:
+            self.save_refused = bad
+            return None
+        self.save_marked = bad
+        return self.store.save(run, inconclusive=bad)
+
+
+SAVE_REFUSED_FIX = (
+    "re-run on an idle machine, raise --perfguard-contention-limit if this machine is "
+    "never quieter, or pass --perfguard-save-invalid to save with those cells marked"
+)
+
+
+def run_problem(result: ScenarioResult, contention_limit: float) -> str | None:
+    """Why a measured cell's own run cannot be trusted, whatever it is compared with.
+
+    The two run-level checks of ``perfguard.judge.compare`` that can pass on another
+    try: a drifting (unstable) run, and other processes above the contention limit.
+    """
+    if result.latency_ns is None:  # nothing measured, nothing to distrust
+        return None
+    if not result.stable:
+        ratio = result.stability_ratio
+        drift = f" (median of last third / first third = {ratio:.2f})" if ratio else ""
+        return f"the run was unstable{drift}"
+    foreign = result.runtime.foreign_cpu
+    if foreign is not None and foreign > contention_limit:
+        return (
+            f"other processes used {foreign:.0%} of the CPUs while it was measured "
+            f"(limit {contention_limit:.0%})"
+        )
+    return None
+
+
+def _rounds_note(
+    first_why: str,
+    why: str | None,
+    rounds: int,
+    waited: float,
+    stopped: str | None,
+    still: str = "invalid",
+) -> str:
+    """The one note on a cell's inconclusive rounds (``still``: what the cell still is)."""
+    after = f"after waiting {waited:.0f} s for quiet"
+    if why is None:
+        return f"valid on round {rounds + 1} {after} (round 1: {first_why})"
+    if rounds == 0:
+        return f"not re-measured: {stopped}; still {still}: {why}"
+    plural = "round" if rounds == 1 else "rounds"
+    tail = f", then {stopped}" if stopped else ""
+    return f"re-measured {rounds} {plural} {after}{tail}; still {still}: {why}"
 
 
 def failure_message(verdict: ScenarioVerdict) -> str:
@@ -257,10 +451,13 @@ def failure_message(verdict: ScenarioVerdict) -> str:
 
 
 __all__ = [
+    "REMEASURE_STEP",
+    "SAVE_REFUSED_FIX",
     "BaselineChoice",
     "GateSettings",
     "Gatekeeper",
     "PerfguardError",
     "check_can_save",
     "failure_message",
+    "run_problem",
 ]

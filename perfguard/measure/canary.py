@@ -94,14 +94,18 @@ class CanaryResult:
 
 
 @dataclass(frozen=True)
-class _CpuSnapshot:
+class CpuSnapshot:
+    """The machine's CPU counters at one instant (``cpu_snapshot``); two give shares."""
+
     wall_ns: int
     own_ns: int  # CPU time of this process, all threads
     busy_ns: int | None  # CPU time of the whole machine, not idle, not steal
     steal_ns: int | None
 
 
-def _snapshot() -> _CpuSnapshot:
+def cpu_snapshot() -> CpuSnapshot:
+    """Wall clock, this process's CPU time and, on Linux, the machine's busy and steal
+    time (``/proc/stat``); ``perfguard.measure.quiet`` reads it too."""
     wall, own = time.perf_counter_ns(), time.process_time_ns()
     busy = steal = None
     try:
@@ -114,11 +118,15 @@ def _snapshot() -> _CpuSnapshot:
         steal = stolen * tick_ns
     except (OSError, ValueError, AttributeError):
         pass  # not Linux, or an unexpected format: no passive figures
-    return _CpuSnapshot(wall, own, busy, steal)
+    return CpuSnapshot(wall, own, busy, steal)
 
 
-def _cpu_shares(start: _CpuSnapshot, end: _CpuSnapshot) -> tuple[float | None, float | None]:
-    """(foreign, steal) as fractions of all CPUs' time between two snapshots."""
+def cpu_shares(start: CpuSnapshot, end: CpuSnapshot) -> tuple[float | None, float | None]:
+    """(foreign, steal) as fractions of all CPUs' time between two snapshots.
+
+    The one reading of other processes' share: the probe's, and the wait for quiet's
+    (``perfguard.measure.quiet``); (None, None) without ``/proc/stat``.
+    """
     capacity = (end.wall_ns - start.wall_ns) * (os.cpu_count() or 1)
     if start.busy_ns is None or end.busy_ns is None or capacity <= 0:
         return None, None
@@ -157,8 +165,8 @@ class CanaryProbe:
         self._src = np.ones(SWEEP_BYTES // 4, dtype=np.float32)
         self._dst = np.empty_like(self._src)
         self._samples: list[int] = []
-        self._first: _CpuSnapshot | None = None
-        self._last: _CpuSnapshot | None = None
+        self._first: CpuSnapshot | None = None
+        self._last: CpuSnapshot | None = None
         # One untimed pass so first-touch page faults and BLAS dispatch set-up
         # are not counted as machine slowness.
         self._iteration()
@@ -173,7 +181,7 @@ class CanaryProbe:
         """Run one block of canary iterations; returns and records their times (ns)."""
         count = self.iterations if iterations is None else iterations
         if self._first is None:
-            self._first = _snapshot()
+            self._first = cpu_snapshot()
         clock = time.perf_counter_ns
         block: list[int] = []
         for _ in range(count):
@@ -181,7 +189,7 @@ class CanaryProbe:
             self._iteration()
             block.append(clock() - start)
         self._samples.extend(block)
-        self._last = _snapshot()
+        self._last = cpu_snapshot()
         return tuple(block)
 
     @property
@@ -192,7 +200,7 @@ class CanaryProbe:
         """The median over every block sampled so far (call ``sample`` first)."""
         if not self._samples or self._first is None or self._last is None:
             raise ValueError("CanaryProbe.result() called before any sample()")
-        foreign, steal = _cpu_shares(self._first, self._last)
+        foreign, steal = cpu_shares(self._first, self._last)
         return CanaryResult(
             median_ns=float(np.median(np.asarray(self._samples, dtype=np.float64))),
             samples_ns=tuple(self._samples),

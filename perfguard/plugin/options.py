@@ -13,7 +13,12 @@ from __future__ import annotations
 
 import pytest
 
-from perfguard.core.policy import CONTENTION_LIMIT
+from perfguard.core.policy import (
+    CONTENTION_LIMIT,
+    INCONCLUSIVE,
+    INCONCLUSIVE_CHOICES,
+    INCONCLUSIVE_ROUNDS,
+)
 from perfguard.suite.files import SUITE_PATTERNS
 
 
@@ -58,6 +63,14 @@ def add_options(parser: pytest.Parser) -> None:
         help="archive this run as the baseline of HEAD (refused on a dirty tree).",
     )
     group.addoption(
+        "--perfguard-save-invalid",
+        action="store_true",
+        default=False,
+        help="with --perfguard-save: save even when cells stayed contaminated (measured "
+        "beside other processes, or unstable), marking them in the baseline (by default "
+        "such a save is refused).",
+    )
+    group.addoption(
         "--perfguard-allow-dirty",
         action="store_true",
         default=False,
@@ -98,6 +111,14 @@ def add_options(parser: pytest.Parser) -> None:
         f"before its figures are invalid (default: ini, else {CONTENTION_LIMIT:g}).",
     )
     group.addoption(
+        "--perfguard-inconclusive",
+        metavar="|".join(INCONCLUSIVE_CHOICES),
+        default=None,
+        help="what a cell still invalid after waiting for quiet and "
+        f"{INCONCLUSIVE_ROUNDS} re-measurements does: 'fail' fails its item, 'warn' "
+        f"passes it with a warning (default: ini, else {INCONCLUSIVE}).",
+    )
+    group.addoption(
         "--perfguard-ab",
         metavar="REF",
         default=None,
@@ -122,6 +143,11 @@ def add_options(parser: pytest.Parser) -> None:
         "perfguard_contention_limit",
         help="perfguard: the twin of --perfguard-contention-limit.",
         default=str(CONTENTION_LIMIT),
+    )
+    parser.addini(
+        "perfguard_inconclusive",
+        help="perfguard: the twin of --perfguard-inconclusive.",
+        default=INCONCLUSIVE,
     )
     parser.addini(
         "perfguard_normalise",

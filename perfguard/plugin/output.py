@@ -21,6 +21,9 @@ from perfguard.report.comparison import comparison_path, write_comparison
 from perfguard.report.github import in_github_actions, write_step_summary
 from perfguard.report.model import ReportInput
 
+#: pytest's exit status for a run whose ``--perfguard-save`` was refused (tests failed).
+SAVE_REFUSED_EXIT = 1
+
 
 @dataclass
 class RunFiles:
@@ -40,13 +43,19 @@ def write_run_files(
     ab: ABRun | None,
     files: RunFiles,
     exit_status: int | None = None,
-) -> None:
+) -> int | None:
     """Write every file of the run, in order, recording each path in ``files`` as it lands.
 
     ``exit_status`` is pytest's: comparison.json keeps it, so the report index says how
-    the run ended, and the report's outcome agrees with it.
+    the run ended, and the report's outcome agrees with it. A refused ``--perfguard-save``
+    fails the run (the CI baseline job must not pass leaving the old baseline in
+    place), so it is tried first and the exit status the files record is returned.
     """
     files.results = write_results(run, settings.report_dir)
+    if settings.judging.save:
+        files.saved = gatekeeper.save(run)
+        if gatekeeper.save_refused and not exit_status:
+            exit_status = SAVE_REFUSED_EXIT
     write_comparison(
         comparison_path(files.results),
         baseline=gatekeeper.choice.to_dict(),
@@ -54,9 +63,8 @@ def write_run_files(
         verdicts=verdicts.values(),
         exit_status=exit_status,
     )
-    if settings.judging.save:
-        files.saved = gatekeeper.save(run)
     files.report = _write_report(run, verdicts, settings, gatekeeper, ab, exit_status)
+    return exit_status
 
 
 def _write_report(

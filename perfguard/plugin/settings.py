@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from perfguard.ab.run import ABConfig
+from perfguard.core.policy import INCONCLUSIVE_CHOICES
 from perfguard.judge.gatekeeper import GateSettings
 
 
@@ -58,6 +59,8 @@ class RunSettings:
                     config.getoption("perfguard_normalise") or config.getini("perfguard_normalise")
                 ),
                 contention_limit=_contention_limit(config),
+                inconclusive=_inconclusive(config),
+                save_invalid=_save_invalid(config),
             ),
             isolate=bool(config.getoption("perfguard_isolate")),
             ab=(
@@ -90,6 +93,31 @@ def _contention_limit(config: pytest.Config) -> float:
             "Fix: set --perfguard-contention-limit or ini perfguard_contention_limit"
         )
     return limit
+
+
+def _inconclusive(config: pytest.Config) -> str:
+    value = config.getoption("perfguard_inconclusive")
+    raw = value if value is not None else config.getini("perfguard_inconclusive")
+    choice = str(raw).strip().lower()
+    if choice not in INCONCLUSIVE_CHOICES:
+        raise pytest.UsageError(
+            f"perfguard: inconclusive policy is {raw!r}; expected one of "
+            f"{', '.join(INCONCLUSIVE_CHOICES)} ('fail': a cell still invalid after its "
+            "re-measurements fails its item; 'warn': it passes with a warning). "
+            "Fix: set --perfguard-inconclusive or ini perfguard_inconclusive"
+        )
+    return choice
+
+
+def _save_invalid(config: pytest.Config) -> bool:
+    wanted = bool(config.getoption("perfguard_save_invalid"))
+    if wanted and not config.getoption("perfguard_save"):
+        raise pytest.UsageError(
+            "perfguard: --perfguard-save-invalid was given without --perfguard-save; it "
+            "only lets a save go ahead when cells are inconclusive. Fix: add "
+            "--perfguard-save, or drop --perfguard-save-invalid"
+        )
+    return wanted
 
 
 def _confirm_rounds(config: pytest.Config) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import warnings
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
@@ -23,16 +24,29 @@ from perfguard import __version__
 from perfguard.ab.run import ABRun
 from perfguard.baseline.git import commit_info
 from perfguard.core import progress
-from perfguard.core.errors import AccuracyFailure, BackendUnavailable, GateFailure, PerfguardError
+from perfguard.core.errors import (
+    AccuracyFailure,
+    BackendUnavailable,
+    GateFailure,
+    InconclusiveFailure,
+    InconclusiveWarning,
+    PerfguardError,
+    RunInvalid,
+)
 from perfguard.core.paths import display_path
 from perfguard.core.policy import DEFAULT_GATES
 from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult, Status
 from perfguard.core.scenario import Scenario
 from perfguard.core.text import plain
 from perfguard.interop.benchmark_bridge import register_bridge
-from perfguard.judge.gatekeeper import Gatekeeper, check_can_save, failure_message
+from perfguard.judge.gatekeeper import (
+    SAVE_REFUSED_FIX,
+    Gatekeeper,
+    check_can_save,
+    failure_message,
+)
 from perfguard.judge.outcome import RunOutcome, run_outcome
-from perfguard.judge.verdict import ScenarioVerdict
+from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
 from perfguard.machine.env import collect_environment
 from perfguard.measure.cell import RunContext
 from perfguard.models.factory import forget_factory_models
@@ -45,6 +59,11 @@ from perfguard.plugin.terminal import ProgressPrinter, header_line, write_summar
 from perfguard.suite.files import is_suite_path
 
 STATE_KEY = pytest.StashKey["PerfguardSession"]()
+INCONCLUSIVE_FIX = (
+    "re-run on an idle machine; raise --perfguard-contention-limit (ini "
+    "perfguard_contention_limit) if this machine is never quieter; or gate with "
+    "--perfguard-ab, whose paired design tolerates a busy neighbour"
+)
 PLUGIN_NAME = "perfguard-session"
 _SUITE_SUFFIXES = (".yaml", ".yml")
 
@@ -198,6 +217,16 @@ class PerfguardSession:
         except BackendUnavailable as exc:
             self.record(self._unmeasured(item, Status.SKIPPED, str(exc)))
             raise
+        except RunInvalid as exc:
+            # Untrustworthy figures (GPU throttled, load generator behind): a skip, or
+            # under --perfguard-inconclusive=fail a failure.
+            kept = exc.result if isinstance(exc.result, ScenarioResult) else None
+            self.record(kept or self._unmeasured(item, Status.SKIPPED, str(exc)))
+            if self._inconclusive_fails():
+                raise InconclusiveFailure(
+                    f"inconclusive, not gated: {exc}", fix=INCONCLUSIVE_FIX
+                ) from exc
+            raise
         except PerfguardError as exc:
             # A load cell keeps its figures (failed requests, an invalid run).
             kept = exc.result if isinstance(exc.result, ScenarioResult) else None
@@ -216,7 +245,29 @@ class PerfguardSession:
             if regressed:
                 raise GateFailure(message)
             raise AccuracyFailure(message)
+        if verdict.verdict is VerdictKind.INVALID and self.settings.judging.gate:
+            header, reasons = inconclusive_header(verdict), inconclusive_reasons(verdict)
+            if self._inconclusive_fails():
+                problem = "\n".join([f"{header}:", *(f"  {line}" for line in reasons)])
+                failure = InconclusiveFailure(problem, fix=INCONCLUSIVE_FIX)
+                self.record(replace(result, status=Status.FAILED, message=str(failure)))
+                raise failure
+            self.record(result)
+            warnings.warn(
+                InconclusiveWarning(
+                    f"{header}: {'; '.join(reasons)}. It passes under "
+                    "--perfguard-inconclusive=warn; to fail it instead pass "
+                    "--perfguard-inconclusive=fail. "
+                    f"Fix: {INCONCLUSIVE_FIX}"
+                ),
+                stacklevel=2,
+            )
+            return
         self.record(result)
+
+    def _inconclusive_fails(self) -> bool:
+        judging = self.settings.judging
+        return judging.gate and judging.inconclusive == "fail"
 
     def on_benchmark(self, item: pytest.Item, result: ScenarioResult) -> None:
         """A pytest-benchmark test finished: record it and gate it like a scenario.
@@ -295,13 +346,7 @@ class PerfguardSession:
         self.verdicts.update(
             {k: v for k, v in gatekeeper.verdicts.items() if k not in self.verdicts}
         )
-        self.outcome = run_outcome(
-            self.results.values(),
-            self.verdicts.values(),
-            exit_status=int(exitstatus),
-            gate=self.settings.judging.gate,
-        )
-        write_run_files(
+        status = write_run_files(
             self.run_result(),
             self.verdicts,
             settings=self.settings,
@@ -309,6 +354,16 @@ class PerfguardSession:
             ab=self.ab,
             files=self.files,
             exit_status=int(exitstatus),
+        )
+        if status and session.exitstatus == pytest.ExitCode.OK:
+            # A refused save: the CI baseline job must fail visibly, not leave the old
+            # baseline in place (the files written above already say so).
+            session.exitstatus = pytest.ExitCode(status)
+        self.outcome = run_outcome(
+            self.results.values(),
+            self.verdicts.values(),
+            exit_status=status,
+            gate=self.settings.judging.gate,
         )
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
@@ -334,3 +389,37 @@ class PerfguardSession:
             files=self.files,
             outcome=outcome,
         )
+        self._write_save_outcome(terminalreporter)
+
+    def _write_save_outcome(self, terminalreporter: Any) -> None:
+        """One line per inconclusive cell that refused (or was marked in) the save."""
+        gatekeeper = self.gatekeeper
+        for sid, why in gatekeeper.save_refused.items():
+            terminalreporter.write_line(
+                f"perfguard: baseline NOT saved: {sid} is inconclusive: {why}", red=True
+            )
+        if gatekeeper.save_refused:
+            terminalreporter.write_line(f"perfguard: Fix: {SAVE_REFUSED_FIX}", red=True)
+        for sid, why in gatekeeper.save_marked.items():
+            terminalreporter.write_line(
+                f"perfguard: baseline saved with {sid} marked inconclusive: {why}", yellow=True
+            )
+
+
+def inconclusive_reasons(verdict: ScenarioVerdict) -> list[str]:
+    """What was invalid and why, with what was tried: the verdict's scenario-level
+    messages (the reason, the rounds note), after any metric invalid on its own."""
+    per_metric = {m.message for m in verdict.metrics}
+    notes = [note for note in verdict.messages if note not in per_metric]
+    # A metric invalid for a run-level reason repeats that reason (its rule); one
+    # invalid on its own (too few samples, unknown metric) says why in its message.
+    own = [
+        m.message
+        for m in verdict.metrics
+        if m.verdict is VerdictKind.INVALID and m.rule not in notes
+    ]
+    return list(dict.fromkeys(own + notes))
+
+
+def inconclusive_header(verdict: ScenarioVerdict) -> str:
+    return f"{verdict.scenario_id} is inconclusive (invalid), not gated"
