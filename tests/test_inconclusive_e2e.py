@@ -207,3 +207,8 @@ def test_a_run_invalid_skip_fails_under_fail(repo: Repo) -> None:
     result.stdout.fnmatch_lines(
         ["inconclusive, not gated: spin: the GPU throttled its clocks*Fix: re-run on an idle*"]
     )
+    # The results file and the outcome say what pytest said: skipped, then failed.
+    (results,) = (repo.pytester.path / "reports").glob("*/results.json")
+    (cell,) = json.loads(results.read_text())["scenarios"]
+    assert cell["status"] == "failed" and "inconclusive" in cell["message"]
+    result.stdout.fnmatch_lines(["perfguard: ❌*"])

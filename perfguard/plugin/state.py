@@ -221,11 +221,15 @@ class PerfguardSession:
             # Untrustworthy figures (GPU throttled, load generator behind): a skip, or
             # under --perfguard-inconclusive=fail a failure.
             kept = exc.result if isinstance(exc.result, ScenarioResult) else None
-            self.record(kept or self._unmeasured(item, Status.SKIPPED, str(exc)))
+            record = kept or self._unmeasured(item, Status.SKIPPED, str(exc))
             if self._inconclusive_fails():
-                raise InconclusiveFailure(
+                failure = InconclusiveFailure(
                     f"inconclusive, not gated: {exc}", fix=INCONCLUSIVE_FIX
-                ) from exc
+                )
+                # Recorded as the item ends, so every output says failed, as pytest does.
+                self.record(replace(record, status=Status.FAILED, message=str(failure)))
+                raise failure from exc
+            self.record(record)
             raise
         except PerfguardError as exc:
             # A load cell keeps its figures (failed requests, an invalid run).
