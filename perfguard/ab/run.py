@@ -83,7 +83,17 @@ from perfguard.measure.load import Throttle
 from perfguard.suite.loader import load_suite
 from perfguard.worker.client import OPEN_TIMEOUT_S, WorkerProcess
 
-__all__ = ["ABConfig", "ABOutcome", "ABRun", "base_results", "load_round_length", "run_pairs"]
+__all__ = [
+    "ABConfig",
+    "ABOutcome",
+    "ABRun",
+    "Slot",
+    "base_results",
+    "load_plan",
+    "load_round_length",
+    "run_load_rounds",
+    "run_pairs",
+]
 
 REQUEST_TIMEOUT_S = 60.0
 SETTLE_PAIRS = 30  # discarded after warm-up: both processes settle together
@@ -222,6 +232,75 @@ def run_pairs(
                 return a_arr, b_arr, decision, elapsed
         elif shown.due():
             progress.report("A/B pairs", len(a_ns), rule.max_pairs, cell=cell)
+
+
+def load_plan(scenario: Scenario, seed: int = 0) -> RoundPlan:
+    """The A/B rounds of a cell under load: its gated latency percentile and limit
+    (``p95`` at +5% unless a relative latency gate says otherwise), its relative
+    ``throughput`` gate if it has one, and each round's level length."""
+    metric, gate = next(
+        ((g.metric, g) for g in scenario.gates if g.metric in LATENCY_QS and g.relative),
+        ("p95", None),
+    )
+    thr_gate = next((g for g in scenario.gates if g.metric == "throughput" and g.relative), None)
+    seconds, iterations = load_round_length(scenario)
+    return RoundPlan.make(
+        q=LATENCY_QS[metric],
+        limit=gate.limit if gate is not None else 0.05,
+        throughput_limit=thr_gate.limit if thr_gate is not None else None,
+        seconds=seconds,
+        iterations=iterations,
+        seed=seed,
+    )
+
+
+def run_load_rounds(
+    a: Slot,
+    b: Slot,
+    scenario: Scenario,
+    plan: RoundPlan,
+    *,
+    seed: int = 0,
+    base: str = "",
+) -> tuple[dict[str, dict[str, Any]], list[LoadRound], dict[str, Decision], float]:
+    """Both open load cells warmed up (``load_warmup``), then rounds of ``load_level``
+    requests until ``plan``'s rules stop: the warm-up replies, the rounds, the
+    decisions, the seconds. A level with failed requests raises ``LoadError``."""
+    level_timeout = REQUEST_TIMEOUT_S + 5.0 * max(plan.seconds, scenario.measure.max_seconds)
+    warm = {
+        name: side.request("load_warmup", timeout_s=OPEN_TIMEOUT_S)
+        for name, side in (("a", a), ("b", b))
+    }
+
+    def level(side: str, index: int) -> LevelSample:
+        reply = (a if side == "a" else b).request(
+            "load_level",
+            timeout_s=level_timeout,
+            seconds=plan.seconds,
+            iterations=plan.iterations,
+            seed_offset=_ROUND_SEED_OFFSET + index,
+        )
+        sample = LevelSample.from_reply(reply)
+        if sample.failed:
+            who = f"the base revision {base}".rstrip() if side == "a" else "the working tree"
+            raise _failed_level(scenario, who, index, sample)
+        return sample
+
+    rounds, decisions, elapsed = run_rounds(level, plan, seed=seed, cell=scenario.item_name)
+    return warm, rounds, decisions, elapsed
+
+
+def _failed_level(scenario: Scenario, who: str, index: int, sample: LevelSample) -> LoadError:
+    errors = dict(sample.load.get("errors") or {})
+    shown = "; ".join(f"{n} x {text}" for text, n in errors.items()) or "no error"
+    return LoadError(
+        f"{sample.failed} of {sample.load.get('requests')} requests of {who} failed under "
+        f"load in A/B round {index + 1} ({scenario.item_name}): {shown}",
+        expected="every request answered without an error",
+        fix="run the cell without --perfguard-ab to see the model's own errors; "
+        "`sessions: per_worker` if the model is not safe to call from several threads",
+        location=scenario.location,
+    )
 
 
 def worker_env() -> dict[str, str]:
@@ -561,61 +640,13 @@ class ABRun:
         """Warm both sides' levels up, then alternate short levels of A and B in rounds
         (:mod:`perfguard.ab.rounds`) until the rule stops; B's pooled figures as the
         result, the paired verdict on the rounds."""
-        spec = scenario.load
-        assert spec is not None
-        metric, limit = self._gates(scenario)
-        thr_gate = next(
-            (g for g in scenario.gates if g.metric == "throughput" and g.relative), None
-        )
-        seconds, iterations = load_round_length(scenario)
-        plan = RoundPlan.make(
-            q=LATENCY_QS[metric],
-            limit=limit,
-            throughput_limit=thr_gate.limit if thr_gate is not None else None,
-            seconds=seconds,
-            iterations=iterations,
-            seed=self.config.seed,
-        )
-        level_timeout = REQUEST_TIMEOUT_S + 5.0 * max(seconds, scenario.measure.max_seconds)
+        plan = load_plan(scenario, self.config.seed)
         with self._sides(scenario, ctx) as (a, b, opened):
-            warm = {
-                name: side.request("load_warmup", timeout_s=OPEN_TIMEOUT_S)
-                for name, side in (("a", a), ("b", b))
-            }
-
-            def level(side: str, index: int) -> LevelSample:
-                reply = (a if side == "a" else b).request(
-                    "load_level",
-                    timeout_s=level_timeout,
-                    seconds=plan.seconds,
-                    iterations=plan.iterations,
-                    seed_offset=_ROUND_SEED_OFFSET + index,
-                )
-                sample = LevelSample.from_reply(reply)
-                if sample.failed:
-                    raise self._failed_level(scenario, side, index, sample)
-                return sample
-
-            rounds, decisions, elapsed = run_rounds(
-                level, plan, seed=self.config.seed, cell=scenario.item_name
+            warm, rounds, decisions, elapsed = run_load_rounds(
+                a, b, scenario, plan, seed=self.config.seed, base=self.label
             )
         result = self._load_result(scenario, ctx, rounds, warm["b"], opened)
         return result, self._load_verdict(scenario, ctx, plan, rounds, decisions, elapsed)
-
-    def _failed_level(
-        self, scenario: Scenario, side: str, index: int, sample: LevelSample
-    ) -> LoadError:
-        who = f"the base revision {self.label}" if side == "a" else "the working tree"
-        errors = sample.load.get("errors") or {}
-        shown = "; ".join(f"{n} x {text}" for text, n in dict(errors).items()) or "no error"
-        return LoadError(
-            f"{sample.failed} of {sample.load.get('requests')} requests of {who} failed under "
-            f"load in A/B round {index + 1} ({scenario.item_name}): {shown}",
-            expected="every request answered without an error",
-            fix="run the cell without --perfguard-ab to see the model's own errors; "
-            "`sessions: per_worker` if the model is not safe to call from several threads",
-            location=scenario.location,
-        )
 
     def _load_result(
         self,

@@ -199,7 +199,12 @@ class LoadRunner:
         return min(measure.max_seconds, max(3 * duration_s, duration_s + 5.0))
 
     def _pattern(
-        self, spec: LoadSpec, loop: LoopSpec, seed_offset: int, warmup_floor: int = 0
+        self,
+        spec: LoadSpec,
+        loop: LoopSpec,
+        seed_offset: int,
+        warmup_floor: int = 0,
+        gc_generation: int = 2,
     ) -> LoadLog:
         batching = spec.batching
         batch = (
@@ -216,6 +221,7 @@ class LoadRunner:
                     iterations=loop.iterations,
                     seconds=loop.seconds,
                     max_seconds=loop.max_seconds,
+                    gc_generation=gc_generation,
                 )
             servers = [self._worker(i) for i in range(spec.workers)]
             return closed_loop(
@@ -225,6 +231,7 @@ class LoadRunner:
                 max_seconds=loop.max_seconds,
                 batching=batch,
                 server_workers=servers,
+                gc_generation=gc_generation,
             )
         servers = [self._worker(i) for i in range(spec.workers)]
         # Open loop: the duration sets the count (``iterations`` only pads the warm-up).
@@ -235,6 +242,7 @@ class LoadRunner:
             servers,
             batch or Batching(),
             max_seconds=self._open_cap(count / spec.level),
+            gc_generation=gc_generation,
         )
 
     def warm_up(self, spec: LoadSpec) -> tuple[int, int]:
@@ -255,11 +263,13 @@ class LoadRunner:
         return int(warm_log.scheduled_ns.size), warmup_ns
 
     def measure_level(
-        self, spec: LoadSpec, loop: LoopSpec, seed_offset: int = 0
+        self, spec: LoadSpec, loop: LoopSpec, seed_offset: int = 0, gc_generation: int = 2
     ) -> tuple[LevelFigures, LoadLog]:
         """One level for ``loop`` (no warm-up): its figures and log. Same-run A/B runs
-        short levels of both sides this way, each with its own ``seed_offset``."""
-        log = self._pattern(spec, loop, seed_offset)
+        short levels of both sides this way, each round with its own ``seed_offset``,
+        collecting only the young GC generations before each (``gc_generation=1``:
+        a full collection with torch loaded costs more than a short level's gap)."""
+        log = self._pattern(spec, loop, seed_offset, gc_generation=gc_generation)
         self._check_hung(log, spec, "measurement")
         return level_figures(log, spec, self.run.batch), log
 

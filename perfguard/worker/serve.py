@@ -361,7 +361,7 @@ class Server:
         iterations = _field(request, "iterations", int, minimum=1)
         offset = _field(request, "seed_offset", int, minimum=0)
         loop = LoopSpec(iterations, seconds, max(cell.scenario.measure.max_seconds, seconds))
-        figures, _log = runner.measure_level(runner.spec, loop, offset)
+        figures, _log = runner.measure_level(runner.spec, loop, offset, gc_generation=1)
         return {
             "samples_ns": [int(x) for x in figures.samples_ns],
             "throughput": float(figures.throughput),
