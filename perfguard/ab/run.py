@@ -21,8 +21,11 @@ slowed both of its requests.
   another (a virtual environment with the base's dependencies); then each side
   has a worker of its own and the parent alternates single ``measure`` requests.
 * A cell only in the working tree is ``new`` (with the base suite's load error
-  when it did not load); one only in the base is ``missing``. Cells under
-  ``load:`` are measured and gated as usual (A/B covers single requests).
+  when it did not load); one only in the base is ``missing``.
+* A cell under ``load:`` at a fixed level is compared in *rounds*: one short level of
+  A and one of B per round, in random order, in the same worker(s) (the ``load_warmup``
+  and ``load_level`` ops), judged on each round's corrected P95 by the same rule
+  (:mod:`perfguard.ab.rounds`). An SLO search is measured and gated as usual.
 * The worktree is removed on every exit path, Ctrl-C included.
 """
 
@@ -89,6 +92,7 @@ __all__ = [
     "ABRun",
     "Slot",
     "base_results",
+    "latency_gate",
     "load_plan",
     "load_round_length",
     "run_load_rounds",
@@ -234,19 +238,26 @@ def run_pairs(
             progress.report("A/B pairs", len(a_ns), rule.max_pairs, cell=cell)
 
 
-def load_plan(scenario: Scenario, seed: int = 0) -> RoundPlan:
-    """The A/B rounds of a cell under load: its gated latency percentile and limit
-    (``p95`` at +5% unless a relative latency gate says otherwise), its relative
-    ``throughput`` gate if it has one, and each round's level length."""
+def latency_gate(scenario: Scenario) -> tuple[str, float]:
+    """The latency metric A/B judges (``p95`` unless a relative latency gate names
+    another) and its relative limit (+5% without a gate)."""
     metric, gate = next(
         ((g.metric, g) for g in scenario.gates if g.metric in LATENCY_QS and g.relative),
         ("p95", None),
     )
+    return metric, gate.limit if gate is not None else 0.05
+
+
+def load_plan(scenario: Scenario, seed: int = 0) -> RoundPlan:
+    """The A/B rounds of a cell under load: its gated latency percentile and limit
+    (:func:`latency_gate`), its relative ``throughput`` gate if it has one, and each
+    round's level length."""
+    metric, limit = latency_gate(scenario)
     thr_gate = next((g for g in scenario.gates if g.metric == "throughput" and g.relative), None)
     seconds, iterations = load_round_length(scenario)
     return RoundPlan.make(
         q=LATENCY_QS[metric],
-        limit=gate.limit if gate is not None else 0.05,
+        limit=limit,
         throughput_limit=thr_gate.limit if thr_gate is not None else None,
         seconds=seconds,
         iterations=iterations,
@@ -492,22 +503,13 @@ class ABRun:
             )
         return None
 
-    def _gates(self, scenario: Scenario) -> tuple[str, float]:
-        """The gated latency metric (``p95`` unless a relative latency gate names
-        another) and its relative limit."""
-        metric, gate = next(
-            ((g.metric, g) for g in scenario.gates if g.metric in LATENCY_QS and g.relative),
-            ("p95", None),
-        )
-        return metric, gate.limit if gate is not None else 0.05
-
     def measure(
         self, scenario: Scenario, ctx: RunContext
     ) -> tuple[ScenarioResult, ScenarioVerdict]:
         """Measure A and B interleaved; B's figures as the result, the paired verdict."""
         if scenario.load is not None:
             return self._measure_load(scenario, ctx)
-        metric, limit = self._gates(scenario)
+        metric, limit = latency_gate(scenario)
         rule = StoppingRule(limit=limit, q=LATENCY_QS[metric])
         with self._sides(scenario, ctx) as (a, b, opened):
             warm: dict[str, Any] = {}
@@ -687,7 +689,7 @@ class ABRun:
     ) -> ScenarioVerdict:
         assert self.base is not None
         figures = medians(plan, rounds)
-        metric, limit = self._gates(scenario)
+        metric, limit = latency_gate(scenario)
         name = metric.upper()
         d = decisions["latency"]
         used = sum(1 for r in rounds if r.dropped is None)
