@@ -96,6 +96,9 @@ def test_a_commit_that_slows_the_model_fails_the_same_run_ab(repo: pytest.Pytest
     )
     (verdict,) = comparison(repo.path)["verdicts"]
     assert verdict["mode"] == "ab" and verdict["verdict"] == "regression"
+    # Each figure once: the ratio and its bounds are not repeated from the rule's reason.
+    message = verdict["messages"][0]
+    assert "B/A" not in message and message.count("99%") == 1
     ab = verdict["ab"]
     assert ab["base"] == base
     assert ab["decision"]["ratio"] > 1.5  # 4 ms vs 2 ms of sleep per request

@@ -242,6 +242,7 @@ def test_a_load_cell_three_times_slower_is_an_ab_regression(repo: pytest.Pyteste
     )
     (verdict,) = comparison(repo.path)["verdicts"]
     assert verdict["mode"] == "ab" and verdict["verdict"] == "regression"
+    assert "B/A" not in verdict["messages"][0] and verdict["messages"][0].count("99%") == 1
     ab = verdict["ab"]
     assert ab["base"] == base and ab["decision"]["ratio"] > 1.5
     assert "rounds" in ab["decision"]["reason"]
