@@ -28,10 +28,14 @@ from perfguard.ab.rounds import (
     pooled,
     run_rounds,
 )
-from perfguard.ab.run import load_round_length
+from perfguard.ab.run import ABConfig, ABRun, load_round_length
 from perfguard.ab.stats import StoppingRule, conclusion, decide
+from perfguard.ab.worktree import BaseRef
 from perfguard.core import progress
-from perfguard.judge.verdict import DecisionKind
+from perfguard.core.scenario import Scenario
+from perfguard.judge.verdict import DecisionKind, VerdictKind
+from perfguard.measure.cell import RunContext
+from perfguard.suite.loader import load_suite
 from tests.conftest import run_git
 from tests.test_ab_e2e import commit, comparison
 
@@ -187,8 +191,6 @@ def test_decide_with_a_caller_cap_uses_the_final_rule_and_names_the_cap() -> Non
 
 
 def test_round_length_follows_the_cell(tmp_path: Path) -> None:
-    from perfguard.suite.loader import load_suite
-
     suite = tmp_path / "s.yaml"
     suite.write_text(
         """\
@@ -274,3 +276,62 @@ def test_an_unchanged_load_cell_passes_in_ab_and_an_slo_cell_stays_archived(
     search = verdicts["suites/s.yaml::search[slo]"]
     assert search["mode"] != "ab"
     assert any("an SLO search: compared with the archived" in m for m in search["messages"])
+
+
+# --------------------------------------------------------------------------- the verdict
+
+
+def ab_run(tmp_path: Path) -> ABRun:
+    run = ABRun(tmp_path, ABConfig(ref="HEAD~1", seed=5))
+    run.base = BaseRef(ref="HEAD~1", sha="abc1234" + "0" * 33, how="HEAD~1", dirty=False)
+    return run
+
+
+def load_cell(tmp_path: Path, gate: str = "") -> Scenario:
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "defaults:\n  measure: {iterations: 100, seconds: 2}\n"
+        + (f"  gate: {gate}\n" if gate else "")
+        + 'models:\n  m: {factory: "x:y", inputs: {x: {shape: [1], dtype: float32}}}\n'
+        + "scenarios:\n  - {name: c, model: m, load: {concurrency: 2}}\n"
+    )
+    return load_suite(path).scenarios[0]
+
+
+def test_the_load_verdict_states_each_figure_once_and_records_the_order(
+    tmp_path: Path,
+) -> None:
+    run, cell = ab_run(tmp_path), load_cell(tmp_path, '{p95: "+5%", throughput: "-10%"}')
+    p = plan(throughput_limit=0.10)
+    rounds = [
+        LoadRound(i, i % 2 == 0, sample(2.0, throughput=100.0), sample(3.0, throughput=99.0))
+        for i in range(12)
+    ]
+    rounds.append(LoadRound(12, True, sample(2.0), sample(3.0, invalid="fell behind")))
+    decisions = judge_rounds(p, rounds, 3.0)
+    verdict = run._load_verdict(cell, RunContext(tmp_path, tmp_path), p, rounds, decisions, 3.0)
+    assert verdict.mode == "ab" and verdict.verdict is VerdictKind.REGRESSION
+    latency, thr = verdict.metrics
+    assert latency.verdict is VerdictKind.REGRESSION and thr.verdict is VerdictKind.UNCHANGED
+    assert thr.unit == "/s" and not thr.higher_is_worse
+    assert thr.ratio == pytest.approx(0.99) and latency.ratio == pytest.approx(1.5)
+    first = verdict.messages[0]
+    assert first.startswith("P95 latency under load (corrected, median round) +50.0% (")
+    assert "vs base abc1234 measured in this run, interleaved, 12 rounds" in first
+    assert "B/A" not in first and first.count("99% bounds") == 1
+    assert verdict.messages[1].startswith("throughput under load (median round) -1.0% (")
+    assert "1 of 13 rounds dropped (first: round 13, B: fell behind)" in verdict.messages
+    assert f"round order (seed 5): {order_text(rounds)}" in verdict.messages
+    assert verdict.ab is not None and len(verdict.ab.rounds) == 13
+
+
+def test_no_usable_round_is_an_invalid_verdict_without_a_made_up_change(tmp_path: Path) -> None:
+    run, cell = ab_run(tmp_path), load_cell(tmp_path)
+    p = plan(max_rounds=10, min_rounds=8)
+    rounds = [LoadRound(i, True, sample(2.0, invalid="x"), sample(2.0)) for i in range(10)]
+    decisions = judge_rounds(p, rounds, 1.0, cap="reached max_rounds=10 with 10 dropped")
+    verdict = run._load_verdict(cell, RunContext(tmp_path, tmp_path), p, rounds, decisions, 1.0)
+    assert verdict.verdict is VerdictKind.INVALID
+    message = verdict.messages[0]
+    assert message.startswith("P95 latency under load (corrected, median round) (- -> -)")
+    assert "reached max_rounds=10 with 10 dropped with only 0 rounds" in message

@@ -558,7 +558,7 @@ class ABRun:
         label: str,
         pa: str,
         pb: str,
-        ratio: float,
+        ratio: float | None,
         bounds: tuple[float, float] | None,
         how: str,
         limit: str,
@@ -566,15 +566,17 @@ class ABRun:
     ) -> str:
         """One A/B figure's line, each figure once: ``P95 latency +8.1% (1.200 ms ->
         1.300 ms; 99% bounds +5.2%..+11.0%) vs base abc1234 measured in this run,
-        interleaved, 400 pairs, limit +5%: regression: ...; stopped early``."""
+        interleaved, 400 pairs, limit +5%: regression: ...; stopped early``; without a
+        ratio (nothing to compare) the change is left out."""
         assert self.base is not None
+        change = f" {(ratio - 1.0) * 100:+.1f}%" if ratio is not None else ""
         spread = (
             f"; 99% bounds {(bounds[0] - 1) * 100:+.1f}%..{(bounds[1] - 1) * 100:+.1f}%"
             if bounds is not None
             else ""
         )
         return (
-            f"{label} {(ratio - 1.0) * 100:+.1f}% ({pa} -> {pb}{spread}) vs base "
+            f"{label}{change} ({pa} -> {pb}{spread}) vs base "
             f"{self.base.sha[:7]} measured in this run, interleaved, {how}, limit {limit}: "
             f"{conclusion(d)}"
         )
@@ -700,7 +702,7 @@ class ABRun:
             f"{name} latency under load (corrected, median round)",
             f"{pa / 1e6:.3f} ms" if pa is not None else "-",
             f"{pb / 1e6:.3f} ms" if pb is not None else "-",
-            d.ratio if d.ratio is not None else 1.0,
+            d.ratio,
             bounds,
             how,
             f"{limit * 100:+g}%",
@@ -737,7 +739,7 @@ class ABRun:
                 "throughput under load (median round)",
                 f"{ta:.1f} /s" if ta is not None else "-",
                 f"{tb:.1f} /s" if tb is not None else "-",
-                t_ratio if t_ratio is not None else 1.0,
+                t_ratio,
                 t_bounds,
                 how,
                 f"{-t_limit * 100:+g}%",
