@@ -446,3 +446,38 @@ def test_pairs_credit_each_request_to_its_own_slot(monkeypatch: pytest.MonkeyPat
     assert reply["ok"] is True
     assert reply["a_ns"] == [1000] * 5 and reply["b_ns"] == [5000] * 5
     assert calls == [c for first in order for c in (("a", "b") if first else ("b", "a"))]
+
+
+def test_load_ops_run_short_levels_of_a_load_cell(tmp_path: Path) -> None:
+    """`load_warmup` and `load_level` (same-run A/B under load), in-process."""
+    (tmp_path / "wmodels.py").write_text(MODELS)
+    path = tmp_path / "load.yaml"
+    path.write_text(
+        FAST_DEFAULTS.replace("iterations: 30", "iterations: 100")
+        + "models:\n  mlp: {factory: 'wmodels:mlp', inputs: {x: {shape: [2, 8], seed: 1}}}\n"
+        + "scenarios:\n  - {name: busy, model: mlp, load: {concurrency: 2}}\n"
+        + "  - {name: single, model: mlp}\n"
+    )
+    server = Server()
+    where = {"rootdir": str(tmp_path), "cache_dir": str(tmp_path / ".cache")}
+    try:
+        for slot, cell in (("a", "busy[c2]"), ("b", "single")):
+            opened = _serve(
+                server,
+                {"v": 1, "id": 1, "op": "open", "slot": slot, "suite": str(path), "cell": cell}
+                | where,
+            )
+            assert opened["ok"] is True, opened
+        warm = _serve(server, {"v": 1, "id": 2, "op": "load_warmup", "slot": "a"})
+        assert warm["ok"] is True and warm["iterations"] >= 1
+        level = {"v": 1, "id": 3, "op": "load_level", "slot": "a", "seconds": 0.05}
+        reply = _serve(server, level | {"iterations": 10, "seed_offset": 4})
+        assert reply["ok"] is True, reply
+        assert len(reply["samples_ns"]) >= 10 and reply["throughput"] > 0
+        assert reply["load"]["concurrency"] == 2 and reply["load"]["failed"] == 0
+        bad = _serve(server, level | {"iterations": 0, "seed_offset": 4})
+        assert bad["ok"] is False and "iterations=0" in bad["error"]["message"]
+        single = _serve(server, {"v": 1, "id": 4, "op": "load_warmup", "slot": "b"})
+        assert single["ok"] is False and "has no `load:`" in single["error"]["message"]
+    finally:
+        server.shutdown()

@@ -21,8 +21,11 @@ slowed both of its requests.
   another (a virtual environment with the base's dependencies); then each side
   has a worker of its own and the parent alternates single ``measure`` requests.
 * A cell only in the working tree is ``new`` (with the base suite's load error
-  when it did not load); one only in the base is ``missing``. Cells under
-  ``load:`` are measured and gated as usual (A/B covers single requests).
+  when it did not load); one only in the base is ``missing``.
+* A cell under ``load:`` at a fixed level is compared in *rounds*: one short level of
+  A and one of B per round, in random order, in the same worker(s) (the ``load_warmup``
+  and ``load_level`` ops), judged on each round's corrected P95 by the same rule
+  (:mod:`perfguard.ab.rounds`). An SLO search is measured and gated as usual.
 * The worktree is removed on every exit path, Ctrl-C included.
 """
 
@@ -42,10 +45,29 @@ from typing import Any
 import numpy as np
 
 import perfguard
-from perfguard.ab.stats import StoppingRule, decide, pair_orders, per_round
+from perfguard.ab.rounds import (
+    LevelSample,
+    LoadRound,
+    RoundPlan,
+    ab_rounds,
+    medians,
+    order_text,
+    pooled,
+    run_rounds,
+)
+from perfguard.ab.stats import (
+    StoppingRule,
+    conclusion,
+    decide,
+    pair_orders,
+    per_round,
+    progress_text,
+)
 from perfguard.ab.worktree import BaseRef, base_worktree, resolve_base
-from perfguard.core.errors import SuiteError
+from perfguard.core import progress
+from perfguard.core.errors import LoadError, SuiteError
 from perfguard.core.figures import RuntimeInfo
+from perfguard.core.loadfigures import LoadFigures
 from perfguard.core.paths import under_root
 from perfguard.core.policy import LATENCY_QS
 from perfguard.core.results import ScenarioResult
@@ -57,15 +79,46 @@ from perfguard.judge.verdict import (
     MetricVerdict,
     ScenarioVerdict,
     VerdictKind,
+    worst,
 )
 from perfguard.measure.cell import RunContext
+from perfguard.measure.load import Throttle
 from perfguard.suite.loader import load_suite
 from perfguard.worker.client import OPEN_TIMEOUT_S, WorkerProcess
 
-__all__ = ["ABConfig", "ABOutcome", "ABRun", "base_results", "run_pairs"]
+__all__ = [
+    "ABConfig",
+    "ABOutcome",
+    "ABRun",
+    "Slot",
+    "base_results",
+    "latency_gate",
+    "load_plan",
+    "load_round_length",
+    "run_load_rounds",
+    "run_pairs",
+]
 
 REQUEST_TIMEOUT_S = 60.0
 SETTLE_PAIRS = 30  # discarded after warm-up: both processes settle together
+#: A load round's level: a fifth of the cell's ``measure.seconds``, within these bounds.
+LOAD_ROUND_SECONDS = (0.25, 2.0)
+#: An open-loop round lasts for at least this many arrivals (up to 5 s); a closed-loop
+#: round runs at least this many requests (or the cell's ``measure.iterations``, if fewer).
+LOAD_ROUND_REQUESTS = 50
+_ROUND_SEED_OFFSET = 100  # round i's arrival schedule: the cell's seed + 100 + i
+
+
+def load_round_length(scenario: Scenario) -> tuple[float, int]:
+    """``(seconds, iterations)`` of one side's level in one A/B round of a load cell."""
+    spec = scenario.load
+    assert spec is not None
+    measure = scenario.measure
+    lo, hi = LOAD_ROUND_SECONDS
+    seconds = min(max(measure.seconds / 5.0, lo), hi)
+    if spec.mode == "open":
+        seconds = max(seconds, min(LOAD_ROUND_REQUESTS / spec.level, 5.0))
+    return seconds, max(1, min(measure.iterations, LOAD_ROUND_REQUESTS))
 
 
 @dataclass(frozen=True)
@@ -128,6 +181,7 @@ def run_pairs(
     seed: int = 0,
     settle: int = SETTLE_PAIRS,
     timeout_s: float = REQUEST_TIMEOUT_S,
+    cell: str = "",
 ) -> tuple[np.ndarray, np.ndarray, Decision, float]:
     """Alternate single requests between A and B until ``rule`` stops; raw paired samples.
 
@@ -135,7 +189,9 @@ def run_pairs(
     ``timeout_s``) and ``settle`` more are discarded. The rest come in blocks that end at
     the rule's looks (every ``check_every`` pairs from ``min_pairs``), cut short so
     that a block is not planned past ``max_seconds``. ``timeout_s`` bounds one
-    request; a block may take ``timeout_s`` plus 20 times its expected time.
+    request; a block may take ``timeout_s`` plus 20 times its expected time. Progress
+    (step ``A/B pairs``) is reported between blocks, at most every half second, and
+    once at the end.
     """
     orders = pair_orders(rule.max_pairs + settle + 1, seed)
     t0 = time.perf_counter()
@@ -148,6 +204,7 @@ def run_pairs(
     orders = orders[settle + 1 :]
     a_ns: list[int] = []
     b_ns: list[int] = []
+    shown = Throttle()
     start = time.perf_counter()
     while True:
         pairs = len(a_ns)
@@ -166,8 +223,95 @@ def run_pairs(
         if at_look or len(a_ns) >= rule.max_pairs or elapsed >= rule.max_seconds:
             a_arr, b_arr = np.asarray(a_ns, dtype=np.int64), np.asarray(b_ns, dtype=np.int64)
             decision = decide(rule, a_arr, b_arr, elapsed)
+            if decision.stop or shown.due():
+                progress.report(
+                    "A/B pairs",
+                    len(a_ns),
+                    rule.max_pairs,
+                    cell=cell,
+                    detail=progress_text(decision),
+                    final=decision.stop,
+                )
             if decision.stop:  # always at the pair or time cap
                 return a_arr, b_arr, decision, elapsed
+        elif shown.due():
+            progress.report("A/B pairs", len(a_ns), rule.max_pairs, cell=cell)
+
+
+def latency_gate(scenario: Scenario) -> tuple[str, float]:
+    """The latency metric A/B judges (``p95`` unless a relative latency gate names
+    another) and its relative limit (+5% without a gate)."""
+    metric, gate = next(
+        ((g.metric, g) for g in scenario.gates if g.metric in LATENCY_QS and g.relative),
+        ("p95", None),
+    )
+    return metric, gate.limit if gate is not None else 0.05
+
+
+def load_plan(scenario: Scenario, seed: int = 0) -> RoundPlan:
+    """The A/B rounds of a cell under load: its gated latency percentile and limit
+    (:func:`latency_gate`), its relative ``throughput`` gate if it has one, and each
+    round's level length."""
+    metric, limit = latency_gate(scenario)
+    thr_gate = next((g for g in scenario.gates if g.metric == "throughput" and g.relative), None)
+    seconds, iterations = load_round_length(scenario)
+    return RoundPlan.make(
+        q=LATENCY_QS[metric],
+        limit=limit,
+        throughput_limit=thr_gate.limit if thr_gate is not None else None,
+        seconds=seconds,
+        iterations=iterations,
+        seed=seed,
+    )
+
+
+def run_load_rounds(
+    a: Slot,
+    b: Slot,
+    scenario: Scenario,
+    plan: RoundPlan,
+    *,
+    seed: int = 0,
+    base: str = "",
+) -> tuple[dict[str, dict[str, Any]], list[LoadRound], dict[str, Decision], float]:
+    """Both open load cells warmed up (``load_warmup``), then rounds of ``load_level``
+    requests until ``plan``'s rules stop: the warm-up replies, the rounds, the
+    decisions, the seconds. A level with failed requests raises ``LoadError``."""
+    level_timeout = REQUEST_TIMEOUT_S + 5.0 * max(plan.seconds, scenario.measure.max_seconds)
+    warm = {
+        name: side.request("load_warmup", timeout_s=OPEN_TIMEOUT_S)
+        for name, side in (("a", a), ("b", b))
+    }
+
+    def level(side: str, index: int) -> LevelSample:
+        reply = (a if side == "a" else b).request(
+            "load_level",
+            timeout_s=level_timeout,
+            seconds=plan.seconds,
+            iterations=plan.iterations,
+            seed_offset=_ROUND_SEED_OFFSET + index,
+        )
+        sample = LevelSample.from_reply(reply)
+        if sample.failed:
+            who = f"the base revision {base}".rstrip() if side == "a" else "the working tree"
+            raise _failed_level(scenario, who, index, sample)
+        return sample
+
+    rounds, decisions, elapsed = run_rounds(level, plan, seed=seed, cell=scenario.item_name)
+    return warm, rounds, decisions, elapsed
+
+
+def _failed_level(scenario: Scenario, who: str, index: int, sample: LevelSample) -> LoadError:
+    errors = dict(sample.load.get("errors") or {})
+    shown = "; ".join(f"{n} x {text}" for text, n in errors.items()) or "no error"
+    return LoadError(
+        f"{sample.failed} of {sample.load.get('requests')} requests of {who} failed under "
+        f"load in A/B round {index + 1} ({scenario.item_name}): {shown}",
+        expected="every request answered without an error",
+        fix="run the cell without --perfguard-ab to see the model's own errors; "
+        "`sessions: per_worker` if the model is not safe to call from several threads",
+        location=scenario.location,
+    )
 
 
 def worker_env() -> dict[str, str]:
@@ -333,15 +477,39 @@ class ABRun:
                 )
             yield a, b, opened  # B's open reply: batch, runtime
 
+    def compares(self, scenario: Scenario) -> bool:
+        """Whether this mode measures ``scenario`` interleaved (else: the archived path,
+        and :meth:`outside_ab` says why)."""
+        return self.why_not_ab(scenario) is None
+
+    def why_not_ab(self, scenario: Scenario) -> str | None:
+        """None when A/B takes ``scenario``; else why it is measured the usual way."""
+        missing = self.why_not_in_base(scenario)
+        if missing is not None:
+            return missing
+        cells = self.base_cells(scenario.suite)
+        assert not isinstance(cells, SuiteError)
+        base_load = cells[scenario.item_name].load
+        if scenario.load is not None and scenario.load.slo is not None:
+            return (
+                "an SLO search: compared with the archived baseline, not in same-run A/B "
+                "(which alternates fixed load levels)"
+            )
+        if (scenario.load is None) != (base_load is None):
+            side = "the working tree" if scenario.load is not None else "the base revision"
+            return (
+                f"under load only in {side}: compared with the archived baseline, not in "
+                "same-run A/B (both sides must be measured the same way)"
+            )
+        return None
+
     def measure(
         self, scenario: Scenario, ctx: RunContext
     ) -> tuple[ScenarioResult, ScenarioVerdict]:
         """Measure A and B interleaved; B's figures as the result, the paired verdict."""
-        metric, gate = next(
-            ((g.metric, g) for g in scenario.gates if g.metric in LATENCY_QS and g.relative),
-            ("p95", None),
-        )
-        limit = gate.limit if gate is not None else 0.05
+        if scenario.load is not None:
+            return self._measure_load(scenario, ctx)
+        metric, limit = latency_gate(scenario)
         rule = StoppingRule(limit=limit, q=LATENCY_QS[metric])
         with self._sides(scenario, ctx) as (a, b, opened):
             warm: dict[str, Any] = {}
@@ -353,7 +521,9 @@ class ABRun:
                     seconds=scenario.warmup.seconds,
                     max_seconds=scenario.warmup.max_seconds,
                 )
-            a_ns, b_ns, decision, elapsed = run_pairs(a, b, rule, seed=self.config.seed)
+            a_ns, b_ns, decision, elapsed = run_pairs(
+                a, b, rule, seed=self.config.seed, cell=scenario.item_name
+            )
         outcome = ABOutcome(a_ns, b_ns, decision, elapsed, metric, limit)
         return self._result(scenario, ctx, outcome, warm["b"], opened), self._verdict(
             scenario, ctx, outcome
@@ -383,6 +553,34 @@ class ABRun:
             samples_ns=tuple(int(s) for s in samples),
         )
 
+    def _message(
+        self,
+        label: str,
+        pa: str,
+        pb: str,
+        ratio: float | None,
+        bounds: tuple[float, float] | None,
+        how: str,
+        limit: str,
+        d: Decision,
+    ) -> str:
+        """One A/B figure's line, each figure once: ``P95 latency +8.1% (1.200 ms ->
+        1.300 ms; 99% bounds +5.2%..+11.0%) vs base abc1234 measured in this run,
+        interleaved, 400 pairs, limit +5%: regression: ...; stopped early``; without a
+        ratio (nothing to compare) the change is left out."""
+        assert self.base is not None
+        change = f" {(ratio - 1.0) * 100:+.1f}%" if ratio is not None else ""
+        spread = (
+            f"; 99% bounds {(bounds[0] - 1) * 100:+.1f}%..{(bounds[1] - 1) * 100:+.1f}%"
+            if bounds is not None
+            else ""
+        )
+        return (
+            f"{label}{change} ({pa} -> {pb}{spread}) vs base "
+            f"{self.base.sha[:7]} measured in this run, interleaved, {how}, limit {limit}: "
+            f"{conclusion(d)}"
+        )
+
     def _verdict(self, scenario: Scenario, ctx: RunContext, outcome: ABOutcome) -> ScenarioVerdict:
         assert self.base is not None
         d = outcome.decision
@@ -390,16 +588,17 @@ class ABRun:
         pa = float(percentile(outcome.samples_a, q))
         pb = float(percentile(outcome.samples_b, q))
         kind = d.verdict.verdict
-        ratio, lo, hi = d.ratio or 1.0, d.lo or 1.0, d.hi or 1.0
-        change = (ratio - 1.0) * 100
-        improved = kind == VerdictKind.IMPROVEMENT
-        bound = (hi - 1.0) * 100 if improved else (lo - 1.0) * 100
-        which = "upper" if improved else "lower"
         name = outcome.metric.upper()
-        message = (
-            f"{name} latency {change:+.1f}% ({pa / 1e6:.3f} ms -> {pb / 1e6:.3f} ms; 99% "
-            f"{which} bound {bound:+.1f}%) vs base {self.base.sha[:7]} measured in this run, "
-            f"interleaved ({d.pairs} request pairs, limit +{outcome.limit:.0%}): {d.reason}"
+        bounds = (d.lo, d.hi) if d.lo is not None and d.hi is not None else None
+        message = self._message(
+            f"{name} latency",
+            f"{pa / 1e6:.3f} ms",
+            f"{pb / 1e6:.3f} ms",
+            d.ratio if d.ratio is not None else pb / pa,
+            bounds,
+            f"{d.pairs} request pairs",
+            f"{outcome.limit * 100:+g}%",
+            d,
         )
         metric = MetricVerdict(
             metric=outcome.metric,
@@ -438,17 +637,170 @@ class ABRun:
             ),
         )
 
+    # -- a cell under load: rounds of whole levels ------------------------------------
+    def _measure_load(
+        self, scenario: Scenario, ctx: RunContext
+    ) -> tuple[ScenarioResult, ScenarioVerdict]:
+        """Warm both sides' levels up, then alternate short levels of A and B in rounds
+        (:mod:`perfguard.ab.rounds`) until the rule stops; B's pooled figures as the
+        result, the paired verdict on the rounds."""
+        plan = load_plan(scenario, self.config.seed)
+        with self._sides(scenario, ctx) as (a, b, opened):
+            warm, rounds, decisions, elapsed = run_load_rounds(
+                a, b, scenario, plan, seed=self.config.seed, base=self.label
+            )
+        result = self._load_result(scenario, ctx, rounds, warm["b"], opened)
+        return result, self._load_verdict(scenario, ctx, plan, rounds, decisions, elapsed)
+
+    def _load_result(
+        self,
+        scenario: Scenario,
+        ctx: RunContext,
+        rounds: list[LoadRound],
+        warm: dict[str, Any],
+        opened: dict[str, Any],
+    ) -> ScenarioResult:
+        """B's result: its usable rounds' corrected samples pooled, the median round
+        throughput, and the ``load`` figures of its last usable round."""
+        assert self.base is not None
+        samples = pooled(rounds, "b")
+        used = [r for r in rounds if r.dropped is None] or rounds
+        batch = int(opened.get("batch", 1) or 1)
+        last = used[-1].b
+        return dataclasses.replace(
+            ScenarioResult.for_cell(scenario, ctx.rootdir, batch_size=batch),
+            latency_ns=summarize(samples) if samples.size else None,
+            throughput=float(np.median([r.b.throughput for r in used])),
+            cold_start_ns=int(warm.get("cold_start_ns", 0)),
+            warmup_iterations=int(warm.get("iterations", 0)),
+            warmup_ns=int(warm.get("elapsed_ns", 0)),
+            stable=True,
+            runtime=RuntimeInfo(backend=dict(opened.get("runtime") or {}), ab_base=self.base.sha),
+            load=LoadFigures.from_dict(last.load) if last.load else None,
+            samples_ns=tuple(int(s) for s in samples),
+        )
+
+    def _load_verdict(
+        self,
+        scenario: Scenario,
+        ctx: RunContext,
+        plan: RoundPlan,
+        rounds: list[LoadRound],
+        decisions: Mapping[str, Decision],
+        elapsed: float,
+    ) -> ScenarioVerdict:
+        assert self.base is not None
+        figures = medians(plan, rounds)
+        metric, limit = latency_gate(scenario)
+        name = metric.upper()
+        d = decisions["latency"]
+        used = sum(1 for r in rounds if r.dropped is None)
+        how = f"{d.pairs} rounds of {plan.seconds:g} s load levels"
+        pa, pb = figures.get("a"), figures.get("b")
+        bounds = (d.lo, d.hi) if d.lo is not None and d.hi is not None else None
+        message = self._message(
+            f"{name} latency under load (corrected, median round)",
+            f"{pa / 1e6:.3f} ms" if pa is not None else "-",
+            f"{pb / 1e6:.3f} ms" if pb is not None else "-",
+            d.ratio,
+            bounds,
+            how,
+            f"{limit * 100:+g}%",
+            d,
+        )
+        metrics = [
+            MetricVerdict(
+                metric=metric,
+                verdict=d.verdict.verdict,
+                message=message,
+                rule=f"same-run A/B under load: ratio of the median round {name}s (corrected) "
+                "beyond the limit and its 99% paired-bootstrap bound over rounds beyond 1",
+                baseline=pa,
+                current=pb,
+                ratio=d.ratio,
+                ratio_raw=d.ratio,
+                lower=d.lo,
+                upper=d.hi,
+                limit=limit,
+                effective_limit=limit,
+                n_baseline=used,
+                n_current=used,
+            )
+        ]
+        messages = [message]
+        dt = decisions.get("throughput")
+        if dt is not None and plan.throughput is not None:
+            # The rule compared time per request (A/B); throughput's ratio is B/A.
+            t_ratio = 1.0 / dt.ratio if dt.ratio else None
+            t_bounds = (1.0 / dt.hi, 1.0 / dt.lo) if dt.lo and dt.hi else None
+            ta, tb = figures.get("ta"), figures.get("tb")
+            t_limit = plan.throughput.limit
+            t_message = self._message(
+                "throughput under load (median round)",
+                f"{ta:.1f} /s" if ta is not None else "-",
+                f"{tb:.1f} /s" if tb is not None else "-",
+                t_ratio,
+                t_bounds,
+                how,
+                f"{-t_limit * 100:+g}%",
+                dt,
+            )
+            messages.append(t_message)
+            metrics.append(
+                MetricVerdict(
+                    metric="throughput",
+                    verdict=dt.verdict.verdict,
+                    message=t_message,
+                    rule="same-run A/B under load: ratio of the median round throughputs "
+                    "beyond the limit and its 99% paired-bootstrap bound over rounds beyond 1",
+                    unit="/s",
+                    baseline=ta,
+                    current=tb,
+                    ratio=t_ratio,
+                    ratio_raw=t_ratio,
+                    lower=t_bounds[0] if t_bounds else None,
+                    upper=t_bounds[1] if t_bounds else None,
+                    limit=t_limit,
+                    higher_is_worse=False,
+                    effective_limit=t_limit,
+                    n_baseline=used,
+                    n_current=used,
+                )
+            )
+        dropped = [r for r in rounds if r.dropped is not None]
+        if dropped:
+            messages.append(
+                f"{len(dropped)} of {len(rounds)} rounds dropped (first: round "
+                f"{dropped[0].index + 1}, {dropped[0].dropped})"
+            )
+        messages.append(f"round order (seed {self.config.seed}): {order_text(rounds)}")
+        if self.base.dirty:
+            messages.append("A/B compares the working tree as it is (uncommitted changes included)")
+        return ScenarioVerdict(
+            scenario_id=scenario.scenario_id(ctx.rootdir),
+            verdict=worst(m.verdict for m in metrics),
+            metrics=tuple(metrics),
+            baseline_commit=self.base.sha,
+            messages=tuple(messages),
+            mode="ab",
+            ab=ABDetail(
+                base=self.base.sha,
+                base_how=self.base.how,
+                decision=d,
+                elapsed_s=elapsed,
+                rounds=tuple(ab_rounds(rounds, plan.q)),
+                samples_a_ns=tuple(int(x) for x in pooled(rounds, "a")),
+            ),
+        )
+
     def outside_ab(self, scenario: Scenario, verdict: ScenarioVerdict) -> ScenarioVerdict:
         """The verdict of a cell this mode did not interleave: ``new`` when the base
-        lacks it, else (a cell under ``load:``) ``verdict`` from the archived baseline,
-        saying so."""
+        lacks it, else (an SLO search, or a cell under load on one side only)
+        ``verdict`` from the archived baseline, saying so."""
         reason = self.why_not_in_base(scenario)
         if reason is not None:
             return self.new_verdict(verdict.scenario_id, reason)
-        note = (
-            "measured under load: compared with the archived baseline, not in same-run "
-            "A/B (which interleaves single requests)"
-        )
+        note = self.why_not_ab(scenario) or "compared with the archived baseline"
         return dataclasses.replace(verdict, messages=(*verdict.messages, note))
 
     def new_verdict(self, scenario_id: str, why: str) -> ScenarioVerdict:

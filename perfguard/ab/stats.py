@@ -75,6 +75,14 @@ alarms in A/A at +5% (median 300 pairs) and 0/100 at +2% (1000); +10% was caught
 spells on B alone, as two separate runs risk, the same A/A data gave 47/100
 false regressions. Real-machine figures: ``benchmarks/verdicts-ab-results.md``.
 
+Rounds instead of pairs. A cell under ``load:`` is compared in *rounds*: each
+round runs one short load level of A and one of B (order randomised as for pairs),
+and each side's round gives one figure (its corrected P95). The same rule applies
+to those round pairs with ``q=50`` (the ratio of the two sides' median round
+figure, bounded by the same paired bootstrap over rounds) and
+``unit="rounds"``; ``samples_needed(50, 0.99)`` = 7 rounds for any bound. See
+:mod:`perfguard.ab.rounds`.
+
 "undecided" is only ever the verdict when there are too few pairs for any
 bound: fewer than ``samples_needed(q, confidence)`` (90 for P95 at 99%; see
 ``perfguard.judge.compare``), e.g. when ``max_seconds`` ran out first. A Decision
@@ -101,6 +109,8 @@ from perfguard.judge.verdict import ABRound, Decision, DecisionKind
 
 __all__ = [
     "StoppingRule",
+    "conclusion",
+    "progress_text",
     "decide",
     "pair_orders",
     "paired_bootstrap",
@@ -272,6 +282,11 @@ class StoppingRule:
     max_seconds: float = 120.0
     n_boot: int = 2000
     seed: int = 0
+    #: What one paired observation is: ``pairs`` of requests, or ``rounds`` of whole
+    #: load levels (each round's per-side figure is then one "sample").
+    unit: str = "pairs"
+    #: The name of the compared figure in the reason; empty: ``P<q>``.
+    label: str = ""
 
     def __post_init__(self) -> None:
         problems = []
@@ -299,6 +314,8 @@ class StoppingRule:
             problems.append(f"max_seconds={self.max_seconds!r} must be > 0")
         if self.n_boot < 1:
             problems.append(f"n_boot={self.n_boot} must be >= 1")
+        if not self.unit:
+            problems.append("unit must name what is paired, e.g. 'pairs' or 'rounds'")
         if problems:
             raise ValueError("invalid StoppingRule: " + "; ".join(problems))
 
@@ -306,6 +323,32 @@ class StoppingRule:
     def pairs_needed(self) -> int:
         """Fewest pairs for any bound on the q-th percentile at ``confidence``."""
         return samples_needed(self.q, self.confidence)
+
+    @property
+    def name(self) -> str:
+        """The compared figure as the reason names it (``P95``, or ``label``)."""
+        return self.label or f"P{self.q:g}"
+
+
+def progress_text(decision: Decision, label: str = "") -> str:
+    """``ratio 1.043, 99% lower bound +1.2%``: the figures so far, for a progress line
+    (``label`` first, e.g. ``P95``)."""
+    d = decision
+    if d.ratio is None:
+        return ""
+    head = f"{label} ratio" if label else "ratio"
+    if d.lo is None:
+        return f"{head} {d.ratio:.3f}"
+    return f"{head} {d.ratio:.3f}, 99% lower bound {_pct(d.lo)}"
+
+
+def conclusion(decision: Decision) -> str:
+    """``decision.reason`` without its leading figures: what was concluded and why it
+    stopped (``regression: ...; stopped early``), for a message that states the
+    figures itself. A reason without figures (too few pairs) is returned whole."""
+    if decision.lo is None or ": " not in decision.reason:
+        return decision.reason
+    return decision.reason.split(": ", 1)[1]
 
 
 def _pct(x: float) -> str:
@@ -322,28 +365,36 @@ def _final(rule: StoppingRule, ratio: float, lo: float, hi: float) -> DecisionKi
 
 
 def decide(
-    rule: StoppingRule, a_ns: npt.ArrayLike, b_ns: npt.ArrayLike, elapsed_s: float
+    rule: StoppingRule,
+    a_ns: npt.ArrayLike,
+    b_ns: npt.ArrayLike,
+    elapsed_s: float,
+    *,
+    cap: str | None = None,
 ) -> Decision:
     """Whether to stop measuring after the pairs so far, and the verdict.
 
-    ``a_ns[i]`` and ``b_ns[i]`` are pair i's two latencies; ``elapsed_s`` is the
-    time spent measuring so far. See the module docstring for the rule.
+    ``a_ns[i]`` and ``b_ns[i]`` are pair i's two latencies (or round i's two
+    figures); ``elapsed_s`` is the time spent measuring so far. ``cap`` says why the
+    caller can measure no more although the rule's own caps are not reached (e.g.
+    load rounds dropped until the round cap): the final rule then decides, and the
+    reason names it. See the module docstring for the rule.
     """
     a = np.asarray(a_ns, dtype=np.float64).reshape(-1)
     b = np.asarray(b_ns, dtype=np.float64).reshape(-1)
     n = int(a.size)
     if b.size != n:
         raise ValueError(f"a_ns has {n} samples and b_ns {b.size}; expected one of each per pair")
-    at_cap = n >= rule.max_pairs or elapsed_s >= rule.max_seconds
-    cap = (
-        f"reached max_pairs={rule.max_pairs}"
-        if n >= rule.max_pairs
-        else f"reached max_seconds={rule.max_seconds:g}"
-    )
-    name = f"P{rule.q:g}"
+    at_cap = n >= rule.max_pairs or elapsed_s >= rule.max_seconds or cap is not None
+    unit = rule.unit
+    if n >= rule.max_pairs:
+        cap = f"reached max_{unit}={rule.max_pairs}"
+    elif elapsed_s >= rule.max_seconds:
+        cap = f"reached max_seconds={rule.max_seconds:g}"
+    name = rule.name
     needed = rule.pairs_needed
     if n < needed:
-        why = f"{n} pairs; a {rule.confidence:.0%} bound on {name} needs >= {needed}"
+        why = f"{n} {unit}; a {rule.confidence:.0%} bound on {name} needs >= {needed}"
         ratio = paired_ratio(a, b, rule.q) if n else None
         lo_hi: tuple[float | None, float | None] = (None, None)
         if at_cap:
@@ -358,7 +409,7 @@ def decide(
     up, down = 1.0 + rule.limit, 1.0 / (1.0 + rule.limit)
     figures = (
         f"{name} B/A {ratio:.3f} ({_pct(ratio)}; {rule.confidence:.0%} bounds "
-        f"{_pct(lo)}..{_pct(hi)}) over {n} pairs, limit {_pct(up)}"
+        f"{_pct(lo)}..{_pct(hi)}) over {n} {unit}, limit {_pct(up)}"
     )
     if at_cap:
         return Decision(True, final, ratio, lo, hi, n, f"{figures}: {final}, {cap}")
@@ -394,6 +445,6 @@ def decide(
             return Decision(True, final, ratio, lo, hi, n, f"{figures}: {why}")
         more = "the interval straddles a limit"
     else:
-        more = f"fewer than min_pairs={rule.min_pairs}"
+        more = f"fewer than min_{unit}={rule.min_pairs}"
     why = f"provisionally {final}, measuring more ({more})"
     return Decision(False, final, ratio, lo, hi, n, f"{figures}: {why}")

@@ -42,6 +42,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from perfguard.backends import Session
+from perfguard.core import progress
 from perfguard.core.errors import LoadError, PerfguardError, RunInvalid
 from perfguard.core.figures import RuntimeInfo
 from perfguard.core.loadfigures import LoadFigures, ServiceProbe, SloSearch, SloStep
@@ -55,7 +56,7 @@ from perfguard.measure.loadgen import Batching, LoadLog, Worker, closed_loop, op
 from perfguard.measure.loadstats import LevelFigures, level_figures
 from perfguard.models.inputs import make_inputs
 
-__all__ = ["LevelRun", "LoadCell", "LoadRunner", "kept_up", "measure_load"]
+__all__ = ["LevelRun", "LoadCell", "LoadRunner", "Throttle", "kept_up", "measure_load"]
 
 
 class LoadCell(Protocol):
@@ -71,8 +72,26 @@ class LoadCell(Protocol):
 
 
 _PROBE_CALLS = 20
+_PROGRESS_EVERY_S = 0.5
 _SATURATED = 0.9  # answered under this share of the asked rate: the level is overloaded
 _MAX_STEPS = 30
+
+
+class Throttle:
+    """At most one progress report per ``every_s`` seconds of wall time (the first is
+    due at once): long steps report between levels, rounds or pairs, never inside a
+    timed region, and a chatty loop costs one clock read per look."""
+
+    def __init__(self, every_s: float = _PROGRESS_EVERY_S) -> None:
+        self.every_s = every_s
+        self._next = 0.0
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now < self._next:
+            return False
+        self._next = now + self.every_s
+        return True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,7 +199,12 @@ class LoadRunner:
         return min(measure.max_seconds, max(3 * duration_s, duration_s + 5.0))
 
     def _pattern(
-        self, spec: LoadSpec, loop: LoopSpec, seed_offset: int, warmup_floor: int = 0
+        self,
+        spec: LoadSpec,
+        loop: LoopSpec,
+        seed_offset: int,
+        warmup_floor: int = 0,
+        gc_generation: int = 2,
     ) -> LoadLog:
         batching = spec.batching
         batch = (
@@ -197,6 +221,7 @@ class LoadRunner:
                     iterations=loop.iterations,
                     seconds=loop.seconds,
                     max_seconds=loop.max_seconds,
+                    gc_generation=gc_generation,
                 )
             servers = [self._worker(i) for i in range(spec.workers)]
             return closed_loop(
@@ -206,6 +231,7 @@ class LoadRunner:
                 max_seconds=loop.max_seconds,
                 batching=batch,
                 server_workers=servers,
+                gc_generation=gc_generation,
             )
         servers = [self._worker(i) for i in range(spec.workers)]
         # Open loop: the duration sets the count (``iterations`` only pads the warm-up).
@@ -216,13 +242,14 @@ class LoadRunner:
             servers,
             batch or Batching(),
             max_seconds=self._open_cap(count / spec.level),
+            gc_generation=gc_generation,
         )
 
-    def level(self, spec: LoadSpec) -> LevelRun:
-        """Warm up and measure one level (no SLO); raises ``LoadError`` on failures."""
-        sc = self.scenario
+    def warm_up(self, spec: LoadSpec) -> tuple[int, int]:
+        """The cold start (first call, alone), then ``spec``'s load pattern for the cell's
+        warm-up, discarded: ``(requests, ns)`` it took. Raises ``LoadError`` on a hang."""
+        warm = self.scenario.warmup
         self._worker(0)  # the cold start, before any warm-up
-        warm = sc.warmup
         t0 = time.perf_counter_ns()
         warm_spec = dataclasses.replace(spec, seed=spec.seed + 7919)
         warm_loop = LoopSpec(
@@ -233,12 +260,24 @@ class LoadRunner:
         warm_log = self._pattern(warm_spec, warm_loop, 1, warm_loop.iterations)
         warmup_ns = time.perf_counter_ns() - t0
         self._check_hung(warm_log, spec, "warm-up")
-        log = self._pattern(spec, sc.measure, 0)
+        return int(warm_log.scheduled_ns.size), warmup_ns
+
+    def measure_level(
+        self, spec: LoadSpec, loop: LoopSpec, seed_offset: int = 0, gc_generation: int = 2
+    ) -> tuple[LevelFigures, LoadLog]:
+        """One level for ``loop`` (no warm-up): its figures and log. Same-run A/B runs
+        short levels of both sides this way, each round with its own ``seed_offset``,
+        collecting only the young GC generations before each (``gc_generation=1``:
+        a full collection with torch loaded costs more than a short level's gap)."""
+        log = self._pattern(spec, loop, seed_offset, gc_generation=gc_generation)
         self._check_hung(log, spec, "measurement")
-        figures = level_figures(log, spec, self.run.batch)
-        return LevelRun(
-            figures, log, self.cold_start_ns or 0, int(warm_log.scheduled_ns.size), warmup_ns
-        )
+        return level_figures(log, spec, self.run.batch), log
+
+    def level(self, spec: LoadSpec) -> LevelRun:
+        """Warm up and measure one level (no SLO); raises ``LoadError`` on failures."""
+        warm_requests, warmup_ns = self.warm_up(spec)
+        figures, log = self.measure_level(spec, self.scenario.measure)
+        return LevelRun(figures, log, self.cold_start_ns or 0, warm_requests, warmup_ns)
 
     def _check_hung(self, log: LoadLog, spec: LoadSpec, phase: str) -> None:
         if log.hung:
@@ -294,7 +333,17 @@ class LoadRunner:
         steps: list[SloStep] = []
         runs: dict[float, LevelRun] = {}
 
+        unit = "clients" if closed else "/s"
+        shown = Throttle()
+
         def step(level: float) -> bool:
+            if shown.due():
+                progress.report(
+                    "SLO search",
+                    len(steps),
+                    cell=self.scenario.item_name,
+                    detail=f"trying {level:g} {unit}",
+                )
             spec = dataclasses.replace(self.spec, slo=None, level=level)
             run = self.level(spec)
             runs[level] = run
@@ -347,6 +396,15 @@ class LoadRunner:
                 good = mid
             else:
                 bad = mid
+        best_ok = max((s.level for s in steps if s.ok), default=None)
+        progress.report(
+            "SLO search",
+            len(steps),
+            len(steps),
+            cell=self.scenario.item_name,
+            detail=f"best {best_ok:g} {unit}" if best_ok is not None else "no level met the SLO",
+            final=True,
+        )
         summary = SloSearch(
             percentile=slo.percentile,
             target_ms=slo.target_ms,

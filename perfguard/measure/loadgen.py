@@ -165,11 +165,12 @@ def schedule(rate: float, count: int, arrivals: str, seed: int = 0) -> npt.NDArr
 
 
 @contextlib.contextmanager
-def _load_conditions() -> Iterator[None]:
-    """GC off (after one collection) and a short GIL switch interval; both restored."""
+def _load_conditions(gc_generation: int = 2) -> Iterator[None]:
+    """GC off (after one collection of generations up to ``gc_generation``: 2, the
+    default, is a full one) and a short GIL switch interval; both restored."""
     interval = sys.getswitchinterval()
     gc_was_enabled = gc.isenabled()
-    gc.collect()
+    gc.collect(gc_generation)
     gc.disable()
     sys.setswitchinterval(_SWITCH_INTERVAL_S)
     try:
@@ -297,17 +298,20 @@ def open_loop(
     batching: Batching = Batching(),
     *,
     max_seconds: float = 300.0,
+    gc_generation: int = 2,
 ) -> LoadLog:
     """Send requests at ``offsets_ns`` from now (see :func:`schedule`) whatever happens.
 
     The generator stops sending at ``max_seconds``; requests not answered by
     then (plus the grace period for calls in flight) stay unserved (``-1``).
+    ``gc_generation``: how far the collection before the level goes (a full one,
+    2, takes ~0.2 s with torch loaded; same-run A/B's short rounds take 1).
     """
     offsets = np.asarray(offsets_ns, dtype=np.int64)
     clock = time.perf_counter_ns
     sleep = time.sleep
     errors = _Errors()
-    with _load_conditions():
+    with _load_conditions(gc_generation):
         server = _Server(workers, batching, errors)
         # Built before the clock starts: making 100k objects takes tens of ms.
         requests = [_Request(int(o)) for o in offsets]
@@ -346,13 +350,15 @@ def closed_loop(
     max_seconds: float = 300.0,
     batching: Batching | None = None,
     server_workers: Sequence[Worker] = (),
+    gc_generation: int = 2,
 ) -> LoadLog:
     """N clients (one per entry of ``workers``), each sending when its last answer came.
 
     Runs until at least ``iterations`` requests in all and ``seconds`` have
     passed, capped at ``max_seconds``. With ``batching``, the clients submit to a
     server of ``server_workers`` instead of calling their own worker (whose
-    ``calls`` are then unused; pass ``Worker({})``).
+    ``calls`` are then unused; pass ``Worker({})``). ``gc_generation``: as for
+    :func:`open_loop`.
     """
     if not workers:
         raise ValueError("closed_loop needs at least one client")
@@ -361,7 +367,7 @@ def closed_loop(
     stop = threading.Event()
     start_barrier = threading.Barrier(len(workers) + 1)
     per_client: list[list[_Request]] = [[] for _ in workers]
-    with _load_conditions():
+    with _load_conditions(gc_generation):
         server = _Server(server_workers, batching, errors) if batching is not None else None
         t0 = 0
         cap = 0

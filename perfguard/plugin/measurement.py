@@ -52,7 +52,7 @@ class CellMeasurer:
 
     def measure_and_judge(self, scenario: Scenario) -> tuple[ScenarioResult, ScenarioVerdict]:
         ab = self.ab
-        if ab is not None and scenario.load is None and ab.why_not_in_base(scenario) is None:
+        if ab is not None and ab.compares(scenario):
             result, verdict = ab.measure(scenario, self.ctx)
             return self._with_accuracy(scenario, result), verdict
         gatekeeper = self._gatekeeper()
@@ -69,7 +69,7 @@ class CellMeasurer:
                 )
                 if scenario.accuracy is not None:
                     result = self._accuracy_of(scenario, run.session, result)
-        if ab is not None:  # only in the working tree, or measured under load
+        if ab is not None:  # only in the working tree, an SLO search, or load on one side
             verdict = ab.outside_ab(scenario, verdict)
         return result, verdict
 

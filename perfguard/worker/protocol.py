@@ -21,7 +21,9 @@ Replies (worker -> parent), one per request, with the request's ``id``::
 ``traceback_tail`` are present only for a ``PerfguardError`` (so the parent can
 rebuild it exactly). Non-finite floats travel as Python's ``json`` writes them
 (``NaN``, ``Infinity``): both ends are Python. Ops: ``hello``, ``open``, ``warmup``, ``measure``,
-``loop``, ``check``, ``close``, ``bye`` (see ``perfguard.worker.serve``).
+``loop``, ``check``, ``close``, ``bye``, and for a cell under ``load:`` ``load_warmup``
+and ``load_level`` (one short level; same-run A/B alternates them between two slots).
+See ``perfguard.worker.serve``.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ PROTOCOL_VERSION = 1
 #: Every op a version-1 worker answers.
 OPS = (
     "hello", "open", "warmup", "measure", "pairs", "loop", "result", "check", "close", "bye",
+    "load_warmup", "load_level",
 )  # fmt: skip
 
 #: How much of an offending line an error message quotes.

@@ -27,6 +27,12 @@ Ops (fields of the request -> fields of the ``ok: true`` reply):
   levels, then the output check), as ``ScenarioResult.to_dict()``; again for a
   confirmation round.
 * ``check`` -> ``outputs``: one more request whose outputs must be finite.
+* ``load_warmup`` (a cell under ``load:``) -> ``cold_start_ns``, ``iterations``,
+  ``elapsed_ns``: the cold start and the cell's warm-up at its load level, discarded.
+* ``load_level`` ``seconds``, ``iterations``, ``seed_offset`` -> ``samples_ns`` (the
+  corrected latencies), ``throughput``, ``load`` (``LoadFigures.to_dict()``): one
+  short run of the cell's level, no warm-up (same-run A/B alternates these between
+  slots ``a`` and ``b``).
 * ``close`` -> ``closed``; ``bye`` -> ``{}``, then the worker exits 0.
 """
 
@@ -49,6 +55,7 @@ from perfguard.backends import Session
 from perfguard.core.errors import CellNotFound, Location, ProtocolError
 from perfguard.core.scenario import LoopSpec, Scenario
 from perfguard.measure.cell import RunContext
+from perfguard.measure.load import LoadRunner
 from perfguard.measure.runner import ScenarioRun, check_outputs, run_loop
 from perfguard.measure.timing import warm_up
 from perfguard.suite.loader import load_suite
@@ -83,8 +90,27 @@ class _Cell:
         self.call: Callable[[], object] = functools.partial(self.session.run, self.prepared)
         self.sync = self.session.synchronize
 
+        self._load: LoadRunner | None = None
+
+    @property
+    def load(self) -> LoadRunner:
+        """The cell's load runner (workers, sessions), made on first use."""
+        if self.scenario.load is None:
+            raise ProtocolError(
+                f"a load op was sent for {self.scenario.item_name}, which has no `load:`",
+                expected="a cell under `load:`",
+                fix="send `warmup`/`measure` for a single-request cell",
+            )
+        if self._load is None:
+            self._load = LoadRunner(self.run)
+        return self._load
+
     def close(self) -> None:
-        self.run.close()
+        try:
+            if self._load is not None:
+                self._load.close()
+        finally:
+            self.run.close()
 
 
 class Server:
@@ -110,6 +136,8 @@ class Server:
             "check": self._check,
             "close": self._close,
             "bye": self._bye,
+            "load_warmup": self._load_warmup,
+            "load_level": self._load_level,
         }
 
     # --- dispatch -----------------------------------------------------------
@@ -311,6 +339,34 @@ class Server:
             if gc_was_enabled:
                 gc.enable()
         return {"a_ns": a_ns, "b_ns": b_ns}
+
+    def _load_warmup(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A load cell's cold start and warm-up at its own level (discarded)."""
+        cell = self._open_cell("load_warmup", request)
+        runner = cell.load
+        requests, elapsed_ns = runner.warm_up(runner.spec)
+        return {
+            "cold_start_ns": int(runner.cold_start_ns or 0),
+            "iterations": requests,
+            "elapsed_ns": int(elapsed_ns),
+        }
+
+    def _load_level(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One short run of the cell's load level: ``seconds`` long (open loop: that many
+        seconds of arrivals; closed loop: at least ``iterations`` requests too), the
+        schedule seeded with ``seed_offset``. Its corrected samples and figures."""
+        cell = self._open_cell("load_level", request)
+        runner = cell.load
+        seconds = float(_field(request, "seconds", (int, float), minimum=0))
+        iterations = _field(request, "iterations", int, minimum=1)
+        offset = _field(request, "seed_offset", int, minimum=0)
+        loop = LoopSpec(iterations, seconds, max(cell.scenario.measure.max_seconds, seconds))
+        figures, _log = runner.measure_level(runner.spec, loop, offset, gc_generation=1)
+        return {
+            "samples_ns": [int(x) for x in figures.samples_ns],
+            "throughput": float(figures.throughput),
+            "load": figures.load.to_dict(),
+        }
 
     def _loop(self, request: dict[str, Any]) -> dict[str, Any]:
         cell = self._open_cell("loop", request)
