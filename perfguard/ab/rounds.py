@@ -39,9 +39,9 @@ import numpy.typing as npt
 
 from perfguard.ab.stats import StoppingRule, decide, pair_orders, progress_text
 from perfguard.core import progress
+from perfguard.core.progress import Throttle
 from perfguard.core.stats import percentile
 from perfguard.judge.verdict import ABRound, Decision
-from perfguard.measure.load import Throttle
 
 __all__ = [
     "LOAD_CHECK_EVERY",

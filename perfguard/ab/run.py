@@ -70,6 +70,7 @@ from perfguard.core.figures import RuntimeInfo
 from perfguard.core.loadfigures import LoadFigures
 from perfguard.core.paths import under_root
 from perfguard.core.policy import LATENCY_QS
+from perfguard.core.progress import Throttle
 from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import Scenario
 from perfguard.core.stats import percentile, stability_ratio, summarize, throughput
@@ -82,7 +83,6 @@ from perfguard.judge.verdict import (
     worst,
 )
 from perfguard.measure.cell import RunContext
-from perfguard.measure.load import Throttle
 from perfguard.suite.loader import load_suite
 from perfguard.worker.client import OPEN_TIMEOUT_S, WorkerProcess
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -43,6 +44,27 @@ class ProgressEvent:
 
 
 Sink = Callable[[ProgressEvent], None]
+
+#: How often a long step reports, at most (seconds of wall time).
+EVERY_S = 0.5
+
+
+class Throttle:
+    """At most one progress report per ``every_s`` seconds of wall time (the first is
+    due at once): long steps report between levels, rounds or pairs, never inside a
+    timed region, and a chatty loop costs one clock read per look."""
+
+    def __init__(self, every_s: float = EVERY_S) -> None:
+        self.every_s = every_s
+        self._next = 0.0
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now < self._next:
+            return False
+        self._next = now + self.every_s
+        return True
+
 
 _lock = threading.Lock()
 _sinks: list[Sink] = []
@@ -81,4 +103,4 @@ def sink(fn: Sink) -> Iterator[None]:
             _sinks.remove(fn)
 
 
-__all__ = ["ProgressEvent", "Sink", "report", "sink"]
+__all__ = ["EVERY_S", "ProgressEvent", "Sink", "Throttle", "report", "sink"]

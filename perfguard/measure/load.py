@@ -46,6 +46,7 @@ from perfguard.core import progress
 from perfguard.core.errors import LoadError, PerfguardError, RunInvalid
 from perfguard.core.figures import RuntimeInfo
 from perfguard.core.loadfigures import LoadFigures, ServiceProbe, SloSearch, SloStep
+from perfguard.core.progress import Throttle
 from perfguard.core.results import ScenarioResult, Status
 from perfguard.core.scenario import LoadSpec, LoopSpec, Scenario
 from perfguard.core.stats import stability_ratio, summarize
@@ -56,7 +57,7 @@ from perfguard.measure.loadgen import Batching, LoadLog, Worker, closed_loop, op
 from perfguard.measure.loadstats import LevelFigures, level_figures
 from perfguard.models.inputs import make_inputs
 
-__all__ = ["LevelRun", "LoadCell", "LoadRunner", "Throttle", "kept_up", "measure_load"]
+__all__ = ["LevelRun", "LoadCell", "LoadRunner", "kept_up", "measure_load"]
 
 
 class LoadCell(Protocol):
@@ -72,26 +73,8 @@ class LoadCell(Protocol):
 
 
 _PROBE_CALLS = 20
-_PROGRESS_EVERY_S = 0.5
 _SATURATED = 0.9  # answered under this share of the asked rate: the level is overloaded
 _MAX_STEPS = 30
-
-
-class Throttle:
-    """At most one progress report per ``every_s`` seconds of wall time (the first is
-    due at once): long steps report between levels, rounds or pairs, never inside a
-    timed region, and a chatty loop costs one clock read per look."""
-
-    def __init__(self, every_s: float = _PROGRESS_EVERY_S) -> None:
-        self.every_s = every_s
-        self._next = 0.0
-
-    def due(self) -> bool:
-        now = time.monotonic()
-        if now < self._next:
-            return False
-        self._next = now + self.every_s
-        return True
 
 
 @dataclasses.dataclass(frozen=True)

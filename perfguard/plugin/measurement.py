@@ -1,12 +1,13 @@
 """How one cell is measured and judged: which of the three paths, and its accuracy.
 
 * same-run A/B (``--perfguard-ab``): the base revision's worker and this tree's,
-  interleaved request by request, judged on the paired comparison;
+  interleaved request by request (a cell under load: in alternating rounds of whole
+  load levels), judged on the paired comparison;
 * an isolated worker process (``--perfguard-isolate`` or ``isolate: true``): a crash
   fails only that cell;
 * in-process: the default.
 
-A cell A/B cannot take (new in this tree, or measured under load) goes through the
+A cell A/B cannot take (new in this tree, or an SLO search) goes through the
 isolated or in-process path, and its verdict says why. Outside A/B a suspected
 regression is re-measured (the gatekeeper's confirmation rounds) before it stands.
 """

@@ -325,14 +325,25 @@ def _ab_facts(verdict: ScenarioVerdict | None) -> list[tuple[str, str]]:
         return []
     ab = verdict.ab
     shown = ", ".join(f"{r.round}: {r.ratio:.3f}" for r in ab.rounds[:30])
+    # A load cell's round is one short load level per side (``pairs`` 1 each).
+    levels = bool(ab.rounds) and all(r.pairs == 1 for r in ab.rounds)
+    how, unit = (
+        ("in alternating rounds of whole load levels", "rounds")
+        if levels
+        else ("interleaved request by request", "pairs")
+    )
+    per_round = (
+        "one load level per side"
+        if levels
+        else (f"{ab.rounds[0].pairs} pairs" if ab.rounds else "-")
+    )
     return [
         (
             "same-run A/B",
-            f"base {ab.base[:12]} ({ab.base_how}), measured in this "
-            f"run, interleaved request by request; {ab.decision.pairs} pairs in "
-            f"{ab.elapsed_s:.1f} s; {ab.decision.reason}",
+            f"base {ab.base[:12]} ({ab.base_how}), measured in this run, {how}; "
+            f"{ab.decision.pairs} {unit} in {ab.elapsed_s:.1f} s; {ab.decision.reason}",
         ),
-        ("A/B per-round P95 ratio (B/A, 100 pairs each)", shown or "-"),
+        (f"A/B per-round P95 ratio (B/A, {per_round} each)", shown or "-"),
     ]
 
 
