@@ -64,20 +64,23 @@ SUITE = """\
 models:
   cnn:
     factory: ab_model:build
-    kwargs: {{spin_ns: {spin}}}
+    kwargs: {{{kwargs}}}
     inputs:
       image: {{shape: [4, 3, 64, 64], dtype: float32, seed: 0}}
 scenarios:
   - name: cnn
     model: cnn
-    threads: 2
+    threads: {threads}
 """
 
 
-def suite(folder: Path, spin_ns: int) -> Path:
-    path = folder / f"cnn-{spin_ns}.yaml"
+def suite(folder: Path, spin_ns: int, spin_frac: float = 0.0, threads: int = 2) -> Path:
+    """The benchmark suite with a fixed (``spin_ns``) or proportional (``spin_frac``)
+    slowdown, at ``threads`` intra-op threads."""
+    path = folder / f"cnn-{spin_ns}-{spin_frac:g}-t{threads}.yaml"
     if not path.exists():
-        path.write_text(SUITE.format(spin=spin_ns))
+        kwargs = f"spin_ns: {spin_ns}, spin_frac: {spin_frac!r}"
+        path.write_text(SUITE.format(kwargs=kwargs, threads=threads))
     return path
 
 
@@ -99,11 +102,14 @@ def plain(folder: Path, spin_ns: int, requests: int) -> dict[str, Any]:
         return {"rounds": rounds, "measure_s": (time.perf_counter() - t0) / 2}
 
 
-def ab(folder: Path, spin_ns: int, limit: float, seed: int) -> dict[str, Any]:
+def ab(
+    folder: Path, spin_ns: int, limit: float, seed: int, spin_frac: float = 0.0, threads: int = 2
+) -> dict[str, Any]:
     """As the plugin does: both cells in slots of one worker process, interleaved."""
     with WorkerProcess(cwd=ROOT, name="A/B", env=worker_env()) as w:
-        for slot, spin in (("a", 0), ("b", spin_ns)):
-            w.request("open", timeout_s=300, slot=slot, suite=str(suite(folder, spin)),
+        for slot, spin, frac in (("a", 0, 0.0), ("b", spin_ns, spin_frac)):
+            path = suite(folder, spin, frac, threads)
+            w.request("open", timeout_s=300, slot=slot, suite=str(path),
                       cell="cnn", rootdir=str(folder),
                       cache_dir=str(ROOT / ".perfguard" / "cache"))  # fmt: skip
             w.request("warmup", timeout_s=300, slot=slot, **WARMUP)

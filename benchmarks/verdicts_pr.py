@@ -4,7 +4,9 @@
 the CI runner's normal state as well as a quiet one: for a *busy* run a neighbour
 process (``python -c "while True: pass"``) spins on one of the cores for the whole
 run, as another job on a shared runner does. The model is the example CNN of
-``verdicts_ab.py`` (torch, 2 threads) with an injected slowdown (``ab_model.py``).
+``verdicts_ab.py`` (torch, one thread: see ``THREADS``) with an injected slowdown
+(``ab_model.py``'s ``spin_frac``: +10% is a busy-wait of a tenth of each forward pass as
+it ran, so it stays +10% of the time beside a busy neighbour too).
 
 * Archive: ``--baseline-launches`` plain launches of the unchanged model on the
   quiet machine, as the main branch's baseline job stores them: the newest launch is
@@ -69,6 +71,10 @@ from perfguard.worker.client import WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 SLOWDOWN = 0.10
+#: One intra-op thread: the model keeps a core of its own beside the neighbour (with 2,
+#: torch's threads wait on each other whenever the neighbour holds one core, and a
+#: busy run of the example CNN is 10-16x slower: hours of benchmark for one table).
+THREADS = 1
 _PROC_STAT = Path("/proc/stat")
 
 
@@ -88,12 +94,13 @@ def _process_ns(pid: int) -> int:
     return (int(fields[11]) + int(fields[12])) * (1_000_000_000 // os.sysconf("SC_CLK_TCK"))
 
 
-def plain(folder: Path, spin_ns: int, requests: int) -> dict[str, Any]:
+def plain(folder: Path, spin_frac: float, requests: int) -> dict[str, Any]:
     """A fresh worker: warm-up, then two rounds (the confirmation round), each with the
     share of all CPUs that processes other than the worker used while it ran."""
     with WorkerProcess(cwd=ROOT, name="plain") as w:
-        w.request("open", timeout_s=300, suite=str(suite(folder, spin_ns)), cell="cnn",
-                  rootdir=str(folder), cache_dir=str(ROOT / ".perfguard" / "cache"))  # fmt: skip
+        path = suite(folder, 0, spin_frac, THREADS)
+        w.request("open", timeout_s=300, suite=str(path), cell="cnn", rootdir=str(folder),
+                  cache_dir=str(ROOT / ".perfguard" / "cache"))  # fmt: skip
         w.request("warmup", timeout_s=300, **WARMUP)
         assert w.pid is not None
         rounds, foreign = [], []
@@ -186,12 +193,10 @@ def main(argv: list[str] | None = None) -> None:
     load_before = Path("/proc/loadavg").read_text().split()[:3]
     rows: list[dict[str, Any]] = []
     try:
-        probe = plain(folder, 0, 50)
+        probe = plain(folder, 0.0, 50)
         if args.requests is None:
             args.requests = max(150, int(2e9 / float(np.median(probe["rounds"][0]))))
-        launches = [plain(folder, 0, args.requests) for _ in range(args.baseline_launches)]
-        # The slowdowns are fractions of the quiet baseline's median (all its launches),
-        # not of one probe, so a slow spell at the start cannot inflate "+10%".
+        launches = [plain(folder, 0.0, args.requests) for _ in range(args.baseline_launches)]
         median_ns = float(np.median([s for x in launches for s in x["rounds"][0]]))
         baseline = measured(launches[-1]["rounds"][0], launches[-1]["foreign"][0])
         history = [
@@ -205,10 +210,12 @@ def main(argv: list[str] | None = None) -> None:
         )
         random.Random(args.seed).shuffle(conditions)
         for i, (slowdown, busy) in enumerate(conditions, 1):
-            spin = int(slowdown * median_ns)
             with neighbour(busy):
-                same = ab(folder, spin, GATES[0].limit, seed=args.seed + i)
-                run = plain(folder, spin, args.requests)
+                same = ab(
+                    folder, 0, GATES[0].limit, seed=args.seed + i, spin_frac=slowdown,
+                    threads=THREADS,
+                )  # fmt: skip
+                run = plain(folder, slowdown, args.requests)
             screen = archived(run, baseline, history)
             ab_outcome = outcome(same["decision"]["verdict"])
             confirmed = not clearly_unchanged(screen)
@@ -297,8 +304,8 @@ def report(
     lines = [
         "# The pull-request default: archived gate, same-run A/B, screen-then-confirm",
         "",
-        f"`python benchmarks/verdicts.py --mode pr` (example CNN, torch, 2 threads; median "
-        f"latency {median_ns / 1e6:.2f} ms; {args.requests} requests per plain round; "
+        f"`python benchmarks/verdicts.py --mode pr` (example CNN, torch, {THREADS} thread; median "
+        f"latency {median_ns / 1e6:.2f} ms quiet; {args.requests} requests per plain round; "
         f"{args.baseline_launches} baseline launches on the quiet machine; total "
         f"{elapsed / 60:.1f} min; load average before {' '.join(load_before)}, after "
         f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}). *Busy*: a "

@@ -90,6 +90,7 @@ __all__ = [
     "ABConfig",
     "ABOutcome",
     "ABRun",
+    "ab_metric",
     "Slot",
     "base_results",
     "latency_gate",
@@ -600,22 +601,17 @@ class ABRun:
             f"{outcome.limit * 100:+g}%",
             d,
         )
-        metric = MetricVerdict(
-            metric=outcome.metric,
-            verdict=kind,
-            message=message,
-            rule=f"same-run A/B: ratio of {name}s beyond the limit and its 99% "
+        metric = ab_metric(
+            outcome.metric,
+            kind,
+            message,
+            f"same-run A/B: ratio of {name}s beyond the limit and its 99% "
             "paired-bootstrap bound beyond 1",
-            baseline=pa,
-            current=pb,
+            values=(pa, pb),
             ratio=d.ratio,
-            ratio_raw=d.ratio,
-            lower=d.lo,
-            upper=d.hi,
+            bounds=(d.lo, d.hi),
             limit=outcome.limit,
-            effective_limit=outcome.limit,
-            n_baseline=int(outcome.samples_a.size),
-            n_current=int(outcome.samples_b.size),
+            n=(int(outcome.samples_a.size), int(outcome.samples_b.size)),
         )
         notes = []
         if self.base.dirty:
@@ -709,22 +705,17 @@ class ABRun:
             d,
         )
         metrics = [
-            MetricVerdict(
-                metric=metric,
-                verdict=d.verdict.verdict,
-                message=message,
-                rule=f"same-run A/B under load: ratio of the median round {name}s (corrected) "
+            ab_metric(
+                metric,
+                d.verdict.verdict,
+                message,
+                f"same-run A/B under load: ratio of the median round {name}s (corrected) "
                 "beyond the limit and its 99% paired-bootstrap bound over rounds beyond 1",
-                baseline=pa,
-                current=pb,
+                values=(pa, pb),
                 ratio=d.ratio,
-                ratio_raw=d.ratio,
-                lower=d.lo,
-                upper=d.hi,
+                bounds=(d.lo, d.hi),
                 limit=limit,
-                effective_limit=limit,
-                n_baseline=used,
-                n_current=used,
+                n=(used, used),
             )
         ]
         messages = [message]
@@ -747,24 +738,19 @@ class ABRun:
             )
             messages.append(t_message)
             metrics.append(
-                MetricVerdict(
-                    metric="throughput",
-                    verdict=dt.verdict.verdict,
-                    message=t_message,
-                    rule="same-run A/B under load: ratio of the median round throughputs "
+                ab_metric(
+                    "throughput",
+                    dt.verdict.verdict,
+                    t_message,
+                    "same-run A/B under load: ratio of the median round throughputs "
                     "beyond the limit and its 99% paired-bootstrap bound over rounds beyond 1",
-                    unit="/s",
-                    baseline=ta,
-                    current=tb,
+                    values=(ta, tb),
                     ratio=t_ratio,
-                    ratio_raw=t_ratio,
-                    lower=t_bounds[0] if t_bounds else None,
-                    upper=t_bounds[1] if t_bounds else None,
+                    bounds=t_bounds or (None, None),
                     limit=t_limit,
+                    n=(used, used),
+                    unit="/s",
                     higher_is_worse=False,
-                    effective_limit=t_limit,
-                    n_baseline=used,
-                    n_current=used,
                 )
             )
         dropped = [r for r in rounds if r.dropped is not None]
@@ -831,3 +817,40 @@ def base_results(
                 current, samples_ns=samples, latency_ns=summarize(samples), runtime=RuntimeInfo()
             )
     return out
+
+
+def ab_metric(
+    metric: str,
+    kind: VerdictKind,
+    message: str,
+    rule: str,
+    *,
+    values: tuple[float | None, float | None],
+    ratio: float | None,
+    bounds: tuple[float | None, float | None],
+    limit: float,
+    n: tuple[int, int],
+    unit: str = "ns",
+    higher_is_worse: bool = True,
+) -> MetricVerdict:
+    """One gated figure of a same-run A/B verdict: base and head ``values``, the paired
+    ``ratio`` (raw: both sides ran on the same machine at once, nothing to normalise) and
+    its bootstrap ``bounds``; the limit is never widened by a noise floor."""
+    return MetricVerdict(
+        metric=metric,
+        verdict=kind,
+        message=message,
+        rule=rule,
+        unit=unit,
+        baseline=values[0],
+        current=values[1],
+        ratio=ratio,
+        ratio_raw=ratio,
+        lower=bounds[0],
+        upper=bounds[1],
+        limit=limit,
+        higher_is_worse=higher_is_worse,
+        effective_limit=limit,
+        n_baseline=n[0],
+        n_current=n[1],
+    )
