@@ -100,13 +100,15 @@ def loadavg() -> str:
 
 
 @contextlib.contextmanager
-def neighbour(busy: bool) -> Iterator[None]:
-    """A busy neighbour process for the length of the block (``busy``), else nothing."""
+def neighbour(busy: bool, settle_s: float = 0.0) -> Iterator[None]:
+    """A busy neighbour process for the length of the block (``busy``), else nothing;
+    ``settle_s``: let it run that long before the block starts."""
     if not busy:
         yield
         return
     proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
+        time.sleep(settle_s)
         yield
     finally:
         proc.kill()

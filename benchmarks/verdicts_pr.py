@@ -37,15 +37,12 @@ Writes ``benchmarks/verdicts-pr-results.md`` (``--quick``: under ``.perfguard/``
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -55,6 +52,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from ab_load import neighbour
 from verdicts_ab import GATES, WARMUP, ab, result, suite
 
 from perfguard.core.figures import CpuShares, RuntimeInfo
@@ -67,6 +65,7 @@ from perfguard.judge.verdict import (
     confirm,
     needs_confirmation,
 )
+from perfguard.measure.canary import cpu_shares, cpu_snapshot
 from perfguard.worker.client import WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,17 +74,6 @@ SLOWDOWN = 0.10
 #: torch's threads wait on each other whenever the neighbour holds one core, and a
 #: busy run of the example CNN is 10-16x slower: hours of benchmark for one table).
 THREADS = 1
-_PROC_STAT = Path("/proc/stat")
-
-
-def _busy_ns() -> int | None:
-    """CPU time of the whole machine, not idle (as ``perfguard.measure.canary`` reads it)."""
-    try:
-        fields = [int(v) for v in _PROC_STAT.read_text().split("\n", 1)[0].split()[1:9]]
-    except (OSError, ValueError):
-        return None
-    user, nice, system, _idle, _iowait, irq, softirq, _steal = fields
-    return (user + nice + system + irq + softirq) * (1_000_000_000 // os.sysconf("SC_CLK_TCK"))
 
 
 def _process_ns(pid: int) -> int:
@@ -106,13 +94,15 @@ def plain(folder: Path, spin_frac: float, requests: int) -> dict[str, Any]:
         rounds, foreign = [], []
         t0 = time.perf_counter()
         for _ in "ab":
-            wall, busy, own = time.perf_counter_ns(), _busy_ns(), _process_ns(w.pid)
+            start, worker_ns = cpu_snapshot(), _process_ns(w.pid)
             rounds.append(w.request("measure", timeout_s=300, k=requests)["samples_ns"])
-            wall = time.perf_counter_ns() - wall
-            end_busy, own = _busy_ns(), _process_ns(w.pid) - own
-            share = None
-            if busy is not None and end_busy is not None:
-                share = max(0.0, min(1.0, (end_busy - busy - own) / (wall * (os.cpu_count() or 1))))
+            end, worker_ns = cpu_snapshot(), _process_ns(w.pid) - worker_ns
+            # canary's share of other processes, less the worker's own CPU time (here the
+            # worker is another process, so the canary's reading counts it as foreign).
+            share, _steal = cpu_shares(start, end)
+            if share is not None:
+                capacity = (end.wall_ns - start.wall_ns) * (os.cpu_count() or 1)
+                share = max(0.0, share - worker_ns / capacity)
             foreign.append(share)
         return {"rounds": rounds, "foreign": foreign, "measure_s": (time.perf_counter() - t0) / 2}
 
@@ -150,21 +140,6 @@ def outcome(verdict: VerdictKind | str) -> str:
 def clearly_unchanged(verdict: ScenarioVerdict) -> bool:
     metric = verdict.metric("p95")
     return verdict.verdict is VerdictKind.UNCHANGED and metric is not None and not metric.blind
-
-
-@contextlib.contextmanager
-def neighbour(busy: bool) -> Iterator[None]:
-    """A process spinning on one core for the length of the block, when ``busy``."""
-    if not busy:
-        yield
-        return
-    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        time.sleep(0.5)  # it is running before the workers start
-        yield
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -210,7 +185,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         random.Random(args.seed).shuffle(conditions)
         for i, (slowdown, busy) in enumerate(conditions, 1):
-            with neighbour(busy):
+            with neighbour(busy, settle_s=0.5):  # running before the workers start
                 same = ab(
                     folder, 0, GATES[0].limit, seed=args.seed + i, spin_frac=slowdown,
                     threads=THREADS,

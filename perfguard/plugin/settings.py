@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -79,9 +80,14 @@ def _path_setting(config: pytest.Config, rootdir: Path, name: str) -> Path:
     return path if path.is_absolute() else rootdir / path
 
 
+def _option_or_ini(config: pytest.Config, name: str) -> Any:
+    """The command-line value of ``name`` when given, else its ini twin's (same name)."""
+    value = config.getoption(name)
+    return value if value is not None else config.getini(name)
+
+
 def _contention_limit(config: pytest.Config) -> float:
-    value = config.getoption("perfguard_contention_limit")
-    raw = value if value is not None else config.getini("perfguard_contention_limit")
+    raw = _option_or_ini(config, "perfguard_contention_limit")
     try:
         limit = float(raw)
     except ValueError:
@@ -96,8 +102,7 @@ def _contention_limit(config: pytest.Config) -> float:
 
 
 def _inconclusive(config: pytest.Config) -> str:
-    value = config.getoption("perfguard_inconclusive")
-    raw = value if value is not None else config.getini("perfguard_inconclusive")
+    raw = _option_or_ini(config, "perfguard_inconclusive")
     choice = str(raw).strip().lower()
     if choice not in INCONCLUSIVE_CHOICES:
         raise pytest.UsageError(
@@ -121,8 +126,7 @@ def _save_invalid(config: pytest.Config) -> bool:
 
 
 def _confirm_rounds(config: pytest.Config) -> int:
-    value = config.getoption("perfguard_confirm_rounds")
-    raw = value if value is not None else config.getini("perfguard_confirm_rounds")
+    raw = _option_or_ini(config, "perfguard_confirm_rounds")
     try:
         rounds = int(raw)
     except ValueError:
