@@ -4,7 +4,16 @@ Inputs come either from ``ModelSpec.inputs`` (generated from a seed) or from
 ``ModelSpec.inputs_file`` (an ``.npz`` of real inputs keyed by input name).
 Generated tensors depend only on (seed, name, shape, dtype, range): the random
 generator is seeded with ``[seed, crc32(name)]`` and numpy's PCG64 stream is
-the same on every platform.
+the same on every platform. A tensor is filled in its own dtype, a block of
+``GENERATE_BLOCK`` values at a time (the values are those of one draw of the
+whole tensor: the generator's stream does not depend on the block size), so a
+float32 input never needs a float64 copy of itself.
+
+Inputs are sized before they are made: :func:`input_sizes` gives the declared
+bytes of every generated input (timing and accuracy), :func:`check_input_sizes`
+refuses a cell whose inputs exceed a limit (the plugin's
+``--perfguard-max-input-mib``) or the memory the host has available, naming the
+input, its shape, dtype and bytes, and the fix.
 
 :func:`make_accuracy_inputs` builds the N samples accuracy is checked on
 (``AccuracyInputs``): generated with seeds ``seed + i``, rows of an ``.npz``, or
@@ -15,9 +24,11 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
 import zipfile
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,8 +40,13 @@ from perfguard.core.scenario import DTYPES, AccuracyInputs, InputSpec, ModelSpec
 from perfguard.models.factory import forget_shadowed, on_sys_path
 
 __all__ = [
+    "GENERATE_BLOCK",
+    "InputSize",
+    "available_memory",
     "batch_size",
+    "check_input_sizes",
     "generate_input",
+    "input_sizes",
     "load_inputs_file",
     "load_labels",
     "make_accuracy_inputs",
@@ -43,6 +59,10 @@ _INT_DEFAULT_LOW = 0
 _INT_DEFAULT_HIGH = 100
 _FLOAT_DEFAULT_LOW = 0.0
 _FLOAT_DEFAULT_HIGH = 1.0
+
+#: Values drawn per block while filling a generated input: the float64/int64
+#: intermediate stays at 8 MiB, however large the input.
+GENERATE_BLOCK = 1 << 20
 
 
 def make_inputs(model: ModelSpec) -> dict[str, np.ndarray]:
@@ -59,6 +79,7 @@ def make_inputs(model: ModelSpec) -> dict[str, np.ndarray]:
             fix="describe the model's inputs in the suite",
             location=model.location,
         )
+    check_input_sizes(model, location=model.location)
     return {spec.name: generate_input(spec, model.location) for spec in model.inputs}
 
 
@@ -78,32 +99,54 @@ def generate_input(spec: InputSpec, location: Location | None = None) -> np.ndar
             fix="give the input a fixed, concrete shape",
             location=location,
         )
-    dtype = np.dtype("float32" if spec.dtype == "bfloat16" else spec.dtype)
+    dtype = _generated_dtype(spec.dtype)
     shape = tuple(int(dim) for dim in spec.shape)
     if spec.fill is not None:
         return np.full(shape, spec.fill, dtype=dtype)
     rng = np.random.default_rng([spec.seed, zlib.crc32(spec.name.encode())])
+    draw: Callable[[int], np.ndarray]
     if dtype.kind == "b":
-        return np.asarray(rng.integers(0, 2, size=shape).astype(np.bool_), order="C")
-    if dtype.kind in "iu":
-        return _integers(rng, spec, dtype, shape, location)
-    if spec.low is None and spec.high is None:
-        values = rng.standard_normal(size=shape)
+
+        def draw(n: int) -> np.ndarray:
+            return rng.integers(0, 2, size=n)
+    elif dtype.kind in "iu":
+        low, high = _int_range(spec, dtype, location)
+
+        def draw(n: int) -> np.ndarray:
+            return rng.integers(low, high, size=n, dtype=np.int64)
+    elif spec.low is None and spec.high is None:
+
+        def draw(n: int) -> np.ndarray:
+            return rng.standard_normal(size=n)
     else:
-        low = _FLOAT_DEFAULT_LOW if spec.low is None else float(spec.low)
-        high = _FLOAT_DEFAULT_HIGH if spec.high is None else float(spec.high)
-        _check_range(spec, low, high, location)
-        values = rng.uniform(low, high, size=shape)
-    return np.asarray(np.asarray(values).astype(dtype), order="C")
+        flow = _FLOAT_DEFAULT_LOW if spec.low is None else float(spec.low)
+        fhigh = _FLOAT_DEFAULT_HIGH if spec.high is None else float(spec.high)
+        _check_range(spec, flow, fhigh, location)
+
+        def draw(n: int) -> np.ndarray:
+            return rng.uniform(flow, fhigh, size=n)
+
+    return _filled(shape, dtype, draw)
 
 
-def _integers(
-    rng: np.random.Generator,
-    spec: InputSpec,
-    dtype: np.dtype[np.generic],
-    shape: tuple[int, ...],
-    location: Location | None,
+def _filled(
+    shape: tuple[int, ...], dtype: np.dtype[np.generic], draw: Callable[[int], np.ndarray]
 ) -> np.ndarray:
+    """An array of ``shape`` and ``dtype`` filled from ``draw(n)`` (n float64/int64 values
+    at a time), a block at a time: the values are those of one ``draw`` of the whole
+    array (the generator's stream does not depend on how it is cut), cast into place,
+    so the wide intermediate never holds more than ``GENERATE_BLOCK`` values."""
+    out = np.empty(shape, dtype=dtype)
+    flat = out.reshape(-1)  # a view: ``out`` is new, so C-contiguous
+    for start in range(0, flat.size, GENERATE_BLOCK):
+        stop = min(start + GENERATE_BLOCK, flat.size)
+        flat[start:stop] = draw(stop - start)
+    return out
+
+
+def _int_range(
+    spec: InputSpec, dtype: np.dtype[np.generic], location: Location | None
+) -> tuple[int, int]:
     low = _INT_DEFAULT_LOW if spec.low is None else int(np.ceil(spec.low))
     high = _INT_DEFAULT_HIGH if spec.high is None else int(np.ceil(spec.high))
     _check_range(spec, low, high, location)
@@ -115,8 +158,129 @@ def _integers(
             fix="narrow `low`/`high` or use a wider integer dtype",
             location=location,
         )
-    values = rng.integers(low, high, size=shape, dtype=np.int64)
-    return np.asarray(np.asarray(values).astype(dtype), order="C")
+    return low, high
+
+
+def _generated_dtype(name: str) -> np.dtype[np.generic]:
+    """The numpy dtype an input of dtype ``name`` is generated in (bfloat16: float32)."""
+    return np.dtype("float32" if name == "bfloat16" else name)
+
+
+@dataclass(frozen=True)
+class InputSize:
+    """The declared size of one generated input: ``count`` tensors of ``shape``."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int  # all ``count`` tensors together
+    count: int = 1  # accuracy samples; 1 for a timing input
+
+    def describe(self) -> str:
+        copies = f"{self.count} accuracy samples of " if self.count != 1 else ""
+        return (
+            f"input {self.name!r} ({copies}shape {list(self.shape)}, {self.dtype}): "
+            f"{_human(self.nbytes)}"
+        )
+
+
+def input_sizes(model: ModelSpec, accuracy: AccuracyInputs | None = None) -> list[InputSize]:
+    """The declared bytes of every input ``model`` generates, largest first: its timing
+    inputs and, with ``accuracy`` generated from the same specs, its ``count`` samples.
+
+    Inputs read from files or returned by a function have no declared size (the file
+    or the function decides); specs with an unknown dtype or a negative dimension are
+    left to :func:`generate_input`, which refuses them with their own message.
+    """
+    sizes = []
+    generated_accuracy = accuracy is not None and accuracy.file is None and not accuracy.function
+    for spec in model.inputs if model.inputs_file is None else ():
+        if spec.dtype not in DTYPES or any(dim < 0 for dim in spec.shape):
+            continue
+        one = math.prod(int(dim) for dim in spec.shape) * _generated_dtype(spec.dtype).itemsize
+        sizes.append(InputSize(spec.name, tuple(spec.shape), spec.dtype, one))
+        if generated_accuracy and accuracy is not None and accuracy.count > 0:
+            count = accuracy.count
+            sizes.append(InputSize(spec.name, tuple(spec.shape), spec.dtype, one * count, count))
+    return sorted(sizes, key=lambda size: -size.nbytes)
+
+
+def available_memory() -> int | None:
+    """Bytes this process could still allocate: ``MemAvailable`` of ``/proc/meminfo``,
+    lowered to the room left under a cgroup (v2) memory limit; None where unknown."""
+    found: list[int] = []
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                found.append(int(line.split()[1]) * 1024)
+                break
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        cgroup = Path("/sys/fs/cgroup")
+        limit = (cgroup / "memory.max").read_text().strip()
+        if limit != "max":
+            found.append(max(0, int(limit) - int((cgroup / "memory.current").read_text())))
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None
+
+
+def check_input_sizes(
+    model: ModelSpec,
+    accuracy: AccuracyInputs | None = None,
+    *,
+    limit_bytes: int | None = None,
+    limit_setting: str = "",
+    available: Callable[[], int | None] = lambda: available_memory(),
+    location: Location | None = None,
+) -> None:
+    """Refuse, before anything is allocated, inputs whose declared bytes (all of
+    :func:`input_sizes` together) exceed ``limit_bytes`` or the memory available.
+
+    ``limit_setting`` names where the limit is set, for the fix (e.g. the option).
+    """
+    sizes = input_sizes(model, accuracy)
+    total = sum(size.nbytes for size in sizes)
+    if not sizes or total == 0:
+        return
+    where = location or model.location
+    biggest = sizes[0]
+    what = f"the inputs of model {model.name!r} need {_human(total)}"
+    if len(sizes) > 1:
+        what += f"; the largest is {biggest.describe()}"
+    else:
+        what += f": {biggest.describe()}"
+    shrink = f"shrink the shape of {biggest.name!r} in the model's `inputs:`"
+    if biggest.count != 1:
+        shrink += " (or lower the accuracy `count`)"
+    if limit_bytes is not None and total > limit_bytes:
+        raise InputError(
+            f"{what}, over the limit of {_human(limit_bytes)}",
+            expected=f"at most {_human(limit_bytes)} of generated inputs per cell"
+            + (f" ({limit_setting})" if limit_setting else ""),
+            fix=f"{shrink}, or raise {limit_setting or 'the limit'} if the machine has the memory",
+            location=where,
+        )
+    free = available()
+    if free is not None and total > free:
+        raise InputError(
+            f"{what}, more than the {_human(free)} of memory available on this machine",
+            expected="inputs that fit in the available memory (MemAvailable, or what the "
+            "cgroup's limit leaves)",
+            fix=f"{shrink}, or run on a machine with more free memory",
+            location=where,
+        )
+
+
+def _human(nbytes: int) -> str:
+    """``nbytes`` exactly, and in the largest binary unit it reaches (``1.5 GiB``)."""
+    value, unit = float(nbytes), "bytes"
+    for next_unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, next_unit
+    return f"{nbytes} bytes" if unit == "bytes" else f"{value:.1f} {unit} ({nbytes} bytes)"
 
 
 def _check_range(spec: InputSpec, low: float, high: float, location: Location | None) -> None:
@@ -268,6 +432,7 @@ def _generated(model: ModelSpec, spec: AccuracyInputs, location: Location) -> li
             fix="give `accuracy: {inputs: {file: samples.npz}}` (inputs stacked on a first axis)",
             location=location,
         )
+    check_input_sizes(model, spec, location=location)
     # `fill` inputs (e.g. an attention mask) stay constant; random ones differ per sample.
     return [
         {s.name: generate_input(dataclasses.replace(s, seed=spec.seed + i), location)
