@@ -61,6 +61,7 @@ __all__ = [
     "INCONCLUSIVE_ROUNDS",
     "INTERIM_CONFIDENCE",
     "LATENCY_QS",
+    "MAX_INPUT_MIB",
     "METRICS",
     "MIN_HISTORY",
     "NOISE_K",
@@ -262,3 +263,15 @@ def samples_needed(q: float, confidence: float = CONFIDENCE) -> int:
         raise ValueError(f"percentile q={q} has no finite-sample bound")
     # The small slack keeps an exact integer from being pushed up by float error.
     return max(1, math.ceil(math.log(1.0 - confidence) / math.log(p) - 1e-9))
+
+
+# -- Input sizes (issue 15: inputs sized before they are made) ------------------------
+# The most memory one cell's generated inputs (its timing tensors and its generated
+# accuracy samples together) may declare, in MiB, before any of them is allocated. A
+# slip such as `shape: [100000, 100000, 8]` (596 GiB) is then one InputError naming the
+# input and its bytes, instead of an allocation that fails, or swaps the machine,
+# minutes into a run. 4 GiB is over a thousand times the example suites' largest
+# inputs and still fits a batch of video frames or long sequences; a larger need is a
+# setting away: --perfguard-max-input-mib / ini perfguard_max_input_mib. Independently
+# of it, inputs must fit in the memory the host has available (models.inputs).
+MAX_INPUT_MIB = 4096

@@ -18,6 +18,7 @@ from perfguard.core.policy import (
     INCONCLUSIVE,
     INCONCLUSIVE_CHOICES,
     INCONCLUSIVE_ROUNDS,
+    MAX_INPUT_MIB,
 )
 from perfguard.suite.files import SUITE_PATTERNS
 
@@ -119,6 +120,15 @@ def add_options(parser: pytest.Parser) -> None:
         f"passes it with a warning (default: ini, else {INCONCLUSIVE}).",
     )
     group.addoption(
+        "--perfguard-max-input-mib",
+        metavar="MIB",
+        type=float,
+        default=None,
+        help="the most memory one cell's generated inputs (timing tensors and accuracy "
+        "samples) may declare; a cell over it fails before anything is allocated "
+        f"(default: ini, else {MAX_INPUT_MIB}).",
+    )
+    group.addoption(
         "--perfguard-ab",
         metavar="REF",
         default=None,
@@ -148,6 +158,11 @@ def add_options(parser: pytest.Parser) -> None:
         "perfguard_inconclusive",
         help="perfguard: the twin of --perfguard-inconclusive.",
         default=INCONCLUSIVE,
+    )
+    parser.addini(
+        "perfguard_max_input_mib",
+        help="perfguard: the twin of --perfguard-max-input-mib.",
+        default=str(MAX_INPUT_MIB),
     )
     parser.addini(
         "perfguard_normalise",

@@ -1,37 +1,72 @@
 """The files a run leaves: ``results.json``, ``comparison.json``, the archived baseline,
 ``report.html`` + ``summary.md`` (and the index), and GitHub's job summary.
 
-Only the controller writes them (an xdist worker ships its results instead).
+Only the controller writes them (an xdist worker ships its results instead). Each file
+is written on its own: one that cannot be written (a full disk, a directory that went
+away) is one line in ``RunFiles.failed`` (the path, the error, the fix) and a failed
+run, while the others are still written and the terminal summary still printed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from perfguard.ab.run import ABRun, base_results
+from perfguard.core.atomicio import write_text_atomic
+from perfguard.core.errors import PerfguardError
 from perfguard.core.results import RunResult, ScenarioResult
-from perfguard.core.resultsio import write_results
+from perfguard.core.resultsio import results_path, write_results
 from perfguard.judge.gatekeeper import Gatekeeper
 from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.plugin.settings import RunSettings
-from perfguard.report import render_markdown, write_report
+from perfguard.report import (
+    REPORT_FILENAME,
+    SUMMARY_FILENAME,
+    render_html,
+    render_index,
+    render_markdown,
+)
 from perfguard.report.comparison import comparison_path, write_comparison
 from perfguard.report.github import in_github_actions, write_step_summary
 from perfguard.report.model import ReportInput
 
 #: pytest's exit status for a run whose ``--perfguard-save`` was refused (tests failed).
 SAVE_REFUSED_EXIT = 1
+#: pytest's exit status for a run some of whose files could not be written.
+WRITE_FAILED_EXIT = 1
+
+T = TypeVar("T")
 
 
 @dataclass
 class RunFiles:
-    """What was written so far (the terminal summary names each)."""
+    """What was written so far (the terminal summary names each), and what was not."""
 
     results: Path | None = None
     saved: Path | None = None
     report: Path | None = None
+    # One line per file that could not be written: its path, the error and the fix.
+    failed: list[str] = field(default_factory=list)
+
+    def attempt(self, what: str, path: Path, write: Callable[[], T]) -> T | None:
+        """``write()`` (which writes ``path``), or None with a line in ``failed`` when the
+        file system (or the archive, for a baseline) refused it."""
+        try:
+            return write()
+        except OSError as exc:
+            where = Path(exc.filename) if exc.filename else path
+            self.failed.append(
+                f"perfguard: could not write {what} {where}: "
+                f"{exc.strerror or type(exc).__name__}. Fix: make {path.parent} a writable "
+                "directory with free space (--perfguard-report-dir and "
+                "--perfguard-baseline-dir choose where files go), then run again"
+            )
+        except PerfguardError as exc:
+            self.failed.append(f"perfguard: could not write {what} {path}: {exc}")
+        return None
 
 
 def write_run_files(
@@ -49,21 +84,42 @@ def write_run_files(
     ``exit_status`` is pytest's: comparison.json keeps it, so the report index says how
     the run ended, and the report's outcome agrees with it. A refused ``--perfguard-save``
     fails the run (the CI baseline job must not pass leaving the old baseline in
-    place), so it is tried first and the exit status the files record is returned.
+    place), so it is tried first and the exit status the files record is returned. So
+    does a file that could not be written (``files.failed``); the others still are.
     """
-    files.results = write_results(run, settings.report_dir)
+    target = results_path(settings.report_dir, run.commit, run.mode)
+    files.results = files.attempt(
+        "the results", target, lambda: write_results(run, settings.report_dir)
+    )
     if settings.judging.save:
-        files.saved = gatekeeper.save(run)
+        files.saved = files.attempt(
+            "the baseline of HEAD",
+            settings.judging.baseline_dir
+            / run.environment.fingerprint
+            / f"{run.commit.sha or 'HEAD'}.json",
+            lambda: gatekeeper.save(run),
+        )
         if gatekeeper.save_refused and not exit_status:
             exit_status = SAVE_REFUSED_EXIT
-    write_comparison(
-        comparison_path(files.results),
-        baseline=gatekeeper.choice.to_dict(),
-        gate=settings.judging.gate,
-        verdicts=verdicts.values(),
-        exit_status=exit_status,
+    if files.failed and not exit_status:
+        exit_status = WRITE_FAILED_EXIT
+    comparison = comparison_path(target)
+    files.attempt(
+        "the comparison",
+        comparison,
+        lambda: write_comparison(
+            comparison,
+            baseline=gatekeeper.choice.to_dict(),
+            gate=settings.judging.gate,
+            verdicts=verdicts.values(),
+            exit_status=exit_status,
+        ),
     )
-    files.report = _write_report(run, verdicts, settings, gatekeeper, ab, exit_status)
+    if files.failed and not exit_status:
+        exit_status = WRITE_FAILED_EXIT
+    files.report = _write_report(run, verdicts, settings, gatekeeper, ab, exit_status, files)
+    if files.failed and not exit_status:
+        exit_status = WRITE_FAILED_EXIT
     return exit_status
 
 
@@ -74,8 +130,13 @@ def _write_report(
     gatekeeper: Gatekeeper,
     ab: ABRun | None,
     exit_status: int | None,
-) -> Path:
-    """report.html + summary.md beside results.json; the job summary on GitHub."""
+    files: RunFiles,
+) -> Path | None:
+    """report.html + summary.md beside results.json, the index; the job summary on GitHub.
+
+    Returns report.html's path, or None when it could not be written (``files.failed``).
+    """
+    target_dir = results_path(settings.report_dir, run.commit, run.mode).parent
     choice = gatekeeper.choice
     results = {r.id: r for r in run.scenarios}
     baseline: dict[str, ScenarioResult] = {}
@@ -102,7 +163,22 @@ def _write_report(
         gate=settings.judging.gate,
         exit_status=exit_status,
     )
-    path = write_report(report, settings.report_dir)
+    # Each file on its own: summary.md is worth having when report.html cannot be written.
+    html = target_dir / REPORT_FILENAME
+    written = files.attempt("the report", html, lambda: _write_text(html, render_html(report)))
+    summary = html.with_name(SUMMARY_FILENAME)
+    files.attempt("the summary", summary, lambda: _write_text(summary, render_markdown(report)))
+    index = settings.report_dir
+    files.attempt("the report index", index / "index.html", lambda: render_index(index))
     if in_github_actions():
-        write_step_summary(render_markdown(report))
+        files.attempt(
+            "the GitHub job summary",
+            Path("$GITHUB_STEP_SUMMARY"),
+            lambda: write_step_summary(render_markdown(report)),
+        )
+    return written
+
+
+def _write_text(path: Path, text: str) -> Path:
+    write_text_atomic(path, text)
     return path

@@ -14,8 +14,10 @@ from typing import Any
 import pytest
 
 from perfguard.ab.run import ABConfig
-from perfguard.core.policy import INCONCLUSIVE_CHOICES
+from perfguard.core.policy import INCONCLUSIVE_CHOICES, MAX_INPUT_MIB
 from perfguard.judge.gatekeeper import GateSettings
+
+MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,7 @@ class RunSettings:
     isolate: bool = False
     ab: ABConfig | None = None  # --perfguard-ab: same-run A/B against this ref
     is_worker: bool = False  # a pytest-xdist worker: measures, writes no files
+    max_input_bytes: int = MAX_INPUT_MIB * MIB  # generated inputs per cell, at most
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> RunSettings:
@@ -70,6 +73,7 @@ class RunSettings:
                 else None
             ),
             is_worker=hasattr(config, "workerinput"),
+            max_input_bytes=_max_input_bytes(config),
         )
 
 
@@ -99,6 +103,21 @@ def _contention_limit(config: pytest.Config) -> float:
             "Fix: set --perfguard-contention-limit or ini perfguard_contention_limit"
         )
     return limit
+
+
+def _max_input_bytes(config: pytest.Config) -> int:
+    raw = _option_or_ini(config, "perfguard_max_input_mib")
+    try:
+        mib = float(raw)
+    except ValueError:
+        mib = -1.0
+    if not 0.0 < mib < float("inf"):  # also refuses NaN
+        raise pytest.UsageError(
+            f"perfguard: max input size is {raw!r}; expected a number of MiB > 0 (the most "
+            "memory one cell's generated inputs may declare). "
+            "Fix: set --perfguard-max-input-mib or ini perfguard_max_input_mib"
+        )
+    return int(mib * MIB)
 
 
 def _inconclusive(config: pytest.Config) -> str:

@@ -50,12 +50,14 @@ from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
 from perfguard.machine.env import collect_environment
 from perfguard.measure.cell import RunContext
 from perfguard.models.factory import forget_factory_models
+from perfguard.models.inputs import check_input_sizes
 from perfguard.plugin import xdist_transport
 from perfguard.plugin.items import ScenarioItem, SuiteFile, junit_properties
 from perfguard.plugin.measurement import CellMeasurer
 from perfguard.plugin.output import RunFiles, write_run_files
 from perfguard.plugin.settings import RunSettings
 from perfguard.plugin.terminal import ProgressPrinter, header_line, write_summary
+from perfguard.plugin.upfront import first_problem
 from perfguard.suite.files import is_suite_path
 
 STATE_KEY = pytest.StashKey["PerfguardSession"]()
@@ -155,6 +157,14 @@ class PerfguardSession:
                 "interleaved with its base, so its figures would skew every later comparison "
                 "against the archive; save a plain run (drop --perfguard-ab)"
             )
+        if refusal is None and not self.is_worker and not self.config.option.collectonly:
+            # The files the run will write, checked before minutes of measurement.
+            refusal = first_problem(
+                self.settings,
+                self.gatekeeper.store,
+                lambda: self.environment.fingerprint,
+                self.commit.sha,
+            )
         if refusal:
             raise pytest.UsageError(refusal)
         if not self.is_worker:
@@ -213,6 +223,7 @@ class PerfguardSession:
     # -- running ----------------------------------------------------------------
     def run_item(self, item: ScenarioItem) -> None:
         try:
+            self._check_input_sizes(item.scenario)
             result, verdict = self.measurer.measure_and_judge(item.scenario)
         except BackendUnavailable as exc:
             self.record(self._unmeasured(item, Status.SKIPPED, str(exc)))
@@ -268,6 +279,15 @@ class PerfguardSession:
             )
             return
         self.record(result)
+
+    def _check_input_sizes(self, scenario: Scenario) -> None:
+        """Refuse inputs over the size limit, or the memory available, before any is made."""
+        check_input_sizes(
+            scenario.model,
+            scenario.accuracy.inputs if scenario.accuracy is not None else None,
+            limit_bytes=self.settings.max_input_bytes,
+            limit_setting="--perfguard-max-input-mib (ini perfguard_max_input_mib)",
+        )
 
     def _inconclusive_fails(self) -> bool:
         judging = self.settings.judging

@@ -93,6 +93,8 @@ def write_summary(
         write(f"report: {files.report}")
     if files.saved is not None:
         write(f"baseline saved: {files.saved}")
+    for line in files.failed:
+        write(one_line(line), red=True)
     colour = {"failed": "red", "warnings": "yellow", "passed": "green"}[outcome.state]
     write(f"perfguard: {outcome.summary()}", **{colour: True, "bold": True})
 
