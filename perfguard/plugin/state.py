@@ -68,6 +68,7 @@ INCONCLUSIVE_FIX = (
 )
 PLUGIN_NAME = "perfguard-session"
 _SUITE_SUFFIXES = (".yaml", ".yml")
+_SHOWN_YAML = 5  # YAML files named when no suite was collected
 
 
 def configure(config: pytest.Config) -> None:
@@ -110,6 +111,9 @@ class PerfguardSession:
         self.suites: dict[Path, tuple[Scenario, ...]] = {}
         self.locations: dict[str, tuple[str, int | None]] = {}
         self.files = RunFiles()
+        # Collection, for the explanation when no suite is collected (nothing_collected).
+        self.suite_files = 0
+        self.other_yaml: list[Path] = []  # YAML files seen that matched no suite pattern
         self.outcome: RunOutcome | None = None
         # Live progress of long steps (export, quantization, A/B pairs) on the terminal.
         self.progress = contextlib.ExitStack()
@@ -190,7 +194,10 @@ class PerfguardSession:
     @pytest.hookimpl
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> Any:
         if not self.is_suite(file_path):
+            if file_path.suffix in _SUITE_SUFFIXES:
+                self.other_yaml.append(file_path)
             return None
+        self.suite_files += 1
         return SuiteFile.from_parent(parent, path=file_path, runner=self)
 
     @pytest.hookimpl
@@ -394,7 +401,12 @@ class PerfguardSession:
         return [header_line(self.commit, self.environment, self.report_dir)]
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.is_worker or not self.results:
+        if self.is_worker:
+            return
+        if not self.suite_files and not self.collected_ids and not _distributed(self.config):
+            for line, fix in nothing_collected(self.config, self.settings, self.other_yaml):
+                terminalreporter.write_line(f"perfguard: {line}", yellow=True, bold=fix)
+        if not self.results:
             return
         how = self.gatekeeper.choice.how
         if self.ab is not None and self.ab.base is not None:
@@ -447,3 +459,70 @@ def inconclusive_reasons(verdict: ScenarioVerdict) -> list[str]:
 
 def inconclusive_header(verdict: ScenarioVerdict) -> str:
     return f"{verdict.scenario_id} is inconclusive (invalid), not gated"
+
+
+def nothing_collected(
+    config: pytest.Config, settings: RunSettings, seen_yaml: list[Path]
+) -> list[tuple[str, bool]]:
+    """Why no suite was collected, and the fix: (line, is the fix) pairs.
+
+    ``seen_yaml``: the YAML files pytest walked past that matched no suite pattern
+    (pytest also walks the siblings of the paths given: only those under them count).
+    """
+    base = Path(config.invocation_params.dir)
+    roots = [(base / arg.split("::", 1)[0]).resolve() for arg in config.args]
+    other_yaml = [
+        display_path(path, settings.rootdir)
+        for path in seen_yaml
+        if any(path.resolve().is_relative_to(root) for root in roots)
+    ]
+    source = {
+        pytest.Config.ArgsSource.ARGS: "given on the command line",
+        pytest.Config.ArgsSource.TESTPATHS: "ini testpaths",
+    }.get(config.args_source, "the current directory")
+    paths = ", ".join(config.args) or "."
+    patterns = ", ".join(settings.suite_patterns) or "(none)"
+    lines = [
+        (
+            f"no suite collected from {paths} ({source}). A YAML file is a suite when it is "
+            "named on the command line, or when its path relative to the rootdir "
+            f"({settings.rootdir}) matches perfguard_suite_patterns: {patterns}",
+            False,
+        )
+    ]
+    if other_yaml:
+        shown = ", ".join(other_yaml[:_SHOWN_YAML])
+        more = len(other_yaml) - _SHOWN_YAML
+        lines.append(
+            (
+                f"YAML files found that match no pattern: {shown}"
+                + (f" (and {more} more)" if more > 0 else ""),
+                False,
+            )
+        )
+        first = other_yaml[0]
+        folder = first.rsplit("/", 1)[0] if "/" in first else ""
+        pattern = f"{folder}/*.yaml" if folder else "*.yaml"
+        lines.append(
+            (
+                f"Fix: name the suite on the command line (pytest --perfguard {first}), move "
+                "it to match a pattern (e.g. suites/<name>.yaml), or set "
+                f'perfguard_suite_patterns (e.g. perfguard_suite_patterns = ["{pattern}"] '
+                "under [tool.pytest.ini_options])",
+                True,
+            )
+        )
+    else:
+        lines.append(
+            (
+                "Fix: pass the folder or file that holds your suites (pytest --perfguard "
+                "suites/), or write a starter suite with `perfguard init`",
+                True,
+            )
+        )
+    return lines
+
+
+def _distributed(config: pytest.Config) -> bool:
+    """A pytest-xdist controller: its workers collect, it sees no file."""
+    return str(config.getoption("dist", "no") or "no") != "no"
