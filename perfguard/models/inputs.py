@@ -246,11 +246,11 @@ def check_input_sizes(
         return
     where = location or model.location
     biggest = sizes[0]
-    what = f"the inputs of model {model.name!r} need {_human(total)}"
+    what = f"model {model.name!r}: "
     if len(sizes) > 1:
-        what += f"; the largest is {biggest.describe()}"
+        what += f"its inputs need {_human(total)} in all; the largest is {biggest.describe()}"
     else:
-        what += f": {biggest.describe()}"
+        what += biggest.describe()
     shrink = f"shrink the shape of {biggest.name!r} in the model's `inputs:`"
     if biggest.count != 1:
         shrink += " (or lower the accuracy `count`)"
