@@ -57,9 +57,8 @@ class RunFiles:
         try:
             return write()
         except OSError as exc:
-            where = Path(exc.filename) if exc.filename else path
             self.failed.append(
-                f"perfguard: could not write {what} {where}: "
+                f"perfguard: could not write {what} {path}: "
                 f"{exc.strerror or type(exc).__name__}. Fix: make {path.parent} a writable "
                 "directory with free space (--perfguard-report-dir and "
                 "--perfguard-baseline-dir choose where files go), then run again"

@@ -293,7 +293,7 @@ class PerfguardSession:
             scenario.model,
             scenario.accuracy.inputs if scenario.accuracy is not None else None,
             limit_bytes=self.settings.max_input_bytes,
-            limit_setting="--perfguard-max-input-mib (ini perfguard_max_input_mib)",
+            limit_setting="--perfguard-max-input-mib / ini perfguard_max_input_mib",
         )
 
     def _inconclusive_fails(self) -> bool:
