@@ -9,6 +9,7 @@ run, while the others are still written and the terminal summary still printed.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,7 +173,7 @@ def _write_report(
     if in_github_actions():
         files.attempt(
             "the GitHub job summary",
-            Path("$GITHUB_STEP_SUMMARY"),
+            Path(os.environ.get("GITHUB_STEP_SUMMARY") or "$GITHUB_STEP_SUMMARY"),
             lambda: write_step_summary(render_markdown(report)),
         )
     return written
