@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from perfguard.plugin.upfront import directory_problem
 from tests.conftest import FAST_DEFAULTS, run_git, write_suite
 
 SUITE = (
@@ -154,17 +155,25 @@ def test_a_baseline_dir_that_is_not_a_directory_is_refused(
     _assert_refused_up_front(result, "--perfguard-baseline-dir /dev/null is a device")
 
 
-def test_the_probe_leaves_nothing_behind(suite_writer: pytest.Pytester) -> None:
+def test_the_probe_leaves_nothing_behind(tmp_path: Path) -> None:
+    target = tmp_path / "new" / "reports"
+    assert directory_problem(target, option="--o", ini="i", write=True) is None
+    assert list(tmp_path.iterdir()) == []
+    target.mkdir(parents=True)
+    assert directory_problem(target, option="--o", ini="i", write=True) is None
+    assert list(target.iterdir()) == []
+    # Not written to: only its kind is checked.
+    (tmp_path / "file").write_text("")
+    line = directory_problem(tmp_path / "file" / "x", option="--o", ini="i", write=False)
+    assert line is not None and "a regular file, not a directory" in line
+
+
+def test_a_new_report_dir_is_made_and_holds_no_probe(suite_writer: pytest.Pytester) -> None:
     write_suite(suite_writer, "s", SUITE)
-    result = suite_writer.runpytest(
-        "--perfguard", "--perfguard-report-dir=new/reports", "--collect-only"
-    )
-    assert result.ret == pytest.ExitCode.OK
-    assert not (suite_writer.path / "new").exists()
     suite_writer.runpytest("--perfguard", "--perfguard-report-dir=new/reports").assert_outcomes(
         passed=1
     )
-    assert [p.name for p in (suite_writer.path / "new" / "reports").iterdir()] != []
+    assert list((suite_writer.path / "new" / "reports").glob("*/results.json"))
     assert not list((suite_writer.path / "new" / "reports").glob("**/.perfguard-probe-*"))
 
 
