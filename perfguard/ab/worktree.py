@@ -10,10 +10,11 @@ only sets ``BaseRef.dirty`` so the caller can say so (``DIRTY_NOTE``).
 ``base_worktree`` checks the base out with ``git worktree add --detach`` into
 a fresh temporary directory (``WORKTREE_PREFIX``), so the user's checkout is
 never touched, and removes it on every way out: normal exit, an exception,
-Ctrl-C, and SIGTERM (what CI sends on cancel), for which a handler raising
-``Terminated`` (a KeyboardInterrupt, so pytest stops the session) is installed
-while the worktree exists. Only the main thread can install signal handlers;
-elsewhere SIGTERM keeps its default and a killed run leaves a worktree behind.
+Ctrl-C, and SIGTERM (what CI sends on cancel): while the worktree exists,
+SIGTERM kills the workers' process groups, removes it and then ends the process
+as SIGTERM would have (``perfguard.worker.signals``, shared with the workers).
+Only the main thread can install signal handlers; elsewhere SIGTERM keeps its
+default and a killed run leaves a worktree behind.
 A worktree left by a run that was killed outright (SIGKILL, power loss) is
 swept by the next run: ``sweep_stale_worktrees`` removes those of perfguard
 whose temporary directory is gone or older than a day (never a live run's).
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import signal
 import tempfile
 import time
 from collections.abc import Iterator
@@ -45,14 +45,13 @@ from perfguard.baseline.git import (
     run_git,
 )
 from perfguard.core.errors import GitError
-from perfguard.worker.signals import SignalHandlers, Terminated, raise_terminated
+from perfguard.worker.signals import deferred_signals, on_terminate
 
 __all__ = [
     "DIRTY_NOTE",
     "STALE_AFTER_S",
     "WORKTREE_PREFIX",
     "BaseRef",
-    "Terminated",
     "base_worktree",
     "resolve_base",
     "sweep_stale_worktrees",
@@ -238,7 +237,12 @@ def base_worktree(repo: Path, sha: str, *, parent: Path | None = None) -> Iterat
     repo = Path(repo).resolve()
     sweep_stale_worktrees(repo)
     tmp: Path | None = None
-    with SignalHandlers(raise_terminated, defer=False):
+
+    def remove_on_terminate() -> None:
+        if tmp is not None:
+            _remove(repo, tmp / "base")
+
+    with on_terminate(remove_on_terminate):
         try:
             tmp = Path(
                 tempfile.mkdtemp(
@@ -253,11 +257,7 @@ def base_worktree(repo: Path, sha: str, *, parent: Path | None = None) -> Iterat
             yield path
         finally:
             if tmp is not None:
-                pending: list[int] = []
                 # A second Ctrl-C or SIGTERM waits until the removal is done.
-                with SignalHandlers(lambda signum, frame: pending.append(signum), defer=True):
+                with deferred_signals():
                     _remove(repo, tmp / "base")
-                if signal.SIGTERM in pending:
-                    raise Terminated("perfguard received SIGTERM while removing the base worktree")
-                if pending:
-                    raise KeyboardInterrupt
+                    tmp = None

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from perfguard.ab.run import ABConfig
-from perfguard.core.policy import INCONCLUSIVE_CHOICES
+from perfguard.core.policy import INCONCLUSIVE_CHOICES, OPEN_TIMEOUT_S
 from perfguard.judge.gatekeeper import GateSettings
 
 
@@ -31,6 +31,7 @@ class RunSettings:
     isolate: bool = False
     ab: ABConfig | None = None  # --perfguard-ab: same-run A/B against this ref
     is_worker: bool = False  # a pytest-xdist worker: measures, writes no files
+    open_timeout_s: float = OPEN_TIMEOUT_S  # model open and warm-up, in-process or isolated
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> RunSettings:
@@ -70,6 +71,7 @@ class RunSettings:
                 else None
             ),
             is_worker=hasattr(config, "workerinput"),
+            open_timeout_s=_open_timeout(config),
         )
 
 
@@ -99,6 +101,21 @@ def _contention_limit(config: pytest.Config) -> float:
             "Fix: set --perfguard-contention-limit or ini perfguard_contention_limit"
         )
     return limit
+
+
+def _open_timeout(config: pytest.Config) -> float:
+    raw = _option_or_ini(config, "perfguard_open_timeout")
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not 0.0 < seconds < float("inf"):  # also refuses NaN
+        raise pytest.UsageError(
+            f"perfguard: open timeout is {raw!r}; expected a number of seconds > 0 (how "
+            "long opening a model and its warm-up may take before the cell fails). "
+            "Fix: set --perfguard-open-timeout or ini perfguard_open_timeout"
+        )
+    return seconds
 
 
 def _inconclusive(config: pytest.Config) -> str:
