@@ -152,7 +152,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini(
         "perfguard_open_timeout",
         help="perfguard: the twin of --perfguard-open-timeout (seconds).",
-        default=str(OPEN_TIMEOUT_S),
+        default=f"{OPEN_TIMEOUT_S:g}",
     )
     parser.addini(
         "perfguard_contention_limit",
