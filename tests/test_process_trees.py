@@ -80,7 +80,10 @@ def _suite(pytester: pytest.Pytester, models: dict[str, str]) -> Path:
     suites = pytester.path / "suites"
     suites.mkdir()
     (suites / "procmodels.py").write_text(MODELS)
-    body = FAST_DEFAULTS + "models:\n"
+    # The warm-up's cap is added to its watchdog's limit: 1 s, so a hang shows soon.
+    warmup = "warmup: {iterations: 2, seconds: 0}"
+    assert warmup in FAST_DEFAULTS
+    body = FAST_DEFAULTS.replace(warmup, warmup[:-1] + ", max_seconds: 1}") + "models:\n"
     for name, factory in models.items():
         fn, _, kwargs = factory.partition(" ")
         extra = f", kwargs: {{{kwargs}}}" if kwargs else ""
@@ -129,12 +132,14 @@ def test_an_in_process_hang_fails_its_cell_with_the_stacks(suite_writer: pytest.
     result.stdout.fnmatch_lines(
         [
             "*::fine PASSED*",
-            "*opening the model of hangs was stopped after * s, past the open timeout of 5 s;"
+            "*opening the model of hangs was stopped after * s, past its limit of 5 s;"
             f" the main thread was at *procmodels.py:{factory_line} in hangs*"
             "Fix: find where it hangs in the dumped stacks*--perfguard-open-timeout*",
             "*perfguard watchdog: opening the model of hangs has run for 5 s*",
             "*time.sleep(300)  # the factory hangs here*",
-            f"*the warm-up of slow was stopped after *procmodels.py:{forward_line} in forward*",
+            "*the warm-up of slow was stopped after * s, past its limit of 6 s (1 s of "
+            "warmup.max_seconds + the open timeout 5 s); the main thread was at "
+            f"*procmodels.py:{forward_line} in forward*",
         ],
         consecutive=False,
     )

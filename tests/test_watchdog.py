@@ -30,7 +30,7 @@ def test_a_hanging_step_fails_with_the_step_the_line_and_the_stacks(
         _hang()
     text = str(stopped.value)
     assert "opening the model of m[x] was stopped after" in text
-    assert "past the open timeout of 0.5 s" in text
+    assert "past its limit of 0.5 s" in text
     assert f"{__file__}:" in text and "in _hang" in text
     assert "--perfguard-open-timeout" in text and "--perfguard-isolate" in text
     err = capsys.readouterr().err
@@ -89,3 +89,13 @@ def test_cell_limit_sets_the_limit_of_watch() -> None:
         with pytest.raises(WatchdogTimeout, match=r"the warm-up of c\[1\]"), watch("the warm-up"):
             _hang()
     assert current_limit() is None
+
+
+def test_the_allowance_is_added_to_the_limit_and_named() -> None:
+    """The warm-up may run for its own cap first; only a hang past cap + limit fails."""
+    dog = Watchdog("the warm-up", 0.3, allowance_s=0.4, allowance="warmup.max_seconds")
+    with pytest.raises(WatchdogTimeout) as stopped, dog:
+        _hang()
+    assert "past its limit of 0.7 s (0.4 s of warmup.max_seconds + the open timeout 0.3 s)" in str(
+        stopped.value
+    )

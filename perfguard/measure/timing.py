@@ -128,7 +128,8 @@ def measure(
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        with watch("the warm-up"):
+        # Allowed its own cap on top: only a request hanging past it fails the cell.
+        with watch("the warm-up", allowance_s=warmup.max_seconds, allowance="warmup.max_seconds"):
             cold_start_ns, warmup_iterations, warmup_ns = warm_up(call, sync, warmup)
 
         # --- timed loop

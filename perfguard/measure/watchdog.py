@@ -71,18 +71,23 @@ def cell_limit(
         _LIMIT.reset(token)
 
 
-def watch(step: str) -> Watchdog:
-    """A ``Watchdog`` for ``step`` with the limit and cell of the enclosing ``cell_limit``."""
+def watch(step: str, *, allowance_s: float = 0.0, allowance: str = "") -> Watchdog:
+    """A ``Watchdog`` for ``step`` with the limit and cell of the enclosing ``cell_limit``
+    (plus ``allowance_s`` the step is entitled to, e.g. the warm-up's own time cap)."""
     limit_s, cell, location = _LIMIT.get()
-    return Watchdog(step, limit_s, cell=cell, location=location)
+    return Watchdog(
+        step, limit_s, cell=cell, location=location, allowance_s=allowance_s, allowance=allowance
+    )
 
 
 class Watchdog:
     """Fails the step in its ``with`` block with ``WatchdogTimeout`` after ``limit_s``.
 
     ``step`` names it in the error ("opening the model", "the warm-up"); ``cell`` and
-    ``location`` say whose step it was. A no-op when ``limit_s`` is ``None``, off the
-    main thread, without SIGALRM, or inside another watched step.
+    ``location`` say whose step it was. ``allowance_s`` (named by ``allowance``) is
+    added to the limit: time the step may take by design (the warm-up's
+    ``max_seconds``), so that only a hang past it counts. A no-op when ``limit_s`` is
+    ``None``, off the main thread, without SIGALRM, or inside another watched step.
     """
 
     def __init__(
@@ -92,9 +97,13 @@ class Watchdog:
         *,
         cell: str = "",
         location: Location | None = None,
+        allowance_s: float = 0.0,
+        allowance: str = "",
     ) -> None:
         self.step = step
         self.limit_s = limit_s
+        self.allowance_s = allowance_s
+        self.allowance = allowance
         self.cell = cell
         self.location = location
         self.fired = False  # the timer ran out and signalled the main thread
@@ -159,7 +168,7 @@ class Watchdog:
 
     def _wait(self, main_ident: int | None) -> None:
         assert self.limit_s is not None
-        if self._done.wait(self.limit_s) or main_ident is None:
+        if self._done.wait(self.limit_s + self.allowance_s) or main_ident is None:
             return
         self.fired = True
         frame = sys._current_frames().get(main_ident)
@@ -181,8 +190,19 @@ class Watchdog:
     def _header(self) -> str:
         who = f" of {self.cell}" if self.cell else ""
         return (
-            f"perfguard watchdog: {self.step}{who} has run for {self.limit_s:g} s "
+            f"perfguard watchdog: {self.step}{who} has run for {self._limit_text()} "
             "(--perfguard-open-timeout); the Python stacks of all threads follow"
+        )
+
+    def _limit_text(self) -> str:
+        """``600 s`` or ``605 s (5 s of warmup.max_seconds + the open timeout 600 s)``."""
+        assert self.limit_s is not None
+        if not self.allowance_s:
+            return f"{self.limit_s:g} s"
+        total = self.limit_s + self.allowance_s
+        return (
+            f"{total:g} s ({self.allowance_s:g} s of {self.allowance or 'allowance'} + the "
+            f"open timeout {self.limit_s:g} s)"
         )
 
     def error(self) -> WatchdogTimeout:
@@ -190,10 +210,10 @@ class Watchdog:
         who = f" of {self.cell}" if self.cell else ""
         where = f"; the main thread was at {self.where}" if self.where else ""
         return WatchdogTimeout(
-            f"{self.step}{who} was stopped after {elapsed:.1f} s, past the open timeout "
-            f"of {self.limit_s:g} s{where} (the stacks of all threads are in the "
+            f"{self.step}{who} was stopped after {elapsed:.1f} s, past its limit of "
+            f"{self._limit_text()}{where} (the stacks of all threads are in the "
             "captured stderr)",
-            expected=f"{self.step} to finish within {self.limit_s:g} s",
+            expected=f"{self.step} to finish within {self._limit_text()}",
             fix="find where it hangs in the dumped stacks; if the model only needs longer "
             "(export, quantization, compilation), raise --perfguard-open-timeout (ini "
             "perfguard_open_timeout); code stuck in native calls is only stopped by "

@@ -215,8 +215,16 @@ class _Guard:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)  # die of the signal, as without perfguard
 
+    def forget(self) -> None:
+        """In a forked child: the groups and clean-ups are the parent's, not its own."""
+        self.lock = threading.RLock()
+        self.groups.clear()
+        self.cleanups.clear()
+
 
 _GUARD = _Guard()
+if hasattr(os, "register_at_fork"):  # a model forking must not kill its parent's workers
+    os.register_at_fork(after_in_child=_GUARD.forget)
 
 
 def track_group(pgid: int, name: str) -> None:
