@@ -411,7 +411,7 @@ def test_a_timed_out_worker_is_killed_with_its_children(tmp_path: Path) -> None:
 
 @linux_only
 def test_ctrl_c_kills_the_worker_groups_then_interrupts(tmp_path: Path) -> None:
-    """In a session of its own the worker no longer gets the terminal's Ctrl-C."""
+    """In a process group of its own the worker no longer gets the terminal's Ctrl-C."""
     with WorkerProcess(name="spawner", command=_fake(tmp_path, SPAWNS)) as worker:
         assert worker.pid is not None
         child = worker.info["child"]

@@ -8,7 +8,7 @@ on the pipe), a hanging one is killed at the timeout, and a garbled pipe is a
 ``ProtocolError``. After any of these the worker is gone and reaped; further
 requests raise at once.
 
-Each worker leads a process group of its own (a new session), so whatever a
+Each worker leads a process group of its own (``_OWN_GROUP``), so whatever a
 model starts inside it can be killed with it: every way out (``close``, a
 crash, a timeout, a garbled pipe) ends by killing the whole group, and while
 the worker lives its group is registered with :mod:`perfguard.worker.signals`,
@@ -48,6 +48,13 @@ __all__ = ["DEFAULT_TIMEOUT_S", "OPEN_TIMEOUT_S", "WorkerProcess"]
 
 #: A request's default reply timeout (``open`` may export and quantize a model).
 DEFAULT_TIMEOUT_S = OPEN_TIMEOUT_S
+#: A process group of its own: killed as one with whatever the model starts. On
+#: Python 3.11+ only the group changes (``setpgid``); a new session (``setsid``) would
+#: also move the worker into a scheduling autogroup of its own on Linux, so that it
+#: would compete for the CPUs unlike an in-process cell.
+_OWN_GROUP: dict[str, Any] = (
+    {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
+)
 _STDERR_LINES = 20
 _STDERR_BYTES = 64 * 1024
 _LINE_CHARS = 300  # a stderr line longer than this is cut in the tail
@@ -144,8 +151,7 @@ class WorkerProcess:
                 env=env,
                 bufsize=0,
                 close_fds=True,
-                # A group of its own: killed as one with whatever the model starts.
-                start_new_session=True,
+                **_OWN_GROUP,
             )
         except OSError as exc:
             self.close()

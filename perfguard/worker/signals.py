@@ -1,7 +1,7 @@
 """Clean process trees: worker process groups and temporary checkouts never outlive a run.
 
 Every worker runs in a process group of its own (``WorkerProcess`` starts it
-with ``start_new_session=True``), so a child process that a model starts
+so), so a child process that a model starts
 inside it is in the same group, and killing the group kills them all. The
 group is registered here while the worker lives (``track_group``), and the
 same place holds the clean-ups that must run when the run is terminated
@@ -16,8 +16,8 @@ only then, handlers for SIGTERM and SIGINT are installed:
 * **SIGINT** (Ctrl-C): every registered worker group is killed, then the
   previous handler runs (pytest's: ``KeyboardInterrupt``, so the session stops
   and ``finally`` blocks, the worktree's removal among them, run as usual). The
-  workers must be killed here: in a session of their own they no longer get the
-  terminal's Ctrl-C.
+  workers must be killed here: outside the terminal's foreground process group
+  they no longer get its Ctrl-C.
 * **interpreter exit** (``atexit``): any group still registered is killed.
 
 Only the main thread can install signal handlers; elsewhere a worker still gets
