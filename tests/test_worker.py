@@ -8,9 +8,11 @@ No timing assertions: latencies are only checked to be positive.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,7 @@ from perfguard.core.results import ScenarioResult
 from perfguard.worker import PROTOCOL_VERSION, WorkerProcess, describe_exit
 from perfguard.worker.protocol import check_reply, decode, encode, quote
 from perfguard.worker.serve import Server
+from perfguard.worker.signals import guarded
 from tests.conftest import FAST_DEFAULTS
 
 MODELS = textwrap.dedent(
@@ -116,6 +119,25 @@ def _fake(tmp_path: Path, body: str) -> list[str]:
         "    req = json.loads(line)\n" + textwrap.indent(textwrap.dedent(body), "    ")
     )
     return [sys.executable, str(script)]
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, killed but not yet reaped, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def gone(pid: int, within_s: float = 30.0) -> bool:
+    """Whether ``pid`` stops running within ``within_s`` (a kill takes a moment to land)."""
+    end = time.monotonic() + within_s
+    while alive(pid):
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def _assert_gone(worker: WorkerProcess) -> None:
@@ -344,6 +366,60 @@ def test_close_is_idempotent_and_always_reaps(tmp_path: Path) -> None:
     worker.close(timeout_s=0.5)
     _assert_gone(worker)
     assert worker.poll() == -signal.SIGKILL
+
+
+# A fake worker whose "model" starts a helper process (`sleep`) when it says hello.
+SPAWNS = (
+    "if req['op'] == 'hello':\n"
+    "    import subprocess\n"
+    "    child = subprocess.Popen(['sleep', '300'])\n"
+    "if req['op'] == 'hang':\n"
+    "    time.sleep(3600)\n"
+    "reply({'v': 1, 'id': req['id'], 'ok': True, 'protocol': 1, 'child': child.pid})"
+)
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+linux_only = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+
+
+@linux_only
+def test_a_worker_leads_a_process_group_killed_whole_on_close(tmp_path: Path) -> None:
+    before = [signal.getsignal(s) for s in SIGNALS]
+    with WorkerProcess(name="spawner", command=_fake(tmp_path, SPAWNS)) as worker:
+        assert worker.pid is not None
+        child = worker.info["child"]
+        assert os.getpgid(worker.pid) == worker.pid != os.getpgrp()
+        assert os.getpgid(child) == worker.pid
+        assert guarded() == {worker.pid: "spawner"}
+        # Handlers for SIGTERM and SIGINT exist while a worker does (not only in A/B).
+        assert all(signal.getsignal(s) is not b for s, b in zip(SIGNALS, before, strict=True))
+    _assert_gone(worker)
+    assert gone(child)
+    assert guarded() == {}
+    assert [signal.getsignal(s) for s in SIGNALS] == before
+
+
+@linux_only
+def test_a_timed_out_worker_is_killed_with_its_children(tmp_path: Path) -> None:
+    with WorkerProcess(name="hangs", command=_fake(tmp_path, SPAWNS)) as worker:
+        child = worker.info["child"]
+        with pytest.raises(WorkerTimeout, match=r"gave no reply to `hang` within 0\.5 s"):
+            worker.request("hang", timeout_s=0.5)
+        _assert_gone(worker)
+        assert gone(child)
+        assert guarded() == {}
+
+
+@linux_only
+def test_ctrl_c_kills_the_worker_groups_then_interrupts(tmp_path: Path) -> None:
+    """In a process group of its own the worker no longer gets the terminal's Ctrl-C."""
+    with WorkerProcess(name="spawner", command=_fake(tmp_path, SPAWNS)) as worker:
+        assert worker.pid is not None
+        child = worker.info["child"]
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+        assert gone(worker.pid)
+        assert gone(child)
+    _assert_gone(worker)
 
 
 def test_pythonpath_first_and_cwd_select_the_code_the_worker_runs(tmp_path: Path) -> None:

@@ -10,10 +10,11 @@ only sets ``BaseRef.dirty`` so the caller can say so (``DIRTY_NOTE``).
 ``base_worktree`` checks the base out with ``git worktree add --detach`` into
 a fresh temporary directory (``WORKTREE_PREFIX``), so the user's checkout is
 never touched, and removes it on every way out: normal exit, an exception,
-Ctrl-C, and SIGTERM (what CI sends on cancel), for which a handler raising
-``Terminated`` (a KeyboardInterrupt, so pytest stops the session) is installed
-while the worktree exists. Only the main thread can install signal handlers;
-elsewhere SIGTERM keeps its default and a killed run leaves a worktree behind.
+Ctrl-C, and SIGTERM (what CI sends on cancel): while the worktree exists,
+SIGTERM kills the workers' process groups, removes it and then ends the process
+as SIGTERM would have (``perfguard.worker.signals``, shared with the workers).
+Only the main thread can install signal handlers; elsewhere SIGTERM keeps its
+default and a killed run leaves a worktree behind.
 A worktree left by a run that was killed outright (SIGKILL, power loss) is
 swept by the next run: ``sweep_stale_worktrees`` removes those of perfguard
 whose temporary directory is gone or older than a day (never a live run's).
@@ -26,16 +27,12 @@ from __future__ import annotations
 
 import logging
 import shutil
-import signal
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType, TracebackType
-from typing import Any
 
 from perfguard.baseline.git import (
     SHALLOW_FIX,
@@ -48,13 +45,13 @@ from perfguard.baseline.git import (
     run_git,
 )
 from perfguard.core.errors import GitError
+from perfguard.worker.signals import deferred_signals, on_terminate
 
 __all__ = [
     "DIRTY_NOTE",
     "STALE_AFTER_S",
     "WORKTREE_PREFIX",
     "BaseRef",
-    "Terminated",
     "base_worktree",
     "resolve_base",
     "sweep_stale_worktrees",
@@ -80,10 +77,6 @@ class BaseRef:
     sha: str
     how: str
     dirty: bool
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM arrived while a base worktree existed; raised so that it is removed."""
 
 
 # --------------------------------------------------------------------------- resolve
@@ -233,39 +226,6 @@ def sweep_stale_worktrees(repo: Path, *, older_than_s: float = STALE_AFTER_S) ->
     return stale
 
 
-def _restore(signum: int, handler: Any) -> None:
-    # None: the previous handler was not installed from Python; the default is closest.
-    signal.signal(signum, signal.SIG_DFL if handler is None else handler)
-
-
-class _Signals:
-    """While active, SIGTERM (and with ``defer``, also SIGINT) run ``on_signal``."""
-
-    def __init__(self, on_signal: Callable[[int, FrameType | None], None], *, defer: bool) -> None:
-        self.on_signal = on_signal
-        self.signums = (signal.SIGTERM, signal.SIGINT) if defer else (signal.SIGTERM,)
-        self.previous: dict[int, Any] = {}
-
-    def __enter__(self) -> None:
-        if threading.current_thread() is threading.main_thread():
-            for signum in self.signums:
-                if signal.getsignal(signum) is not signal.SIG_IGN:  # ignored stays ignored
-                    self.previous[signum] = signal.signal(signum, self.on_signal)
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        for signum, handler in self.previous.items():
-            _restore(signum, handler)
-
-
-def _raise_terminated(signum: int, frame: FrameType | None) -> None:
-    raise Terminated(f"perfguard received signal {signum} (SIGTERM)")
-
-
 @contextmanager
 def base_worktree(repo: Path, sha: str, *, parent: Path | None = None) -> Iterator[Path]:
     """A detached checkout of ``sha`` in a new temporary directory, removed on exit.
@@ -277,7 +237,12 @@ def base_worktree(repo: Path, sha: str, *, parent: Path | None = None) -> Iterat
     repo = Path(repo).resolve()
     sweep_stale_worktrees(repo)
     tmp: Path | None = None
-    with _Signals(_raise_terminated, defer=False):
+
+    def remove_on_terminate() -> None:
+        if tmp is not None:
+            _remove(repo, tmp / "base")
+
+    with on_terminate(remove_on_terminate):
         try:
             tmp = Path(
                 tempfile.mkdtemp(
@@ -292,11 +257,7 @@ def base_worktree(repo: Path, sha: str, *, parent: Path | None = None) -> Iterat
             yield path
         finally:
             if tmp is not None:
-                pending: list[int] = []
                 # A second Ctrl-C or SIGTERM waits until the removal is done.
-                with _Signals(lambda signum, frame: pending.append(signum), defer=True):
+                with deferred_signals():
                     _remove(repo, tmp / "base")
-                if signal.SIGTERM in pending:
-                    raise Terminated("perfguard received SIGTERM while removing the base worktree")
-                if pending:
-                    raise KeyboardInterrupt
+                    tmp = None

@@ -228,3 +228,8 @@ class PerfguardWarning(UserWarning):
 class InconclusiveWarning(PerfguardWarning):
     """A cell stayed ``invalid`` after its rounds and ``--perfguard-inconclusive=warn``
     lets its item pass: the figures were reported, not gated."""
+
+
+class WatchdogTimeout(PerfguardError):
+    """An in-process cell's model open or warm-up ran past the open timeout
+    (``--perfguard-open-timeout``); the watchdog dumped the stacks and stopped it."""

@@ -232,6 +232,14 @@ QUIET_SAMPLE_S = 1.0
 QUIET_WAIT_S = 30.0
 QUIET_BUDGET_S = 120.0
 
+# Opening a model and warming it up (issue 15, clean process trees). How long one of
+# these steps may take before the cell fails: an in-process cell's watchdog
+# (perfguard.measure.watchdog) dumps the Python stacks and fails it; an isolated worker
+# is killed with its process group. Generous, because exporting, quantizing or compiling
+# a model on its first open can take minutes; only a hang should reach it. A setting:
+# --perfguard-open-timeout / ini perfguard_open_timeout (seconds).
+OPEN_TIMEOUT_S = 600.0
+
 
 def gate_metric(name: str) -> GateMetric | None:
     """The table's entry for ``name`` (or one of its aliases, any case), else None."""

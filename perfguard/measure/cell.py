@@ -1,6 +1,11 @@
 """One cell's open session and where it keeps its files, shared by the timed loop
 (``perfguard.measure.runner``) and load levels (``perfguard.measure.load``); the
-result record a cell starts from is ``ScenarioResult.for_cell``."""
+result record a cell starts from is ``ScenarioResult.for_cell``.
+
+With ``RunContext.open_timeout_s`` set, opening the model (``backend.open`` and
+``prepare``) and the warm-up of the timed loop run under the in-process watchdog
+(``perfguard.measure.watchdog``): past the limit the stacks are dumped and the cell
+fails instead of hanging the session."""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from perfguard.backends import Session, get_backend
 from perfguard.core.errors import BackendUnavailable, CellError
 from perfguard.core.scenario import Scenario
 from perfguard.measure.gpu import cuda_unavailable
+from perfguard.measure.watchdog import Watchdog, cell_limit
 from perfguard.models.inputs import batch_size, make_inputs
 
 __all__ = ["RunContext", "open_session"]
@@ -22,10 +28,17 @@ __all__ = ["RunContext", "open_session"]
 
 @dataclass(frozen=True)
 class RunContext:
-    """Where a session keeps its derived files and how it names scenarios."""
+    """Where a session keeps its derived files and how it names scenarios.
+
+    ``open_timeout_s``: how long opening a cell's model, and its warm-up, may take
+    (``--perfguard-open-timeout``): the in-process watchdog's limit and an isolated
+    worker's ``open`` timeout. ``None``: no in-process watchdog (a worker process, whose
+    parent holds the timeout) and the default for isolated workers.
+    """
 
     rootdir: Path
     cache_dir: Path
+    open_timeout_s: float | None = None
 
 
 @contextmanager
@@ -45,11 +58,26 @@ def open_session(
     if reason:
         raise BackendUnavailable(reason, location=scenario.location)
     feeds = make_inputs(scenario.model)
-    if calibration is not None:
-        session = backend.open(scenario, feeds, ctx.cache_dir, calibration=calibration)
-    else:
-        session = backend.open(scenario, feeds, ctx.cache_dir)
+    with Watchdog(
+        "opening the model",
+        ctx.open_timeout_s,
+        cell=scenario.item_name,
+        location=scenario.location,
+    ):
+        if calibration is not None:
+            session = backend.open(scenario, feeds, ctx.cache_dir, calibration=calibration)
+        else:
+            session = backend.open(scenario, feeds, ctx.cache_dir)
     try:
-        yield session, session.prepare(feeds), batch_size(feeds)
+        with Watchdog(
+            "preparing the inputs",
+            ctx.open_timeout_s,
+            cell=scenario.item_name,
+            location=scenario.location,
+        ):
+            prepared = session.prepare(feeds)
+        # The warm-up (perfguard.measure.timing) is watched with the same limit.
+        with cell_limit(ctx.open_timeout_s, cell=scenario.item_name, location=scenario.location):
+            yield session, prepared, batch_size(feeds)
     finally:
         session.close()

@@ -12,6 +12,10 @@ Design points (each one is there for measurement quality):
   the harness's own allocations never lands inside a request; one
   ``gc.collect()`` before the timed loop starts it from a clean heap. The
   previous gc state is restored even when ``call`` raises.
+* The warm-up runs under the in-process watchdog when the cell's session set a
+  limit (``perfguard.measure.watchdog``, ``--perfguard-open-timeout``): a model
+  that hangs there fails its cell. The timed loop is not watched (its cap is
+  ``measure.max_seconds``, checked between requests).
 * The timed loop is as lean as a bare ``perf_counter_ns`` loop: locals for the
   clock and ``list.append``, no extra clock reads (the loop's time checks use the
   ``t1`` just taken), numpy conversion only after the loop, and a separate loop
@@ -30,6 +34,7 @@ import numpy.typing as npt
 
 from perfguard.core.scenario import LoopSpec
 from perfguard.core.stats import is_stable, stability_ratio
+from perfguard.measure.watchdog import watch
 
 __all__ = ["Measurement", "measure"]
 
@@ -123,7 +128,9 @@ def measure(
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        cold_start_ns, warmup_iterations, warmup_ns = warm_up(call, sync, warmup)
+        # Allowed its own cap on top: only a request hanging past it fails the cell.
+        with watch("the warm-up", allowance_s=warmup.max_seconds, allowance="warmup.max_seconds"):
+            cold_start_ns, warmup_iterations, warmup_ns = warm_up(call, sync, warmup)
 
         # --- timed loop
         gc.collect()

@@ -19,6 +19,7 @@ from perfguard.core.policy import (
     INCONCLUSIVE_CHOICES,
     INCONCLUSIVE_ROUNDS,
     MAX_INPUT_MIB,
+    OPEN_TIMEOUT_S,
 )
 from perfguard.suite.files import SUITE_PATTERNS
 
@@ -148,6 +149,20 @@ def add_options(parser: pytest.Parser) -> None:
         action="store_true",
         default=False,
         help="measure every scenario in its own worker process (a crash fails only that cell).",
+    )
+    group.addoption(
+        "--perfguard-open-timeout",
+        metavar="SECONDS",
+        type=float,
+        default=None,
+        help="how long opening a model (export, quantization included) and its warm-up may "
+        "take before the cell fails with the stacks dumped; in-process and isolated "
+        f"(default: ini, else {OPEN_TIMEOUT_S:g}).",
+    )
+    parser.addini(
+        "perfguard_open_timeout",
+        help="perfguard: the twin of --perfguard-open-timeout (seconds).",
+        default=f"{OPEN_TIMEOUT_S:g}",
     )
     parser.addini(
         "perfguard_contention_limit",

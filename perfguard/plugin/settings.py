@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from perfguard.ab.run import ABConfig
-from perfguard.core.policy import INCONCLUSIVE_CHOICES, MAX_INPUT_MIB
+from perfguard.core.policy import INCONCLUSIVE_CHOICES, MAX_INPUT_MIB, OPEN_TIMEOUT_S
 from perfguard.judge.gatekeeper import GateSettings
 
 MIB = 1024 * 1024
@@ -34,6 +34,7 @@ class RunSettings:
     ab: ABConfig | None = None  # --perfguard-ab: same-run A/B against this ref
     is_worker: bool = False  # a pytest-xdist worker: measures, writes no files
     max_input_bytes: int = MAX_INPUT_MIB * MIB  # generated inputs per cell, at most
+    open_timeout_s: float = OPEN_TIMEOUT_S  # model open and warm-up, in-process or isolated
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> RunSettings:
@@ -73,7 +74,22 @@ class RunSettings:
                 else None
             ),
             is_worker=hasattr(config, "workerinput"),
-            max_input_bytes=_max_input_bytes(config),
+            max_input_bytes=int(
+                _positive(
+                    config,
+                    "perfguard_max_input_mib",
+                    "max input size",
+                    "MiB",
+                    "the most memory one cell's generated inputs may declare",
+                )
+                * MIB
+            ),
+            open_timeout_s=_positive(
+                config,
+                "perfguard_open_timeout",
+                "open timeout",
+                "seconds (how long opening a model and its warm-up may take before the cell fails)",
+            ),
         )
 
 
@@ -105,19 +121,20 @@ def _contention_limit(config: pytest.Config) -> float:
     return limit
 
 
-def _max_input_bytes(config: pytest.Config) -> int:
-    raw = _option_or_ini(config, "perfguard_max_input_mib")
+def _positive(config: pytest.Config, name: str, what: str, unit: str, meaning: str) -> float:
+    """The option-or-ini ``name`` as a finite number above 0, or a usage error."""
+    raw = _option_or_ini(config, name)
     try:
-        mib = float(raw)
+        value = float(raw)
     except ValueError:
-        mib = -1.0
-    if not 0.0 < mib < float("inf"):  # also refuses NaN
+        value = -1.0
+    if not 0.0 < value < float("inf"):  # also refuses NaN
+        option = "--" + name.replace("_", "-")
         raise pytest.UsageError(
-            f"perfguard: max input size is {raw!r}; expected a number of MiB > 0 (the most "
-            "memory one cell's generated inputs may declare). "
-            "Fix: set --perfguard-max-input-mib or ini perfguard_max_input_mib"
+            f"perfguard: {what} is {raw!r}; expected a number of {unit} > 0 ({meaning}). "
+            f"Fix: set {option} or ini {name}"
         )
-    return int(mib * MIB)
+    return value
 
 
 def _inconclusive(config: pytest.Config) -> str:

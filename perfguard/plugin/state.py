@@ -103,7 +103,11 @@ class PerfguardSession:
         self.rootdir = settings.rootdir
         self.report_dir = settings.report_dir
         self.is_worker = settings.is_worker
-        self.ctx = RunContext(rootdir=self.rootdir, cache_dir=settings.cache_dir)
+        self.ctx = RunContext(
+            rootdir=self.rootdir,
+            cache_dir=settings.cache_dir,
+            open_timeout_s=settings.open_timeout_s,
+        )
         self.results: dict[str, ScenarioResult] = {}
         self.verdicts: dict[str, ScenarioVerdict] = {}
         self.collected_ids: set[str] = set()

@@ -7,6 +7,12 @@ whatever the worker does; a worker that dies is noticed at once (end of file
 on the pipe), a hanging one is killed at the timeout, and a garbled pipe is a
 ``ProtocolError``. After any of these the worker is gone and reaped; further
 requests raise at once.
+
+Each worker leads a process group of its own (``_OWN_GROUP``), so whatever a
+model starts inside it can be killed with it: every way out (``close``, a
+crash, a timeout, a garbled pipe) ends by killing the whole group, and while
+the worker lives its group is registered with :mod:`perfguard.worker.signals`,
+which kills it on SIGTERM, SIGINT and at interpreter exit.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from perfguard.core.errors import PerfguardError, ProtocolError, WorkerError
+from perfguard.core.policy import OPEN_TIMEOUT_S
 from perfguard.core.text import plain
 from perfguard.worker.protocol import (
     PROTOCOL_VERSION,
@@ -35,14 +42,19 @@ from perfguard.worker.protocol import (
     error_from_reply,
     timeout_error,
 )
+from perfguard.worker.signals import kill_group, track_group, untrack_group
 
 __all__ = ["DEFAULT_TIMEOUT_S", "OPEN_TIMEOUT_S", "WorkerProcess"]
 
-#: How long opening a cell (or warming it up) may take: exporting or quantizing a
-#: model on its first open can take minutes.
-OPEN_TIMEOUT_S = 600.0
 #: A request's default reply timeout (``open`` may export and quantize a model).
 DEFAULT_TIMEOUT_S = OPEN_TIMEOUT_S
+#: A process group of its own: killed as one with whatever the model starts. On
+#: Python 3.11+ only the group changes (``setpgid``); a new session (``setsid``) would
+#: also move the worker into a scheduling autogroup of its own on Linux, so that it
+#: would compete for the CPUs unlike an in-process cell.
+_OWN_GROUP: dict[str, Any] = (
+    {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
+)
 _STDERR_LINES = 20
 _STDERR_BYTES = 64 * 1024
 _LINE_CHARS = 300  # a stderr line longer than this is cut in the tail
@@ -88,6 +100,7 @@ class WorkerProcess:
         self._in_flight = False
         self._failure: WorkerError | None = None
         self._closed = False
+        self._stopped = False
 
     # --- life cycle ----------------------------------------------------------
 
@@ -138,6 +151,7 @@ class WorkerProcess:
                 env=env,
                 bufsize=0,
                 close_fds=True,
+                **_OWN_GROUP,
             )
         except OSError as exc:
             self.close()
@@ -147,6 +161,7 @@ class WorkerProcess:
                 fix="check the interpreter path and the working directory",
                 worker=self.name,
             ) from None
+        track_group(self._proc.pid, self.name)
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self._in_fd = self._proc.stdin.fileno()
         self._reader = LineReader(self._proc.stdout.fileno())
@@ -172,11 +187,11 @@ class WorkerProcess:
         self._closed = True
         proc = self._proc
         try:
-            if proc is not None and proc.poll() is None:
-                if self._failure is None and not self._in_flight:
-                    with contextlib.suppress(WorkerError):
-                        self._request("bye", timeout_s)
-                self._reap(timeout_s)
+            idle = self._failure is None and not self._in_flight
+            if proc is not None and proc.poll() is None and idle:
+                with contextlib.suppress(WorkerError):
+                    self._request("bye", timeout_s)
+            self._reap(timeout_s)
         finally:
             self._final_tail = self._stderr_text()
             if self._reader is not None:
@@ -189,14 +204,29 @@ class WorkerProcess:
                 self._stderr = None
 
     def _reap(self, wait_s: float) -> None:
+        """Give the worker ``wait_s`` to exit, then stop its whole group (``_stop``)."""
         proc = self._proc
         if proc is None:
             return
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        self._stop()
+
+    def _stop(self) -> None:
+        """Kill the worker's process group (the worker, if still running, and every
+        process a model started in it) and reap the worker; idempotent.
+
+        After a worker that exited by itself has been reaped, its group lives on
+        while a child of it does (and its id cannot be reused then); once empty,
+        ``killpg`` finds nothing, which is no error.
+        """
+        proc = self._proc
+        if proc is None or self._stopped:
+            return
+        kill_group(proc.pid)
+        proc.wait()
+        untrack_group(proc.pid)
+        self._stopped = True  # the group id may belong to another process later
 
     def stderr_tail(self, lines: int = _STDERR_LINES) -> str:
         """The last ``lines`` lines the worker wrote to stderr (kept after ``close``).
@@ -362,18 +392,14 @@ class WorkerProcess:
                     time.sleep(0.05)  # let the dump finish
                     break
                 time.sleep(0.01)
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
+        self._stop()
         return self._fail(timeout_error(self._who(), self.name, op, timeout_s, self.stderr_tail()))
 
     def _broken(self, exc: ProtocolError) -> WorkerError:
         """The pipe is out of step: stop the worker; the error gets its stderr tail."""
         proc = self._proc
         if proc is not None:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
+            self._stop()
         return self._fail(
             ProtocolError(
                 exc.problem + "; the worker was stopped",

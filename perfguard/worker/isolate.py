@@ -8,6 +8,8 @@ sends the result back as plain data. The same open worker measures again for a
 confirmation round. A model that crashes the process (segfault, out-of-memory
 kill, ``os._exit``) or hangs past the timeout fails only its cell, with the exit
 status or signal and the tail of the worker's stderr, and the session goes on.
+Opening the cell may take ``RunContext.open_timeout_s`` (``--perfguard-open-timeout``);
+a worker past it is killed with its process group (whatever the model started).
 Accuracy checks, when the cell has them, run in the parent afterwards.
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from perfguard.core.errors import WorkerTimeout
 from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import Scenario
 from perfguard.measure.cell import RunContext
@@ -50,15 +53,29 @@ class IsolatedRun:
         self.scenario = scenario
         self._worker = WorkerProcess(cwd=ctx.rootdir, name=f"worker for {scenario.item_name}")
         self._worker.start()
+        limit = OPEN_TIMEOUT_S if ctx.open_timeout_s is None else ctx.open_timeout_s
         try:
             self._worker.request(
                 "open",
-                timeout_s=OPEN_TIMEOUT_S,
+                timeout_s=limit,
                 suite=str(scenario.suite),
                 cell=scenario.item_name,
                 rootdir=str(ctx.rootdir),
                 cache_dir=str(ctx.cache_dir),
             )
+        except WorkerTimeout as exc:
+            self._worker.close()
+            raise WorkerTimeout(
+                exc.problem,
+                expected=f"the model to open within the open timeout ({limit:g} s)",
+                fix="find where it hangs in the worker's stacks below; if the model only "
+                "needs longer (export, quantization, compilation), raise "
+                "--perfguard-open-timeout (ini perfguard_open_timeout)",
+                location=scenario.location,
+                worker=exc.worker,
+                tail=exc.tail,
+                tail_label=exc.tail_label,
+            ) from None
         except BaseException:
             self._worker.close()
             raise

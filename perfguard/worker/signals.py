@@ -1,0 +1,254 @@
+"""Clean process trees: worker process groups and temporary checkouts never outlive a run.
+
+Every worker runs in a process group of its own (``WorkerProcess`` starts it
+so), so a child process that a model starts
+inside it is in the same group, and killing the group kills them all. The
+group is registered here while the worker lives (``track_group``), and the
+same place holds the clean-ups that must run when the run is terminated
+(``on_terminate``: the A/B base worktree). While anything is registered, and
+only then, handlers for SIGTERM and SIGINT are installed:
+
+* **SIGTERM** (what CI sends on cancel): every registered worker group is
+  killed, the registered clean-ups run (last registered first), and the process
+  then dies of SIGTERM exactly as it would have without perfguard (exit status
+  143 in a shell), unless a handler installed before perfguard's was a Python
+  function: that one is called instead.
+* **SIGINT** (Ctrl-C): every registered worker group is killed, then the
+  previous handler runs (pytest's: ``KeyboardInterrupt``, so the session stops
+  and ``finally`` blocks, the worktree's removal among them, run as usual). The
+  workers must be killed here: outside the terminal's foreground process group
+  they no longer get its Ctrl-C.
+* **interpreter exit** (``atexit``): any group still registered is killed.
+
+Only the main thread can install signal handlers; elsewhere a worker still gets
+its group killed on close and at exit, but a signal keeps its current handling.
+A process killed outright (SIGKILL) runs none of this: its worker sees the end
+of its request pipe and exits once idle, but the children of a busy one stay.
+
+``SignalHandlers`` and ``deferred_signals`` are the building blocks: the first
+installs handlers while active, the second holds SIGTERM and SIGINT back during
+a clean-up that must not be cut short and delivers them afterwards.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from types import FrameType, TracebackType
+from typing import Any
+
+__all__ = [
+    "SignalHandlers",
+    "deferred_signals",
+    "guarded",
+    "kill_group",
+    "on_terminate",
+    "track_group",
+    "untrack_group",
+]
+
+log = logging.getLogger(__name__)
+
+
+def _restore(signum: int, handler: Any) -> None:
+    # None: the previous handler was not installed from Python; the default is closest.
+    signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+class SignalHandlers:
+    """While active, SIGTERM (and with ``defer``, also SIGINT) run ``on_signal``."""
+
+    def __init__(self, on_signal: Callable[[int, FrameType | None], None], *, defer: bool) -> None:
+        self.on_signal = on_signal
+        self.signums = (signal.SIGTERM, signal.SIGINT) if defer else (signal.SIGTERM,)
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> None:
+        if _in_main_thread():
+            for signum in self.signums:
+                if signal.getsignal(signum) is not signal.SIG_IGN:  # ignored stays ignored
+                    self.previous[signum] = signal.signal(signum, self.on_signal)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        for signum, handler in self.previous.items():
+            _restore(signum, handler)
+        self.previous.clear()
+
+
+@contextlib.contextmanager
+def deferred_signals() -> Iterator[None]:
+    """Hold SIGTERM and SIGINT back inside the block; deliver them again on its exit.
+
+    For a clean-up that a second Ctrl-C must not cut short. The signal is raised
+    anew once the previous handlers are back, so it gets the handling it would
+    have had (SIGTERM first when both came).
+    """
+    pending: list[int] = []
+    with SignalHandlers(lambda signum, frame: pending.append(signum), defer=True):
+        yield
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        if signum in pending:
+            signal.raise_signal(signum)
+
+
+def kill_group(pgid: int, signum: int = signal.SIGKILL) -> None:
+    """Send ``signum`` to the process group ``pgid``; a group already gone is no error."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+class _Guard:
+    """The registry of live worker groups and terminate clean-ups, and the handlers."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.groups: dict[int, str] = {}  # pgid -> the worker's name
+        self.cleanups: dict[int, Callable[[], None]] = {}  # token -> clean-up, in order
+        self.next_token = 0
+        self.previous: dict[int, Any] = {}
+        self.terminating = False
+        self.atexit_registered = False
+
+    # --- registry --------------------------------------------------------------
+
+    def track(self, pgid: int, name: str) -> None:
+        with self.lock:
+            self.groups[pgid] = name
+            self._install()
+
+    def untrack(self, pgid: int) -> None:
+        with self.lock:
+            self.groups.pop(pgid, None)
+            self._uninstall_if_idle()
+
+    def add_cleanup(self, cleanup: Callable[[], None]) -> int:
+        with self.lock:
+            self.next_token += 1
+            self.cleanups[self.next_token] = cleanup
+            self._install()
+            return self.next_token
+
+    def remove_cleanup(self, token: int) -> None:
+        with self.lock:
+            self.cleanups.pop(token, None)
+            self._uninstall_if_idle()
+
+    # --- handlers ----------------------------------------------------------------
+
+    def _install(self) -> None:
+        if not self.atexit_registered:
+            atexit.register(self.kill_all)
+            self.atexit_registered = True
+        if self.previous or not _in_main_thread():
+            return
+        for signum, handler in ((signal.SIGTERM, self.on_sigterm), (signal.SIGINT, self.on_sigint)):
+            if signal.getsignal(signum) is not signal.SIG_IGN:  # ignored stays ignored
+                self.previous[signum] = signal.signal(signum, handler)
+
+    def _uninstall_if_idle(self) -> None:
+        if self.groups or self.cleanups or not self.previous or not _in_main_thread():
+            return
+        for signum, handler in self.previous.items():
+            # Another handler installed on top of ours since (and not yet removed) stays.
+            if signal.getsignal(signum) in (self.on_sigterm, self.on_sigint):
+                _restore(signum, handler)
+        self.previous.clear()
+
+    def kill_all(self) -> list[int]:
+        """Kill every registered worker group at once; returns their ids."""
+        with self.lock:
+            groups = list(self.groups)
+        for pgid in groups:
+            kill_group(pgid)
+        return groups
+
+    def on_sigint(self, signum: int, frame: FrameType | None) -> None:
+        self.kill_all()
+        previous = self.previous.get(signum)
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            raise KeyboardInterrupt
+
+    def on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        if self.terminating:  # a second SIGTERM while cleaning up: the first one wins
+            return
+        self.terminating = True
+        killed = self.kill_all()
+        with self.lock:
+            cleanups = list(self.cleanups.values())
+            self.cleanups.clear()
+        for cleanup in reversed(cleanups):
+            try:
+                cleanup()
+            except Exception as exc:  # best effort: the process dies next
+                log.warning("clean-up on SIGTERM failed: %s", exc)
+        previous = self.previous.get(signum)
+        self.groups.clear()
+        self._uninstall_if_idle()
+        what = f" and ran {len(cleanups)} clean-up(s)" if cleanups else ""
+        with contextlib.suppress(Exception):  # stdout/stderr may be closed or broken
+            sys.stdout.flush()
+            sys.stderr.write(
+                f"\nperfguard: SIGTERM: killed {len(killed)} worker process group(s){what}\n"
+            )
+            sys.stderr.flush()
+        self.terminating = False
+        if callable(previous):
+            previous(signum, frame)
+            return
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)  # die of the signal, as without perfguard
+
+    def forget(self) -> None:
+        """In a forked child: the groups and clean-ups are the parent's, not its own."""
+        self.lock = threading.RLock()
+        self.groups.clear()
+        self.cleanups.clear()
+
+
+_GUARD = _Guard()
+if hasattr(os, "register_at_fork"):  # a model forking must not kill its parent's workers
+    os.register_at_fork(after_in_child=_GUARD.forget)
+
+
+def track_group(pgid: int, name: str) -> None:
+    """Register a live worker's process group: killed on SIGTERM, SIGINT and at exit."""
+    _GUARD.track(pgid, name)
+
+
+def untrack_group(pgid: int) -> None:
+    """The group is gone (or killed); stop watching it."""
+    _GUARD.untrack(pgid)
+
+
+def guarded() -> dict[int, str]:
+    """The worker groups registered now (pgid -> name); for tests and diagnostics."""
+    with _GUARD.lock:
+        return dict(_GUARD.groups)
+
+
+@contextlib.contextmanager
+def on_terminate(cleanup: Callable[[], None]) -> Iterator[None]:
+    """Inside the block, SIGTERM runs ``cleanup`` (after killing the worker groups)
+    before the process dies; ``cleanup`` must be safe to run at any point of the block."""
+    token = _GUARD.add_cleanup(cleanup)
+    try:
+        yield
+    finally:
+        _GUARD.remove_cleanup(token)
