@@ -88,7 +88,8 @@ class RunSettings:
                 config,
                 "perfguard_open_timeout",
                 "open timeout",
-                "seconds (how long opening a model and its warm-up may take before the cell fails)",
+                "seconds",
+                "how long opening a model and its warm-up may take before the cell fails",
             ),
         )
 
