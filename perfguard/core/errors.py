@@ -228,3 +228,18 @@ class PerfguardWarning(UserWarning):
 class InconclusiveWarning(PerfguardWarning):
     """A cell stayed ``invalid`` after its rounds and ``--perfguard-inconclusive=warn``
     lets its item pass: the figures were reported, not gated."""
+
+
+class InternalError(PerfguardError):
+    """perfguard itself failed: an exception raised inside perfguard's own code (not in
+    the user's model, factory or suite). A bug in perfguard, never the user's input;
+    ``perfguard.core.blame`` decides the owner and shows perfguard's frames."""
+
+
+class HostMemoryError(PerfguardError):
+    """The host ran out of memory (``MemoryError``) while a cell was built or measured:
+    neither the model's signature nor perfguard's fault, but the cell's size."""
+
+
+#: The fix of every ``InternalError``: nothing the user changes would help.
+REPORT_FIX = "this is a bug in perfguard; please report it with the text below"

@@ -32,6 +32,7 @@ import json
 import math
 import os
 import select
+import shlex
 import signal
 import time
 from collections.abc import Callable
@@ -40,7 +41,9 @@ from typing import Any
 
 from perfguard import __version__
 from perfguard.core import errors
+from perfguard.core.blame import RemoteTraceback
 from perfguard.core.errors import (
+    InternalError,
     Location,
     PerfguardError,
     ProtocolError,
@@ -306,33 +309,61 @@ def error_from_reply(error: dict[str, Any], op: str, who: str, worker: str) -> P
 
     A ``PerfguardError`` class of the same name is rebuilt from the structured
     fields (problem, expected, fix, location); any other type (the user's
-    model raised it) becomes ``WorkerRequestFailed`` with the worker's traceback.
+    model raised it) becomes ``WorkerRequestFailed`` with the worker's traceback:
+    its short form (``trace``: the model's frames, as in-process) where the worker
+    sent one. Every frame (``traceback``) becomes the rebuilt error's cause, a
+    ``RemoteTraceback`` (what ``--tb=long`` prints).
     """
     type_name = str(error.get("type", "Exception"))
     message = str(error.get("message", ""))
+    trace = str(error.get("trace") or "")
+    full = str(error.get("traceback") or "")
+    cell = error.get("cell")
+    debug = _debug_in_process(cell if isinstance(cell, str) else None)
+    where = error.get("location")
+    location = None
+    if isinstance(where, dict) and where.get("path"):
+        line = where.get("line")
+        location = Location(Path(str(where["path"])), line if isinstance(line, int) else None)
     cls = getattr(errors, type_name, None)
+    rebuilt: PerfguardError
     if isinstance(cls, type) and issubclass(cls, PerfguardError) and cls is not WorkerRequestFailed:
-        where = error.get("location")
-        location = None
-        if isinstance(where, dict) and where.get("path"):
-            line = where.get("line")
-            location = Location(Path(str(where["path"])), line if isinstance(line, int) else None)
         kwargs: dict[str, Any] = {"worker": worker} if issubclass(cls, WorkerError) else {}
-        return cls(
+        fix = _opt_str(error.get("fix"))
+        if trace and not issubclass(cls, InternalError):  # the model's exception
+            fix = f"{fix}; {debug}" if fix else debug
+        rebuilt = cls(
             f"{error.get('problem') or message} (in worker {worker!r})",
             expected=_opt_str(error.get("expected")),
-            fix=_opt_str(error.get("fix")),
+            fix=fix,
             location=location,
             **kwargs,
         )
-    return WorkerRequestFailed(
+        if trace:
+            rebuilt.__cause__ = RemoteTraceback(trace, full)
+        return rebuilt
+    rebuilt = WorkerRequestFailed(
         f"{who}: `{op}` raised {type_name}: {message}",
         remote_type=type_name,
         expected=f"`{op}` to complete",
-        fix="the traceback below is from inside the worker; run the cell in-process to debug it",
+        fix=f"the traceback below is from inside the worker; {debug}",
+        location=location,
         worker=worker,
-        tail=str(error.get("traceback_tail", "")),
+        tail=trace or str(error.get("traceback_tail", "")),
         tail_label="traceback",
+    )
+    if full:
+        rebuilt.__cause__ = RemoteTraceback("", full)
+    return rebuilt
+
+
+def _debug_in_process(cell: str | None) -> str:
+    """How to run a worker's cell (its pytest node id) in the test process, where a
+    debugger reaches it."""
+    node = shlex.quote(cell) if cell else "<the cell's node id>"
+    return (
+        "to debug it in this process, run the cell alone without --perfguard-isolate "
+        f"and --perfguard-ab: `pytest --perfguard {node} --pdb`"
     )
 
 
