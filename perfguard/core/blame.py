@@ -15,13 +15,16 @@ timing, accuracy) is owned by one of three parties, decided from its traceback:
 
 Shown to the user is a short traceback. A frame is *the user's* unless its file lies
 in perfguard's package, pytest (``pytest``, ``_pytest``), ``pluggy``, the Python
-standard library (``<frozen ...>`` included), or one of the runtime libraries
-(``torch``, ``onnxruntime``, ``onnx``, ``numpy``, ``scipy``, ``tensorrt``). Other
-installed packages count as the user's: a model's code may live in one
-(``transformers``, the user's own package). A model's trace keeps the user's frames
-(the innermost few) and the exception line, so it ends at the model's own file and
-line; perfguard's trace keeps perfguard's frames too. ``pytest --tb=long`` still
-shows every frame.
+standard library (``<frozen ...>`` included), site-packages (installed libraries:
+``torch``, ``onnxruntime``, ``transformers``, ...) or one of the runtime libraries
+wherever they are installed (``torch``, ``onnxruntime``, ``onnx``, ``numpy``,
+``scipy``, ``tensorrt``). A project installed editable (``pip install -e``) stays the
+user's: its files are in the project. A model's trace keeps the user's frames (the
+innermost few) and the exception line, so it ends at the model's own file and line;
+with no frame of the user's (an ``nn.Sequential`` of torch layers, a model in an
+installed library) there is no trace, the message's first line says it all.
+perfguard's trace keeps perfguard's frames too. ``pytest --tb=long`` still shows
+every frame.
 """
 
 from __future__ import annotations
@@ -136,7 +139,7 @@ def _where(filename: str) -> Literal["perfguard", "folded", "user"]:
     folded, stdlib, sites = _roots()
     if _under(path, (_PACKAGE_DIR,)):
         return "perfguard"
-    if _under(path, folded) or (_under(path, stdlib) and not _under(path, sites)):
+    if _under(path, folded) or _under(path, stdlib) or _under(path, sites):
         return "folded"
     return "user"
 

@@ -258,9 +258,9 @@ def _not_found(module_name: str, missing: str, entry: str, location: Location) -
         rel = Path(os.path.relpath(found, root)).as_posix() if root is not None else str(found)
         fix = (
             f'{top!r} is in {found}, which is not on sys.path: add `pythonpath = ["{rel}"]` '
-            "to pytest's ini ([tool.pytest.ini_options] in pyproject.toml, or [pytest] in "
-            f"pytest.ini{'' if root is None else f' at {root}'}), or move the module beside "
-            "the suite"
+            f"to pytest's ini{'' if root is None else f' in {root}'} ([tool.pytest.ini_options] "
+            "in pyproject.toml, or [pytest] in pytest.ini) so that pytest puts that folder "
+            "on sys.path, or move the module beside the suite"
         )
     else:
         fix = (
@@ -289,6 +289,9 @@ def _project_paths() -> list[str]:
         for key in ("stdlib", "platstdlib", "purelib", "platlib")
         if key in paths
     }
+    # The interpreter's own folders (a venv's bin/, where the `pytest` script sits).
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    system.update(p for p in prefixes if p != os.sep)
     seen: list[str] = []
     for raw in sys.path:
         folder = os.path.realpath(raw or Path.cwd())
