@@ -153,12 +153,17 @@ def _is_perfguard_frame(filename: str) -> bool:
     return _where(filename) == "perfguard"
 
 
-def owner(exc: BaseException) -> Owner:
-    """Who raised ``exc``: ``perfguard``, ``memory`` (the host ran out) or ``model``."""
+def owner(exc: BaseException, *, calls_user: bool = False) -> Owner:
+    """Who raised ``exc``: ``perfguard``, ``memory`` (the host ran out) or ``model``.
+
+    ``calls_user``: ``exc`` was caught in the frame that calls the user's function, so
+    an exception raised in that frame itself (its traceback has that one frame) comes
+    from the call: arguments the function does not take are the user's to fix.
+    """
     if isinstance(exc, MemoryError):
         return "memory"
     frames = traceback.extract_tb(exc.__traceback__)
-    if not frames:
+    if not frames or (calls_user and len(frames) == 1):
         return "model"
     last = frames[-1]
     if not _is_perfguard_frame(last.filename):
@@ -193,12 +198,15 @@ def _trace(exc: BaseException, keep: Callable[[str], bool], limit: int, *, need_
     hidden = len(frames) - len(kept)
     more = max(0, len(kept) - limit)
     kept = kept[len(kept) - limit :] if more else kept
-    folded = f"{hidden} frame(s) of pytest, pluggy, runtime libraries" + (
-        "" if keep is _shows_perfguard else " and perfguard"
-    )
-    header = f"Traceback ({folded} folded away"
-    header += f", {more} more of these" if more else ""
-    header += "; --tb=long shows every frame):"
+    parts = []
+    if hidden:
+        folded = "pytest, pluggy, runtime libraries"
+        folded += "" if keep is _shows_perfguard else " and perfguard"
+        parts.append(f"{hidden} frame(s) of {folded} folded away")
+    if more:
+        parts.append(f"{more} more not shown")
+    parts.append("--tb=long shows every frame")
+    header = f"Traceback ({'; '.join(parts)}):"
     body = "".join(traceback.StackSummary.from_list(kept).format()).rstrip("\n")
     return "\n".join([header, *([body] if body else []), *_exception_lines(exc)])
 
@@ -249,13 +257,14 @@ def blame(
     fix: str,
     expected: str | None = None,
     location: Location | None = None,
+    calls_user: bool = False,
 ) -> PerfguardError:
     """The error to raise (``from exc``) for ``exc``, which escaped while ``doing``
     (e.g. "timing it on torch/cpu/fp32"): perfguard's own (``InternalError``), out of
     host memory (``HostMemoryError``) or ``culprit``'s (e.g. "model 'lin'"):
-    a ``ModelError`` with the step's ``fix``."""
+    a ``ModelError`` with the step's ``fix``. ``calls_user``: see :func:`owner`."""
     what = f"{type(exc).__name__}: {first_line(exc)}"
-    kind = owner(exc)
+    kind = owner(exc, calls_user=calls_user)
     if kind == "memory":
         return HostMemoryError(
             f"out of host memory while {doing} ({what})",

@@ -179,6 +179,7 @@ def _call_factory(function: Callable[..., Any], model: ModelSpec) -> torch.nn.Mo
     except Exception as exc:
         raise blame(
             exc,
+            calls_user=True,  # a TypeError of this very call is about `factory_kwargs`
             doing="building the model",
             culprit=f"factory {model.factory}",
             expected="the factory to build the model without raising",
@@ -214,7 +215,7 @@ def _import_module(module_name: str, entry: str, location: Location) -> ModuleTy
     except ModuleNotFoundError as exc:
         missing = exc.name or ""
         if missing and (module_name == missing or module_name.startswith(missing + ".")):
-            raise _not_found(module_name, missing, entry, location) from None
+            raise _not_found(module_name, exc, entry, location) from None
         # The module was found; one of its own imports was not: the user's line.
         raise blame(
             exc,
@@ -240,9 +241,12 @@ def _import_module(module_name: str, entry: str, location: Location) -> ModuleTy
 _ROOT_MARKERS = (".git", "pyproject.toml", "pytest.ini", "setup.cfg", "tox.ini")
 
 
-def _not_found(module_name: str, missing: str, entry: str, location: Location) -> ModelError:
-    """``module_name`` (or its package ``missing``) is nowhere on sys.path: name the
+def _not_found(
+    module_name: str, exc: ModuleNotFoundError, entry: str, location: Location
+) -> ModelError:
+    """``module_name`` (or its package ``exc.name``) is nowhere on sys.path: name the
     folders searched, and where the module sits if it is in a folder above the suite."""
+    missing = exc.name or module_name
     top = missing.split(".")[0]
     searched = [entry, *(p for p in _project_paths() if p != entry)]
     parent, _, last = missing.rpartition(".")
@@ -269,10 +273,9 @@ def _not_found(module_name: str, missing: str, entry: str, location: Location) -
             '(e.g. `pythonpath = ["."]` under [tool.pytest.ini_options] for a package at '
             "the repository root); an installed package: install it in this environment"
         )
-    what = repr(module_name) if missing == module_name else f"{module_name!r} (no {missing!r})"
     return ModelError(
-        f"cannot import factory module {what}: not found in the suite's folder {entry} "
-        f"nor on sys.path ({', '.join(searched[1:]) or 'only installed packages'})",
+        f"cannot import factory module {module_name!r} ({exc}): not found in the suite's "
+        f"folder {entry} nor on sys.path ({', '.join(searched[1:]) or 'installed packages'})",
         expected=f"{module_name.replace('.', '/')}.py beside the suite, in a folder on "
         "sys.path, or an installed module",
         fix=fix,
