@@ -4,6 +4,7 @@ step raised it, in-process or in a worker; factory import errors point the right
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import textwrap
@@ -26,10 +27,12 @@ from perfguard.core.errors import (
     InternalError,
     Location,
     ModelError,
+    WorkerRequestFailed,
 )
 from perfguard.core.scenario import LoopSpec
 from perfguard.measure.timing import measure
 from perfguard.worker.protocol import error_from_reply
+from perfguard.worker.serve import Server
 from tests.conftest import FAST_DEFAULTS
 
 THIS_FILE = Path(__file__).name
@@ -165,6 +168,47 @@ def test_a_workers_reply_is_rebuilt_with_its_short_trace_and_how_to_debug() -> N
     assert failure_text(error).endswith(short)
 
 
+def test_a_worker_sends_the_models_short_trace_and_the_parent_shows_it(
+    tmp_path: Path,
+) -> None:
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    (suites / "errmodels.py").write_text(MODELS)
+    suite = suites / "s.yaml"
+    suite.write_text(_suite({"broken": "errmodels:broken"}, {"fwd": "    model: broken\n"}))
+    server = Server()
+
+    def serve(request: dict[str, object]) -> dict[str, object]:
+        reply = json.loads(server.handle_line(json.dumps({"v": 1, "id": 1, **request}).encode()))
+        assert isinstance(reply, dict)
+        return reply
+
+    opened = serve(
+        {"op": "open", "suite": str(suite), "cell": "fwd", "rootdir": str(tmp_path),
+         "cache_dir": str(tmp_path / ".cache")}
+    )  # fmt: skip
+    assert opened["ok"] is True
+    try:
+        error = serve({"op": "measure", "k": 1})["error"]  # the raw request: no wrapping
+    finally:
+        server.shutdown()
+    assert isinstance(error, dict) and error["type"] == "ValueError"
+    assert error["cell"] == "suites/s.yaml::fwd"
+    assert error["location"]["path"] == str(suite)
+    trace = error["trace"].splitlines()
+    last = [line for line in trace if line.lstrip().startswith('File "')][-1]
+    assert f"line {_line_of('FORWARD-LINE')}," in last and "errmodels.py" in last
+    assert trace[-1].startswith("ValueError")
+    assert not [line for line in trace if "/perfguard/" in line or "_pytest" in line]
+    rebuilt = error_from_reply(error, "measure", "worker 'w' (pid 1)", "w")
+    assert isinstance(rebuilt, WorkerRequestFailed)
+    assert rebuilt.tail == error["trace"]  # the short form, not the last raw lines
+    assert rebuilt.location is not None and rebuilt.location.path == suite
+    assert rebuilt.fix is not None and "pytest --perfguard suites/s.yaml::fwd --pdb" in rebuilt.fix
+    assert isinstance(rebuilt.__cause__, RemoteTraceback)  # every frame, for --tb=long
+    assert "errmodels.py" in str(rebuilt.__cause__)
+
+
 # --- end to end ----------------------------------------------------------------------
 
 MODELS = textwrap.dedent(
@@ -210,6 +254,42 @@ MODELS = textwrap.dedent(
 
     def nocopy():
         return NoCopy()
+
+
+    class NoExport(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 4)
+
+        def forward(self, x):
+            if torch.jit.is_tracing():
+                raise RuntimeError("this model cannot be traced")  # EXPORT-LINE
+            return self.fc(x)
+
+
+    def noexport():
+        return NoExport()
+
+
+    class Picky(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 4)
+
+        def forward(self, x):
+            if not bool(x.any()):  # the accuracy inputs are all zeros, the timing's not
+                raise ValueError("an all-zero input")  # ACCURACY-LINE
+            return self.fc(x)
+
+
+    def picky():
+        return Picky()
+
+
+    def accuracy_inputs():
+        import numpy as np
+
+        return [{"x": np.zeros((2, 8), dtype=np.float32)} for _ in range(2)]
 
 
     def fine():
@@ -270,12 +350,17 @@ IN_PROCESS = {
     "factory": "errmodels:factory_fails",
     "nocopy": "errmodels:nocopy",
     "importfails": "importfails:build",
+    "noexport": "errmodels:noexport",
+    "picky": "errmodels:picky",
 }
 IN_PROCESS_CELLS = {
     "fwd": "    model: broken\n",
     "fac": "    model: factory\n",
     "quant": "    model: nocopy\n    precision: int8\n",
     "imp": "    model: importfails\n",
+    "export": "    model: noexport\n    backend: onnxruntime\n",
+    "acc": "    model: picky\n"
+    "    accuracy: {inputs: {count: 2, function: errmodels:accuracy_inputs}}\n",
 }
 
 
@@ -289,7 +374,7 @@ def test_a_models_exception_in_each_step_is_a_few_lines_ending_at_its_line(
     project: pytest.Pytester,
 ) -> None:
     result = project.runpytest("--perfguard", "-p", "no:cacheprovider")
-    result.assert_outcomes(failed=4)
+    result.assert_outcomes(failed=6)
     out = result.stdout.str()
     assert "INTERNALERROR" not in out
 
@@ -305,6 +390,14 @@ def test_a_models_exception_in_each_step_is_a_few_lines_ending_at_its_line(
     line = _line_of('SETTINGS["width"]', IMPORT_FAILS)
     _assert_ends_at(imported, "importfails.py", line, "KeyError")
     assert "factory module 'importfails' raised KeyError" in imported[0]
+
+    exported = _block(out, "export")
+    _assert_ends_at(exported, "errmodels.py", _line_of("EXPORT-LINE"), "RuntimeError")
+    assert "exporting factory errmodels:noexport to ONNX" in exported[0]
+
+    accuracy = _block(out, "acc")
+    _assert_ends_at(accuracy, "errmodels.py", _line_of("ACCURACY-LINE"), "ValueError")
+    assert "on the accuracy inputs" in accuracy[0]
 
     # torch int8: the deepcopy inside torch's quantize_dynamic refuses the model.
     quant = "\n".join(_block(out, "quant"))
