@@ -209,6 +209,14 @@ def test_a_worker_sends_the_models_short_trace_and_the_parent_shows_it(
     assert "errmodels.py" in str(rebuilt.__cause__)
 
 
+def test_a_memory_error_from_an_older_worker_is_out_of_host_memory() -> None:
+    error = error_from_reply(
+        {"type": "MemoryError", "message": "", "traceback_tail": "..."}, "result", "worker", "w"
+    )
+    assert isinstance(error, HostMemoryError) and "out of host memory" in str(error)
+    assert "check the input names" not in str(error)
+
+
 # --- end to end ----------------------------------------------------------------------
 
 MODELS = textwrap.dedent(

@@ -19,8 +19,13 @@ Replies (worker -> parent), one per request, with the request's ``id``::
 
 ``type`` is the exception's class name; the structured fields after
 ``traceback_tail`` are present only for a ``PerfguardError`` (so the parent can
-rebuild it exactly). Non-finite floats travel as Python's ``json`` writes them
-(``NaN``, ``Infinity``): both ends are Python. Ops: ``hello``, ``open``, ``warmup``, ``measure``,
+rebuild it exactly). A failure with a traceback worth showing (the model's exception,
+perfguard's own) also has ``trace`` (the short form, :mod:`perfguard.core.blame`) and
+``traceback`` (every frame); ``cell`` is the open cell's pytest node id and, for the
+model's own exception, ``location`` its suite line. A worker of an older perfguard
+(same-run A/B's base revision) sends none of these; the parent reads both.
+Non-finite floats travel as Python's ``json`` writes them (``NaN``, ``Infinity``):
+both ends are Python. Ops: ``hello``, ``open``, ``warmup``, ``measure``,
 ``loop``, ``check``, ``close``, ``bye``, and for a cell under ``load:`` ``load_warmup``
 and ``load_level`` (one short level; same-run A/B alternates them between two slots).
 See ``perfguard.worker.serve``.
@@ -41,8 +46,9 @@ from typing import Any
 
 from perfguard import __version__
 from perfguard.core import errors
-from perfguard.core.blame import RemoteTraceback
+from perfguard.core.blame import HOST_MEMORY_FIX, RemoteTraceback
 from perfguard.core.errors import (
+    HostMemoryError,
     InternalError,
     Location,
     PerfguardError,
@@ -342,6 +348,13 @@ def error_from_reply(error: dict[str, Any], op: str, who: str, worker: str) -> P
         if trace:
             rebuilt.__cause__ = RemoteTraceback(trace, full)
         return rebuilt
+    if type_name == "MemoryError":  # the host's memory, not the model's signature
+        return HostMemoryError(
+            f"out of host memory in {who} while answering `{op}` ({message or type_name})",
+            expected="the model, its inputs and the cells running at once to fit in memory",
+            fix=HOST_MEMORY_FIX,
+            location=location,
+        )
     rebuilt = WorkerRequestFailed(
         f"{who}: `{op}` raised {type_name}: {message}",
         remote_type=type_name,
