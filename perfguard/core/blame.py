@@ -258,12 +258,14 @@ def blame(
     expected: str | None = None,
     location: Location | None = None,
     calls_user: bool = False,
+    whole_message: bool = False,
 ) -> PerfguardError:
     """The error to raise (``from exc``) for ``exc``, which escaped while ``doing``
     (e.g. "timing it on torch/cpu/fp32"): perfguard's own (``InternalError``), out of
     host memory (``HostMemoryError``) or ``culprit``'s (e.g. "model 'lin'"):
-    a ``ModelError`` with the step's ``fix``. ``calls_user``: see :func:`owner`."""
-    what = f"{type(exc).__name__}: {first_line(exc)}"
+    a ``ModelError`` with the step's ``fix``. ``calls_user``: see :func:`owner`;
+    ``whole_message`` quotes all of ``exc``'s message, not only its first line."""
+    what = f"{type(exc).__name__}: {exc if whole_message else first_line(exc)}"
     kind = owner(exc, calls_user=calls_user)
     if kind == "memory":
         return HostMemoryError(

@@ -180,6 +180,7 @@ def _call_factory(function: Callable[..., Any], model: ModelSpec) -> torch.nn.Mo
         raise blame(
             exc,
             calls_user=True,  # a TypeError of this very call is about `factory_kwargs`
+            whole_message=True,
             doing="building the model",
             culprit=f"factory {model.factory}",
             expected="the factory to build the model without raising",
