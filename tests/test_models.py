@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from perfguard.core.blame import failure_text
 from perfguard.core.errors import Location, ModelError
 from perfguard.core.scenario import ModelSpec
 from perfguard.models.factory import check_onnx_file, load_factory
@@ -117,6 +118,44 @@ def test_module_not_importable(tmp_path: Path) -> None:
     assert "No module named 'pg_no_such_module'" in text  # the ImportError itself
     assert str(folder.resolve()) in text  # the sys.path entry that was added
     assert info.value.fix is not None and "beside the suite" in info.value.fix
+    _assert_located(info.value, folder)
+
+
+def test_module_above_the_suite_names_the_paths_and_the_pythonpath_fix(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    write_models(repo / "pg_rootpkg", "textcls")
+    (repo / "pg_rootpkg" / "__init__.py").write_text("")
+    (repo / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
+    folder = repo / "suites"
+    folder.mkdir()
+    with pytest.raises(ModelError) as info:
+        load_factory(spec(folder, "pg_rootpkg.textcls:make_mlp"))
+    assert "No module named 'pg_rootpkg'" in str(info.value)
+    assert str(folder.resolve()) in str(info.value)  # the suite's folder was searched
+    fix = info.value.fix or ""
+    assert 'pythonpath = ["."]' in fix and str(repo) in fix
+    _assert_located(info.value, folder)
+
+
+def test_package_without_the_submodule_names_the_package(tmp_path: Path) -> None:
+    folder = tmp_path / "sub"
+    write_models(folder / "pg_subpkg", "other")
+    (folder / "pg_subpkg" / "__init__.py").write_text("")
+    with pytest.raises(ModelError) as info:
+        load_factory(spec(folder, "pg_subpkg.textcls:make"))
+    fix = info.value.fix or ""
+    assert "package 'pg_subpkg'" in fix and "no module 'textcls'" in fix
+    assert "pythonpath" not in fix
+
+
+def test_module_whose_own_import_is_missing_ends_at_that_import(tmp_path: Path) -> None:
+    folder = write_models(tmp_path / "dep", "pg_needs_dep", "import pg_not_installed_dep\n")
+    with pytest.raises(ModelError) as info:
+        load_factory(spec(folder, "pg_needs_dep:make"))
+    assert "factory module 'pg_needs_dep' raised ModuleNotFoundError" in str(info.value)
+    assert info.value.fix is not None and "install 'pg_not_installed_dep'" in info.value.fix
+    trace = failure_text(info.value).splitlines()
+    assert "pg_needs_dep.py" in trace[-3] and trace[-1].startswith("ModuleNotFoundError")
     _assert_located(info.value, folder)
 
 

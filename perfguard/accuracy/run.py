@@ -25,6 +25,7 @@ from perfguard.core.accuracyfigures import (
     DriftRow,
     TaskMetricFigures,
 )
+from perfguard.core.blame import blame
 from perfguard.core.codec import decode_outputs, encode_outputs
 from perfguard.core.errors import AccuracyError, InputError, PerfguardError
 from perfguard.core.results import ScenarioResult
@@ -47,6 +48,26 @@ def collect_outputs(
         for parts, array in zip(per_output, outputs, strict=True):
             parts.append(np.asarray(array))
     return [np.stack(parts) for parts in per_output]
+
+
+def _model_outputs(
+    scenario: Scenario, session: Session, feeds_list: Sequence[Mapping[str, np.ndarray]]
+) -> list[np.ndarray]:
+    """``collect_outputs``; an exception from the model is its located ``ModelError``."""
+    try:
+        return collect_outputs(session, feeds_list)
+    except PerfguardError:
+        raise
+    except Exception as exc:
+        raise blame(
+            exc,
+            doing=f"computing its outputs on the accuracy inputs ({cell_label(scenario)})",
+            culprit=f"model {scenario.model.name!r}",
+            expected="the model to accept the accuracy inputs",
+            fix="check `accuracy.inputs` (files or function) against the inputs declared "
+            f"under models.{scenario.model.name}.inputs and the model's signature",
+            location=scenario.location,
+        ) from exc
 
 
 def output_names(scenario: Scenario, count: int) -> list[str]:
@@ -177,7 +198,7 @@ class AccuracyChecker:
             try:
                 with self.open_session(reference, self.calibration_for(reference)) as opened:
                     session = opened[0]
-                    self._references[sid] = collect_outputs(session, feeds)
+                    self._references[sid] = _model_outputs(reference, session, feeds)
             except PerfguardError as exc:
                 raise AccuracyError(
                     f"the accuracy reference cell {cell_label(reference)!r} could not run: {exc}",
@@ -197,7 +218,7 @@ class AccuracyChecker:
         spec = scenario.accuracy
         assert spec is not None
         feeds, labels = self.inputs_for(scenario)
-        current = collect_outputs(session, feeds)
+        current = _model_outputs(scenario, session, feeds)
         names = output_names(scenario, len(current))
         accuracy = AccuracyFigures(n=len(feeds))
         failures: list[str] = []

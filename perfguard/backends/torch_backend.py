@@ -26,8 +26,8 @@ from perfguard.backends.torch_cuda import (
 )
 from perfguard.core.errors import CellError
 from perfguard.core.scenario import Scenario
-from perfguard.models.cache import quiet
 from perfguard.models.factory import check_forward_inputs, feeds_positionally, load_factory
+from perfguard.models.quantize import quantize_torch_int8
 
 if TYPE_CHECKING:
     import torch
@@ -183,16 +183,12 @@ class TorchSession:
             raise
 
     def _build(self, scenario: Scenario, feeds: Mapping[str, np.ndarray]) -> torch.nn.Module:
-        import torch
-
         module = load_factory(scenario.model)
         module.eval()
         self._positional = feeds_positionally(module, list(feeds))
         check_forward_inputs(module, list(feeds), scenario.model.location)
         if scenario.precision == "int8":
-            with quiet():  # torch.ao.quantization warns that it is deprecated
-                quantize: Callable[..., torch.nn.Module] = torch.ao.quantization.quantize_dynamic
-                module = quantize(module, {torch.nn.Linear}, dtype=torch.qint8)
+            module = quantize_torch_int8(module, scenario.model.name, scenario.location)
         elif scenario.precision in ("fp16", "bf16"):
             module = module.to(self.dtype)
         return module.to(self.device)

@@ -233,3 +233,18 @@ class InconclusiveWarning(PerfguardWarning):
 class WatchdogTimeout(PerfguardError):
     """An in-process cell's model open or warm-up ran past the open timeout
     (``--perfguard-open-timeout``); the watchdog dumped the stacks and stopped it."""
+
+
+class InternalError(PerfguardError):
+    """perfguard itself failed: an exception raised inside perfguard's own code (not in
+    the user's model, factory or suite). A bug in perfguard, never the user's input;
+    ``perfguard.core.blame`` decides the owner and shows perfguard's frames."""
+
+
+class HostMemoryError(PerfguardError):
+    """The host ran out of memory (``MemoryError``) while a cell was built or measured:
+    neither the model's signature nor perfguard's fault, but the cell's size."""
+
+
+#: The fix of every ``InternalError``: nothing the user changes would help.
+REPORT_FIX = "this is a bug in perfguard; please report it with the text below"

@@ -13,7 +13,9 @@ from dataclasses import replace
 import numpy as np
 
 from perfguard.backends import Session
+from perfguard.core.blame import blame
 from perfguard.core.errors import (
+    HostMemoryError,
     InputError,
     ModelError,
     NonFiniteOutputError,
@@ -46,27 +48,32 @@ def run_loop(scenario: Scenario, session: Session, prepared: object) -> Measurem
         )
     except PerfguardError:
         raise
-    except Exception as exc:  # the user's model failed: say where, not where in perfguard
+    except Exception as exc:  # the model's, perfguard's own, or out of memory: see blame
+        error: PerfguardError
         if is_out_of_memory(exc):
-            oom = _oom_message(scenario, session, exc)
+            error = ModelError(
+                _oom_message(scenario, session, exc),
+                expected=f"the model to fit in the memory of {scenario.device}",
+                fix="lower the batch or shapes, free the GPU of other processes, or use fp16/bf16",
+                location=scenario.location,
+            )
         else:
-            raise ModelError(
-                f"model {scenario.model.name!r} raised {type(exc).__name__} on "
-                f"{scenario.backend}/{scenario.device}/{scenario.precision}: {_first_line(exc)}",
+            error = blame(
+                exc,
+                doing=f"warming up or timing it on "
+                f"{scenario.backend}/{scenario.device}/{scenario.precision}",
+                culprit=f"model {scenario.model.name!r}",
                 expected="the model to accept the suite's inputs",
                 fix="check the input names, shapes and dtypes declared under "
                 f"models.{scenario.model.name}.inputs against the model's signature",
                 location=scenario.location,
-            ) from exc
-    # Raised outside the `except` block on purpose: a chained error would keep the
-    # failed call's frames, and so its device tensors, alive in pytest's report,
-    # and the next cell must start with that memory freed.
-    raise ModelError(
-        oom,
-        expected=f"the model to fit in the memory of {scenario.device}",
-        fix="lower the batch or shapes, free the GPU of other processes, or use fp16/bf16",
-        location=scenario.location,
-    )
+            )
+            if not isinstance(error, HostMemoryError):
+                raise error from exc
+    # Out of memory (device or host) is raised outside the `except` block on purpose:
+    # a chained error would keep the failed call's frames, and so its tensors, alive
+    # in pytest's report, and the next cell must start with that memory freed.
+    raise error
 
 
 def _oom_message(scenario: Scenario, session: Session, exc: BaseException) -> str:

@@ -18,7 +18,9 @@ import copy
 import difflib
 import importlib
 import inspect
+import os
 import sys
+import sysconfig
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -26,6 +28,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
+from perfguard.core.blame import blame
 from perfguard.core.errors import InputError, Location, ModelError
 from perfguard.core.scenario import ModelSpec
 
@@ -174,8 +177,12 @@ def _call_factory(function: Callable[..., Any], model: ModelSpec) -> torch.nn.Mo
     try:
         result = function(**kwargs)
     except Exception as exc:
-        raise ModelError(
-            f"factory {model.factory} raised {type(exc).__name__}: {exc}",
+        raise blame(
+            exc,
+            calls_user=True,  # a TypeError of this very call is about `factory_kwargs`
+            whole_message=True,
+            doing="building the model",
+            culprit=f"factory {model.factory}",
             expected="the factory to build the model without raising",
             fix=f"fix the factory or its `factory_kwargs` ({_kwargs_text(kwargs)})",
             location=model.location,
@@ -206,23 +213,114 @@ def _import_module(module_name: str, entry: str, location: Location) -> ModuleTy
         importlib.invalidate_caches()
         forget_shadowed(module_name, Path(entry))
         return importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ModelError(
-            f"cannot import factory module {module_name!r}: {type(exc).__name__}: {exc} "
-            f"(searched with {entry} added to sys.path)",
-            expected=f"{module_name.replace('.', '/')}.py beside the suite, or an installed module",
-            fix="check the module name in `factory:` and that the file sits beside the suite "
-            "(or that its own imports are installed)",
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if missing and (module_name == missing or module_name.startswith(missing + ".")):
+            raise _not_found(module_name, exc, entry, location) from None
+        # The module was found; one of its own imports was not: the user's line.
+        raise blame(
+            exc,
+            doing="importing it",
+            culprit=f"factory module {module_name!r}",
+            expected=f"{missing!r} to be importable where the module imports it",
+            fix=f"install {missing!r} in this environment, or fix that import",
             location=location,
         ) from exc
-    except Exception as exc:
-        raise ModelError(
-            f"importing factory module {module_name!r} raised {type(exc).__name__}: {exc}",
+    except Exception as exc:  # raised by the module's own code while importing
+        raise blame(
+            exc,
+            doing="importing it",
+            culprit=f"factory module {module_name!r}",
             expected="a module that imports cleanly",
-            fix="fix the error in the module (run `python -c 'import "
-            f"{module_name}'` from {entry} to see the full traceback)",
+            fix="fix the error in the module (its line is the last one of the traceback below)",
             location=location,
         ) from exc
+
+
+# Files that mark a project's root (where pytest's ini usually sits): the search for a
+# module that is not on sys.path goes no further up than this.
+_ROOT_MARKERS = (".git", "pyproject.toml", "pytest.ini", "setup.cfg", "tox.ini")
+
+
+def _not_found(
+    module_name: str, exc: ModuleNotFoundError, entry: str, location: Location
+) -> ModelError:
+    """``module_name`` (or its package ``exc.name``) is nowhere on sys.path: name the
+    folders searched, and where the module sits if it is in a folder above the suite."""
+    missing = exc.name or module_name
+    top = missing.split(".")[0]
+    searched = [entry, *(p for p in _project_paths() if p != entry)]
+    parent, _, last = missing.rpartition(".")
+    package = sys.modules.get(parent) if parent else None
+    found, root = _find_above(top, Path(entry))
+    if package is not None:  # the package imported; it has no such submodule
+        where = ", ".join(getattr(package, "__path__", None) or [_module_file(package)])
+        fix = (
+            f"check the module name in `factory:`: package {parent!r} ({where}) has no "
+            f"module {last!r}"
+        )
+    elif found is not None:
+        rel = Path(os.path.relpath(found, root)).as_posix() if root is not None else str(found)
+        fix = (
+            f'{top!r} is in {found}, which is not on sys.path: add `pythonpath = ["{rel}"]` '
+            f"to pytest's ini{'' if root is None else f' in {root}'} ([tool.pytest.ini_options] "
+            "in pyproject.toml, or [pytest] in pytest.ini) so that pytest puts that folder "
+            "on sys.path, or move the module beside the suite"
+        )
+    else:
+        fix = (
+            f"check the module name in `factory:`; put {top}.py (or the {top}/ package) "
+            "beside the suite, or add the folder holding it to pytest's `pythonpath` ini "
+            '(e.g. `pythonpath = ["."]` under [tool.pytest.ini_options] for a package at '
+            "the repository root); an installed package: install it in this environment"
+        )
+    return ModelError(
+        f"cannot import factory module {module_name!r} ({exc}): not found in the suite's "
+        f"folder {entry} nor on sys.path ({', '.join(searched[1:]) or 'installed packages'})",
+        expected=f"{module_name.replace('.', '/')}.py beside the suite, in a folder on "
+        "sys.path, or an installed module",
+        fix=fix,
+        location=location,
+    )
+
+
+def _project_paths() -> list[str]:
+    """The folders of sys.path that hold a project's code (not the standard library,
+    site-packages or zip files): those a user can add a module to."""
+    paths = sysconfig.get_paths()
+    system = {
+        os.path.realpath(paths[key])
+        for key in ("stdlib", "platstdlib", "purelib", "platlib")
+        if key in paths
+    }
+    # The interpreter's own folders (a venv's bin/, where the `pytest` script sits).
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    system.update(p for p in prefixes if p != os.sep)
+    seen: list[str] = []
+    for raw in sys.path:
+        folder = os.path.realpath(raw or Path.cwd())
+        if not Path(folder).is_dir() or folder in seen:
+            continue
+        if any(folder == s or folder.startswith(s + os.sep) for s in system):
+            continue
+        if any(part in ("site-packages", "dist-packages") for part in Path(folder).parts):
+            continue
+        seen.append(folder)
+    return seen
+
+
+def _find_above(top: str, start: Path) -> tuple[Path | None, Path | None]:
+    """(the folder above ``start`` holding ``top``.py or the ``top``/ package, the
+    project's root), each None when not found before the root or the filesystem's top."""
+    root: Path | None = None
+    found: Path | None = None
+    for folder in [start, *start.parents]:
+        if found is None and ((folder / f"{top}.py").is_file() or (folder / top).is_dir()):
+            found = folder
+        if any((folder / marker).exists() for marker in _ROOT_MARKERS):
+            root = folder
+            break
+    return found, root
 
 
 def forget_shadowed(module_name: str, base_dir: Path) -> None:

@@ -4,6 +4,8 @@
 dynamic (weights ahead of time, activations on the fly) or static (activation
 ranges fixed from calibration feeds, QDQ format). ``convert_fp16`` makes a
 float16 copy whose inputs and outputs stay float32, so feeds do not change.
+``quantize_torch_int8`` is the torch backend's int8: torch's dynamic quantization of
+the ``nn.Linear`` layers, in memory.
 
 Each variant is named ``<model>-<variant>-<key>.onnx`` in the cache folder, the
 key a sha256 over the source file's bytes, every setting that changes the
@@ -25,11 +27,12 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from perfguard.core import progress
+from perfguard.core.blame import blame
 from perfguard.core.errors import CellError, InputError, Location, ModelError
 from perfguard.core.scenario import QuantSpec
 from perfguard.models.cache import (
@@ -39,6 +42,9 @@ from perfguard.models.cache import (
     quiet,
     safe_name,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 # Dynamic int8 with onnxruntime.quantization's defaults (a frozen value, safe to share).
 DEFAULT_QUANT = QuantSpec()
@@ -51,6 +57,7 @@ __all__ = [
     "quant_settings",
     "quantize_int8",
     "quantize_key",
+    "quantize_torch_int8",
     "require_calibration",
 ]
 
@@ -233,6 +240,32 @@ def quantize_int8(
             ) from exc
 
     return build_once(target, write, location, what)
+
+
+def quantize_torch_int8(
+    module: torch.nn.Module, model_name: str, location: Location | None = None
+) -> torch.nn.Module:
+    """``module`` with its ``nn.Linear`` layers quantized to int8 by torch's dynamic
+    quantization; a failure is the model's ``ModelError`` (its frames, the fix)."""
+    import torch
+
+    try:
+        with quiet():  # torch.ao.quantization warns that it is deprecated
+            quantize: Callable[..., torch.nn.Module] = torch.ao.quantization.quantize_dynamic
+            return quantize(module, {torch.nn.Linear}, dtype=torch.qint8)
+    except Exception as exc:
+        raise blame(
+            exc,
+            doing="quantizing it to int8 (torch.ao.quantization.quantize_dynamic, which "
+            "deep-copies the model first)",
+            culprit=f"model {model_name!r}",
+            expected="a model that copy.deepcopy can copy and torch can quantize",
+            fix="make the model deep-copyable (a tensor attribute computed from parameters "
+            "is not a graph leaf: register it with register_buffer or compute it in "
+            "forward), or run this model at `precision: fp32`, or quantize it with ONNX "
+            "Runtime instead (`backend: onnxruntime`, `precision: int8`)",
+            location=location,
+        ) from exc
 
 
 def convert_fp16(onnx_path: Path, cache_dir: Path, location: Location | None = None) -> Path:

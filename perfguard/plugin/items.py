@@ -15,6 +15,7 @@ import pytest
 from _pytest._code.code import ExceptionInfo, TerminalRepr
 from _pytest._io import TerminalWriter
 
+from perfguard.core.blame import blame, failure_text
 from perfguard.core.errors import BackendUnavailable, PerfguardError, RunInvalid, SuiteError
 from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import Scenario
@@ -92,8 +93,24 @@ class ScenarioItem(pytest.Item):
     ) -> str | TerminalRepr:
         # The text may carry a model's or an exception's words: ``plain`` leaves no
         # escape sequence or workflow command in the terminal or the CI log.
-        if isinstance(excinfo.value, PerfguardError):
-            return plain(str(excinfo.value))
+        exc = excinfo.value
+        if isinstance(exc, Exception) and not isinstance(exc, PerfguardError):
+            # No step wrapped it: perfguard's own or the model's, told by its traceback.
+            error = blame(
+                exc,
+                doing=f"running cell {self.name}",
+                culprit=f"model {self.scenario.model.name!r}",
+                fix="fix the model at the last line of the traceback below",
+                location=self.scenario.location,
+            )
+            error.__cause__ = exc
+            exc = error
+        if isinstance(exc, PerfguardError):
+            text = failure_text(exc)
+            if self.config.option.tbstyle == "long":
+                full = super().repr_failure(excinfo, style="long")
+                text += f"\n\n--- every frame (--tb=long) ---\n{full}"
+            return plain(text)
         shown = super().repr_failure(excinfo, style=style)  # type: ignore[arg-type]
         if isinstance(shown, str):
             return plain(shown)

@@ -19,8 +19,13 @@ Replies (worker -> parent), one per request, with the request's ``id``::
 
 ``type`` is the exception's class name; the structured fields after
 ``traceback_tail`` are present only for a ``PerfguardError`` (so the parent can
-rebuild it exactly). Non-finite floats travel as Python's ``json`` writes them
-(``NaN``, ``Infinity``): both ends are Python. Ops: ``hello``, ``open``, ``warmup``, ``measure``,
+rebuild it exactly). A failure with a traceback worth showing (the model's exception,
+perfguard's own) also has ``trace`` (the short form, :mod:`perfguard.core.blame`) and
+``traceback`` (every frame); ``cell`` is the open cell's pytest node id and, for the
+model's own exception, ``location`` its suite line. A worker of an older perfguard
+(same-run A/B's base revision) sends none of these; the parent reads both.
+Non-finite floats travel as Python's ``json`` writes them (``NaN``, ``Infinity``):
+both ends are Python. Ops: ``hello``, ``open``, ``warmup``, ``measure``,
 ``loop``, ``check``, ``close``, ``bye``, and for a cell under ``load:`` ``load_warmup``
 and ``load_level`` (one short level; same-run A/B alternates them between two slots).
 See ``perfguard.worker.serve``.
@@ -32,6 +37,7 @@ import json
 import math
 import os
 import select
+import shlex
 import signal
 import time
 from collections.abc import Callable
@@ -40,7 +46,10 @@ from typing import Any
 
 from perfguard import __version__
 from perfguard.core import errors
+from perfguard.core.blame import HOST_MEMORY_FIX, RemoteTraceback
 from perfguard.core.errors import (
+    HostMemoryError,
+    InternalError,
     Location,
     PerfguardError,
     ProtocolError,
@@ -306,33 +315,68 @@ def error_from_reply(error: dict[str, Any], op: str, who: str, worker: str) -> P
 
     A ``PerfguardError`` class of the same name is rebuilt from the structured
     fields (problem, expected, fix, location); any other type (the user's
-    model raised it) becomes ``WorkerRequestFailed`` with the worker's traceback.
+    model raised it) becomes ``WorkerRequestFailed`` with the worker's traceback:
+    its short form (``trace``: the model's frames, as in-process) where the worker
+    sent one. Every frame (``traceback``) becomes the rebuilt error's cause, a
+    ``RemoteTraceback`` (what ``--tb=long`` prints).
     """
     type_name = str(error.get("type", "Exception"))
     message = str(error.get("message", ""))
+    trace = str(error.get("trace") or "")
+    full = str(error.get("traceback") or "")
+    cell = error.get("cell")
+    debug = _debug_in_process(cell if isinstance(cell, str) else None)
+    where = error.get("location")
+    location = None
+    if isinstance(where, dict) and where.get("path"):
+        line = where.get("line")
+        location = Location(Path(str(where["path"])), line if isinstance(line, int) else None)
     cls = getattr(errors, type_name, None)
+    rebuilt: PerfguardError
     if isinstance(cls, type) and issubclass(cls, PerfguardError) and cls is not WorkerRequestFailed:
-        where = error.get("location")
-        location = None
-        if isinstance(where, dict) and where.get("path"):
-            line = where.get("line")
-            location = Location(Path(str(where["path"])), line if isinstance(line, int) else None)
         kwargs: dict[str, Any] = {"worker": worker} if issubclass(cls, WorkerError) else {}
-        return cls(
+        fix = _opt_str(error.get("fix"))
+        if trace and not issubclass(cls, InternalError):  # the model's exception
+            fix = f"{fix}; {debug}" if fix else debug
+        rebuilt = cls(
             f"{error.get('problem') or message} (in worker {worker!r})",
             expected=_opt_str(error.get("expected")),
-            fix=_opt_str(error.get("fix")),
+            fix=fix,
             location=location,
             **kwargs,
         )
-    return WorkerRequestFailed(
+        if trace:
+            rebuilt.__cause__ = RemoteTraceback(trace, full)
+        return rebuilt
+    if type_name == "MemoryError":  # the host's memory, not the model's signature
+        return HostMemoryError(
+            f"out of host memory in {who} while answering `{op}` ({message or type_name})",
+            expected="the model, its inputs and the cells running at once to fit in memory",
+            fix=HOST_MEMORY_FIX,
+            location=location,
+        )
+    rebuilt = WorkerRequestFailed(
         f"{who}: `{op}` raised {type_name}: {message}",
         remote_type=type_name,
         expected=f"`{op}` to complete",
-        fix="the traceback below is from inside the worker; run the cell in-process to debug it",
+        fix=f"the traceback below is from inside the worker; {debug}",
+        location=location,
         worker=worker,
-        tail=str(error.get("traceback_tail", "")),
+        tail=trace or str(error.get("traceback_tail", "")),
         tail_label="traceback",
+    )
+    if full:
+        rebuilt.__cause__ = RemoteTraceback("", full)
+    return rebuilt
+
+
+def _debug_in_process(cell: str | None) -> str:
+    """How to run a worker's cell (its pytest node id) in the test process, where a
+    debugger reaches it."""
+    node = shlex.quote(cell) if cell else "<the cell's node id>"
+    return (
+        "to debug it in this process, run the cell alone without --perfguard-isolate "
+        f"and --perfguard-ab: `pytest --perfguard {node} --pdb`"
     )
 
 

@@ -52,7 +52,8 @@ from typing import Any
 
 import perfguard
 from perfguard.backends import Session
-from perfguard.core.errors import CellNotFound, Location, ProtocolError
+from perfguard.core.blame import blame, model_trace, owner, trace_of
+from perfguard.core.errors import CellNotFound, Location, PerfguardError, ProtocolError
 from perfguard.core.scenario import LoopSpec, Scenario
 from perfguard.measure.cell import RunContext
 from perfguard.measure.load import LoadRunner
@@ -70,6 +71,7 @@ from perfguard.worker.protocol import (
 __all__ = ["Server"]
 
 _TRACEBACK_LINES = 15
+_FULL_TRACEBACK_LINES = 400  # what --tb=long shows of a worker's traceback
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -152,7 +154,7 @@ class Server:
         try:
             fields = self._dispatch(request, line)
         except Exception as exc:  # a PerfguardError, or the user's model: reply, keep serving
-            return self._failed(request_id, exc)
+            return self._failed(request_id, exc, request)
         return encode({"v": PROTOCOL_VERSION, "id": request_id, "ok": True, **fields})
 
     def _dispatch(self, request: object, line: bytes) -> dict[str, Any]:
@@ -172,11 +174,36 @@ class Server:
             raise _bad_request(f"unknown op {op!r}; expected one of {', '.join(OPS)}", line)
         return handler(request)
 
-    def _failed(self, request_id: object, exc: BaseException) -> bytes:
+    def _failed(self, request_id: object, exc: BaseException, request: object = None) -> bytes:
+        op = request.get("op") if isinstance(request, dict) else None
+        slot = request.get("slot", _MAIN) if isinstance(request, dict) else _MAIN
+        cell = self.cells.get(slot) if isinstance(slot, str) else None
+        if not isinstance(exc, PerfguardError) and owner(exc) != "model":
+            # perfguard's own exception, or out of memory: said so, as in-process.
+            error = blame(
+                exc,
+                doing=f"answering `{op}`",
+                culprit=f"model {cell.scenario.model.name!r}" if cell else "the model",
+                fix="",
+                location=cell.scenario.location if cell else None,
+            )
+            error.__cause__ = exc
+            exc = error
         lines = "".join(traceback.format_exception(exc)).splitlines()
         tail = "\n".join(lines[-_TRACEBACK_LINES:])
-        error = error_fields(exc, tail)
-        return encode({"v": PROTOCOL_VERSION, "id": request_id, "ok": False, "error": error})
+        fields = error_fields(exc, tail)
+        # The same short traceback as in-process (the model's frames, or perfguard's for
+        # its own error), and every frame for --tb=long; the parent shows them alike.
+        trace = trace_of(exc) if isinstance(exc, PerfguardError) else model_trace(exc)
+        if trace:
+            fields["trace"] = trace
+            fields["traceback"] = "\n".join(lines[-_FULL_TRACEBACK_LINES:])
+        if cell is not None:
+            fields["cell"] = cell.scenario.scenario_id(cell.run.ctx.rootdir)  # the node id
+            if not isinstance(exc, PerfguardError):  # the model's: where the suite names it
+                where = cell.scenario.location
+                fields["location"] = {"path": str(where.path), "line": where.line}
+        return encode({"v": PROTOCOL_VERSION, "id": request_id, "ok": False, "error": fields})
 
     @property
     def cell(self) -> _Cell | None:
