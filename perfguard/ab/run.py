@@ -274,13 +274,14 @@ def run_load_rounds(
     *,
     seed: int = 0,
     base: str = "",
+    open_limit_s: float = OPEN_TIMEOUT_S,
 ) -> tuple[dict[str, dict[str, Any]], list[LoadRound], dict[str, Decision], float]:
     """Both open load cells warmed up (``load_warmup``), then rounds of ``load_level``
     requests until ``plan``'s rules stop: the warm-up replies, the rounds, the
     decisions, the seconds. A level with failed requests raises ``LoadError``."""
     level_timeout = REQUEST_TIMEOUT_S + 5.0 * max(plan.seconds, scenario.measure.max_seconds)
     warm = {
-        name: side.request("load_warmup", timeout_s=OPEN_TIMEOUT_S)
+        name: side.request("load_warmup", timeout_s=open_limit_s + scenario.warmup.max_seconds)
         for name, side in (("a", a), ("b", b))
     }
 
@@ -469,7 +470,7 @@ class ABRun:
             for side, root, switch in ((a, self.worktree, code[0]), (b, self.rootdir, code[1])):
                 opened = side.request(
                     "open",
-                    timeout_s=OPEN_TIMEOUT_S,
+                    timeout_s=ctx.worker_open_limit_s,
                     suite=str(root / self._relative(scenario.suite)),
                     cell=scenario.item_name,
                     rootdir=str(root),
@@ -517,7 +518,7 @@ class ABRun:
             for name, worker in (("a", a), ("b", b)):
                 warm[name] = worker.request(
                     "warmup",
-                    timeout_s=OPEN_TIMEOUT_S,
+                    timeout_s=ctx.worker_open_limit_s + scenario.warmup.max_seconds,
                     iterations=scenario.warmup.iterations,
                     seconds=scenario.warmup.seconds,
                     max_seconds=scenario.warmup.max_seconds,
@@ -643,7 +644,13 @@ class ABRun:
         plan = load_plan(scenario, self.config.seed)
         with self._sides(scenario, ctx) as (a, b, opened):
             warm, rounds, decisions, elapsed = run_load_rounds(
-                a, b, scenario, plan, seed=self.config.seed, base=self.label
+                a,
+                b,
+                scenario,
+                plan,
+                seed=self.config.seed,
+                base=self.label,
+                open_limit_s=ctx.worker_open_limit_s,
             )
         result = self._load_result(scenario, ctx, rounds, warm["b"], opened)
         return result, self._load_verdict(scenario, ctx, plan, rounds, decisions, elapsed)

@@ -18,6 +18,7 @@ import numpy as np
 
 from perfguard.backends import Session, get_backend
 from perfguard.core.errors import BackendUnavailable, CellError
+from perfguard.core.policy import OPEN_TIMEOUT_S
 from perfguard.core.scenario import Scenario
 from perfguard.measure.gpu import cuda_unavailable
 from perfguard.measure.watchdog import Watchdog, cell_limit
@@ -39,6 +40,12 @@ class RunContext:
     rootdir: Path
     cache_dir: Path
     open_timeout_s: float | None = None
+
+    @property
+    def worker_open_limit_s(self) -> float:
+        """How long a worker's ``open`` (and, on top of the scenario's own warm-up
+        allowance, its warm-up) may take: the setting, else the default."""
+        return OPEN_TIMEOUT_S if self.open_timeout_s is None else self.open_timeout_s
 
 
 @contextmanager

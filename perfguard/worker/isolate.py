@@ -21,7 +21,7 @@ from perfguard.core.errors import WorkerTimeout
 from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import Scenario
 from perfguard.measure.cell import RunContext
-from perfguard.worker.client import OPEN_TIMEOUT_S, WorkerProcess
+from perfguard.worker.client import WorkerProcess
 
 __all__ = ["IsolatedRun", "measure_timeout_s"]
 
@@ -53,7 +53,7 @@ class IsolatedRun:
         self.scenario = scenario
         self._worker = WorkerProcess(cwd=ctx.rootdir, name=f"worker for {scenario.item_name}")
         self._worker.start()
-        limit = OPEN_TIMEOUT_S if ctx.open_timeout_s is None else ctx.open_timeout_s
+        limit = ctx.worker_open_limit_s
         try:
             self._worker.request(
                 "open",
