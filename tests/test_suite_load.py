@@ -658,7 +658,9 @@ def test_a_bad_level_is_reported_on_its_own_line(
 
 
 def open_loop(seconds: str, q: int, rate: str) -> str:
-    return scen(f'measure: {{seconds: {seconds}}}\ngate: {{p{q}: "+5%"}}\nload: {{rate: {rate}}}\n')
+    # max_seconds: the fix may ask for more seconds than the default cap of 300.
+    measure = f"measure: {{seconds: {seconds}, max_seconds: 3600}}"
+    return scen(f'{measure}\ngate: {{p{q}: "+5%"}}\nload: {{rate: {rate}}}\n')
 
 
 @FAST
