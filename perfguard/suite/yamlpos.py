@@ -314,6 +314,8 @@ def number_trap(value: object) -> str | None:
     if match is None:
         return None
     sign, whole, frac, exp_sign, exp = match.groups()
+    if frac is not None and exp_sign:
+        return None  # `1.0e-3`: a float to YAML 1.1 too (quoted, it is meant as a string)
     return f"{sign}{whole}.{frac or '0'}e{exp_sign or '+'}{exp}"
 
 
