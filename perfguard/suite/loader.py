@@ -461,6 +461,12 @@ def _read(rd: Reader, path: Path) -> PosDict:
     except DuplicateKeyError as exc:
         problem = f"duplicate key: {exc.problem}"
         rd.fail(exc.line, problem, "each key once per mapping", "remove or rename one of them")
+    except yaml.reader.ReaderError as exc:
+        line = text[: exc.position].count("\n") + 1
+        char = f"#x{exc.character:04x}" if isinstance(exc.character, int) else "a byte"
+        problem = f"the character {char} is not allowed in a YAML file"
+        fix = "remove it (inside double quotes, write it as an escape such as `\\x00`)"
+        rd.fail(line, problem, "printable characters", fix)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         # An unclosed bracket or quote is only noticed at the end of the file;
@@ -469,8 +475,8 @@ def _read(rd: Reader, path: Path) -> PosDict:
             mark = exc.context_mark
         context = f" ({exc.context})" if exc.context else ""
         fix = "check the indentation, brackets and quotes on this line and the one above"
-        line = mark.line + 1 if mark else None
-        rd.fail(line, f"malformed YAML: {exc.problem}{context}", "valid YAML", fix)
+        at = mark.line + 1 if mark else None
+        rd.fail(at, f"malformed YAML: {exc.problem}{context}", "valid YAML", fix)
     except yaml.YAMLError as exc:
         rd.fail(None, f"malformed YAML: {exc}", "valid YAML", "check the indentation and quotes")
     if doc is None:

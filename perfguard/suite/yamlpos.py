@@ -56,6 +56,7 @@ __all__ = [
     "load_with_positions",
     "number_trap",
     "one_of",
+    "printable",
     "suggest",
 ]
 
@@ -181,6 +182,17 @@ class PositionLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
+    def construct_object(self, node: Node, deep: bool = False) -> Any:
+        # A tag that asks for a type the text is not (`!!int 1.5`, `!!float x`) makes
+        # PyYAML's constructors raise plain ValueErrors, without a mark.
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, TypeError, OverflowError) as exc:
+            if isinstance(exc, yaml.YAMLError):
+                raise
+            problem = f"`{node.value}` cannot be read as `{node.tag}` ({exc})"
+            raise ConstructorError(None, None, problem, node.start_mark) from None
+
 
 def _check_expansion(root: Node) -> None:
     """Refuse a node graph whose aliases expand past the value or depth limit, or that
@@ -286,6 +298,13 @@ def one_of(choices: Iterable[object]) -> str:
 _SHOWN_CHARS = 60  # a longer value is shown cut, with its length
 
 
+def printable(text: str) -> str:
+    """``text`` on one line: newlines and other control characters as escapes."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def found(value: object) -> str:
     """How a value read from YAML is shown in an error's problem part."""
     if isinstance(value, dict):
@@ -388,7 +407,13 @@ class Reader:
     def fail(
         self, line: int | None, problem: str, expected: str | None = None, fix: str | None = None
     ) -> NoReturn:
-        raise SuiteError(problem, expected=expected, fix=fix, location=Location(self.path, line))
+        # One line, whatever a key or value of the file held (newlines, escapes).
+        raise SuiteError(
+            printable(problem),
+            expected=printable(expected) if expected else expected,
+            fix=printable(fix) if fix else fix,
+            location=Location(self.path, line),
+        )
 
     def keys(
         self, m: PosDict, allowed: Sequence[str], where: str, hints: Mapping[str, str] | None = None
