@@ -49,9 +49,9 @@ __all__ = [
     "PosList",
     "PositionLoader",
     "Reader",
-    "found",
     "check_size",
     "combined",
+    "found",
     "frozen",
     "load_with_positions",
     "number_trap",
@@ -190,7 +190,7 @@ class PositionLoader(yaml.SafeLoader):
         except (ValueError, TypeError, OverflowError) as exc:
             if isinstance(exc, yaml.YAMLError):
                 raise
-            problem = f"`{node.value}` cannot be read as `{node.tag}` ({exc})"
+            problem = f"{found(node.value)} cannot be read as `{node.tag}` ({exc})"
             raise ConstructorError(None, None, problem, node.start_mark) from None
 
 
