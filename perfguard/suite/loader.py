@@ -36,6 +36,14 @@ Rules:
   ``int8`` (CPU dynamic quantization) on a ``cuda`` device; an ``onnx:``
   model on the ``torch`` backend; ``tensorrt`` off the GPU.
 * YAML anchors and ``<<`` merges work; duplicate keys are an error.
+* Limits (``perfguard.core.policy``, "suite limits"): the file's size, its nesting and
+  the values it expands to through aliases (:mod:`perfguard.suite.yamlpos`); ``threads``,
+  loop ``iterations``/``seconds``/``max_seconds``, load clients and names have upper
+  bounds, and a loop's ``seconds`` may not pass its ``max_seconds``. Each is an error at
+  its line naming the limit, never a silent clamp.
+* Every error: the top-level keys, the presets, each model, ``defaults`` and each
+  scenario are checked on their own and all their errors raised as one ``SuiteError``
+  (:func:`perfguard.suite.yamlpos.combined`).
 """
 
 from __future__ import annotations
