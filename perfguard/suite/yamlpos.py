@@ -164,6 +164,14 @@ class PositionLoader(yaml.SafeLoader):
         self._depth = 0
         self._nodes = 0
 
+    def fetch_flow_collection_start(self, TokenClass: Any) -> None:
+        # The scanner reads up to 1024 characters ahead inside brackets (a `[` may start
+        # a key) at a cost that grows with the open brackets: refuse deep ones here.
+        if self.flow_level >= SUITE_MAX_DEPTH:
+            mark: Any = self.get_mark()
+            raise _too_deep(mark.line + 1)
+        super().fetch_flow_collection_start(TokenClass)
+
     def compose_node(self, parent: Node | None, index: int) -> Node:
         # Aliases are counted as what they expand to, once the whole graph is composed.
         if self.check_event(AliasEvent):
