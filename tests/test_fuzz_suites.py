@@ -173,7 +173,8 @@ def check(directory: Path, text: str) -> None:
         message = str(exc)
         assert exc.location is not None and exc.location.path == path, message
         line = exc.location.line
-        lines = text.count("\n") + 1
+        # YAML also breaks lines at \x85, \u2028 and \u2029 (splitlines: a superset).
+        lines = len(text.splitlines()) + 1
         assert line is None or 1 <= line <= lines, (line, lines, message)
         assert message.startswith(f"{path}"), message
         # One line, or a combined error whose every entry names the file (and a line).
@@ -209,6 +210,7 @@ def directory(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monk
 @example(text="models:\n  m: !!float x\nscenarios:\n- {name: s, model: m}\n")
 @example(text="'<<': !!int 1.5\nscenarios:\n- {name: s, model: m}\n")
 @example(text="\x00scenarios:\n- {name: s, model: m}\n")
+@example(text="scenarios:\n- '\x85  '\n- {name: s, model: m}\ndefaults: [[[[\n")
 @example(text="defaults: 'line\n\n  break'\nscenarios:\n- {name: s, model: m}\n")
 def test_mutated_suites_load_or_fail_with_a_suite_error(directory: Path, text: str) -> None:
     check(directory, text)
