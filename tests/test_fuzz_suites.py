@@ -46,8 +46,8 @@ RAW: list[str] = [
     "1e-3", "1e308", "-1e400", "0x1F", "0o17", "0b101", "1_000", "12:30:00",
     "2001-12-14", "2001-12-14t21:59:43.10-05:00", "yes", "off", "~", ".nan", ".inf", "-.inf",
     "!!binary aGVsbG8=", "!!set {a, b}", "!!omap [a: 1]", "!!python/object:os.system {}",
-    "!!float x", "!!int 1.5", "!custom 1", '"\\u0000\\x1b[31m\\u202e"', "'", "[unclosed",
-    "{key", "- a", "&a", "? [a, b]\n  : c",
+    "!!float x", "!!float", "!!bool x", "!!int 1.5", "!custom 1",
+    '"\\u0000\\x1b[31m\\u202e"', "'", "[unclosed", "{key", "- a", "&a", "? [a, b]\n  : c",
 ]  # fmt: skip
 HUGE = [10**30, -(10**30), 2**63, -1, 0, 1e308, -1e308, 1e-320]
 ODD_FLOATS = [math.nan, math.inf, -math.inf, -0.0]
@@ -209,6 +209,9 @@ def directory(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monk
 # What the fuzzer found (each was a ValueError traceback or a message over several lines):
 @example(text="models:\n  m: !!float x\nscenarios:\n- {name: s, model: m}\n")
 @example(text="'<<': !!int 1.5\nscenarios:\n- {name: s, model: m}\n")
+@example(text="models:\n  m: !!float")
+@example(text="models:\n  m: !!bool x\n")
+@example(text="models:\n  m: !!timestamp 2001-13-45\n")
 @example(text="\x00scenarios:\n- {name: s, model: m}\n")
 @example(text="scenarios:\n- '\x85  '\n- {name: s, model: m}\ndefaults: [[[[\n")
 @example(text="defaults: 'line\n\n  break'\nscenarios:\n- {name: s, model: m}\n")

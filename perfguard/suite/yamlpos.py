@@ -191,11 +191,12 @@ class PositionLoader(yaml.SafeLoader):
             self._depth -= 1
 
     def construct_object(self, node: Node, deep: bool = False) -> Any:
-        # A tag that asks for a type the text is not (`!!int 1.5`, `!!float x`) makes
-        # PyYAML's constructors raise plain ValueErrors, without a mark.
+        # A tag that asks for a type the text is not (`!!int 1.5`, `!!float x`, an empty
+        # `!!float`, `!!bool x`) makes PyYAML's constructors raise plain ValueErrors,
+        # IndexErrors or KeyErrors, without a mark.
         try:
             return super().construct_object(node, deep)
-        except (ValueError, TypeError, OverflowError) as exc:
+        except (ValueError, TypeError, OverflowError, LookupError) as exc:
             if isinstance(exc, yaml.YAMLError):
                 raise
             problem = f"{found(node.value)} cannot be read as `{node.tag}` ({exc})"
