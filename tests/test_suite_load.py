@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from perfguard.accuracy.run import find_reference
 from perfguard.core.errors import Location, SuiteError
-from perfguard.core.policy import GateSpec
+from perfguard.core.policy import LOAD_MAX_CLIENTS, GateSpec
 from perfguard.core.scenario import BatchingSpec, LoadSpec, Scenario, SloSpec
 from perfguard.judge.compare import samples_needed
 from perfguard.suite import load as suite_load
@@ -612,7 +612,7 @@ FAST = settings(
 
 
 @FAST
-@given(levels=st.lists(st.integers(1, 10_000), min_size=1, max_size=8, unique=True))
+@given(levels=st.lists(st.integers(1, LOAD_MAX_CLIENTS), min_size=1, max_size=8, unique=True))
 def test_any_distinct_concurrencies_give_those_cells(
     suite_writer: pytest.Pytester, levels: list[int]
 ) -> None:
@@ -658,7 +658,9 @@ def test_a_bad_level_is_reported_on_its_own_line(
 
 
 def open_loop(seconds: str, q: int, rate: str) -> str:
-    return scen(f'measure: {{seconds: {seconds}}}\ngate: {{p{q}: "+5%"}}\nload: {{rate: {rate}}}\n')
+    # max_seconds: the fix may ask for more seconds than the default cap of 300.
+    measure = f"measure: {{seconds: {seconds}, max_seconds: 3600}}"
+    return scen(f'{measure}\ngate: {{p{q}: "+5%"}}\nload: {{rate: {rate}}}\n')
 
 
 @FAST

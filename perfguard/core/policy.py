@@ -47,6 +47,7 @@ Why these defaults:
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -61,9 +62,13 @@ __all__ = [
     "INCONCLUSIVE_ROUNDS",
     "INTERIM_CONFIDENCE",
     "LATENCY_QS",
+    "LOAD_MAX_CLIENTS",
+    "LOOP_MAX_ITERATIONS",
+    "LOOP_MAX_SECONDS",
     "MAX_INPUT_MIB",
     "METRICS",
     "MIN_HISTORY",
+    "NAME_MAX_CHARS",
     "NOISE_K",
     "NORMALISE",
     "QUIET_BUDGET_S",
@@ -72,12 +77,18 @@ __all__ = [
     "QUIET_WAIT_S",
     "REFUSED_METRICS",
     "SLO_GATE",
+    "SUITE_MAX_BYTES",
+    "SUITE_MAX_DEPTH",
+    "SUITE_MAX_NODES",
+    "THREADS_FLOOR",
+    "THREADS_MARGIN",
     "GateMetric",
     "GateSpec",
     "MetricKind",
     "gate_metric",
     "limit_unit",
     "samples_needed",
+    "threads_limit",
 ]
 
 
@@ -283,3 +294,41 @@ def samples_needed(q: float, confidence: float = CONFIDENCE) -> int:
 # setting away: --perfguard-max-input-mib / ini perfguard_max_input_mib. Independently
 # of it, inputs must fit in the memory the host has available (models.inputs).
 MAX_INPUT_MIB = 4096
+
+
+# --------------------------------------------------------------------------- suite limits
+#
+# Bounds on what a suite file may ask for (perfguard.suite). A suite is a few KB with a
+# few hundred YAML nodes; these caps are 100x beyond that and refuse a hostile or
+# mistaken file in well under a second and a few MB, before anything is built from it.
+# Each refusal is a SuiteError at file:line that names the cap and the fix.
+#
+# * SUITE_MAX_BYTES: the file's size (1 MiB).
+# * SUITE_MAX_NODES: YAML values the file expands to, counting every use of an alias
+#   (`*name`) as a full copy: an "alias bomb" (`&a [*b, *b, ...]` nested ten deep) is a
+#   few hundred bytes that expands to 10**10 values.
+# * SUITE_MAX_DEPTH: nesting of mappings and lists (also through aliases); the deepest
+#   real suite nests about 8 levels.
+# * NAME_MAX_CHARS: scenario, model, input, tag, shape-bucket and preset names (they
+#   become pytest ids, markers and file names).
+# * Threads: at most max(THREADS_FLOOR, os.cpu_count() * THREADS_MARGIN). The floor keeps
+#   a suite written for a large server loading on a laptop; beyond it a value is a typo.
+# * Loops (`warmup`, `measure`): `iterations` at most LOOP_MAX_ITERATIONS (each request
+#   keeps a latency sample), `seconds` and `max_seconds` at most LOOP_MAX_SECONDS; an
+#   open-loop level schedules at most LOOP_MAX_ITERATIONS requests. `seconds` above the
+#   loop's `max_seconds` is refused rather than quietly cut at the cap.
+# * LOAD_MAX_CLIENTS: `concurrency` and `workers` of a `load:` (one thread each).
+SUITE_MAX_BYTES = 1024 * 1024
+SUITE_MAX_NODES = 100_000
+SUITE_MAX_DEPTH = 64
+NAME_MAX_CHARS = 200
+THREADS_MARGIN = 4
+THREADS_FLOOR = 256
+LOOP_MAX_ITERATIONS = 10_000_000
+LOOP_MAX_SECONDS = 3600.0
+LOAD_MAX_CLIENTS = 4096
+
+
+def threads_limit() -> int:
+    """The most ``threads`` a suite may ask for on this machine (see the suite limits)."""
+    return max(THREADS_FLOOR, (os.cpu_count() or 1) * THREADS_MARGIN)

@@ -77,6 +77,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from perfguard.core.errors import CellError
+from perfguard.core.policy import NAME_MAX_CHARS
 from perfguard.core.scenario import (
     AccuracyGates,
     AccuracyInputs,
@@ -197,6 +198,9 @@ def parse_presets(rd: Reader, top: PosDict) -> dict[str, QuantSpec]:
     m = rd.as_map(top[PRESETS], top.key_line(PRESETS), f"`{PRESETS}`")
     for name, value in m.items():
         at = m.key_line(name)
+        if isinstance(name, str) and len(name) > NAME_MAX_CHARS:
+            problem = f"quantization preset name {found(name)} is {len(name)} characters long"
+            rd.fail(at, problem, f"at most {NAME_MAX_CHARS} characters", "shorten it")
         if not isinstance(name, str) or not _PRESET_RE.fullmatch(name):
             fixed = re.sub(r"\W", "_", str(name))
             fix = f"rename it, e.g. `{fixed if _PRESET_RE.fullmatch(fixed) else '_' + fixed}`"

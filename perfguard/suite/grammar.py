@@ -33,7 +33,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
-from perfguard.core.policy import DEFAULT_GATES, METRICS, GateMetric
+from perfguard.core.policy import (
+    DEFAULT_GATES,
+    LOAD_MAX_CLIENTS,
+    LOOP_MAX_ITERATIONS,
+    LOOP_MAX_SECONDS,
+    METRICS,
+    GateMetric,
+)
 from perfguard.core.scenario import (
     ARRIVALS,
     BACKENDS,
@@ -324,11 +331,15 @@ _LOOP_DEFAULTS = {"warmup": _default(Scenario, "warmup"), "measure": _default(Sc
 
 LOOP = Section(
     (
-        Key("iterations", _int(1), "runs at least this many requests"),
-        Key("seconds", _num(minimum=0), "and for at least this many seconds"),
+        Key("iterations", _int(1, LOOP_MAX_ITERATIONS), "runs at least this many requests"),
+        Key(
+            "seconds",
+            _num(minimum=0, maximum=LOOP_MAX_SECONDS),
+            "and for at least this many seconds (at most `max_seconds`)",
+        ),
         Key(
             "max_seconds",
-            _num(exclusive_minimum=0),
+            _num(exclusive_minimum=0, maximum=LOOP_MAX_SECONDS),
             "caps the loop",
             _default(LoopSpec, "max_seconds"),
         ),
@@ -559,7 +570,7 @@ _RATE = OneOf(
         ),
     )
 )
-_CONCURRENCY = _int(1)
+_CONCURRENCY = _int(1, LOAD_MAX_CLIENTS)
 
 LOAD = Section(
     (
@@ -575,7 +586,12 @@ LOAD = Section(
         ),
         Key("arrivals", _choice(ARRIVALS), "open-loop arrival process", _LOAD.arrivals),
         Key("seed", _int(0), "seeds the poisson schedule", _LOAD.seed),
-        Key("workers", _int(1), "model instances serving the queue", _LOAD.workers),
+        Key(
+            "workers",
+            _int(1, LOAD_MAX_CLIENTS),
+            "model instances serving the queue",
+            _LOAD.workers,
+        ),
         Key(
             "sessions",
             _choice(SESSION_MODES),

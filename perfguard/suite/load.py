@@ -89,7 +89,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from perfguard.core.policy import CONFIDENCE, LATENCY_QS, SLO_GATE, samples_needed
+from perfguard.core.policy import (
+    CONFIDENCE,
+    LATENCY_QS,
+    LOAD_MAX_CLIENTS,
+    LOOP_MAX_ITERATIONS,
+    NAME_MAX_CHARS,
+    SLO_GATE,
+    samples_needed,
+)
 from perfguard.core.scenario import (
     ARRIVALS,
     SESSION_MODES,
@@ -176,7 +184,7 @@ def _levels(
         items = [(value, line, what)]
     seen: dict[str, tuple[float, int]] = {}
     for raw, at, name in items:
-        level = float(rd.as_int(raw, at, name, 1)) if closed else _rate(rd, raw, at, name)
+        level = float(_clients(rd, raw, at, name)) if closed else _rate(rd, raw, at, name)
         cell = LoadSpec("closed" if closed else "open", level).level_id
         if cell in seen:
             first, first_at = seen[cell]
@@ -189,6 +197,14 @@ def _levels(
             rd.fail(at, problem, "distinct levels", fix)
         seen[cell] = (level, at)
     return tuple(seen.values())
+
+
+def _clients(rd: Reader, value: object, line: int, what: str) -> int:
+    """A count of load-generator threads (``concurrency``, ``workers``), within the limit."""
+    count = rd.as_int(value, line, what, 1)
+    why = "perfguard's limit: each is a thread of the load generator"
+    rd.at_most(count, LOAD_MAX_CLIENTS, line, what, why, f"lower it to {LOAD_MAX_CLIENTS} or less")
+    return count
 
 
 def _batching(rd: Reader, value: object, line: int, what: str) -> BatchingSpec:
@@ -240,7 +256,7 @@ _PARSERS: dict[str, Callable[[Reader, object, int, str], object]] = {
     "arrivals": lambda rd, v, line, what: rd.as_choice(v, line, what, ARRIVALS),
     "sessions": lambda rd, v, line, what: rd.as_choice(v, line, what, SESSION_MODES),
     "seed": lambda rd, v, line, what: rd.as_int(v, line, what, 0),
-    "workers": lambda rd, v, line, what: rd.as_int(v, line, what, 1),
+    "workers": _clients,
     "late_ms": lambda rd, v, line, what: rd.as_num(v, line, what, "a number > 0", lambda x: x > 0),
     "late_max": lambda rd, v, line, what: rd.as_num(
         v, line, what, "a number with 0 <= x < 1", lambda x: 0 <= x < 1),
@@ -286,6 +302,9 @@ def parse_shapes(rd: Reader, m: PosDict, where: str, model: ModelSpec) -> dict[s
     out: dict[str, ModelSpec] = {}
     for name, value in buckets.items():
         at = buckets.key_line(name)
+        if isinstance(name, str) and len(name) > NAME_MAX_CHARS:
+            problem = f"shape bucket name {found(name)} in {where} is {len(name)} characters long"
+            rd.fail(at, problem, f"at most {NAME_MAX_CHARS} characters", "shorten it")
         if not isinstance(name, str) or not _BUCKET_RE.fullmatch(name):
             fixed = re.sub(r"[^A-Za-z0-9_.+]", "_", name) if isinstance(name, str) else f"s{name}"
             expected = "letters, digits, `_`, `.` and `+` (`-` joins the parts of cell ids)"
@@ -469,6 +488,12 @@ def _check_count(rd: Reader, sc: Scenario, load: LoadSpec, line: int) -> None:
         return
     seconds = sc.measure.seconds
     count = round(level * seconds)
+    if count > LOOP_MAX_ITERATIONS:
+        problem = f"{cell}{start}rate {level:g}/s for measure.seconds {seconds:g} schedules "
+        problem += f"{count} requests"
+        expected = f"at most {LOOP_MAX_ITERATIONS} requests per level (perfguard's loop limit)"
+        fix = f"set measure.seconds <= {LOOP_MAX_ITERATIONS / level:g}, or lower the rate"
+        rd.fail(line, problem, expected, fix)
     if count < needed:
         problem = f"{cell}{start}rate {level:g}/s for measure.seconds {seconds:g} schedules "
         problem += f"{count} requests, but {bound}"

@@ -36,21 +36,43 @@ Rules:
   ``int8`` (CPU dynamic quantization) on a ``cuda`` device; an ``onnx:``
   model on the ``torch`` backend; ``tensorrt`` off the GPU.
 * YAML anchors and ``<<`` merges work; duplicate keys are an error.
+* Limits (``perfguard.core.policy``, "suite limits"): the file's size, its nesting and
+  the values it expands to through aliases (:mod:`perfguard.suite.yamlpos`); ``threads``,
+  loop ``iterations``/``seconds``/``max_seconds``, load clients and names have upper
+  bounds, and a loop's ``seconds`` may not pass its ``max_seconds``. Each is an error at
+  its line naming the limit, never a silent clamp.
+* Every error: the top-level keys, the presets, each model, ``defaults`` and each
+  scenario are checked on their own and all their errors raised as one ``SuiteError``
+  (:func:`perfguard.suite.yamlpos.combined`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
+import os
 import re
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import yaml
 
-from perfguard.core.errors import CellError, Location
-from perfguard.core.policy import REFUSED_METRICS, GateSpec, gate_metric
+from perfguard.core.errors import CellError, Location, SuiteError
+from perfguard.core.policy import (
+    LOOP_MAX_ITERATIONS,
+    LOOP_MAX_SECONDS,
+    NAME_MAX_CHARS,
+    REFUSED_METRICS,
+    SUITE_MAX_BYTES,
+    THREADS_FLOOR,
+    THREADS_MARGIN,
+    GateSpec,
+    gate_metric,
+    threads_limit,
+)
 from perfguard.core.scenario import ModelSpec, QuantSpec, Scenario
 from perfguard.suite import grammar
 from perfguard.suite.accuracy import (
@@ -66,8 +88,12 @@ from perfguard.suite.load import LOAD, expand_cells, parse_load, parse_shapes
 from perfguard.suite.models import parse_model
 from perfguard.suite.yamlpos import (
     DuplicateKeyError,
+    LimitExceeded,
     PosDict,
+    PosList,
     Reader,
+    check_size,
+    combined,
     found,
     load_with_positions,
     one_of,
@@ -75,6 +101,8 @@ from perfguard.suite.yamlpos import (
 )
 
 __all__ = ["Suite", "load_suite"]
+
+_T = TypeVar("_T")
 
 _AXES = grammar.MATRIX.names
 _LOOPS = ("warmup", "measure")
@@ -108,11 +136,39 @@ def _loop(rd: Reader, value: object, line: int, what: str) -> dict[str, float]:
         at, name = m.key_line(key), f"`{key}` in {what}"
         if key == "iterations":
             out[key] = rd.as_int(v, at, name, 1)
-        elif key == "seconds":
+            why = "perfguard's loop limit: every request keeps a latency sample"
+            fix = f"lower it; {LOOP_MAX_ITERATIONS} requests already resolve any percentile"
+            rd.at_most(out[key], LOOP_MAX_ITERATIONS, at, name, why, fix)
+            continue
+        if key == "seconds":
             out[key] = rd.as_num(v, at, name, "a number >= 0", lambda x: x >= 0)
         else:
             out[key] = rd.as_num(v, at, name, "a number > 0", lambda x: x > 0)
+        why = "perfguard's loop limit, one hour"
+        rd.at_most(out[key], LOOP_MAX_SECONDS, at, name, why, f"lower `{key}`")
     return out
+
+
+def _check_loops(
+    rd: Reader, m: PosDict, defaults: dict[str, object], settings: dict[str, object], where: str
+) -> None:
+    """``seconds`` past the loop's ``max_seconds`` would be cut there without a word."""
+    loops = _merge({k: defaults[k] for k in _LOOPS if k in defaults},
+                   {k: settings[k] for k in _LOOPS if k in settings})  # fmt: skip
+    for key in _LOOPS:
+        spec = dataclasses.replace(_DEFAULTS[key], **cast("Any", loops.get(key, {})))
+        if spec.seconds > spec.max_seconds:
+            line = m.key_line(key) if key in m else m.line
+            given = "" if key in m else " (from `defaults` or the built-in default)"
+            problem = (
+                f"`{key}` of {where} runs for `seconds: {spec.seconds:g}`, past its "
+                f"`max_seconds: {spec.max_seconds:g}`{given}, which would stop it early"
+            )
+            fix = (
+                f"raise `max_seconds` to at least {spec.seconds:g} (up to "
+                f"{LOOP_MAX_SECONDS:g}), or lower `seconds`"
+            )
+            rd.fail(line, problem, "`seconds` <= `max_seconds`", fix)
 
 
 def _gate(rd: Reader, metric: str, value: object, line: int, where: str) -> GateSpec:
@@ -150,8 +206,16 @@ def _tags(rd: Reader, value: object, line: int, what: str) -> tuple[str, ...]:
     tags = rd.as_list(value, line, what)
     for i, tag in enumerate(tags):
         at = tags.item_line(i)
+        if isinstance(tag, dict | list):
+            problem = f"tag {i + 1} in {what} is {found(tag)}"
+            fix = "write each tag as one word in the list, e.g. `tags: [smoke, nightly]`"
+            rd.fail(at, problem, _TAG_FORM, fix)
+        if isinstance(tag, str) and len(tag) > NAME_MAX_CHARS:
+            problem = f"tag {found(tag)} in {what} is {len(tag)} characters long"
+            expected = f"at most {NAME_MAX_CHARS} characters (it becomes a pytest marker)"
+            rd.fail(at, problem, expected, "shorten it")
         if not isinstance(tag, str) or not _IDENT_RE.fullmatch(tag):
-            fixed = re.sub(r"\W", "_", str(tag))
+            fixed = re.sub(r"\W+", "_", str(tag)).strip("_") or "tag"
             fixed = fixed if _IDENT_RE.fullmatch(fixed) else f"_{fixed}"
             problem = f"tag {found(tag)} in {what} is not an identifier"
             rd.fail(at, problem, _TAG_FORM, f"use `{fixed}`")
@@ -166,7 +230,14 @@ def _setting(rd: Reader, key: str, value: object, line: int, where: str) -> obje
     if key in _CHOICES:
         return rd.as_choice(value, line, what, _CHOICES[key])
     if key == "threads":
-        return rd.as_int(value, line, what, 1)
+        threads, limit = rd.as_int(value, line, what, 1), threads_limit()
+        why = (
+            f"{THREADS_MARGIN} x this machine's {os.cpu_count() or 1} CPUs, or "
+            f"{THREADS_FLOOR}; more threads than that only measure oversubscription"
+        )
+        fix = "set the intra-op thread count to at most the CPUs you measure on"
+        rd.at_most(threads, limit, line, what, why, fix)
+        return threads
     if key == "device":
         if not isinstance(value, str) or not grammar.DEVICE_RE.fullmatch(value):
             fix = "write `cpu`, `cuda` or e.g. `cuda:0`"
@@ -308,14 +379,15 @@ def _scenario(
 ) -> list[Scenario]:  # fmt: skip
     m = rd.as_map(value, line, f"scenario #{index + 1}")
     name = m.get("name")
-    where = f"scenario `{name}`" if isinstance(name, str) else f"scenario #{index + 1}"
+    named = isinstance(name, str) and len(name) <= NAME_MAX_CHARS
+    where = f"scenario `{name}`" if named else f"scenario #{index + 1}"
     rd.keys(m, grammar.SCENARIO.names, where)
     for key in ("name", "model"):
         if key not in m:
             rd.fail(
                 m.line, f"{where} has no `{key}`", f"`{key}:` on every scenario", f"add `{key}:`"
             )
-    name, at = rd.as_str(name, m.key_line("name"), f"`name` of {where}"), m.key_line("name")
+    name, at = rd.as_name(name, m.key_line("name"), f"`name` of {where}"), m.key_line("name")
     if not _NAME_RE.fullmatch(name):
         fix = f"rename it, e.g. `{re.sub(r'[^A-Za-z0-9_.+-]', '_', name)}`"
         expected = "letters, digits, `_`, `.`, `+` and `-`"
@@ -330,6 +402,7 @@ def _scenario(
         fix = suggest(model, list(models)) or "define it under `models:`"
         rd.fail(m.key_line("model"), f"{where} uses undefined model {found(model)}", expected, fix)
     settings = _settings(rd, m, where)
+    _check_loops(rd, m, defaults, settings, where)
     shapes = parse_shapes(rd, m, where, models[model])
     axes = _matrix(rd, m, where)
     rules = _excludes(rd, m, axes, where)
@@ -375,18 +448,33 @@ def _scenario(
     return expand_cells(rd, out, load, shapes, LOAD in settings, finish)
 
 
-def load_suite(path: Path) -> Suite:
-    """Read and validate a suite file; raises ``SuiteError`` naming ``file:line``."""
-    rd = Reader(path)
+def _read(rd: Reader, path: Path) -> PosDict:
+    """The suite file's top-level mapping; a file that cannot be read or parsed is one
+    error (nothing past it can be checked)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as f:
+            # Never more than the limit (+1 to see it passed): a suite path may name a
+            # huge file, a device or a FIFO.
+            data = f.read(SUITE_MAX_BYTES + 1)
+        check_size(len(data), data)
+        text = data.decode("utf-8")
+    except LimitExceeded as exc:
+        rd.fail(exc.line, exc.problem, exc.expected, exc.fix)
     except (OSError, UnicodeDecodeError) as exc:
         rd.fail(None, f"cannot read the suite file ({exc})", "a UTF-8 YAML file", "check the path")
     try:
         doc = load_with_positions(text)
+    except LimitExceeded as exc:
+        rd.fail(exc.line, exc.problem, exc.expected, exc.fix)
     except DuplicateKeyError as exc:
         problem = f"duplicate key: {exc.problem}"
         rd.fail(exc.line, problem, "each key once per mapping", "remove or rename one of them")
+    except yaml.reader.ReaderError as exc:
+        line = text[: exc.position].count("\n") + 1
+        char = f"#x{exc.character:04x}" if isinstance(exc.character, int) else "a byte"
+        problem = f"the character {char} is not allowed in a YAML file"
+        fix = "remove it (inside double quotes, write it as an escape such as `\\x00`)"
+        rd.fail(line, problem, "printable characters", fix)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         # An unclosed bracket or quote is only noticed at the end of the file;
@@ -395,37 +483,98 @@ def load_suite(path: Path) -> Suite:
             mark = exc.context_mark
         context = f" ({exc.context})" if exc.context else ""
         fix = "check the indentation, brackets and quotes on this line and the one above"
-        line = mark.line + 1 if mark else None
-        rd.fail(line, f"malformed YAML: {exc.problem}{context}", "valid YAML", fix)
+        at = mark.line + 1 if mark else None
+        rd.fail(at, f"malformed YAML: {exc.problem}{context}", "valid YAML", fix)
     except yaml.YAMLError as exc:
         rd.fail(None, f"malformed YAML: {exc}", "valid YAML", "check the indentation and quotes")
     if doc is None:
         expected = "a mapping with `models:` and `scenarios:`"
         rd.fail(1, "the suite file is empty", expected, "add `models:` and `scenarios:`")
-    top = rd.as_map(doc, 1, "the top level of the suite file")
-    rd.keys(top, grammar.SUITE.names, "the top level of the suite file")
+    return rd.as_map(doc, 1, "the top level of the suite file")
+
+
+class _Errors:
+    """The errors of one suite file, collected part by part (each model, each scenario,
+    each top-level section) so that one run reports them all."""
+
+    def __init__(self) -> None:
+        self.found: list[SuiteError] = []
+
+    def check(self, fn: Callable[[], _T]) -> _T | None:
+        """``fn()``, or ``None`` with its ``SuiteError`` kept."""
+        try:
+            return fn()
+        except SuiteError as exc:
+            self.found.append(exc)
+            return None
+
+
+def load_suite(path: Path) -> Suite:
+    """Read and validate a suite file; raises ``SuiteError`` naming ``file:line``.
+
+    Several errors in independent parts of the file (models, scenarios, sections) are
+    raised together: one ``SuiteError`` at the first one's line that lists them all.
+    A scenario that depends on a part in error (its model, ``defaults``,
+    ``quantizations``) is not checked until that part is fixed.
+    """
+    rd = Reader(path)
+    top = _read(rd, path)
+    errors = _Errors()
+    errors.check(lambda: rd.keys(top, grammar.SUITE.names, "the top level of the suite file"))
+    base_dir = path.parent.resolve()
+    presets = errors.check(lambda: parse_presets(rd, top))
+    models: dict[str, ModelSpec] = {}
+    broken: set[object] = set()  # models in error: their scenarios are not checked
+    mm: PosDict | None = None
+    if "models" in top:
+        mm = errors.check(lambda: rd.as_map(top["models"], top.key_line("models"), "`models`"))
+
+        def read_model(m: PosDict, key: object) -> ModelSpec:
+            return parse_model(rd, key, m[key], m.key_line(key), base_dir)
+
+        for key in mm or {}:
+            assert mm is not None
+            model = errors.check(functools.partial(read_model, mm, key))
+            if model is None:
+                broken.add(key)
+            else:
+                models[key] = model
+    defaults: dict[str, object] | None = {}
+    if "defaults" in top:
+
+        def read_defaults() -> dict[str, object]:
+            d = rd.as_map(top["defaults"], top.key_line("defaults"), "`defaults`")
+            rd.keys(d, _SETTINGS, "`defaults`", _DEFAULTS_HINTS)
+            return _settings(rd, d, "`defaults`")
+
+        defaults = errors.check(read_defaults)
     if "scenarios" not in top:
         fix = "add `scenarios:` with `- name: ...` entries"
-        rd.fail(top.line, "the suite file has no `scenarios`", "a `scenarios:` list", fix)
-    base_dir = path.parent.resolve()
-    presets = parse_presets(rd, top)
-    models: dict[str, ModelSpec] = {}
-    if "models" in top:
-        mm = rd.as_map(top["models"], top.key_line("models"), "`models`")
-        models = {k: parse_model(rd, k, v, mm.key_line(k), base_dir) for k, v in mm.items()}
-    defaults: dict[str, object] = {}
-    if "defaults" in top:
-        d = rd.as_map(top["defaults"], top.key_line("defaults"), "`defaults`")
-        rd.keys(d, _SETTINGS, "`defaults`", _DEFAULTS_HINTS)
-        defaults = _settings(rd, d, "`defaults`")
-    entries = rd.as_list(top["scenarios"], top.key_line("scenarios"), "`scenarios`")
-    if not entries:
-        fix = "add `- name: ...` entries"
-        rd.fail(top.key_line("scenarios"), "`scenarios` is empty", "at least one scenario", fix)
+        problem = "the suite file has no `scenarios`"
+        errors.check(lambda: rd.fail(top.line, problem, "a `scenarios:` list", fix))
+        raise combined(errors.found)
+    entries = errors.check(
+        lambda: rd.as_list(top["scenarios"], top.key_line("scenarios"), "`scenarios`")
+    )
+    if entries is not None and not entries:
+        line, fix = top.key_line("scenarios"), "add `- name: ...` entries"
+        errors.check(lambda: rd.fail(line, "`scenarios` is empty", "at least one scenario", fix))
     names: dict[str, int] = {}
-    scenarios = [
-        sc
-        for i, raw in enumerate(entries)
-        for sc in _scenario(rd, i, raw, entries.item_line(i), models, defaults, names, presets)
-    ]
+    scenarios: list[Scenario] = []
+    # Scenarios rest on `defaults`, the presets and `models` as a whole: with one of
+    # those in error their checks would only repeat it.
+    if not entries or defaults is None or presets is None or ("models" in top and mm is None):
+        entries = PosList(top.line)
+
+    def read_scenario(i: int, raw: object) -> list[Scenario]:
+        assert entries is not None and defaults is not None and presets is not None
+        return _scenario(rd, i, raw, entries.item_line(i), models, defaults, names, presets)
+
+    for i, raw in enumerate(entries):
+        model = raw.get("model") if isinstance(raw, PosDict) else None
+        if isinstance(model, Hashable) and model in broken:
+            continue
+        scenarios += errors.check(functools.partial(read_scenario, i, raw)) or []
+    if errors.found:
+        raise combined(errors.found)
     return Suite(path=path, scenarios=tuple(scenarios))

@@ -25,6 +25,7 @@ import re
 from pathlib import Path
 
 from perfguard.core.errors import Location
+from perfguard.core.policy import NAME_MAX_CHARS
 from perfguard.core.scenario import DTYPES, InputSpec, ModelSpec
 from perfguard.suite import grammar
 from perfguard.suite.yamlpos import Reader, found, frozen
@@ -36,10 +37,14 @@ _FACTORY_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_
 
 
 def _input(rd: Reader, name: object, value: object, line: int, model: str) -> InputSpec:
-    where = f"input `{name}` of model `{model}`"
+    where = (
+        f"input `{name}` of model `{model}`"
+        if len(str(name)) <= NAME_MAX_CHARS
+        else f"an input of model `{model}`"
+    )
     m = rd.as_map(value, line, where)
     rd.keys(m, grammar.INPUT.names, where)
-    name = rd.as_str(name, line, f"the name of {where}")
+    name = rd.as_name(name, line, f"the name of {where}")
     if "shape" not in m:
         rd.fail(line, f"{where} has no `shape`", "`shape: [d1, ...]`", "add `shape: [1, 64]`")
     dims = rd.as_list(m["shape"], m.key_line("shape"), f"`shape` of {where}")
@@ -71,10 +76,10 @@ def _input(rd: Reader, name: object, value: object, line: int, model: str) -> In
 
 
 def parse_model(rd: Reader, name: object, value: object, line: int, base_dir: Path) -> ModelSpec:
-    where = f"model `{name}`"
+    where = f"model `{name}`" if len(str(name)) <= NAME_MAX_CHARS else "a model"
     m = rd.as_map(value, line, where)
     rd.keys(m, grammar.MODEL.names, where)
-    name = rd.as_str(name, line, "the model name")
+    name = rd.as_name(name, line, "the model name")
     for a, b, fix in (
         ("factory", "onnx", "give `factory: package.module:function` or `onnx: model.onnx`"),
         ("inputs", "inputs_file", "give `inputs:` (name -> shape/dtype) or `inputs_file: x.npz`"),
