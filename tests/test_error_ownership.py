@@ -19,6 +19,7 @@ from perfguard.core.blame import (
     model_trace,
     owner,
     perfguard_trace,
+    trace_of,
 )
 from perfguard.core.errors import (
     REPORT_FIX,
@@ -480,3 +481,12 @@ def test_a_factory_module_at_the_repository_root_names_the_paths_and_the_pythonp
     assert str((root / "suites").resolve()) in head  # the suite's folder, searched
     assert 'pythonpath = ["."]' in head and "[tool.pytest.ini_options]" in head
     assert str(root.resolve()) in head  # where the package sits
+
+
+def test_a_cycle_of_causes_ends_the_trace_walk() -> None:
+    """A perfguard error caught, wrapped and re-raised by a step (a watchdog's timeout
+    inside a wrapped factory call) can chain back to itself: the walk must end."""
+    outer, inner = ModelError("wrapped"), InternalError("the original")
+    outer.__cause__, inner.__cause__ = inner, outer
+    assert trace_of(outer) == ""
+    assert failure_text(outer) == str(outer)

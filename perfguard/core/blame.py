@@ -231,13 +231,16 @@ def trace_of(exc: BaseException) -> str:
     """The short traceback to show under a ``PerfguardError``'s message: that of the
     exception it was raised from (perfguard's frames for an ``InternalError``, the
     user's otherwise), or a worker's, or empty."""
+    seen = {id(exc)}
     cause = exc.__cause__
-    if cause is None:
+    # Through chains of perfguard errors (a cycle, however made, ends the walk).
+    while isinstance(cause, PerfguardError) and id(cause) not in seen:
+        seen.add(id(cause))
+        exc, cause = cause, cause.__cause__
+    if cause is None or id(cause) in seen:
         return ""
     if isinstance(cause, RemoteTraceback):
         return cause.short
-    if isinstance(cause, PerfguardError):
-        return trace_of(cause)
     if isinstance(exc, InternalError):
         return perfguard_trace(cause)
     return model_trace(cause)

@@ -158,7 +158,7 @@ class Watchdog:
             if self._error is not None and not isinstance(exc, WatchdogTimeout):
                 # The step caught the interruption (a factory's `except Exception`, a
                 # backend wrapping errors): the timeout is still what happened.
-                raise self._error from exc
+                raise self._error from (None if _caused_by(exc, self._error) else exc)
         finally:
             if not self.fired or self.raised:
                 signal.signal(_SIGNAL, self._previous)  # type: ignore[arg-type]
@@ -234,3 +234,15 @@ def _dump_stacks(header: str) -> None:
     with contextlib.suppress(Exception):  # stderr may be closed or replaced
         sys.stderr.write("".join(parts))
         sys.stderr.flush()
+
+
+def _caused_by(exc: BaseException | None, error: BaseException) -> bool:
+    """Whether ``error`` is ``exc`` or in its chain of causes (chaining it again would
+    make a cycle)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if exc is error:
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False

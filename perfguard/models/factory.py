@@ -29,7 +29,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
 from perfguard.core.blame import blame
-from perfguard.core.errors import InputError, Location, ModelError
+from perfguard.core.errors import InputError, Location, ModelError, PerfguardError
 from perfguard.core.scenario import ModelSpec
 
 if TYPE_CHECKING:
@@ -176,6 +176,8 @@ def _call_factory(function: Callable[..., Any], model: ModelSpec) -> torch.nn.Mo
     kwargs: dict[str, Any] = dict(model.factory_kwargs)
     try:
         result = function(**kwargs)
+    except PerfguardError:  # perfguard's own (a watchdog's timeout): already located
+        raise
     except Exception as exc:
         raise blame(
             exc,
@@ -226,6 +228,8 @@ def _import_module(module_name: str, entry: str, location: Location) -> ModuleTy
             fix=f"install {missing!r} in this environment, or fix that import",
             location=location,
         ) from exc
+    except PerfguardError:  # perfguard's own (a watchdog's timeout): already located
+        raise
     except Exception as exc:  # raised by the module's own code while importing
         raise blame(
             exc,

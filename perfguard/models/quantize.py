@@ -33,7 +33,7 @@ import numpy as np
 
 from perfguard.core import progress
 from perfguard.core.blame import blame
-from perfguard.core.errors import CellError, InputError, Location, ModelError
+from perfguard.core.errors import CellError, InputError, Location, ModelError, PerfguardError
 from perfguard.core.scenario import QuantSpec
 from perfguard.models.cache import (
     KEY_CHARS,
@@ -253,6 +253,8 @@ def quantize_torch_int8(
         with quiet():  # torch.ao.quantization warns that it is deprecated
             quantize: Callable[..., torch.nn.Module] = torch.ao.quantization.quantize_dynamic
             return quantize(module, {torch.nn.Linear}, dtype=torch.qint8)
+    except PerfguardError:  # perfguard's own (a watchdog's timeout): already located
+        raise
     except Exception as exc:
         raise blame(
             exc,
