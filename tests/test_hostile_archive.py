@@ -189,7 +189,7 @@ def test_negative_samples_are_refused() -> None:
     blob = codec.encode_samples([5, -3, 7])
     with pytest.raises(ResultsError, match="negative latency"):
         codec.decode_samples(blob, source="x.json")
-    with pytest.raises(ResultsError, match="x.json"):
+    with pytest.raises(ResultsError, match=r"x\.json"):
         codec.decode_samples([5, -3], source="x.json")
 
 
