@@ -65,6 +65,10 @@ _JSON_TYPES: Mapping[str, tuple[type, ...]] = {
 }
 
 
+# An array of these (raw latency samples) is checked in one pass.
+_COUNT: Mapping[str, Any] = {"type": "integer", "minimum": 0}
+
+
 def _is_type(value: Any, name: str) -> bool:
     if isinstance(value, bool) and name in ("number", "integer"):
         return False
@@ -134,6 +138,9 @@ def _stored_problem(
                 if found is not None:
                     return found
     elif isinstance(value, (list, tuple)) and isinstance(schema.get("items"), dict):
+        items = schema["items"]
+        if items == _COUNT and all(type(v) is int and v >= 0 for v in value):
+            return None  # raw samples: up to millions of them, checked in one pass
         for index, item in enumerate(value):
             found = _stored_problem(item, schema["items"], root, f"{where}[{index}]")
             if found is not None:
