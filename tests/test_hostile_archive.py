@@ -30,7 +30,7 @@ import pytest
 from perfguard import cli
 from perfguard.baseline import read as baseline_read
 from perfguard.baseline import store as store_mod
-from perfguard.core import codec
+from perfguard.core import codec, resultsio
 from perfguard.core.errors import PerfguardError, ResultsError, StoreError
 from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
 from perfguard.core.resultsio import read_results, write_results
@@ -38,6 +38,7 @@ from perfguard.core.stats import summarize, throughput
 from perfguard.judge import stored as judge_stored
 from perfguard.judge.verdict import MetricVerdict, ScenarioVerdict, VerdictKind
 from perfguard.report import cli_report
+from perfguard.report import comparison as comparison_mod
 from perfguard.report.comparison import comparison_path, read_comparison, write_comparison
 
 FP = "0123456789ab"
@@ -446,3 +447,15 @@ def test_temporary_files_are_ignored_by_git_in_the_archive(tmp_path: Path) -> No
     store_mod.DirectoryStore(root).save(a_run(SHA_B))
     lines = (root / ".gitignore").read_text().splitlines()
     assert lines[0] == "custom" and lines.count(".*.tmp") == 1
+
+
+def test_the_comparison_schema_describes_every_recorded_comparison_file() -> None:
+    # The schema read-side checks use is a real JSON Schema: every comparison.json
+    # perfguard recorded (A/B, load, accuracy, crashes) is valid against it in full.
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = resultsio.load_schema(comparison_mod.SCHEMA_RESOURCE)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    records = sorted((Path(__file__).parent / "fixtures" / "records").glob("*/comparison.json"))
+    assert records
+    for path in records:
+        jsonschema.Draft202012Validator(schema).validate(json.loads(path.read_text()))

@@ -434,7 +434,11 @@ class DirectoryStore(BaselineStore):
             return  # not ours to repair; the save itself does not depend on it
         if current is not None and TEMP_FILE_GLOB in current.splitlines():
             return
-        with contextlib.suppress(OSError), ignore.open("a", encoding="utf-8") as f:
+        # "x" when creating it, so concurrent first saves (holding other locks) write it once.
+        with (
+            contextlib.suppress(OSError),
+            ignore.open("x" if current is None else "a", encoding="utf-8") as f,
+        ):
             if current and not current.endswith("\n"):
                 f.write("\n")
             f.write(f"# temporary files of an interrupted save (perfguard)\n{TEMP_FILE_GLOB}\n")
