@@ -224,6 +224,7 @@ def mutated_text(draw: st.DrawFn, data: Any) -> str:
 # -- the originals: a pool of valid files, written by perfguard's writers -----------------
 
 POOL = 12
+RECORDS = Path(__file__).parent / "fixtures" / "records"
 
 
 @dataclass(frozen=True)
@@ -285,6 +286,13 @@ def originals(scratch: Path) -> Originals:
             exit_status=seed % 3 if seed % 4 else None,
         )
         made.comparisons.append(comparison.read_text(encoding="utf-8"))
+    # And the files perfguard recorded in real runs (load, accuracy, A/B, crashes, bridged
+    # pytest-benchmark tests), whose nested figures the generated runs do not have.
+    for path in sorted(RECORDS.glob("*/results.json")):
+        made.results.append(path.read_text(encoding="utf-8"))
+        made.comparisons.append(comparison_path(path).read_text(encoding="utf-8"))
+    for path in sorted(RECORDS.glob("baselines/*/*.json")):
+        made.baselines.append((path.stem, path.read_text(encoding="utf-8")))
     return made
 
 
@@ -379,11 +387,12 @@ def test_fuzzed_results_files_exported_as_pytest_benchmark_json(
 @given(data=st.data())
 def test_fuzzed_baseline_files(scratch: Path, originals: Originals, data: st.DataObject) -> None:
     sha, text = pick(data, originals.baselines)
+    fingerprint = str(json.loads(text)["fingerprint"])
     root = scratch / "baselines"
-    path = root / FP / f"{sha}.json"
+    path = root / fingerprint / f"{sha}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(mutant(data, text), encoding="utf-8")
-    read_safely(lambda p: DirectoryStore(root).load(FP, sha), path)
+    read_safely(lambda p: DirectoryStore(root).load(fingerprint, sha), path)
     read_safely(read_baseline_file, path)
 
 
@@ -395,14 +404,16 @@ def test_fuzzed_baseline_files_under_a_save(
     # A save on top of a mutant appends to it or refuses it, leaving it as it was; it
     # never writes outside the archive.
     work = Workdir(scratch)
-    sha, text = pick(data, originals.baselines)
+    sha, text = pick(data, originals.baselines[:POOL])
     path = work.root / FP / f"{sha}.json"
     path.parent.mkdir(parents=True)
     path.write_text(mutant(data, text), encoding="utf-8")
     before = path.read_bytes()
-    run = results_from_dict(json.loads(pick(data, originals.results)), "original")
+    run = results_from_dict(json.loads(pick(data, originals.results[:POOL])), "original")
     try:
-        DirectoryStore(work.root).save(replace(run, commit=replace(run.commit, sha=sha)))
+        DirectoryStore(work.root).save(
+            replace(run, mode="plain", commit=replace(run.commit, sha=sha))
+        )
     except PerfguardError as exc:
         assert str(path) in str(exc), exc
         assert path.read_bytes() == before  # an unreadable file is never overwritten
@@ -455,7 +466,7 @@ def test_fuzzed_files_through_perfguard_report(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     work = Workdir(scratch)
-    index = data.draw(st.integers(0, POOL - 1))
+    index = data.draw(st.integers(0, len(originals.results) - 1))
     current = work.root / "run" / "results.json"
     current.parent.mkdir()
     current.write_text(originals.results[index], encoding="utf-8")
