@@ -459,3 +459,45 @@ def test_the_comparison_schema_describes_every_recorded_comparison_file() -> Non
     assert records
     for path in records:
         jsonschema.Draft202012Validator(schema).validate(json.loads(path.read_text()))
+
+
+RECORDS = Path(__file__).parent / "fixtures" / "records"
+# Found by tests/test_fuzz_stored.py: the load figures' nested objects were open in the
+# schema, and `perfguard report` rendered what they held (a TypeError or ValueError
+# traceback instead of an error line).
+FUZZ_FOUND: dict[str, tuple[str, Callable[[dict[str, Any]], None]]] = {
+    "batching capacity a list": (
+        "load_batching",
+        lambda d: d["scenarios"][0]["load"]["batching"].update(capacity_unbatched=[1]),
+    ),
+    "batching gain a list": (
+        "load_batching",
+        lambda d: d["scenarios"][0]["load"]["batching"].update(gain=["nope"]),
+    ),
+    "batch size count a path": (
+        "load_batching",
+        lambda d: d["scenarios"][0]["load"]["batching"]["sizes"].update({"4": "../x"}),
+    ),
+    "batch size not a number": (
+        "load_batching",
+        lambda d: d["scenarios"][0]["load"]["batching"].update(sizes={"four": 1}),
+    ),
+    "slo step latency a word": (
+        "load_slo",
+        lambda d: d["scenarios"][1]["load"]["slo"]["steps"][0].update(p_ms="weird"),
+    ),
+}
+
+
+@pytest.mark.parametrize("record, mutate", list(FUZZ_FOUND.values()), ids=list(FUZZ_FOUND))
+def test_hostile_load_figures_are_refused_not_rendered(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    record: str,
+    mutate: Callable[[dict[str, Any]], None],
+) -> None:
+    shutil.copytree(RECORDS / record, tmp_path / record)
+    results = tmp_path / record / "results.json"
+    edit_json(results, mutate)
+    one_error_line(capsys, ["report", str(results), "--out", str(tmp_path / "out")], str(results))
+    assert not (tmp_path / "out").exists()

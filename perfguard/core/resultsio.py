@@ -131,7 +131,10 @@ def _stored_problem(
     elif isinstance(value, dict):
         properties = schema.get("properties", {})
         extra = schema.get("additionalProperties")
+        names = schema.get("propertyNames", {}).get("pattern")
         for key, item in value.items():
+            if names is not None and not re.search(names, key):
+                return f"{where}.{key}", f"keys matching {names}", key
             sub = properties.get(key, extra if isinstance(extra, dict) else None)
             if sub is not None:
                 found = _stored_problem(item, sub, root, f"{where}.{key}")
