@@ -170,7 +170,7 @@ def test_read_not_utf8_and_directory(tmp_path: Path) -> None:
     path.write_bytes(b'{"a": "\xff"}')
     with pytest.raises(ResultsError, match="not valid UTF-8"):
         read_json(path)
-    with pytest.raises(ResultsError, match="cannot be read"):
+    with pytest.raises(ResultsError, match="not a regular file"):
         read_json(tmp_path)
 
 

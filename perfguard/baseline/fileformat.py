@@ -12,18 +12,24 @@ schema version, commit or environment is refused rather than misread.
 
 from __future__ import annotations
 
-import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from perfguard.baseline.git import FULL_SHA_RE
+from perfguard.core.atomicio import loads_json
 from perfguard.core.codec import decode_samples, encode_samples
 from perfguard.core.errors import Location, ResultsError, check_schema_version
 from perfguard.core.results import CommitInfo, RunResult
+from perfguard.core.resultsio import check_stored
 
 BASELINE_SCHEMA_VERSION = 1
 BASELINE_KIND = "perfguard-baseline"
 MOVE_AWAY_FIX = "move the file away (perfguard never overwrites it) and record the baseline again"
+# One safe path component (an environment fingerprint names a directory of the archive);
+# no leading dot, so ".locks", "." and ".." can never be one.
+FINGERPRINT_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
 
 
 def encode_launch(run: RunResult) -> dict[str, Any]:
@@ -47,11 +53,6 @@ def encode_document(
     }
 
 
-def _refuse_constant(name: str) -> Any:
-    # NaN/Infinity are not JSON; perfguard never writes them (atomicio refuses).
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def decode_document(
     raw: bytes, fingerprint: str, sha: str, where: Path
 ) -> tuple[CommitInfo, list[RunResult], list[Any]]:
@@ -71,13 +72,13 @@ def decode_document(
         )
 
     try:
-        doc = json.loads(raw.decode("utf-8-sig"), parse_constant=_refuse_constant)
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise corrupt("not UTF-8 text", raw[: exc.start].count(b"\n") + 1) from exc
-    except json.JSONDecodeError as exc:
-        raise corrupt(f"invalid JSON ({exc.msg}, column {exc.colno})", exc.lineno) from exc
-    except ValueError as exc:
-        raise corrupt(str(exc)) from exc
+    try:
+        doc = loads_json(text, where, fix=MOVE_AWAY_FIX)
+    except ResultsError as exc:
+        raise corrupt(exc.problem, exc.location.line if exc.location else None) from exc
     if not isinstance(doc, dict):
         raise corrupt(f"top level is a {type(doc).__name__}, not an object", 1)
     if "kind" in doc and doc["kind"] != BASELINE_KIND:
@@ -91,6 +92,12 @@ def decode_document(
     )
     if doc.get("kind") != BASELINE_KIND:
         raise corrupt("'kind' is missing")
+    stated = doc.get("fingerprint")
+    if not isinstance(stated, str) or not FINGERPRINT_RE.fullmatch(stated):
+        raise corrupt(
+            f"its fingerprint {stated!r} is not one safe path component "
+            "(letters, digits, '.', '_' or '-', not starting with '.')"
+        )
     if doc.get("fingerprint") != fingerprint:
         raise corrupt(
             f"it says fingerprint {doc.get('fingerprint')!r}, filed under {fingerprint!r}"
@@ -100,12 +107,24 @@ def decode_document(
         raise corrupt("'commit' or 'launches' is missing or malformed")
     if not raw_launches:
         raise corrupt("it holds no launches")
+    check_stored(
+        doc["commit"],
+        where=where,
+        what="baseline commit",
+        fix=MOVE_AWAY_FIX,
+        schema=None,
+        pointer="commit",
+    )
     commit = CommitInfo.from_dict(doc["commit"])
+    if not isinstance(commit.sha, str) or not FULL_SHA_RE.fullmatch(commit.sha):
+        raise corrupt(f"its commit sha {commit.sha!r} is not a full commit sha")
     if commit.sha != sha:
         raise corrupt(f"it says commit {commit.sha!r}, filed under {sha!r}")
     launches: list[RunResult] = []
     for index, launch in enumerate(raw_launches):
         label = f"{where} launch {index}"
+        if not isinstance(launch, dict) or not isinstance(launch.get("scenarios"), list):
+            raise corrupt(f"launch {index} is not an object with a list of 'scenarios'")
         try:
             scenarios = [
                 {
@@ -116,7 +135,16 @@ def decode_document(
                 }
                 for s in launch["scenarios"]
             ]
-            run = RunResult.from_dict({**launch, "scenarios": scenarios}, source=label)
+            decoded = {**launch, "scenarios": scenarios}
+            RunResult.check_version(decoded, source=label)
+            # The samples were checked as they were decoded (count, int64, >= 0).
+            check_stored(
+                {**decoded, "scenarios": [{**s, "samples_ns": []} for s in scenarios]},
+                where=label,
+                what="baseline launch",
+                fix=MOVE_AWAY_FIX,
+            )
+            run = RunResult.from_dict(decoded, source=label)
         except (KeyError, TypeError, AttributeError) as exc:
             raise corrupt(f"launch {index} is malformed ({exc!r})") from exc
         if run.commit.sha != sha or run.environment.fingerprint != fingerprint:

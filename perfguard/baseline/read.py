@@ -15,6 +15,7 @@ from perfguard.baseline.store import Baseline
 from perfguard.core.atomicio import read_json
 from perfguard.core.errors import ResultsError
 from perfguard.core.results import RunResult
+from perfguard.core.resultsio import results_from_dict
 
 
 def read_baseline_file(path: Path) -> Baseline:
@@ -34,7 +35,7 @@ def read_baseline_file(path: Path) -> Baseline:
         fingerprint, sha = (v if isinstance(v, str) else "" for v in stated)
         info, launches, _ = decode_document(path.read_bytes(), fingerprint, sha, path)
         return Baseline(fingerprint, info, tuple(launches), path)
-    run = RunResult.from_dict(data, source=str(path))
+    run = results_from_dict(data, path)
     return Baseline(run.environment.fingerprint, run.commit, (run,), path)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import re
+import stat
 import statistics
 import threading
 from abc import ABC, abstractmethod
@@ -36,12 +36,20 @@ import filelock
 
 from perfguard.baseline import git as gitinfo
 from perfguard.baseline.fileformat import (
+    FINGERPRINT_RE,
+    MOVE_AWAY_FIX,
     decode_document,
     encode_document,
     encode_launch,
 )
-from perfguard.core.atomicio import dumps_json, write_text_atomic
+from perfguard.core.atomicio import (
+    TEMP_FILE_GLOB,
+    dumps_json,
+    sweep_temp_files,
+    write_text_atomic,
+)
 from perfguard.core.errors import GitError, Location, ResultsError, StoreError
+from perfguard.core.policy import STALE_TEMP_S
 from perfguard.core.results import CommitInfo, RunResult, ScenarioResult
 from perfguard.core.stats import summarize, throughput
 
@@ -50,10 +58,6 @@ DEFAULT_MAX_LAUNCHES = 5
 LOCK_DIR = ".locks"
 # The key that marks a cell saved although inconclusive (--perfguard-save-invalid).
 INCONCLUSIVE_KEY = "inconclusive"
-
-# SHA-1 (40) or SHA-256 (64) object names; anything else in a file name is not ours.
-# One safe path component; no leading dot, so ".locks", "." and ".." can never collide.
-_FINGERPRINT_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
 
 
 @dataclass(frozen=True)
@@ -142,7 +146,7 @@ class Baseline:
 
 def _check_names(fingerprint: str, sha: str) -> str:
     """Validate both path components (they become file names); return the sha lower-cased."""
-    if not isinstance(fingerprint, str) or not _FINGERPRINT_RE.fullmatch(fingerprint):
+    if not isinstance(fingerprint, str) or not FINGERPRINT_RE.fullmatch(fingerprint):
         raise StoreError(
             f"environment fingerprint {fingerprint!r} cannot name a baseline directory",
             expected="letters, digits, '.', '_' or '-' (not starting with '.')",
@@ -348,6 +352,8 @@ class DirectoryStore(BaselineStore):
         super().__init__(max_launches=max_launches)
         self.root = Path(root)
         self.lock_timeout_s = lock_timeout_s
+        # Temporary files of killed savers removed by this store's saves.
+        self.swept: list[Path] = []
 
     def _path(self, fingerprint: str, sha: str) -> Path:
         return self.root / fingerprint / f"{sha}.json"
@@ -356,9 +362,35 @@ class DirectoryStore(BaselineStore):
         """Where the baseline for ``sha`` is (or would be) stored."""
         return self._path(fingerprint, _check_names(fingerprint, sha))
 
+    def _refuse_links(self, *paths: Path) -> None:
+        """StoreError when any of ``paths`` (each under ``root``) is a symbolic link.
+
+        The archive is unpacked from a branch every collaborator can push to
+        (``git archive | tar -x``, a checkout), so it may hold links; following one
+        would make a save write, or a read read, outside the archive.
+        """
+        for path in paths:
+            if path.is_symlink():
+                raise StoreError(
+                    f"{path} is a symbolic link (to {_link_target(path)}) inside the "
+                    f"baseline archive {self.root}",
+                    expected="plain directories and files under the archive, no links",
+                    fix=f"replace the link with a directory or file of its own (`rm {path}`): "
+                    "a link could make a save write outside the archive",
+                )
+
     def _read_bytes(self, fingerprint: str, sha: str) -> bytes | None:
+        path = self._path(fingerprint, sha)
+        self._refuse_links(path.parent, path)
         try:
-            return self._path(fingerprint, sha).read_bytes()
+            if not stat.S_ISREG(path.stat().st_mode):
+                raise ResultsError(
+                    "baseline is not a regular file",
+                    expected="a baseline file written by perfguard",
+                    fix=f"{MOVE_AWAY_FIX} (perfguard saves into that path)",
+                    location=Location(path),
+                )
+            return path.read_bytes()
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
@@ -366,26 +398,66 @@ class DirectoryStore(BaselineStore):
                 f"baseline cannot be read ({exc.strerror or exc})",
                 expected="a readable file",
                 fix="check that it is a file and that you may read it",
-                location=Location(self._path(fingerprint, sha)),
+                location=Location(path),
             ) from exc
 
     def _write_text(self, fingerprint: str, sha: str, text: str) -> Path:
+        # Called by save() under the lock on (fingerprint, sha).
         path = self._path(fingerprint, sha)
+        self._refuse_links(path.parent, path)
+        self._ignore_temp_files()
+        self._sweep(path.parent, sha)
         write_text_atomic(path, text)
         return path
+
+    def _sweep(self, folder: Path, sha: str) -> None:
+        """Remove temporary files a killed saver left in ``folder``: this commit's at any
+        age (the caller holds its lock, so no other saver is writing one), other
+        commits' once older than ``STALE_TEMP_S`` (their savers hold other locks)."""
+        for entry in sweep_temp_files(folder, older_than_s=STALE_TEMP_S):
+            self.swept.append(entry)
+        mine = f".{sha}.json."
+        for entry in sweep_temp_files(folder, older_than_s=-1.0, prefix=mine):
+            self.swept.append(entry)
+
+    def _ignore_temp_files(self) -> None:
+        """Keep ``<root>/.gitignore`` ignoring ``TEMP_FILE_GLOB``, so a temporary file a
+        killed saver left is never committed (the CI workflow commits the archive with
+        ``git add -A``); the line is added to an existing file, never replacing it."""
+        ignore = self.root / ".gitignore"
+        self._refuse_links(ignore)
+        try:
+            current = ignore.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            current = None
+        except (OSError, UnicodeDecodeError):
+            return  # not ours to repair; the save itself does not depend on it
+        if current is not None and TEMP_FILE_GLOB in current.splitlines():
+            return
+        # "x" when creating it, so concurrent first saves (holding other locks) write it once.
+        with (
+            contextlib.suppress(OSError),
+            ignore.open("x" if current is None else "a", encoding="utf-8") as f,
+        ):
+            if current and not current.endswith("\n"):
+                f.write("\n")
+            f.write(f"# temporary files of an interrupted save (perfguard)\n{TEMP_FILE_GLOB}\n")
 
     @contextlib.contextmanager
     def _locked(self, fingerprint: str, sha: str) -> Iterator[None]:
         # Locks live apart from the baselines so the reviewed tree stays clean; the
         # directory ignores itself, so nobody has to edit .gitignore.
         locks = self.root / LOCK_DIR
+        lock_path = locks / f"{fingerprint}-{sha}.lock"
+        self._refuse_links(locks)
         locks.mkdir(parents=True, exist_ok=True)
+        self._refuse_links(locks, locks / ".gitignore", lock_path)
         with (
             contextlib.suppress(FileExistsError),
             (locks / ".gitignore").open("x", encoding="utf-8") as f,
         ):
             f.write("*\n")
-        lock = filelock.FileLock(locks / f"{fingerprint}-{sha}.lock", timeout=self.lock_timeout_s)
+        lock = filelock.FileLock(lock_path, timeout=self.lock_timeout_s)
         try:
             lock.acquire()
         except filelock.Timeout as exc:
@@ -401,7 +473,10 @@ class DirectoryStore(BaselineStore):
 
     def commits(self, fingerprint: str) -> list[str]:
         folder = self.root / fingerprint
-        if not _FINGERPRINT_RE.fullmatch(fingerprint) or not folder.is_dir():
+        if not FINGERPRINT_RE.fullmatch(fingerprint):
+            return []
+        self._refuse_links(folder)
+        if not folder.is_dir():
             return []
         return sorted(
             p.name[:-5]
@@ -414,15 +489,17 @@ class DirectoryStore(BaselineStore):
     def fingerprints(self) -> list[str]:
         if not self.root.is_dir():
             return []
+        self._refuse_links(self.root / LOCK_DIR)
         return sorted(
             d.name
             for d in self.root.iterdir()
-            if _FINGERPRINT_RE.fullmatch(d.name) and d.is_dir() and self.commits(d.name)
+            if FINGERPRINT_RE.fullmatch(d.name) and self.commits(d.name)
         )
 
     def delete(self, fingerprint: str, sha: str) -> bool:
         sha = _check_names(fingerprint, sha)
         path = self._path(fingerprint, sha)
+        self._refuse_links(path.parent, path)
         if not path.exists():  # checked first so a delete never creates the root
             return False
         with self._locked(fingerprint, sha):
@@ -433,6 +510,37 @@ class DirectoryStore(BaselineStore):
         # The emptied fingerprint folder stays: removing it would race with a
         # concurrent save into it, and listings ignore empty folders anyway.
         return True
+
+
+def _link_target(path: Path) -> str:
+    try:
+        return str(path.readlink())
+    except OSError:
+        return "?"
+
+
+def check_save_target(root: Path | str, fingerprint: str, sha: str) -> Path:
+    """Check, before anything is measured, that a save of ``sha`` into the archive at
+    ``root`` can succeed; return the baseline's path.
+
+    Raises StoreError (a name that cannot be a path, a link in the archive, a root that
+    is not a directory) or ResultsError (HEAD's existing baseline is truncated, corrupt,
+    of another schema version or not a regular file, which save() would refuse to
+    overwrite at the end of the run). Reads only; creates nothing.
+    """
+    store = DirectoryStore(root)
+    sha = _check_names(fingerprint, sha)
+    path = store._path(fingerprint, sha)
+    for place in (store.root, path.parent):
+        if place.exists() and not place.is_dir():
+            raise StoreError(
+                f"{place} is not a directory",
+                expected="the baseline archive's directory (or nothing there yet)",
+                fix="point --perfguard-baseline-dir at a directory, or move the file away",
+            )
+    store._refuse_links(store.root / LOCK_DIR, store.root / LOCK_DIR / f"{fingerprint}-{sha}.lock")
+    store.load(fingerprint, sha)  # refuses links, non-files and unreadable files
+    return path
 
 
 class MemoryStore(BaselineStore):

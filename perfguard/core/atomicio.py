@@ -14,13 +14,30 @@ import json
 import math
 import os
 import re
+import stat
 import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from perfguard.core.errors import Location, ResultsError
 
 _CORRUPT_FIX = "the file is corrupt or was cut short; restore it from git or delete it"
+_HOSTILE_FIX = (
+    "the file was not written by perfguard (or was edited by hand); restore it from git "
+    "or delete it"
+)
+
+#: The deepest nesting of arrays and objects a stored file may hold. perfguard's own
+#: files stay under 10 levels; a deeper one was not written by perfguard, and a very
+#: deep one would exhaust the interpreter's stack in the parser or a reader.
+MAX_JSON_DEPTH = 64
+#: ``write_text_atomic``'s temporary files: ``.<target name>.<random>.tmp`` beside the
+#: target (``tempfile``'s random part is 8 letters, digits or ``_``).
+TEMP_FILE_RE = re.compile(r"\.(?P<target>.+)\.[A-Za-z0-9_]{8}\.tmp")
+#: The gitignore pattern matching every such temporary file.
+TEMP_FILE_GLOB = ".*.tmp"
 
 
 def _default_mode() -> int:
@@ -151,19 +168,141 @@ def write_json_atomic(path: Path, data: Any) -> None:
     write_text_atomic(Path(path), dumps_json(data, path=Path(path)))
 
 
+def sweep_temp_files(
+    directory: Path, *, older_than_s: float = 60.0, prefix: str = ""
+) -> list[Path]:
+    """Delete ``write_text_atomic``'s temporary files left in ``directory`` by a killed
+    writer; return the paths deleted.
+
+    Only names of the temporary-file pattern (``TEMP_FILE_RE``), only regular files
+    (never a link: it is unlinked, not followed) and only those last modified over
+    ``older_than_s`` ago, so a concurrent writer's file in flight is left alone (with
+    ``prefix``, only names starting with it). Call it under the lock that serialises
+    writers of ``directory`` where there is one.
+    """
+    swept: list[Path] = []
+    try:
+        entries = list(Path(directory).iterdir())
+    except OSError:
+        return swept
+    now = time.time()
+    for entry in entries:
+        if not entry.name.startswith(prefix) or not TEMP_FILE_RE.fullmatch(entry.name):
+            continue
+        try:
+            info = entry.lstat()
+        except OSError:
+            continue
+        if now - info.st_mtime < older_than_s:
+            continue
+        with contextlib.suppress(OSError):
+            entry.unlink()
+            swept.append(entry)
+    return swept
+
+
+class _HostileNumber(ValueError):
+    """A number in a stored file that no perfguard writes (non-finite, absurdly long)."""
+
+
 def _refuse_constant(name: str) -> Any:
     # The JSON standard has no NaN/Infinity; a file holding them was not written
     # by perfguard and would break the report and other tools.
-    raise ValueError(f"{name} is not valid JSON")
+    raise _HostileNumber(f"{name} is not valid JSON")
+
+
+def _finite_float(text: str) -> float:
+    # json reads 1e400 as inf, which no perfguard writes (allow_nan=False).
+    value = float(text)
+    if not math.isfinite(value):
+        raise _HostileNumber(f"the number {text[:40]} is too large for a float (it reads as inf)")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    # int64 holds every figure perfguard writes (nanoseconds fit until 2262).
+    if len(text.lstrip("-")) > 19:
+        raise _HostileNumber(f"the integer {text[:40]}... has {len(text)} digits (at most 19)")
+    return int(text)
+
+
+def _nesting(data: Any) -> Iterator[tuple[Any, int]]:
+    """Every container in ``data`` with its depth (the top level is 1); iterative, so a
+    deep document cannot exhaust the stack here."""
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            yield value, depth
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            yield value, depth
+            stack.extend((v, depth + 1) for v in value)
+
+
+def loads_json(text: str, where: Path | str, *, fix: str = _CORRUPT_FIX) -> Any:
+    """Parse a stored file's ``text`` the careful way every perfguard reader does.
+
+    Refuses, as a ResultsError naming ``where`` (and the line where parsing stopped):
+    broken JSON, NaN and infinities (``1e400`` reads as inf), integers beyond int64 and
+    nesting deeper than ``MAX_JSON_DEPTH`` (a very deep one would otherwise end in a
+    RecursionError inside the parser).
+    """
+    path = Path(where)
+    try:
+        data = json.loads(
+            text,
+            parse_constant=_refuse_constant,
+            parse_float=_finite_float,
+            parse_int=_bounded_int,
+        )
+    except json.JSONDecodeError as exc:
+        raise ResultsError(
+            f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
+            expected="a complete JSON document",
+            fix=fix,
+            location=Location(path, exc.lineno),
+        ) from exc
+    except _HostileNumber as exc:
+        raise ResultsError(
+            f"invalid JSON: {exc}",
+            expected="finite numbers only, integers within int64",
+            fix=_HOSTILE_FIX,
+            location=Location(path),
+        ) from exc
+    except RecursionError as exc:
+        raise ResultsError(
+            "JSON nested too deeply to parse",
+            expected=f"at most {MAX_JSON_DEPTH} levels of arrays and objects",
+            fix=_HOSTILE_FIX,
+            location=Location(path),
+        ) from exc
+    deepest = max((depth for _, depth in _nesting(data)), default=0)
+    if deepest > MAX_JSON_DEPTH:
+        raise ResultsError(
+            f"JSON nested {deepest} levels deep",
+            expected=f"at most {MAX_JSON_DEPTH} levels of arrays and objects",
+            fix=_HOSTILE_FIX,
+            location=Location(path),
+        )
+    return data
 
 
 def read_json(path: Path) -> Any:
     """Parse the JSON file at ``path``; never modifies it.
 
-    Raises ResultsError when it is missing, unreadable, or not valid JSON (with
-    the line and column where parsing stopped).
+    Raises ResultsError when it is missing, not a regular file (a FIFO would block
+    the read forever), unreadable, or not valid JSON (with the line and column where
+    parsing stopped; see ``loads_json``).
     """
     path = Path(path)
+    with contextlib.suppress(OSError):  # a missing file is reported by the read below
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise ResultsError(
+                f"{path}: not a regular file",
+                expected="a JSON file written by perfguard",
+                fix="pass the path of a results or baseline file",
+            )
     try:
         # utf-8-sig: tolerate a byte-order mark added by a Windows editor.
         text = path.read_text(encoding="utf-8-sig")
@@ -192,19 +331,4 @@ def read_json(path: Path) -> Any:
             fix=_CORRUPT_FIX,
             location=Location(path, 1),
         )
-    try:
-        return json.loads(text, parse_constant=_refuse_constant)
-    except json.JSONDecodeError as exc:
-        raise ResultsError(
-            f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
-            expected="a complete JSON document",
-            fix=_CORRUPT_FIX,
-            location=Location(path, exc.lineno),
-        ) from exc
-    except ValueError as exc:  # from _refuse_constant
-        raise ResultsError(
-            f"invalid JSON: {exc}",
-            expected="finite numbers only",
-            fix=_CORRUPT_FIX,
-            location=Location(path),
-        ) from exc
+    return loads_json(text, path)

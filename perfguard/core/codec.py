@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from perfguard.core.errors import ResultsError
+from perfguard.core.policy import MAX_ARCHIVED_ARRAY_BYTES, MAX_STORED_SAMPLES
 
 __all__ = [
     "ENCODING",
@@ -39,17 +41,30 @@ ENCODING = "le+zlib+base64"
 SAMPLES_ENCODING = "int64-le+zlib+base64"
 # Fixed byte order so a file written on one machine reads the same on any other.
 _SAMPLES_DTYPE = np.dtype("<i8")
-_BAD_BLOB = (binascii.Error, zlib.error, UnicodeEncodeError)
+
+
+class _TooLarge(ValueError):
+    """A compressed blob inflates beyond the size its own header declares (a zip bomb)."""
+
+
+_BAD_BLOB = (binascii.Error, zlib.error, UnicodeEncodeError, _TooLarge)
 
 
 def _pack(raw: bytes, level: int) -> str:
     return base64.b64encode(zlib.compress(raw, level)).decode("ascii")
 
 
-def _unpack(text: str) -> bytes:
-    """The bytes of a ``_pack``ed text; binascii.Error, zlib.error or
-    UnicodeEncodeError when it does not decode."""
-    return zlib.decompress(base64.b64decode(text.encode("ascii"), validate=True))
+def _unpack(text: str, expected: int) -> bytes:
+    """The bytes of a ``_pack``ed text, inflated to at most ``expected`` bytes (what the
+    blob's own ``n`` or shape declares, so a blob of a few MB cannot inflate to GBs);
+    binascii.Error, zlib.error, UnicodeEncodeError or _TooLarge when it does not decode."""
+    inflater = zlib.decompressobj()
+    raw = inflater.decompress(base64.b64decode(text.encode("ascii"), validate=True), expected + 1)
+    if len(raw) > expected:
+        raise _TooLarge(f"it inflates to more than the {expected} bytes declared")
+    if not inflater.eof:
+        raise zlib.error("incomplete or truncated stream")
+    return raw
 
 
 # --------------------------------------------------------------------------- samples
@@ -84,10 +99,12 @@ def decode_samples(
 
     if isinstance(blob, list):
         # A hand-written or legacy list of integers is unambiguous: accept it.
-        try:
-            return tuple(int(v) for v in blob)
-        except (TypeError, ValueError) as exc:
-            raise bad(f"samples list holds a non-integer ({exc})") from exc
+        if len(blob) > MAX_STORED_SAMPLES:
+            raise bad(f"samples list holds {len(blob)} samples, over {MAX_STORED_SAMPLES}")
+        if not all(type(v) is int and v >= 0 for v in blob):
+            found = next(v for v in blob if type(v) is not int or v < 0)
+            raise bad(f"samples list holds {found!r}, not a latency in whole nanoseconds >= 0")
+        return tuple(blob)
     if not isinstance(blob, Mapping):
         raise bad(f"samples are a {type(blob).__name__}, not an encoded block")
     encoding = blob.get("encoding")
@@ -97,15 +114,22 @@ def decode_samples(
     text = blob.get("data")
     if not isinstance(n, int) or isinstance(n, bool) or n < 0 or not isinstance(text, str):
         raise bad("samples block lacks an integer 'n' or a string 'data'")
+    if n > MAX_STORED_SAMPLES:
+        raise bad(f"samples block declares n={n} samples, over the limit of {MAX_STORED_SAMPLES}")
     try:
-        raw = _unpack(text)
+        raw = _unpack(text, n * _SAMPLES_DTYPE.itemsize)
+    except _TooLarge as exc:
+        raise bad(f"samples block says n={n} but its data holds more samples ({exc})") from exc
     except _BAD_BLOB as exc:
         raise bad(f"samples data does not decode ({exc})") from exc
     if len(raw) != n * _SAMPLES_DTYPE.itemsize:
         raise bad(
             f"samples block says n={n} but holds {len(raw) / _SAMPLES_DTYPE.itemsize:g} samples"
         )
-    return tuple(int(v) for v in np.frombuffer(raw, dtype=_SAMPLES_DTYPE))
+    values = np.frombuffer(raw, dtype=_SAMPLES_DTYPE)
+    if values.size and int(values.min()) < 0:
+        raise bad(f"samples block holds a negative latency ({int(values.min())} ns)")
+    return tuple(int(v) for v in values)
 
 
 # --------------------------------------------------------------------------- golden outputs
@@ -130,10 +154,20 @@ def decode_array(blob: Mapping[str, Any], *, source: str = "<golden outputs>") -
         if blob.get("encoding") != ENCODING:
             raise ValueError(f"unknown encoding {blob.get('encoding')!r}")
         dtype = np.dtype(str(blob["dtype"])).newbyteorder("<")
+        if dtype.hasobject or dtype.itemsize == 0:
+            raise ValueError(f"dtype {dtype.name!r} is not an array of numbers")
         shape = tuple(int(d) for d in blob["shape"])
-        array = np.frombuffer(_unpack(str(blob["data"])), dtype=dtype)
+        if any(d < 0 for d in shape):
+            raise ValueError(f"shape {list(shape)} has a negative dimension")
+        size = dtype.itemsize * math.prod(shape)
+        if size > MAX_ARCHIVED_ARRAY_BYTES:
+            raise ValueError(
+                f"shape {list(shape)} of {dtype.name} declares {size} bytes, "
+                f"over the limit of {MAX_ARCHIVED_ARRAY_BYTES}"
+            )
+        array = np.frombuffer(_unpack(str(blob["data"]), size), dtype=dtype)
         return array.reshape(shape).astype(dtype.newbyteorder("="))
-    except (KeyError, TypeError, ValueError, *_BAD_BLOB) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, *_BAD_BLOB) as exc:
         raise ResultsError(
             f"{source}: an archived output array cannot be decoded ({exc})",
             expected=f"a {ENCODING} array written by perfguard",

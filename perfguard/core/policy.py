@@ -332,3 +332,18 @@ LOAD_MAX_CLIENTS = 4096
 def threads_limit() -> int:
     """The most ``threads`` a suite may ask for on this machine (see the suite limits)."""
     return max(THREADS_FLOOR, (os.cpu_count() or 1) * THREADS_MARGIN)
+
+
+# --- the stored files perfguard reads (issue 15: an archive that trusts none of its
+# files). A file read beyond one of these limits is refused with the limit named; each
+# sits far above anything a perfguard run writes.
+#: Latency samples in one encoded block (one cell of one launch): ten million is over
+#: 16 minutes of back-to-back 100 us calls; a block declaring more is refused before
+#: it is decompressed.
+MAX_STORED_SAMPLES = 10_000_000
+#: Bytes of one archived golden-output array once decompressed.
+MAX_ARCHIVED_ARRAY_BYTES = 256 * 1024 * 1024
+#: Seconds after which a temporary file left by a killed baseline saver is swept by
+#: the next save (a live saver writes its temporary file in well under a second, and
+#: only under the same lock).
+STALE_TEMP_S = 60.0

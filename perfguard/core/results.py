@@ -271,8 +271,9 @@ class RunResult:
             data["mode"] = self.mode
         return data
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], *, source: str = "<results>") -> RunResult:
+    @staticmethod
+    def check_version(data: Any, *, source: str = "<results>") -> None:
+        """ResultsError unless ``data`` is a results document of this schema version."""
         version = data.get("schema_version") if isinstance(data, dict) else None
         check_schema_version(
             version,
@@ -280,6 +281,10 @@ class RunResult:
             f"{source}: results",
             older_fix="re-create the file with this perfguard version",
         )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, source: str = "<results>") -> RunResult:
+        cls.check_version(data, source=source)
         try:
             return cls(
                 schema_version=SCHEMA_VERSION,  # checked above
@@ -290,7 +295,7 @@ class RunResult:
                 scenarios=tuple(ScenarioResult.from_dict(s) for s in data["scenarios"]),
                 mode=str(data.get("mode", "plain")),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ResultsError(
                 f"{source}: results file is missing or has a malformed field ({exc!r})",
                 expected="a results file written by perfguard",

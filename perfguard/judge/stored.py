@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from perfguard.core.errors import ResultsError
+from perfguard.core.paths import under_root
 from perfguard.core.policy import CONFIDENCE, CONTENTION_LIMIT, NORMALISE, GateSpec
 from perfguard.core.results import RunResult
 from perfguard.judge.compare import compare_runs
@@ -32,7 +33,10 @@ def suite_gates(ids: Sequence[str], rootdir: Path) -> dict[str, tuple[GateSpec, 
             continue
         path = rootdir / rel
         if path not in suites:
-            suites[path] = load_suite(path) if path.is_file() else None
+            # An id comes from a stored file, which may say anything: only a suite file
+            # inside the rootdir is ever read for its gates.
+            inside = under_root(path, rootdir) is not None
+            suites[path] = load_suite(path) if inside and path.is_file() else None
         suite = suites[path]
         for scenario in suite.scenarios if suite is not None else ():
             if scenario.scenario_id(rootdir) == sid:

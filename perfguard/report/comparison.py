@@ -20,10 +20,14 @@ from typing import Any
 
 from perfguard.core.atomicio import read_json, write_json_atomic
 from perfguard.core.errors import ResultsError, check_schema_version
+from perfguard.core.resultsio import check_stored, load_schema
 from perfguard.judge.verdict import ScenarioVerdict
 
 COMPARISON_FILENAME = "comparison.json"
 SCHEMA_VERSION = 1
+#: The file's JSON Schema, checked on every read (values of the wrong type, sign or word).
+SCHEMA_RESOURCE = "schemas/comparison.schema.json"
+_FIX = "delete it to render without verdicts, or re-run `pytest --perfguard`"
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,10 @@ def read_comparison(path: Path) -> StoredComparison:
             data.get("schema_version"),
             SCHEMA_VERSION,
             f"{path}: comparison",
-            older_fix="delete it to render without verdicts, or re-run `pytest --perfguard`",
+            older_fix=_FIX,
+        )
+        check_stored(
+            data, where=path, what="comparison file", fix=_FIX, schema=load_schema(SCHEMA_RESOURCE)
         )
     try:
         if not isinstance(data, dict):
@@ -89,5 +96,5 @@ def read_comparison(path: Path) -> StoredComparison:
         raise ResultsError(
             f"{path}: comparison file is malformed ({exc})",
             expected='{"schema_version": 1, "baseline": {...}, "gate": ..., "verdicts": [...]}',
-            fix="delete it to render without verdicts, or re-run `pytest --perfguard`",
+            fix=_FIX,
         ) from exc
