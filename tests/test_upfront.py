@@ -191,7 +191,7 @@ def saved_repo(suite_writer: pytest.Pytester) -> tuple[pytest.Pytester, Path]:
     return suite_writer, baseline
 
 
-@pytest.mark.parametrize("damage", ["truncated", "a directory"])
+@pytest.mark.parametrize("damage", ["truncated", "a directory", "a linked folder"])
 def test_save_onto_an_unreadable_head_baseline_is_refused_before_measuring(
     saved_repo: tuple[pytest.Pytester, Path], damage: str
 ) -> None:
@@ -199,12 +199,18 @@ def test_save_onto_an_unreadable_head_baseline_is_refused_before_measuring(
     text = baseline.read_text()
     if damage == "truncated":
         baseline.write_text(text[: len(text) // 2])
-    else:
+    elif damage == "a directory":
         baseline.unlink()
         (baseline / "inside").mkdir(parents=True)
+    else:  # the fingerprint folder moved away and linked back: a save would follow it
+        folder = baseline.parent
+        elsewhere = pytester.path / "elsewhere"
+        folder.rename(elsewhere)
+        folder.symlink_to(elsewhere, target_is_directory=True)
     reports = sorted(p.stat().st_mtime_ns for p in (pytester.path / "reports").glob("*/*"))
     result = pytester.runpytest("--perfguard", *SAVE, "--perfguard-allow-dirty")
-    _assert_refused_up_front(result, "--perfguard-save", baseline.name, "Fix:")
+    named = baseline.parent.name if damage == "a linked folder" else baseline.name
+    _assert_refused_up_front(result, "--perfguard-save", named, "Fix:")
     # Nothing was measured or written: the reports of the first run are untouched.
     after = sorted(p.stat().st_mtime_ns for p in (pytester.path / "reports").glob("*/*"))
     assert after == reports

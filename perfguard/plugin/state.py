@@ -169,7 +169,6 @@ class PerfguardSession:
             # The files the run will write, checked before minutes of measurement.
             refusal = first_problem(
                 self.settings,
-                self.gatekeeper.store,
                 lambda: self.environment.fingerprint,
                 self.commit.sha,
             )

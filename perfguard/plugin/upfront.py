@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from perfguard.baseline.store import BaselineStore
+from perfguard.baseline.store import check_save_target
 from perfguard.core.errors import PerfguardError
 from perfguard.plugin.settings import RunSettings
 
@@ -66,14 +66,15 @@ def directory_problem(path: Path, *, option: str, ini: str, write: bool) -> str 
     return None
 
 
-def head_baseline_problem(store: BaselineStore, fingerprint: str, sha: str) -> str | None:
+def head_baseline_problem(root: Path, fingerprint: str, sha: str) -> str | None:
     """Why ``--perfguard-save`` cannot add to HEAD's baseline file, or None.
 
-    A save reads the file first and refuses to overwrite one it cannot read; checked
-    here, through the store's own reader, the refusal comes before the measurement.
+    A save reads the file first and refuses to overwrite one it cannot read, or to write
+    through a link in the archive; checked here (``check_save_target``, the store's own
+    rules), the refusal comes before the measurement.
     """
     try:
-        store.load(fingerprint, sha)
+        check_save_target(root, fingerprint, sha)
     except PerfguardError as exc:
         return f"perfguard: --perfguard-save cannot add to HEAD's baseline: {exc}"
     return None
@@ -99,7 +100,7 @@ def _kind(path: Path) -> str:
 
 
 def first_problem(
-    settings: RunSettings, store: BaselineStore, fingerprint: Callable[[], str], sha: str | None
+    settings: RunSettings, fingerprint: Callable[[], str], sha: str | None
 ) -> str | None:
     """The first reason this run could not write its files, or None (every check above).
 
@@ -115,5 +116,5 @@ def first_problem(
         write=judging.save,
     )
     if problem is None and judging.save and sha:
-        problem = head_baseline_problem(store, fingerprint(), sha)
+        problem = head_baseline_problem(judging.baseline_dir, fingerprint(), sha)
     return problem
