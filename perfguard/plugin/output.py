@@ -16,20 +16,13 @@ from pathlib import Path
 from typing import TypeVar
 
 from perfguard.ab.run import ABRun, base_results
-from perfguard.core.atomicio import write_text_atomic
 from perfguard.core.errors import PerfguardError
 from perfguard.core.results import RunResult, ScenarioResult
 from perfguard.core.resultsio import results_path, write_results
 from perfguard.judge.gatekeeper import Gatekeeper
 from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.plugin.settings import RunSettings
-from perfguard.report import (
-    REPORT_FILENAME,
-    SUMMARY_FILENAME,
-    render_html,
-    render_index,
-    render_markdown,
-)
+from perfguard.report import render_markdown, report_files, run_report_dir
 from perfguard.report.comparison import comparison_path, write_comparison
 from perfguard.report.github import in_github_actions, write_step_summary
 from perfguard.report.model import ReportInput
@@ -136,7 +129,6 @@ def _write_report(
 
     Returns report.html's path, or None when it could not be written (``files.failed``).
     """
-    target_dir = results_path(settings.report_dir, run.commit, run.mode).parent
     choice = gatekeeper.choice
     results = {r.id: r for r in run.scenarios}
     baseline: dict[str, ScenarioResult] = {}
@@ -164,12 +156,11 @@ def _write_report(
         exit_status=exit_status,
     )
     # Each file on its own: summary.md is worth having when report.html cannot be written.
-    html = target_dir / REPORT_FILENAME
-    written = files.attempt("the report", html, lambda: _write_text(html, render_html(report)))
-    summary = html.with_name(SUMMARY_FILENAME)
-    files.attempt("the summary", summary, lambda: _write_text(summary, render_markdown(report)))
-    index = settings.report_dir
-    files.attempt("the report index", index / "index.html", lambda: render_index(index))
+    root = settings.report_dir
+    html, *others = report_files(report, run_report_dir(report, root), index_of=root)
+    written = files.attempt(html.what, html.path, html.write)
+    for file in others:
+        files.attempt(file.what, file.path, file.write)
     if in_github_actions():
         files.attempt(
             "the GitHub job summary",
@@ -177,8 +168,3 @@ def _write_report(
             lambda: write_step_summary(render_markdown(report)),
         )
     return written
-
-
-def _write_text(path: Path, text: str) -> Path:
-    write_text_atomic(path, text)
-    return path

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from perfguard.core.atomicio import write_text_atomic
 from perfguard.core.resultsio import run_dir_name
-from perfguard.report.index import render_index
+from perfguard.report.index import INDEX_FILENAME, render_index
 from perfguard.report.markdown import render_markdown
 from perfguard.report.model import ReportInput
 from perfguard.report.render import render_html
@@ -15,31 +17,72 @@ REPORT_FILENAME = "report.html"
 SUMMARY_FILENAME = "summary.md"
 
 
-def write_report(inp: ReportInput, report_dir: Path) -> Path:
-    """Write ``<run dir>/report.html`` and ``summary.md`` atomically (``run_dir_name``:
-    ``<commit12>``, ``<commit12>-ab`` for an A/B run), refresh the index.
+@dataclass(frozen=True)
+class ReportFile:
+    """One file of a run's report: what it is (for a message), where, and how it is made."""
 
-    Returns the path of ``report.html``.
-    """
-    run_dir = Path(report_dir) / run_dir_name(inp.run.commit, inp.run.mode)
-    html_path = write_report_files(inp, run_dir)
-    render_index(Path(report_dir))
-    return html_path
+    what: str
+    path: Path
+    make: Callable[[], object]
+
+    def write(self) -> Path:
+        """Write the file (atomically); its path."""
+        self.make()
+        return self.path
+
+
+def report_files(
+    inp: ReportInput, directory: Path, index_of: Path | None = None
+) -> tuple[ReportFile, ...]:
+    """The files of ``inp``'s report, report.html first: ``directory/report.html`` and
+    ``summary.md``, then (with ``index_of``, a reports folder) that folder's refreshed
+    index. Each is written on its own by its ``write()``."""
+    html = Path(directory) / REPORT_FILENAME
+    summary = html.with_name(SUMMARY_FILENAME)
+    files = [
+        ReportFile("the report", html, lambda: write_text_atomic(html, render_html(inp))),
+        ReportFile(
+            "the summary", summary, lambda: write_text_atomic(summary, render_markdown(inp))
+        ),
+    ]
+    if index_of is not None:
+        root = Path(index_of)
+        index = ReportFile("the report index", root / INDEX_FILENAME, lambda: render_index(root))
+        files.append(index)
+    return tuple(files)
+
+
+def run_report_dir(inp: ReportInput, report_dir: Path) -> Path:
+    """Where a run's report goes under ``report_dir``: ``run_dir_name`` (``<commit12>``,
+    ``<commit12>-ab`` for an A/B run)."""
+    return Path(report_dir) / run_dir_name(inp.run.commit, inp.run.mode)
+
+
+def write_report(inp: ReportInput, report_dir: Path) -> Path:
+    """Write report.html and summary.md into the run's folder under ``report_dir`` and
+    refresh its index; return the path of ``report.html``."""
+    return _write_all(report_files(inp, run_report_dir(inp, report_dir), report_dir))
 
 
 def write_report_files(inp: ReportInput, directory: Path) -> Path:
     """Write ``report.html`` and ``summary.md`` into ``directory``; return the HTML path."""
-    html_path = Path(directory) / REPORT_FILENAME
-    write_text_atomic(html_path, render_html(inp))
-    write_text_atomic(html_path.with_name(SUMMARY_FILENAME), render_markdown(inp))
-    return html_path
+    return _write_all(report_files(inp, directory))
+
+
+def _write_all(files: tuple[ReportFile, ...]) -> Path:
+    for file in files:
+        file.write()
+    return files[0].path
 
 
 __all__ = [
+    "ReportFile",
     "ReportInput",
     "render_html",
     "render_index",
     "render_markdown",
+    "report_files",
+    "run_report_dir",
     "write_report",
     "write_report_files",
 ]
