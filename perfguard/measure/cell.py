@@ -21,7 +21,7 @@ from perfguard.core.errors import BackendUnavailable, CellError
 from perfguard.core.policy import OPEN_TIMEOUT_S
 from perfguard.core.scenario import Scenario
 from perfguard.measure.gpu import cuda_unavailable
-from perfguard.measure.watchdog import Watchdog, cell_limit
+from perfguard.measure.watchdog import cell_limit, watch
 from perfguard.models.inputs import batch_size, make_inputs
 
 __all__ = ["RunContext", "open_session"]
@@ -65,26 +65,16 @@ def open_session(
     if reason:
         raise BackendUnavailable(reason, location=scenario.location)
     feeds = make_inputs(scenario.model)
-    with Watchdog(
-        "opening the model",
-        ctx.open_timeout_s,
-        cell=scenario.item_name,
-        location=scenario.location,
-    ):
-        if calibration is not None:
-            session = backend.open(scenario, feeds, ctx.cache_dir, calibration=calibration)
-        else:
-            session = backend.open(scenario, feeds, ctx.cache_dir)
-    try:
-        with Watchdog(
-            "preparing the inputs",
-            ctx.open_timeout_s,
-            cell=scenario.item_name,
-            location=scenario.location,
-        ):
-            prepared = session.prepare(feeds)
-        # The warm-up (perfguard.measure.timing) is watched with the same limit.
-        with cell_limit(ctx.open_timeout_s, cell=scenario.item_name, location=scenario.location):
+    # Opening, preparing and (perfguard.measure.timing) the warm-up are watched.
+    with cell_limit(ctx.open_timeout_s, cell=scenario.item_name, location=scenario.location):
+        with watch("opening the model"):
+            if calibration is not None:
+                session = backend.open(scenario, feeds, ctx.cache_dir, calibration=calibration)
+            else:
+                session = backend.open(scenario, feeds, ctx.cache_dir)
+        try:
+            with watch("preparing the inputs"):
+                prepared = session.prepare(feeds)
             yield session, prepared, batch_size(feeds)
-    finally:
-        session.close()
+        finally:
+            session.close()
