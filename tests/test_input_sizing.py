@@ -11,9 +11,9 @@ import pytest
 
 from perfguard.core.errors import InputError, Location
 from perfguard.core.scenario import DTYPES, AccuracyInputs, InputSpec, ModelSpec
+from perfguard.machine.env import available_memory
 from perfguard.models import inputs as inputs_module
 from perfguard.models.inputs import (
-    available_memory,
     check_input_sizes,
     generate_input,
     input_sizes,

@@ -191,12 +191,31 @@ def gpu_facts() -> dict[str, str]:
     return facts
 
 
-def _memory_total() -> str | None:
+def _meminfo_bytes(field: str) -> int | None:
+    """``field`` of ``/proc/meminfo`` (e.g. ``MemTotal``) in bytes; None where unknown."""
     text = _read_text(MEMINFO_PATH)
-    if text:
-        match = re.search(r"^MemTotal:\s*(\d+)\s*kB", text, re.MULTILINE)
-        if match:
-            return str(int(match.group(1)) * 1024)
+    match = re.search(rf"^{field}:\s*(\d+)\s*kB", text, re.MULTILINE) if text else None
+    return int(match.group(1)) * 1024 if match else None
+
+
+def available_memory() -> int | None:
+    """Bytes this process could still allocate: ``MemAvailable`` of ``/proc/meminfo``,
+    lowered to the room left under a cgroup (v2) memory limit; None where unknown."""
+    found = [b for b in (_meminfo_bytes("MemAvailable"),) if b is not None]
+    try:
+        cgroup = Path("/sys/fs/cgroup")
+        limit = (cgroup / "memory.max").read_text().strip()
+        if limit != "max":
+            found.append(max(0, int(limit) - int((cgroup / "memory.current").read_text())))
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None
+
+
+def _memory_total() -> str | None:
+    total = _meminfo_bytes("MemTotal")
+    if total is not None:
+        return str(total)
     try:
         return str(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     except (AttributeError, ValueError, OSError):  # Windows, or an unknown name

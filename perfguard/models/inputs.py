@@ -35,6 +35,7 @@ import numpy as np
 
 from perfguard.core.errors import InputError, Location
 from perfguard.core.scenario import DTYPES, AccuracyInputs, InputSpec, ModelSpec
+from perfguard.machine.env import available_memory
 
 # The factory loader's helpers, so that accuracy functions are imported the same way.
 from perfguard.models.factory import forget_shadowed, on_sys_path
@@ -42,7 +43,6 @@ from perfguard.models.factory import forget_shadowed, on_sys_path
 __all__ = [
     "GENERATE_BLOCK",
     "InputSize",
-    "available_memory",
     "batch_size",
     "check_input_sizes",
     "generate_input",
@@ -203,27 +203,6 @@ def input_sizes(model: ModelSpec, accuracy: AccuracyInputs | None = None) -> lis
             count = accuracy.count
             sizes.append(InputSize(spec.name, tuple(spec.shape), spec.dtype, one * count, count))
     return sorted(sizes, key=lambda size: -size.nbytes)
-
-
-def available_memory() -> int | None:
-    """Bytes this process could still allocate: ``MemAvailable`` of ``/proc/meminfo``,
-    lowered to the room left under a cgroup (v2) memory limit; None where unknown."""
-    found: list[int] = []
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                found.append(int(line.split()[1]) * 1024)
-                break
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        cgroup = Path("/sys/fs/cgroup")
-        limit = (cgroup / "memory.max").read_text().strip()
-        if limit != "max":
-            found.append(max(0, int(limit) - int((cgroup / "memory.current").read_text())))
-    except (OSError, ValueError):
-        pass
-    return min(found) if found else None
 
 
 def check_input_sizes(
