@@ -55,7 +55,7 @@ from perfguard.models.inputs import check_input_sizes
 from perfguard.plugin import xdist_transport
 from perfguard.plugin.items import ScenarioItem, SuiteFile, junit_properties
 from perfguard.plugin.measurement import CellMeasurer
-from perfguard.plugin.output import WRITE_FAILED_EXIT, RunFiles, write_run_files
+from perfguard.plugin.output import WRITE_FAILED_EXIT, RunFiles, base_side, write_run_files
 from perfguard.plugin.settings import RunSettings
 from perfguard.plugin.sharding import keep_shard, plan_items
 from perfguard.plugin.terminal import ProgressPrinter, header_line, write_summary
@@ -408,12 +408,15 @@ class PerfguardSession:
         self.verdicts.update(
             {k: v for k, v in gatekeeper.verdicts.items() if k not in self.verdicts}
         )
+        run = self.run_result()
+        ab_base = (self.ab.base.sha, self.ab.how) if self.ab and self.ab.base else None
         status = write_run_files(
-            self.run_result(),
+            run,
             self.verdicts,
-            settings=self.settings,
+            report_dir=self.settings.report_dir,
+            judging=self.settings.judging,
             gatekeeper=gatekeeper,
-            ab=self.ab,
+            base=base_side(gatekeeper, self.verdicts, run, ab=self.ab is not None, ab_base=ab_base),
             files=self.files,
             exit_status=int(exitstatus),
         )
