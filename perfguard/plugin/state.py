@@ -455,6 +455,12 @@ class PerfguardSession:
         if not self.suite_files and not self.collected_ids and not _distributed(self.config):
             for line, fix in nothing_collected(self.config, self.settings, self.other_yaml):
                 terminalreporter.write_line(f"perfguard: {line}", yellow=True, bold=fix)
+        shard = self.settings.shard
+        if shard is not None and self.plan is not None and _distributed(self.config):
+            # Under xdist the workers planned (and printed nowhere): say it here.
+            verbose = self.config.get_verbosity() > 0
+            for line in self.plan.lines(shard.index, verbose=verbose):
+                terminalreporter.write_line(f"perfguard: {line}")
         if not self.results:
             return
         how = self.gatekeeper.choice.how
