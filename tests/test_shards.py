@@ -18,8 +18,16 @@ from hypothesis import strategies as st
 from perfguard.cli import main as cli_main
 from perfguard.core.atomicio import write_json_atomic
 from perfguard.core.errors import ResultsError, ShardError
+from perfguard.core.policy import DEFAULT_GATES
 from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
-from perfguard.shard.merge import merged_environment
+from perfguard.judge.compare import compare_scenario
+from perfguard.report.comparison import StoredComparison
+from perfguard.shard.merge import (
+    ShardOutput,
+    merge_outputs,
+    merged_environment,
+    merged_outcome_status,
+)
 from perfguard.shard.plan import (
     Cell,
     ShardPlan,
@@ -388,3 +396,103 @@ def test_environments_sharing_a_fingerprint_merge() -> None:
     env = merged_environment([one, two])
     assert env.fingerprint == "fp" and env.recorded == {"hostname": "r1, r2", "driver": "550"}
     assert RunResult(CommitInfo(None, None, False), env, (), "t", "v").environment == env
+
+
+# -- merge refusals, on outputs built in memory --------------------------------------------
+
+_SHA = "a" * 40
+
+
+def _result(cid: str) -> ScenarioResult:
+    return ScenarioResult(
+        id=cid,
+        suite="suites/s.yaml",
+        name=cid.split("::")[-1],
+        backend="torch",
+        device="cpu",
+        precision="fp32",
+        samples_ns=(1000, 1100, 1200),
+    )
+
+
+def _output(
+    plan: ShardPlan,
+    index: int,
+    *,
+    sha: str = _SHA,
+    fingerprint: str = "fp",
+    mode: str = "plain",
+    cells: tuple[str, ...] | None = None,
+    baseline: str | None = "b" * 40,
+) -> ShardOutput:
+    ids = plan.cells(index) if cells is None else cells
+    run = RunResult(
+        CommitInfo(sha, "main", False),
+        Environment(fingerprint, {"cpu": "x"}, {"hostname": f"runner-{index}"}),
+        tuple(_result(cid) for cid in ids),
+        f"2026-12-01T00:00:0{index}+00:00",
+        "0",
+        mode=mode,
+    )
+    verdicts = tuple(
+        compare_scenario(r, r, DEFAULT_GATES, baseline_commit=baseline) for r in run.scenarios
+    )
+    comparison = StoredComparison(verdicts, {"commit": baseline, "how": "nearest"}, True, 0)
+    return ShardOutput(Path(f"shard-{index}"), ShardSpec(index, plan.total), plan, run, comparison)
+
+
+def _plan(n: int = 6, total: int = 3) -> ShardPlan:
+    return plan_shards(
+        [Cell(f"suites/s.yaml::c{i}", f"g{i}", float(i + 1)) for i in range(n)], total
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "found"),
+    [
+        ({"sha": "c" * 40}, "the shards differ in commit"),
+        ({"mode": "ab"}, "the shards differ in mode"),
+        ({"fingerprint": "other"}, "the shards differ in environment fingerprint"),
+        ({"baseline": "d" * 40}, "the shards differ in baseline"),
+    ],
+)
+def test_shards_of_different_runs_are_refused(change: dict, found: str) -> None:
+    plan = _plan()
+    outputs = [_output(plan, 1), _output(plan, 2, **change), _output(plan, 3)]
+    with pytest.raises(ShardError, match=found) as err:
+        merge_outputs(outputs)
+    assert "shard 2/3 (shard-2)" in str(err.value) and "Fix:" in str(err.value)
+
+
+def test_shards_of_different_plans_cells_twice_or_misplaced_are_refused() -> None:
+    plan, other = _plan(), _plan(n=7)
+    with pytest.raises(ShardError, match="differ in plan"):
+        merge_outputs([_output(plan, 1), _output(other, 2)])
+    twice = plan.cells(1)[0]
+    with pytest.raises(ShardError, match=r"measured by shard 1 and by shard 2"):
+        merge_outputs([_output(plan, 1), _output(plan, 2, cells=(*plan.cells(2), twice))])
+    with pytest.raises(ShardError, match=r"which the plan gave to shard 1"):
+        merge_outputs([_output(plan, 2, cells=(*plan.cells(2), twice)), _output(plan, 3)])
+    with pytest.raises(ShardError, match="--shards is 4 but the shards' plan has 3"):
+        merge_outputs([_output(plan, 1)], shards=4)
+
+
+@settings(max_examples=100, deadline=None)
+@given(n=st.integers(1, 30), total=st.integers(1, 6), data=st.data())
+def test_merging_any_subset_of_shards_accounts_for_every_cell(
+    n: int, total: int, data: st.DataObject
+) -> None:
+    plan = _plan(n, total)
+    present = data.draw(st.sets(st.integers(1, total), min_size=1))
+    merged = merge_outputs([_output(plan, i) for i in sorted(present)])
+    ids = [r.id for r in merged.run.scenarios]
+    assert sorted(ids) == sorted(plan.all_cells)  # every cell once: measured, or an error
+    assert set(merged.missing) == set(range(1, total + 1)) - present
+    for result in merged.run.scenarios:
+        missing = plan.shard_of(result.id) not in present
+        assert (result.status.value == "error") == missing
+    assert set(merged.verdicts) == {cid for i in present for cid in plan.cells(i)}
+    assert merged_outcome_status(merged, gate=True) == (1 if merged.missing else 0)
+    assert merged.run.environment.recorded["hostname"] == ", ".join(
+        f"runner-{i}" for i in sorted(present)
+    )
