@@ -615,8 +615,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--contention-limit",
         type=_share,
-        default=CONTENTION_LIMIT,
-        help="a cell measured beside busier neighbours refuses --save (as in pytest)",
+        default=None,
+        metavar="SHARE",
+        help="a cell measured beside busier neighbours refuses --save (default: the "
+        "limit the shards ran with)",
     )
 
     p = command(sub, "export", _cmd_export, "write results in another tool's format")

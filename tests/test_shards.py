@@ -148,8 +148,11 @@ def test_a_bad_shard_is_refused_with_the_fix(text: str) -> None:
 def test_the_plan_file_round_trips_and_refuses_tampering(tmp_path: Path) -> None:
     plan = plan_shards([Cell(f"c{i}", f"g{i % 2}", float(i + 1)) for i in range(5)], 2)
     path = write_plan(plan, ShardSpec(2, 2), tmp_path)
-    shard, back = read_plan(path)
-    assert shard == ShardSpec(2, 2) and back == plan and back.digest == plan.digest
+    recorded = read_plan(path)
+    assert recorded.shard == ShardSpec(2, 2) and recorded.plan == plan
+    assert recorded.plan.digest == plan.digest and recorded.contention_limit is None
+    write_plan(plan, ShardSpec(1, 2), tmp_path, contention_limit=0.25)
+    assert read_plan(path).contention_limit == 0.25
     data = json.loads(path.read_text())
     data["shards"][0]["cells"].append("smuggled")
     write_json_atomic(path, data)
@@ -172,9 +175,9 @@ def test_plan_lines_name_each_shard_and_this_run() -> None:
 
 # -- end to end: shards of a real suite, merged ------------------------------------------
 
+# Plumbing tests: the CI host is busy, so contention must not refuse a save; the merge
+# takes the shards' limit (1.01) from their shard.json.
 INI = "[pytest]\nperfguard_contention_limit = 1.01\n"
-# Plumbing tests: the CI host is busy, so contention must not refuse a merged save.
-LIMIT = ("--contention-limit", "1.01")
 PLAIN_TESTS = "def test_one():\n    pass\n\n\ndef test_two():\n    pass\n"
 
 
@@ -350,9 +353,7 @@ def test_merged_save_writes_one_launch_of_every_shard(
     head = repo.commit(150, 150, "base")
     for index in (1, 2):
         repo.shard(index, 2, monkeypatch)
-    status, out = repo.merge(
-        "shard-1", "shard-2", "--save", "--out", "merged", *LIMIT, capsys=capsys
-    )
+    status, out = repo.merge("shard-1", "shard-2", "--save", "--out", "merged", capsys=capsys)
     assert status == 0, out
     saved = list((repo.path / "baselines").glob(f"*/{head}.json"))
     assert len(saved) == 1, out
@@ -424,6 +425,7 @@ def _output(
     mode: str = "plain",
     cells: tuple[str, ...] | None = None,
     baseline: str | None = "b" * 40,
+    contention_limit: float | None = 0.1,
 ) -> ShardOutput:
     ids = plan.cells(index) if cells is None else cells
     run = RunResult(
@@ -438,7 +440,8 @@ def _output(
         compare_scenario(r, r, DEFAULT_GATES, baseline_commit=baseline) for r in run.scenarios
     )
     comparison = StoredComparison(verdicts, {"commit": baseline, "how": "nearest"}, True, 0)
-    return ShardOutput(Path(f"shard-{index}"), ShardSpec(index, plan.total), plan, run, comparison)
+    spec = ShardSpec(index, plan.total)
+    return ShardOutput(Path(f"shard-{index}"), spec, plan, run, comparison, contention_limit)
 
 
 def _plan(n: int = 6, total: int = 3) -> ShardPlan:
@@ -454,6 +457,7 @@ def _plan(n: int = 6, total: int = 3) -> ShardPlan:
         ({"mode": "ab"}, "the shards differ in mode"),
         ({"fingerprint": "other"}, "the shards differ in environment fingerprint"),
         ({"baseline": "d" * 40}, "the shards differ in baseline"),
+        ({"contention_limit": 0.5}, "the shards differ in contention limit"),
     ],
 )
 def test_shards_of_different_runs_are_refused(change: dict, found: str) -> None:

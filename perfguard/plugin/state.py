@@ -431,7 +431,14 @@ class PerfguardSession:
         if shard is not None and plan is not None and self.files.results is not None:
             run_dir = self.files.results.parent
             self.files.attempt(
-                "the shard plan", plan_path(run_dir), lambda: write_plan(plan, shard, run_dir)
+                "the shard plan",
+                plan_path(run_dir),
+                lambda: write_plan(
+                    plan,
+                    shard,
+                    run_dir,
+                    contention_limit=self.settings.judging.contention_limit,
+                ),
             )
             if self.files.failed and not status:
                 status = WRITE_FAILED_EXIT

@@ -48,6 +48,7 @@ class ShardOutput:
     plan: ShardPlan
     run: RunResult
     comparison: StoredComparison
+    contention_limit: float | None = None  # the limit the shard judged with
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class MergedRun:
     present: tuple[int, ...]
     missing: dict[int, tuple[str, ...]]
     exit_status: int
+    contention_limit: float | None = None  # the shards' (None: not recorded)
 
     def lines(self) -> list[str]:
         """What the terminal says about the shards."""
@@ -121,11 +123,12 @@ def find_outputs(dirs: Iterable[Path]) -> list[ShardOutput]:
 
 def read_output(run_dir: Path) -> ShardOutput:
     """A shard's run folder: its plan, results and comparison."""
-    shard, plan = read_plan(run_dir / PLAN_FILENAME)
+    recorded = read_plan(run_dir / PLAN_FILENAME)
     run = read_results(run_dir / RESULTS_FILENAME)
-    comparison_file = comparison_path(run_dir / RESULTS_FILENAME)
-    comparison = read_comparison(comparison_file)
-    return ShardOutput(run_dir, shard, plan, run, comparison)
+    comparison = read_comparison(comparison_path(run_dir / RESULTS_FILENAME))
+    return ShardOutput(
+        run_dir, recorded.shard, recorded.plan, run, comparison, recorded.contention_limit
+    )
 
 
 # -- merging ------------------------------------------------------------------------
@@ -166,6 +169,12 @@ def merge_outputs(outputs: Sequence[ShardOutput], *, shards: int | None = None) 
         lambda o: o.plan.digest,
         "give every shard the same cells and the same stored baselines: the same "
         "commit, the same suites and -k/-m filters, the same baselines folder",
+    )
+    _one(
+        outputs,
+        "contention limit",
+        lambda o: o.contention_limit,
+        "run every shard with the same --perfguard-contention-limit (or ini key)",
     )
     _one(
         outputs,
@@ -234,6 +243,7 @@ def merge_outputs(outputs: Sequence[ShardOutput], *, shards: int | None = None) 
         present=tuple(sorted(by_index)),
         missing=missing,
         exit_status=max(statuses, default=0),
+        contention_limit=first.contention_limit,
     )
 
 
@@ -364,7 +374,7 @@ def merge_command(
     save_invalid: bool = False,
     allow_dirty: bool = False,
     gate: bool = True,
-    contention_limit: float = CONTENTION_LIMIT,
+    contention_limit: float | None = None,
     rootdir: Path | None = None,
     say: Callable[[str], None] = print,
 ) -> int:
@@ -373,7 +383,8 @@ def merge_command(
     ``save`` archives the merged run as one launch of its commit in ``baseline_dir``, by
     the rules of ``pytest --perfguard-save`` (refused when a cell is inconclusive, unless
     ``save_invalid``; a cell measured beside more than ``contention_limit`` of busy
-    neighbours is inconclusive); never with a shard missing. Raises ShardError (and the readers'
+    neighbours is inconclusive: by default the limit the shards judged with); never
+    with a shard missing. Raises ShardError (and the readers'
     ResultsError) when the outputs cannot be one run.
     """
     merged = merge_outputs(find_outputs(dirs), shards=shards)
@@ -385,7 +396,7 @@ def merge_command(
         allow_dirty=allow_dirty,
         gate=gate,
         save_invalid=save_invalid,
-        contention_limit=contention_limit,
+        contention_limit=_limit(contention_limit, merged.contention_limit),
     )
     if save:
         refusal = check_can_save(dataclasses.replace(settings, save=True), merged.run.commit)
@@ -425,3 +436,10 @@ def merge_command(
     )
     say(f"perfguard: {outcome.headline()}")
     return 1 if written or status else 0
+
+
+def _limit(given: float | None, shards: float | None) -> float:
+    """The contention limit of a merged save: the one given, else the shards' own."""
+    if given is not None:
+        return given
+    return CONTENTION_LIMIT if shards is None else shards

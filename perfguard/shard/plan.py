@@ -374,16 +374,33 @@ def plan_path(run_dir: Path) -> Path:
     return Path(run_dir) / PLAN_FILENAME
 
 
-def write_plan(plan: ShardPlan, shard: ShardSpec, run_dir: Path) -> Path:
+@dataclass(frozen=True)
+class ShardFile:
+    """What ``shard.json`` holds: which shard the run was, the plan, and the contention
+    limit it judged with (so a merged save refuses exactly what the shard would have)."""
+
+    shard: ShardSpec
+    plan: ShardPlan
+    contention_limit: float | None = None
+
+
+def write_plan(
+    plan: ShardPlan, shard: ShardSpec, run_dir: Path, *, contention_limit: float | None = None
+) -> Path:
     """``shard.json`` beside the shard's results: which shard this run was, and the plan."""
-    doc = {"schema_version": PLAN_SCHEMA_VERSION, "shard": shard.index, **plan.to_dict()}
+    doc = {
+        "schema_version": PLAN_SCHEMA_VERSION,
+        "shard": shard.index,
+        "contention_limit": contention_limit,
+        **plan.to_dict(),
+    }
     path = plan_path(run_dir)
     write_json_atomic(path, doc)
     return path
 
 
-def read_plan(path: Path) -> tuple[ShardSpec, ShardPlan]:
-    """This shard and its plan from a ``shard.json``."""
+def read_plan(path: Path) -> ShardFile:
+    """This shard, its plan and its contention limit from a ``shard.json``."""
     data = read_json(path)
     if not isinstance(data, dict) or data.get("schema_version") != PLAN_SCHEMA_VERSION:
         found = data.get("schema_version") if isinstance(data, dict) else type(data).__name__
@@ -400,4 +417,11 @@ def read_plan(path: Path) -> tuple[ShardSpec, ShardPlan]:
             expected=f"an integer in 1..{plan.total}",
             fix="use the shard's output as it was written, or run the shard again",
         )
-    return ShardSpec(index, plan.total), plan
+    limit = data.get("contention_limit")
+    if limit is not None and (type(limit) not in (int, float) or not limit >= 0):
+        raise ResultsError(
+            f"{path}: 'contention_limit' is {limit!r}",
+            expected="a share of the CPUs >= 0, or null",
+            fix="use the shard's output as it was written, or run the shard again",
+        )
+    return ShardFile(ShardSpec(index, plan.total), plan, None if limit is None else float(limit))
