@@ -116,6 +116,10 @@ def check_schema_version(
     )
 
 
+class ShardError(PerfguardError):
+    """A shard setting, plan or shard output that cannot be used (``perfguard.shard``)."""
+
+
 class GitError(PerfguardError):
     """git could not answer a question perfguard needs (no commits, shallow clone, ...)."""
 

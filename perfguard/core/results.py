@@ -168,6 +168,9 @@ class ScenarioResult:
     load: LoadFigures | None = None
     tags: tuple[str, ...] = ()
     samples_ns: tuple[int, ...] = ()
+    # Everything the cell took in its run (model open, warm-up, measurement, rounds,
+    # A/B pairs, load levels): the cost a shard plan balances (perfguard.shard.plan).
+    wall_ns: int | None = None
 
     def __post_init__(self) -> None:
         # Callers may pass the word itself ("skipped"); the record always holds the enum.

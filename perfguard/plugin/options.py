@@ -159,6 +159,14 @@ def add_options(parser: pytest.Parser) -> None:
         "take before the cell fails with the stacks dumped; in-process and isolated "
         f"(default: ini, else {OPEN_TIMEOUT_S:g}).",
     )
+    group.addoption(
+        "--perfguard-shard",
+        metavar="K/N",
+        default=None,
+        help="measure only the K-th of N cost-balanced subsets of the cells (a CI matrix "
+        "of N runners; merge their outputs with `perfguard merge`). Default: the "
+        "environment variable PERFGUARD_SHARD, else ini perfguard_shard, else all cells.",
+    )
     parser.addini(
         "perfguard_open_timeout",
         help="perfguard: the twin of --perfguard-open-timeout (seconds).",
@@ -221,4 +229,9 @@ def add_options(parser: pytest.Parser) -> None:
         "perfguard_cache_dir",
         help="perfguard: where exported/quantized models are cached (default .perfguard/cache).",
         default=".perfguard/cache",
+    )
+    parser.addini(
+        "perfguard_shard",
+        help="perfguard: the twin of --perfguard-shard (K/N).",
+        default="",
     )

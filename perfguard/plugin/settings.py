@@ -7,6 +7,7 @@ cannot be honoured is a ``pytest.UsageError`` at start-up, before anything is me
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,10 @@ from typing import Any
 import pytest
 
 from perfguard.ab.run import ABConfig
+from perfguard.core.errors import ShardError
 from perfguard.core.policy import INCONCLUSIVE_CHOICES, MAX_INPUT_MIB, OPEN_TIMEOUT_S
 from perfguard.judge.gatekeeper import GateSettings
+from perfguard.shard.plan import SHARD_ENV, ShardSpec
 
 MIB = 1024 * 1024
 
@@ -35,6 +38,7 @@ class RunSettings:
     is_worker: bool = False  # a pytest-xdist worker: measures, writes no files
     max_input_bytes: int = MAX_INPUT_MIB * MIB  # generated inputs per cell, at most
     open_timeout_s: float = OPEN_TIMEOUT_S  # model open and warm-up, in-process or isolated
+    shard: ShardSpec | None = None  # --perfguard-shard: measure only this shard's cells
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> RunSettings:
@@ -91,6 +95,7 @@ class RunSettings:
                 "seconds",
                 "how long opening a model and its warm-up may take before the cell fails",
             ),
+            shard=_shard(config),
         )
 
 
@@ -160,6 +165,26 @@ def _save_invalid(config: pytest.Config) -> bool:
             "--perfguard-save, or drop --perfguard-save-invalid"
         )
     return wanted
+
+
+def _shard(config: pytest.Config) -> ShardSpec | None:
+    """``--perfguard-shard``, else ``$PERFGUARD_SHARD``, else ini ``perfguard_shard``.
+
+    The variable sits between the two: a CI matrix sets it for one job of one run,
+    which says more than a project-wide ini key, and less than a command line.
+    """
+    sources = (
+        ("--perfguard-shard", config.getoption("perfguard_shard")),
+        (f"${SHARD_ENV}", os.environ.get(SHARD_ENV, "")),
+        ("ini perfguard_shard", str(config.getini("perfguard_shard") or "")),
+    )
+    for source, value in sources:
+        if value and str(value).strip():
+            try:
+                return ShardSpec.parse(str(value), source=source)
+            except ShardError as exc:
+                raise pytest.UsageError(f"perfguard: {exc}") from exc
+    return None
 
 
 def _confirm_rounds(config: pytest.Config) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import time
 import warnings
 from collections.abc import Iterable
 from dataclasses import replace
@@ -54,10 +55,12 @@ from perfguard.models.inputs import check_input_sizes
 from perfguard.plugin import xdist_transport
 from perfguard.plugin.items import ScenarioItem, SuiteFile, junit_properties
 from perfguard.plugin.measurement import CellMeasurer
-from perfguard.plugin.output import RunFiles, write_run_files
+from perfguard.plugin.output import WRITE_FAILED_EXIT, RunFiles, write_run_files
 from perfguard.plugin.settings import RunSettings
+from perfguard.plugin.sharding import keep_shard, plan_items
 from perfguard.plugin.terminal import ProgressPrinter, header_line, write_summary
 from perfguard.plugin.upfront import first_problem
+from perfguard.shard.plan import ShardPlan, plan_path, write_plan
 from perfguard.suite.files import is_suite_path
 
 STATE_KEY = pytest.StashKey["PerfguardSession"]()
@@ -119,6 +122,8 @@ class PerfguardSession:
         self.suite_files = 0
         self.other_yaml: list[Path] = []  # YAML files seen that matched no suite pattern
         self.outcome: RunOutcome | None = None
+        # --perfguard-shard: who measures what (on an xdist controller, from a worker).
+        self.plan: ShardPlan | None = None
         # Live progress of long steps (export, quantization, A/B pairs) on the terminal.
         self.progress = contextlib.ExitStack()
         self._commit: CommitInfo | None = None
@@ -218,6 +223,22 @@ class PerfguardSession:
         self.collected_suites.add(sid.split("::", 1)[0])
         self.locations[sid] = (str(item.path), line)
 
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(
+        self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        shard = self.settings.shard
+        if shard is None:
+            return
+        baseline = self.gatekeeper.choice.baseline
+        self.plan = plan_items(items, shard.total, self.rootdir, baseline)
+        keep_shard(config, items, self.plan, shard)
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None and not self.is_worker:
+            verbose = config.get_verbosity() > 0
+            for line in self.plan.lines(shard.index, verbose=verbose):
+                reporter.write_line(f"perfguard: {line}")
+
     def register_suite(self, path: Path, scenarios: tuple[Scenario, ...]) -> None:
         """Remember a suite's cells: accuracy references are looked up among them."""
         self.suites[Path(path).resolve()] = scenarios
@@ -232,9 +253,12 @@ class PerfguardSession:
 
     # -- running ----------------------------------------------------------------
     def run_item(self, item: ScenarioItem) -> None:
+        started = time.perf_counter_ns()
         try:
             self._check_input_sizes(item.scenario)
             result, verdict = self.measurer.measure_and_judge(item.scenario)
+            # What the cell cost, everything included: the cost a shard plan balances.
+            result = replace(result, wall_ns=time.perf_counter_ns() - started)
         except BackendUnavailable as exc:
             self.record(self._unmeasured(item, Status.SKIPPED, str(exc)))
             raise
@@ -340,7 +364,8 @@ class PerfguardSession:
     # -- xdist --------------------------------------------------------------------
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:
-        results, verdicts = xdist_transport.receive(node)
+        results, verdicts, plan = xdist_transport.receive(node)
+        self.plan = self.plan or plan
         for result in results:
             self.record(result)
         for verdict in verdicts:
@@ -361,7 +386,7 @@ class PerfguardSession:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.is_worker:
             output = self.config.workeroutput  # type: ignore[attr-defined]
-            xdist_transport.ship(output, self.results.values(), self.verdicts.values())
+            xdist_transport.ship(output, self.results.values(), self.verdicts.values(), self.plan)
             return
         self.progress.close()
         if not self.results:
@@ -369,13 +394,16 @@ class PerfguardSession:
                 self.ab.close()
             return
         gatekeeper = self.gatekeeper
+        # Cells gone since the base are judged once: by the first shard of a sharded run.
+        judge_missing = self.settings.shard is None or self.settings.shard.index == 1
         if self.ab is not None:
             try:
-                for sid, verdict in self.ab.missing_verdicts(self.suites, self.collected_ids):
-                    self.verdicts.setdefault(sid, verdict)
+                if judge_missing:
+                    for sid, verdict in self.ab.missing_verdicts(self.suites, self.collected_ids):
+                        self.verdicts.setdefault(sid, verdict)
             finally:
                 self.ab.close()  # the base worktree goes on every exit path
-        else:
+        elif judge_missing:
             gatekeeper.missing(self.collected_suites, self.collected_ids)
         self.verdicts.update(
             {k: v for k, v in gatekeeper.verdicts.items() if k not in self.verdicts}
@@ -389,6 +417,14 @@ class PerfguardSession:
             files=self.files,
             exit_status=int(exitstatus),
         )
+        shard = self.settings.shard
+        if shard is not None and self.plan is not None and self.files.results is not None:
+            plan, run_dir = self.plan, self.files.results.parent
+            self.files.attempt(
+                "the shard plan", plan_path(run_dir), lambda: write_plan(plan, shard, run_dir)
+            )
+            if self.files.failed and not status:
+                status = WRITE_FAILED_EXIT
         if status and session.exitstatus == pytest.ExitCode.OK:
             # A refused save: the CI baseline job must fail visibly, not leave the old
             # baseline in place (the files written above already say so).

@@ -13,24 +13,34 @@ from typing import Any
 
 from perfguard.core.results import ScenarioResult
 from perfguard.judge.verdict import ScenarioVerdict
+from perfguard.shard.plan import ShardPlan
 
 _RESULTS_KEY = "perfguard_results"
 _VERDICTS_KEY = "perfguard_verdicts"
+_PLAN_KEY = "perfguard_shard_plan"
 
 
 def ship(
     workeroutput: MutableMapping[str, Any],
     results: Iterable[ScenarioResult],
     verdicts: Iterable[ScenarioVerdict],
+    plan: ShardPlan | None = None,
 ) -> None:
-    """On a worker: put its results and verdicts where the controller will find them."""
+    """On a worker: put its results and verdicts (and the shard plan every worker made
+    alike) where the controller will find them."""
     workeroutput[_RESULTS_KEY] = json.dumps([r.to_dict() for r in results])
     workeroutput[_VERDICTS_KEY] = json.dumps([v.to_dict() for v in verdicts])
+    if plan is not None:
+        workeroutput[_PLAN_KEY] = json.dumps(plan.to_dict())
 
 
-def receive(node: Any) -> tuple[list[ScenarioResult], list[ScenarioVerdict]]:
+def receive(
+    node: Any,
+) -> tuple[list[ScenarioResult], list[ScenarioVerdict], ShardPlan | None]:
     """On the controller: what a finished worker node shipped (nothing if it crashed)."""
     output = getattr(node, "workeroutput", {})
     results = [ScenarioResult.from_dict(d) for d in json.loads(output.get(_RESULTS_KEY) or "[]")]
     verdicts = [ScenarioVerdict.from_dict(d) for d in json.loads(output.get(_VERDICTS_KEY) or "[]")]
-    return results, verdicts
+    raw_plan = output.get(_PLAN_KEY)
+    plan = ShardPlan.from_dict(json.loads(raw_plan), where="an xdist worker") if raw_plan else None
+    return results, verdicts, plan

@@ -1,0 +1,67 @@
+"""``--perfguard-shard=K/N``: plan the collected items over N shards, keep shard K's.
+
+Every item is in exactly one shard: a scenario cell by its cost in the nearest stored
+run (cells of one model together), a pytest-benchmark test likewise, any other test at
+no cost. The rest are deselected the way ``-k`` deselects (``pytest_deselected``), so
+pytest's own summary counts them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from perfguard.baseline.store import Baseline
+from perfguard.core.paths import display_path
+from perfguard.shard.plan import (
+    Cell,
+    ShardPlan,
+    ShardSpec,
+    plan_shards,
+    stored_costs,
+    with_costs,
+)
+
+
+def item_cell(item: pytest.Item, rootdir: Path) -> Cell:
+    """How the planner sees ``item``: its result id, its model group, and no cost yet
+    (0 for a test that measures nothing)."""
+    scenario = getattr(item, "scenario", None)
+    if scenario is not None:
+        sid = scenario.scenario_id(rootdir)
+        return Cell(sid, f"{display_path(scenario.suite, rootdir)}::{scenario.model.name}")
+    if "benchmark" in getattr(item, "fixturenames", ()):
+        return Cell(item.nodeid, item.nodeid)
+    return Cell(item.nodeid, item.nodeid, 0.0)
+
+
+def plan_items(
+    items: Sequence[pytest.Item], total: int, rootdir: Path, baseline: Baseline | None
+) -> ShardPlan:
+    """The plan for ``items``, costed from ``baseline`` (the nearest stored run)."""
+    cells = [item_cell(item, rootdir) for item in items]
+    measured = [c.id for c in cells if c.cost_s is None]
+    costs = stored_costs(baseline, measured)
+    if baseline is None or not costs:
+        source = "no stored run with costs: every cell counted alike, spread by a stable hash"
+    else:
+        source = (
+            f"costs from the baseline of {baseline.sha[:12]} ({len(costs)} of {len(measured)} "
+            "cells; the others at their median)"
+        )
+    return plan_shards(with_costs(cells, costs), total, costs_from=source)
+
+
+def keep_shard(
+    config: pytest.Config, items: list[pytest.Item], plan: ShardPlan, shard: ShardSpec
+) -> None:
+    """Leave in ``items`` only shard ``shard``'s, deselecting the others."""
+    rootdir = Path(config.rootpath)
+    mine = set(plan.cells(shard.index))
+    kept = [item for item in items if item_cell(item, rootdir).id in mine]
+    dropped = [item for item in items if item_cell(item, rootdir).id not in mine]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    items[:] = kept

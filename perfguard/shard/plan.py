@@ -1,0 +1,371 @@
+"""Shard plans: which of N runners measures which cell, balanced by cost.
+
+A cell's cost is its wall time in the nearest stored run: ``ScenarioResult.wall_ns``,
+everything the cell took (model open when it opened the model, warm-up, measurement,
+confirmation rounds, A/B pairs, load levels), the median over that baseline's
+launches. A file written before ``wall_ns`` existed gives an estimate from its figures
+(cold start + warm-up + the timed samples). A cell the baseline lacks costs the median
+of the cells it has; with no history at all every cell costs the same, and the order
+among equals is a stable hash of the cell id (SHA-256, not Python's salted ``hash``).
+
+The planner is longest-processing-time-first over *units*: the cells of one model are
+one unit, so one runner opens the model once. Units go, most costly first, each to the
+least-loaded shard (ties: the lowest index). A unit on the most-loaded shard is then
+split in two only when that lowers the plan's makespan; the half without the model's
+opener pays one more model open, estimated as the group's costliest cell over its
+median cell. The same cells and costs always give the same plan: every shard of a
+pull request (and of its base, in A/B) agrees on who measures what.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perfguard.baseline.store import Baseline
+from perfguard.core.atomicio import read_json, write_json_atomic
+from perfguard.core.errors import ResultsError, ShardError
+from perfguard.core.results import ScenarioResult
+
+#: The environment variable a CI matrix sets instead of ``--perfguard-shard``.
+SHARD_ENV = "PERFGUARD_SHARD"
+#: The plan, written beside a sharded run's ``results.json``.
+PLAN_FILENAME = "shard.json"
+PLAN_SCHEMA_VERSION = 1
+#: More shards than this is a typo, not a runner pool.
+MAX_SHARDS = 256
+SHARD_FIX = (
+    f"give the shard as K/N with 1 <= K <= N <= {MAX_SHARDS}, e.g. --perfguard-shard=2/4 "
+    f"(or {SHARD_ENV}=2/4 in a CI matrix)"
+)
+_EPS_S = 1e-9
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """This run's shard: the ``index``-th (1-based) of ``total``."""
+
+    index: int
+    total: int
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.total}"
+
+    @classmethod
+    def parse(cls, text: str, *, source: str) -> ShardSpec:
+        """``"K/N"`` from ``source`` (the option, ini key or variable that gave it)."""
+        head, sep, tail = str(text).strip().partition("/")
+        try:
+            index, total = int(head), int(tail)
+        except ValueError:
+            index = total = 0
+        if not sep or not 1 <= index <= total <= MAX_SHARDS:
+            raise ShardError(
+                f"{source} is {text!r}", expected="K/N, the K-th of N shards", fix=SHARD_FIX
+            )
+        return cls(index, total)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A collected test as the planner sees it.
+
+    ``group``: the cells sharing a model open (the same model in the same suite).
+    ``cost_s``: seconds from history; None when unknown (planned at the median), 0 for
+    a test that is not a measured cell (a plain pytest test).
+    """
+
+    id: str
+    group: str
+    cost_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Shard:
+    index: int
+    cells: tuple[str, ...]
+    expected_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "expected_s": round(self.expected_s, 3),
+            "cells": list(self.cells),
+        }
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """Every shard's cells and expected seconds; ``costs_from`` says where costs came
+    from (``timed`` is False when nothing was known and every cell counted alike)."""
+
+    total: int
+    shards: tuple[Shard, ...]
+    costs_from: str
+    timed: bool = True
+    _owner: dict[str, int] = field(default_factory=dict, init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        owner = {cid: shard.index for shard in self.shards for cid in shard.cells}
+        object.__setattr__(self, "_owner", owner)
+
+    @property
+    def digest(self) -> str:
+        """Names the assignment: two runs agree on who measures what iff equal."""
+        text = json.dumps([list(s.cells) for s in self.shards], separators=(",", ":"))
+        return hashlib.sha256(f"{self.total}:{text}".encode()).hexdigest()[:16]
+
+    def shard_of(self, cell_id: str) -> int | None:
+        return self._owner.get(cell_id)
+
+    def cells(self, index: int) -> tuple[str, ...]:
+        return self.shards[index - 1].cells
+
+    @property
+    def makespan_s(self) -> float:
+        return max((s.expected_s for s in self.shards), default=0.0)
+
+    def lines(self, current: int | None = None, *, verbose: bool = False) -> list[str]:
+        """The plan as the terminal prints it (``current``: this run's shard)."""
+        out = [f"shard plan: {len(self._owner)} cells over {self.total} shards; {self.costs_from}"]
+        for shard in self.shards:
+            expected = f", {shard.expected_s:.1f} s expected" if self.timed else ""
+            mark = "  <- this run" if shard.index == current else ""
+            out.append(
+                f"  shard {shard.index}/{self.total}: {len(shard.cells)} cells{expected}{mark}"
+            )
+            if verbose:
+                out.extend(f"    {cid}" for cid in shard.cells)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "total": self.total,
+            "digest": self.digest,
+            "costs_from": self.costs_from,
+            "timed": self.timed,
+            "shards": [s.to_dict() for s in self.shards],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, *, where: str) -> ShardPlan:
+        """A plan read back; ``where`` names the file for the error."""
+        try:
+            total = data["total"]
+            shards = tuple(
+                Shard(
+                    index=int(s["index"]),
+                    cells=tuple(str(c) for c in s["cells"]),
+                    expected_s=float(s["expected_s"]),
+                )
+                for s in data["shards"]
+            )
+            plan = cls(
+                total=int(total),
+                shards=shards,
+                costs_from=str(data.get("costs_from", "")),
+                timed=bool(data.get("timed", True)),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ResultsError(
+                f"{where}: the shard plan is malformed ({type(exc).__name__}: {exc})",
+                expected="the shard.json a run with --perfguard-shard writes",
+                fix="use the shard's output as it was written, or run the shard again",
+            ) from exc
+        if [s.index for s in shards] != list(range(1, plan.total + 1)):
+            raise ResultsError(
+                f"{where}: the plan lists shards {[s.index for s in shards]}",
+                expected=f"shards 1..{plan.total}, in order",
+                fix="use the shard's output as it was written, or run the shard again",
+            )
+        if data.get("digest") not in (None, plan.digest):
+            raise ResultsError(
+                f"{where}: the plan's digest {data.get('digest')!r} does not match its cells "
+                f"({plan.digest})",
+                expected="the shard.json as perfguard wrote it",
+                fix="use the shard's output as it was written, or run the shard again",
+            )
+        return plan
+
+
+# -- costs ----------------------------------------------------------------------------
+
+
+def stored_cost_s(result: ScenarioResult) -> float | None:
+    """A stored cell's wall time in seconds: ``wall_ns``, or for files written before it
+    existed, cold start + warm-up + the timed samples; None when nothing says."""
+    if result.wall_ns:
+        return result.wall_ns / 1e9
+    estimate = (result.cold_start_ns or 0) + result.warmup_ns + sum(result.samples_ns)
+    return estimate / 1e9 if estimate > 0 else None
+
+
+def stored_costs(baseline: Baseline | None, ids: Iterable[str]) -> dict[str, float]:
+    """``{cell id: seconds}`` for the ``ids`` the baseline has a cost for (the median
+    over its launches)."""
+    if baseline is None:
+        return {}
+    costs: dict[str, float] = {}
+    for cid in ids:
+        found = [c for r in baseline.scenario_launches(cid) if (c := stored_cost_s(r)) is not None]
+        if found:
+            costs[cid] = float(statistics.median(found))
+    return costs
+
+
+def with_costs(cells: Sequence[Cell], costs: Mapping[str, float]) -> list[Cell]:
+    """``cells`` with their cost from ``costs`` where they have none yet."""
+    return [
+        c if c.cost_s is not None or c.id not in costs else Cell(c.id, c.group, costs[c.id])
+        for c in cells
+    ]
+
+
+# -- planning -------------------------------------------------------------------------
+
+
+def stable_key(text: str) -> str:
+    """The order among equals: the same on every machine and Python process."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class _Unit:
+    key: str
+    cells: tuple[str, ...]  # most costly first
+    cost_s: float
+    open_s: float  # one more model open, paid by a half that lacks the opener
+
+
+def plan_shards(cells: Sequence[Cell], total: int, *, costs_from: str = "") -> ShardPlan:
+    """The plan for ``cells`` (collection order) over ``total`` shards."""
+    if total < 1:
+        raise ValueError(f"total must be >= 1, not {total}")
+    order = {c.id: i for i, c in enumerate(cells)}
+    if len(order) != len(cells):
+        raise ValueError("cell ids must be unique")
+    known = [c.cost_s for c in cells if c.cost_s is not None and c.cost_s > 0]
+    timed = bool(known)
+    fallback = float(statistics.median(known)) if known else 1.0
+    cost = {c.id: (fallback if c.cost_s is None else max(0.0, c.cost_s)) for c in cells}
+    if not costs_from:
+        costs_from = (
+            "costs from history"
+            if timed
+            else "no stored run: every cell counted alike, spread by a stable hash of its id"
+        )
+    groups: dict[str, list[str]] = {}
+    for c in cells:
+        groups.setdefault(c.group, []).append(c.id)
+    units = [_unit(key, ids, cost) for key, ids in groups.items()]
+    loads, placed = _lpt(units, total)
+    while True:
+        split = _better_split(units, loads, placed, total, cost)
+        if split is None:
+            break
+        units, loads, placed = split
+    shards = tuple(
+        Shard(
+            index=i + 1,
+            cells=tuple(sorted((cid for u in placed[i] for cid in u.cells), key=order.__getitem__)),
+            expected_s=loads[i],
+        )
+        for i in range(total)
+    )
+    return ShardPlan(total=total, shards=shards, costs_from=costs_from, timed=timed)
+
+
+def _unit(
+    key: str, ids: Sequence[str], cost: Mapping[str, float], open_s: float | None = None
+) -> _Unit:
+    ordered = tuple(sorted(ids, key=lambda cid: (-cost[cid], stable_key(cid))))
+    if open_s is None:
+        values = [cost[cid] for cid in ordered]
+        open_s = max(values) - float(statistics.median(values)) if len(values) > 1 else 0.0
+    return _Unit(key, ordered, sum(cost[cid] for cid in ordered), open_s)
+
+
+def _lpt(units: Sequence[_Unit], total: int) -> tuple[list[float], list[list[_Unit]]]:
+    loads = [0.0] * total
+    placed: list[list[_Unit]] = [[] for _ in range(total)]
+    for unit in sorted(units, key=lambda u: (-u.cost_s, stable_key(u.key))):
+        target = min(range(total), key=lambda i: (loads[i], i))
+        loads[target] += unit.cost_s
+        placed[target].append(unit)
+    return loads, placed
+
+
+def _halves(unit: _Unit, cost: Mapping[str, float]) -> tuple[_Unit, _Unit]:
+    """Two halves of near-equal cost; the half without the opener pays ``open_s``."""
+    first: list[str] = []
+    second: list[str] = []
+    for cid in unit.cells:  # most costly first: the opener lands in ``first``
+        (first if sum(cost[c] for c in first) <= sum(cost[c] for c in second) else second).append(
+            cid
+        )
+    a = _unit(unit.key + "/a", first, cost, unit.open_s)
+    b = _unit(unit.key + "/b", second, cost, unit.open_s)
+    return a, _Unit(b.key, b.cells, b.cost_s + unit.open_s, unit.open_s)
+
+
+def _better_split(
+    units: list[_Unit],
+    loads: list[float],
+    placed: list[list[_Unit]],
+    total: int,
+    cost: Mapping[str, float],
+) -> tuple[list[_Unit], list[float], list[list[_Unit]]] | None:
+    """Split one unit of the most-loaded shard when that lowers the makespan."""
+    if total == 1:
+        return None
+    busiest = max(range(total), key=lambda i: (loads[i], -i))
+    makespan = loads[busiest]
+    for unit in sorted(placed[busiest], key=lambda u: (-u.cost_s, stable_key(u.key))):
+        if len(unit.cells) < 2:
+            continue
+        trial = [u for u in units if u is not unit] + list(_halves(unit, cost))
+        trial_loads, trial_placed = _lpt(trial, total)
+        if max(trial_loads) < makespan - _EPS_S:
+            return trial, trial_loads, trial_placed
+    return None
+
+
+# -- the plan file ---------------------------------------------------------------------
+
+
+def plan_path(run_dir: Path) -> Path:
+    return Path(run_dir) / PLAN_FILENAME
+
+
+def write_plan(plan: ShardPlan, shard: ShardSpec, run_dir: Path) -> Path:
+    """``shard.json`` beside the shard's results: which shard this run was, and the plan."""
+    doc = {"schema_version": PLAN_SCHEMA_VERSION, "shard": shard.index, **plan.to_dict()}
+    path = plan_path(run_dir)
+    write_json_atomic(path, doc)
+    return path
+
+
+def read_plan(path: Path) -> tuple[ShardSpec, ShardPlan]:
+    """This shard and its plan from a ``shard.json``."""
+    data = read_json(path)
+    if not isinstance(data, dict) or data.get("schema_version") != PLAN_SCHEMA_VERSION:
+        found = data.get("schema_version") if isinstance(data, dict) else type(data).__name__
+        raise ResultsError(
+            f"{path}: shard plan schema_version {found!r} is not supported",
+            expected=f"schema_version {PLAN_SCHEMA_VERSION}",
+            fix="merge shards written by the same perfguard version",
+        )
+    plan = ShardPlan.from_dict(data, where=str(path))
+    index = data.get("shard")
+    if type(index) is not int or not 1 <= index <= plan.total:
+        raise ResultsError(
+            f"{path}: 'shard' is {index!r}",
+            expected=f"an integer in 1..{plan.total}",
+            fix="use the shard's output as it was written, or run the shard again",
+        )
+    return ShardSpec(index, plan.total), plan
