@@ -997,7 +997,13 @@ class Job:
         # A runtime the lock does not hold is absent from the venv: a sitecustomize hides
         # it from this interpreter's imports (find_spec sees nothing, import fails).
         locked = self._locked_packages(step)
-        absent = sorted(p for p in HEAVY_RUNTIMES if locked is not None and p not in locked)
+        absent = sorted(
+            module
+            for module in HEAVY_RUNTIMES
+            if locked is not None
+            # onnxruntime-gpu and tensorrt-cu13 install the modules onnxruntime, tensorrt
+            and not any(pin == module or pin.startswith(f"{module}-") for pin in locked)
+        )
         if absent:
             hide = self.workspace / ".venv" / "absent"
             hide.mkdir()
