@@ -74,7 +74,7 @@ scenarios:
 def project(us: int) -> dict[str, str]:
     return {
         "pytest.ini": "[pytest]\nperfguard_contention_limit = 1.01\n",
-        ".gitignore": "reports/\n.venv/\n.perfguard/\n__pycache__/\n.pytest_cache/\nshards/\n",
+        ".gitignore": "reports/\n.venv/\n.perfguard/\n__pycache__/\n.pytest_cache/\n",
         "baselines/.gitkeep": "",
         "suites/spinmodel.py": SPIN_MODEL,
         "suites/s.yaml": SUITE.format(us=us, fast=FAST_US),

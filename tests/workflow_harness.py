@@ -25,8 +25,9 @@ evaluator of GitHub's expression language: paths, literals, ``== != && || !``,
 fromJSON() toJSON() format()``); a step without ``if:`` is skipped after a failure, like
 ``success()``. The contexts: ``github``, ``vars`` (``variables=``; an unset variable is
 empty), ``needs`` (only the jobs in ``needs:``, which must have run: their ``result``
-and ``outputs``), ``matrix`` and ``steps`` (each step with an ``id:``: its ``outputs``
-from its own ``$GITHUB_OUTPUT`` file, ``outcome``, ``conclusion``). A job's
+and ``outputs``), ``runner`` (``temp``, ``os``, ``arch``), ``matrix`` and ``steps``
+(each step with an ``id:``: its ``outputs`` from its own ``$GITHUB_OUTPUT`` file,
+``outcome``, ``conclusion``). A job's
 ``outputs:`` are evaluated when it ends. ``strategy.matrix`` (lists, or one expression
 such as ``fromJSON(...)``; no ``include``/``exclude``) runs the job once per value; the
 job's result is ``failure`` if any instance failed, as on GitHub. ``runs-on``,
@@ -57,7 +58,8 @@ What is stood in for, and why:
   and answers ``gh api .../comments`` with the comments the test planted (``--jq``
   applied with the real ``jq``).
 
-Any other ``uses:`` step, or an expression the context does not define, is an error.
+Any other ``uses:`` step, an expression the context does not define, or ``${{ }}`` in a
+``run:`` script (perfguard's workflows pass values through ``env:``), is an error.
 """
 
 from __future__ import annotations
@@ -738,7 +740,10 @@ class Job:
 
     def context(self) -> dict[str, Any]:
         """The expression context of this job's steps: the run's, ``matrix`` and ``steps``."""
-        return self.run_.context(self.name, matrix=self.matrix, steps=self.step_context)
+        runner = {"temp": str(self.temp), "os": "Linux", "arch": "X64"}
+        return self.run_.context(
+            self.name, matrix=self.matrix, steps=self.step_context, runner=runner
+        )
 
     def _status(self) -> dict[str, bool]:
         return {
