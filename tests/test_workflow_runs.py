@@ -265,6 +265,8 @@ def test_a_pr_with_a_planted_regression_fails_the_merge_and_the_comment_is_its_s
     assert run.run_job("perf-merge") == "failure", describe(run, "perf-merge")
     (merge,) = run.ran["perf-merge"]
     assert merge.steps["Merge the shards"].rc == 1, merge.describe()
+    # The merged verdict is the run's step summary too.
+    assert "regression" in merge.files["GITHUB_STEP_SUMMARY"].read_text().lower()
     report = head_report(run, head)
     verdicts = {
         model_of(v["scenario_id"]): v
