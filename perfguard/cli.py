@@ -57,6 +57,7 @@ from perfguard.models.factory import (
 )
 from perfguard.models.inputs import make_inputs
 from perfguard.report.cli_report import report_command
+from perfguard.shard.merge import merge_command
 from perfguard.suite import grammar, starter
 from perfguard.suite.files import SUITE_PATTERNS, is_suite_path
 from perfguard.suite.loader import load_suite
@@ -376,6 +377,19 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_merge(args: argparse.Namespace) -> int:
+    return merge_command(
+        [Path(d) for d in args.dirs],
+        out_dir=Path(args.out),
+        baseline_dir=Path(args.baseline_dir),
+        shards=args.shards,
+        save=args.save,
+        save_invalid=args.save_invalid,
+        allow_dirty=args.allow_dirty,
+        gate=not args.no_gate,
+    )
+
+
 def _cmd_keys(args: argparse.Namespace) -> int:
     rows = [row for row in grammar.walk() if row.path.startswith(args.prefix)]
     if not rows:
@@ -582,6 +596,21 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", help="results.json or baseline file to compare with")
     p.add_argument("--out", help="directory for <commit12>/report.html (default: beside RESULTS)")
     _judging_options(p)
+
+    text = "merge the outputs of --perfguard-shard runs into one run's files; exit 1 if it fails"
+    p = command(sub, "merge", _cmd_merge, text)
+    p.add_argument("dirs", nargs="+", metavar="DIR", help="a shard's output: reports/ or below")
+    p.add_argument(
+        "--shards", type=_count, metavar="N", help="the matrix's N (default: the plan's)"
+    )
+    p.add_argument("--out", default="reports", help="report directory (default: reports)")
+    p.add_argument("--save", action="store_true", help="archive the merged run as HEAD's baseline")
+    p.add_argument(
+        "--save-invalid", action="store_true", help="save with inconclusive cells marked"
+    )
+    p.add_argument("--allow-dirty", action="store_true", help="save a run of a dirty tree")
+    p.add_argument("--baseline-dir", default=str(DEFAULT_ROOT), help="default: baselines")
+    p.add_argument("--no-gate", action="store_true", help="exit 0 whatever the verdicts")
 
     p = command(sub, "export", _cmd_export, "write results in another tool's format")
     p.add_argument("results", metavar="RESULTS", help="reports/<c>/results.json")

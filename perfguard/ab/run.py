@@ -369,15 +369,13 @@ class ABRun:
     @property
     def how(self) -> str:
         """The report's baseline line."""
-        return (
-            f"same-run A/B: base {self.label} measured again in this run, interleaved "
-            "request by request with the working tree"
-        )
+        assert self.base is not None
+        return ab_how(self.base.sha, self.base.how)
 
     @property
     def label(self) -> str:
         assert self.base is not None
-        return f"{self.base.sha[:12]} ({self.base.how})"
+        return ab_label(self.base.sha, self.base.how)
 
     # -- the base revision's cells --------------------------------------------------
     def _relative(self, suite: Path) -> Path:
@@ -809,6 +807,19 @@ class ABRun:
         return ScenarioVerdict(
             scenario_id=scenario_id, verdict=VerdictKind.MISSING, messages=(message,), mode="ab"
         )
+
+
+def ab_label(base_sha: str, base_how: str) -> str:
+    """The base revision as the terminal names it: ``<sha12> (<how it was chosen>)``."""
+    return f"{base_sha[:12]} ({base_how})"
+
+
+def ab_how(base_sha: str, base_how: str) -> str:
+    """The report's baseline line of a same-run A/B run (also of merged A/B shards)."""
+    return (
+        f"same-run A/B: base {ab_label(base_sha, base_how)} measured again in this run, "
+        "interleaved request by request with the working tree"
+    )
 
 
 def base_results(

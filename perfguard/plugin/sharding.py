@@ -34,7 +34,7 @@ def item_cell(item: pytest.Item, rootdir: Path) -> Cell:
         return Cell(sid, f"{display_path(scenario.suite, rootdir)}::{scenario.model.name}")
     if "benchmark" in getattr(item, "fixturenames", ()):
         return Cell(item.nodeid, item.nodeid)
-    return Cell(item.nodeid, item.nodeid, 0.0)
+    return Cell(item.nodeid, item.nodeid, measured=False)
 
 
 def plan_items(
@@ -42,7 +42,7 @@ def plan_items(
 ) -> ShardPlan:
     """The plan for ``items``, costed from ``baseline`` (the nearest stored run)."""
     cells = [item_cell(item, rootdir) for item in items]
-    measured = [c.id for c in cells if c.cost_s is None]
+    measured = [c.id for c in cells if c.measured]
     costs = stored_costs(baseline, measured)
     if baseline is None or not costs:
         source = "no stored run with costs: every cell counted alike, spread by a stable hash"
@@ -59,7 +59,7 @@ def keep_shard(
 ) -> None:
     """Leave in ``items`` only shard ``shard``'s, deselecting the others."""
     rootdir = Path(config.rootpath)
-    mine = set(plan.cells(shard.index))
+    mine = plan.items(shard.index)
     kept = [item for item in items if item_cell(item, rootdir).id in mine]
     dropped = [item for item in items if item_cell(item, rootdir).id not in mine]
     if dropped:

@@ -3,7 +3,7 @@
 ``configure`` registers one ``PerfguardSession`` (and the pytest-benchmark bridge);
 its hook methods delegate: settings come from ``perfguard.plugin.settings``, a cell
 is measured on the path ``perfguard.plugin.measurement`` chooses, files are written by
-``perfguard.plugin.output``, the summary printed by ``perfguard.plugin.terminal``.
+``perfguard.report.runfiles``, the summary printed by ``perfguard.plugin.terminal``.
 Under pytest-xdist the workers measure and ship their results to the controller
 (``perfguard.plugin.xdist_transport``), which alone writes files.
 """
@@ -55,11 +55,11 @@ from perfguard.models.inputs import check_input_sizes
 from perfguard.plugin import xdist_transport
 from perfguard.plugin.items import ScenarioItem, SuiteFile, junit_properties
 from perfguard.plugin.measurement import CellMeasurer
-from perfguard.plugin.output import WRITE_FAILED_EXIT, RunFiles, write_run_files
 from perfguard.plugin.settings import RunSettings
 from perfguard.plugin.sharding import keep_shard, plan_items
 from perfguard.plugin.terminal import ProgressPrinter, header_line, write_summary
 from perfguard.plugin.upfront import first_problem
+from perfguard.report.runfiles import WRITE_FAILED_EXIT, RunFiles, base_side, write_run_files
 from perfguard.shard.plan import ShardPlan, plan_path, write_plan
 from perfguard.suite.files import is_suite_path
 
@@ -408,12 +408,15 @@ class PerfguardSession:
         self.verdicts.update(
             {k: v for k, v in gatekeeper.verdicts.items() if k not in self.verdicts}
         )
+        run = self.run_result()
+        ab_base = (self.ab.base.sha, self.ab.how) if self.ab and self.ab.base else None
         status = write_run_files(
-            self.run_result(),
+            run,
             self.verdicts,
-            settings=self.settings,
+            report_dir=self.settings.report_dir,
+            judging=self.settings.judging,
             gatekeeper=gatekeeper,
-            ab=self.ab,
+            base=base_side(gatekeeper, self.verdicts, run, ab=self.ab is not None, ab_base=ab_base),
             files=self.files,
             exit_status=int(exitstatus),
         )

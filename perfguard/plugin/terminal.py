@@ -16,8 +16,8 @@ from perfguard.core.results import CommitInfo, Environment, ScenarioResult
 from perfguard.core.text import one_line
 from perfguard.judge.outcome import Outcome, RunOutcome
 from perfguard.judge.verdict import ScenarioVerdict
-from perfguard.plugin.output import RunFiles
 from perfguard.report.github import annotation, in_github_actions
+from perfguard.report.runfiles import RunFiles
 from perfguard.report.tables import accuracy_lines, load_lines, outcome_lines, summary_lines
 
 

@@ -19,6 +19,7 @@ pull request (and of its base, in A/B) agrees on who measures what.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import statistics
@@ -76,26 +77,33 @@ class Cell:
     """A collected test as the planner sees it.
 
     ``group``: the cells sharing a model open (the same model in the same suite).
-    ``cost_s``: seconds from history; None when unknown (planned at the median), 0 for
-    a test that is not a measured cell (a plain pytest test).
+    ``cost_s``: seconds from history; None when unknown (planned at the median).
+    ``measured``: False for a plain pytest test, which leaves no result (planned at no
+    cost unless one is given).
     """
 
     id: str
     group: str
     cost_s: float | None = None
+    measured: bool = True
 
 
 @dataclass(frozen=True)
 class Shard:
+    """One shard's measured ``cells`` (each leaves a result) and its ``other`` tests
+    (plain pytest tests, which leave none), in collection order."""
+
     index: int
     cells: tuple[str, ...]
     expected_s: float
+    other: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "index": self.index,
             "expected_s": round(self.expected_s, 3),
             "cells": list(self.cells),
+            "other": list(self.other),
         }
 
 
@@ -111,20 +119,30 @@ class ShardPlan:
     _owner: dict[str, int] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        owner = {cid: shard.index for shard in self.shards for cid in shard.cells}
+        owner = {cid: s.index for s in self.shards for cid in (*s.cells, *s.other)}
         object.__setattr__(self, "_owner", owner)
 
     @property
     def digest(self) -> str:
         """Names the assignment: two runs agree on who measures what iff equal."""
-        text = json.dumps([list(s.cells) for s in self.shards], separators=(",", ":"))
+        text = json.dumps([[s.cells, s.other] for s in self.shards], separators=(",", ":"))
         return hashlib.sha256(f"{self.total}:{text}".encode()).hexdigest()[:16]
 
     def shard_of(self, cell_id: str) -> int | None:
         return self._owner.get(cell_id)
 
     def cells(self, index: int) -> tuple[str, ...]:
+        """Shard ``index``'s measured cells."""
         return self.shards[index - 1].cells
+
+    def items(self, index: int) -> frozenset[str]:
+        """Every test id shard ``index`` runs: its cells and its other tests."""
+        shard = self.shards[index - 1]
+        return frozenset((*shard.cells, *shard.other))
+
+    @property
+    def all_cells(self) -> tuple[str, ...]:
+        return tuple(cid for s in self.shards for cid in s.cells)
 
     @property
     def makespan_s(self) -> float:
@@ -132,7 +150,8 @@ class ShardPlan:
 
     def lines(self, current: int | None = None, *, verbose: bool = False) -> list[str]:
         """The plan as the terminal prints it (``current``: this run's shard)."""
-        out = [f"shard plan: {len(self._owner)} cells over {self.total} shards; {self.costs_from}"]
+        cells = len(self.all_cells)
+        out = [f"shard plan: {cells} cells over {self.total} shards; {self.costs_from}"]
         for shard in self.shards:
             expected = f", {shard.expected_s:.1f} s expected" if self.timed else ""
             mark = "  <- this run" if shard.index == current else ""
@@ -162,6 +181,7 @@ class ShardPlan:
                     index=int(s["index"]),
                     cells=tuple(str(c) for c in s["cells"]),
                     expected_s=float(s["expected_s"]),
+                    other=tuple(str(c) for c in s.get("other", ())),
                 )
                 for s in data["shards"]
             )
@@ -221,7 +241,9 @@ def stored_costs(baseline: Baseline | None, ids: Iterable[str]) -> dict[str, flo
 def with_costs(cells: Sequence[Cell], costs: Mapping[str, float]) -> list[Cell]:
     """``cells`` with their cost from ``costs`` where they have none yet."""
     return [
-        c if c.cost_s is not None or c.id not in costs else Cell(c.id, c.group, costs[c.id])
+        c
+        if c.cost_s is not None or c.id not in costs
+        else dataclasses.replace(c, cost_s=costs[c.id])
         for c in cells
     ]
 
@@ -249,10 +271,16 @@ def plan_shards(cells: Sequence[Cell], total: int, *, costs_from: str = "") -> S
     order = {c.id: i for i, c in enumerate(cells)}
     if len(order) != len(cells):
         raise ValueError("cell ids must be unique")
-    known = [c.cost_s for c in cells if c.cost_s is not None and c.cost_s > 0]
+    known = [c.cost_s for c in cells if c.measured and c.cost_s is not None and c.cost_s > 0]
     timed = bool(known)
     fallback = float(statistics.median(known)) if known else 1.0
-    cost = {c.id: (fallback if c.cost_s is None else max(0.0, c.cost_s)) for c in cells}
+
+    def planned(c: Cell) -> float:
+        if c.cost_s is not None:
+            return max(0.0, c.cost_s)
+        return fallback if c.measured else 0.0
+
+    cost = {c.id: planned(c) for c in cells}
     if not costs_from:
         costs_from = (
             "costs from history"
@@ -269,15 +297,19 @@ def plan_shards(cells: Sequence[Cell], total: int, *, costs_from: str = "") -> S
         if split is None:
             break
         units, loads, placed = split
-    shards = tuple(
-        Shard(
-            index=i + 1,
-            cells=tuple(sorted((cid for u in placed[i] for cid in u.cells), key=order.__getitem__)),
-            expected_s=loads[i],
+    plain = {c.id for c in cells if not c.measured}
+    shards = []
+    for i in range(total):
+        ids = sorted((cid for u in placed[i] for cid in u.cells), key=order.__getitem__)
+        shards.append(
+            Shard(
+                index=i + 1,
+                cells=tuple(cid for cid in ids if cid not in plain),
+                expected_s=loads[i],
+                other=tuple(cid for cid in ids if cid in plain),
+            )
         )
-        for i in range(total)
-    )
-    return ShardPlan(total=total, shards=shards, costs_from=costs_from, timed=timed)
+    return ShardPlan(total=total, shards=tuple(shards), costs_from=costs_from, timed=timed)
 
 
 def _unit(

@@ -10,18 +10,17 @@ run, while the others are still written and the terminal summary still printed.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from perfguard.ab.run import ABRun, base_results
+from perfguard.ab.run import base_results
 from perfguard.core.errors import PerfguardError
-from perfguard.core.results import RunResult, ScenarioResult
+from perfguard.core.results import Environment, RunResult, ScenarioResult
 from perfguard.core.resultsio import results_path, write_results
-from perfguard.judge.gatekeeper import Gatekeeper
+from perfguard.judge.gatekeeper import Gatekeeper, GateSettings
 from perfguard.judge.verdict import ScenarioVerdict
-from perfguard.plugin.settings import RunSettings
 from perfguard.report import render_markdown, report_files, run_report_dir
 from perfguard.report.comparison import comparison_path, write_comparison
 from perfguard.report.github import in_github_actions, write_step_summary
@@ -62,13 +61,61 @@ class RunFiles:
         return None
 
 
+@dataclass(frozen=True)
+class BaseSide:
+    """What a run was compared with: ``choice`` is comparison.json's ``baseline``; the
+    rest is what the report shows beside the current figures (``info``: how the base
+    was chosen; ``results``: its figures per cell; its environment; each cell's stored
+    history on this fingerprint)."""
+
+    choice: Mapping[str, Any]
+    info: Mapping[str, Any]
+    results: Mapping[str, ScenarioResult]
+    environment: Environment | None = None
+    history: Mapping[str, Sequence[tuple[str, ScenarioResult]]] = field(default_factory=dict)
+
+
+def base_side(
+    gatekeeper: Gatekeeper,
+    verdicts: Mapping[str, ScenarioVerdict],
+    run: RunResult,
+    *,
+    ab: bool = False,
+    ab_base: tuple[str | None, str] | None = None,
+) -> BaseSide:
+    """The base side of ``run``: the archived baseline ``gatekeeper`` chose, or for a
+    same-run A/B run (``ab``) the base revision's samples of this run; ``ab_base`` is
+    that base's (commit, how it was chosen) when known."""
+    choice = gatekeeper.choice
+    results = {r.id: r for r in run.scenarios}
+    baseline: dict[str, ScenarioResult] = {}
+    if ab:
+        baseline = base_results(verdicts, results)
+    elif choice.baseline is not None:
+        for sid in choice.baseline.scenario_ids():
+            pooled = choice.baseline.pooled(sid)
+            if pooled is not None:
+                baseline[sid] = pooled
+    info = choice.to_dict()
+    if ab_base is not None:
+        info = {**info, "commit": ab_base[0], "how": ab_base[1]}
+    return BaseSide(
+        choice=choice.to_dict(),
+        info=info,
+        results=baseline,
+        environment=choice.baseline.launches[-1].environment if choice.baseline else None,
+        history={sid: gatekeeper.history_results(sid) for sid in results},
+    )
+
+
 def write_run_files(
     run: RunResult,
     verdicts: Mapping[str, ScenarioVerdict],
     *,
-    settings: RunSettings,
+    report_dir: Path,
+    judging: GateSettings,
     gatekeeper: Gatekeeper,
-    ab: ABRun | None,
+    base: BaseSide,
     files: RunFiles,
     exit_status: int | None = None,
 ) -> int | None:
@@ -79,17 +126,15 @@ def write_run_files(
     fails the run (the CI baseline job must not pass leaving the old baseline in
     place), so it is tried first and the exit status the files record is returned. So
     does a file that could not be written (``files.failed``); the others still are.
+    ``gatekeeper`` saves the baseline (``judging.save``); ``base`` is what the run was
+    compared with.
     """
-    target = results_path(settings.report_dir, run.commit, run.mode)
-    files.results = files.attempt(
-        "the results", target, lambda: write_results(run, settings.report_dir)
-    )
-    if settings.judging.save:
+    target = results_path(report_dir, run.commit, run.mode)
+    files.results = files.attempt("the results", target, lambda: write_results(run, report_dir))
+    if judging.save:
         files.saved = files.attempt(
             "the baseline of HEAD",
-            settings.judging.baseline_dir
-            / run.environment.fingerprint
-            / f"{run.commit.sha or 'HEAD'}.json",
+            judging.baseline_dir / run.environment.fingerprint / f"{run.commit.sha or 'HEAD'}.json",
             lambda: gatekeeper.save(run),
         )
         if gatekeeper.save_refused and not exit_status:
@@ -102,61 +147,36 @@ def write_run_files(
         comparison,
         lambda: write_comparison(
             comparison,
-            baseline=gatekeeper.choice.to_dict(),
-            gate=settings.judging.gate,
+            baseline=base.choice,
+            gate=judging.gate,
             verdicts=verdicts.values(),
             exit_status=exit_status,
         ),
     )
     if files.failed and not exit_status:
         exit_status = WRITE_FAILED_EXIT
-    files.report = _write_report(run, verdicts, settings, gatekeeper, ab, exit_status, files)
+    report = ReportInput(
+        run=run,
+        verdicts=tuple(verdicts.values()),
+        baseline=base.results,
+        baseline_info=base.info,
+        baseline_environment=base.environment,
+        history=base.history,
+        gate=judging.gate,
+        exit_status=exit_status,
+    )
+    files.report = _write_report(report, report_dir, files)
     if files.failed and not exit_status:
         exit_status = WRITE_FAILED_EXIT
     return exit_status
 
 
-def _write_report(
-    run: RunResult,
-    verdicts: Mapping[str, ScenarioVerdict],
-    settings: RunSettings,
-    gatekeeper: Gatekeeper,
-    ab: ABRun | None,
-    exit_status: int | None,
-    files: RunFiles,
-) -> Path | None:
+def _write_report(report: ReportInput, root: Path, files: RunFiles) -> Path | None:
     """report.html + summary.md beside results.json, the index; the job summary on GitHub.
 
     Returns report.html's path, or None when it could not be written (``files.failed``).
     """
-    choice = gatekeeper.choice
-    results = {r.id: r for r in run.scenarios}
-    baseline: dict[str, ScenarioResult] = {}
-    if ab is not None:
-        baseline = base_results(verdicts, results)
-    elif choice.baseline is not None:
-        for sid in choice.baseline.scenario_ids():
-            pooled = choice.baseline.pooled(sid)
-            if pooled is not None:
-                baseline[sid] = pooled
-    report = ReportInput(
-        run=run,
-        verdicts=tuple(verdicts.values()),
-        baseline=baseline,
-        baseline_info=(
-            {**choice.to_dict(), "commit": ab.base.sha, "how": ab.how}
-            if ab is not None and ab.base is not None
-            else choice.to_dict()
-        ),
-        baseline_environment=(
-            choice.baseline.launches[-1].environment if choice.baseline else None
-        ),
-        history={sid: gatekeeper.history_results(sid) for sid in results},
-        gate=settings.judging.gate,
-        exit_status=exit_status,
-    )
     # Each file on its own: summary.md is worth having when report.html cannot be written.
-    root = settings.report_dir
     html, *others = report_files(report, run_report_dir(report, root), index_of=root)
     written = files.attempt(html.what, html.path, html.write)
     for file in others:
