@@ -741,9 +741,15 @@ class Job:
     def context(self) -> dict[str, Any]:
         """The expression context of this job's steps: the run's, ``matrix`` and ``steps``."""
         runner = {"temp": str(self.temp), "os": "Linux", "arch": "X64"}
-        return self.run_.context(
-            self.name, matrix=self.matrix, steps=self.step_context, runner=runner
-        )
+        # A step of this job that has not run reads as null on GitHub; an id no step
+        # has stays an error (a typo).
+        steps: dict[str, Any] = {
+            str(step["id"]): {"outputs": Lenient(), "outcome": None, "conclusion": None}
+            for step in self._step_list()
+            if "id" in step
+        }
+        steps.update(self.step_context)
+        return self.run_.context(self.name, matrix=self.matrix, steps=steps, runner=runner)
 
     def _status(self) -> dict[str, bool]:
         return {
