@@ -387,6 +387,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
         save_invalid=args.save_invalid,
         allow_dirty=args.allow_dirty,
         gate=not args.no_gate,
+        contention_limit=args.contention_limit,
     )
 
 
@@ -611,6 +612,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-dirty", action="store_true", help="save a run of a dirty tree")
     p.add_argument("--baseline-dir", default=str(DEFAULT_ROOT), help="default: baselines")
     p.add_argument("--no-gate", action="store_true", help="exit 0 whatever the verdicts")
+    p.add_argument(
+        "--contention-limit",
+        type=_share,
+        default=CONTENTION_LIMIT,
+        help="a cell measured beside busier neighbours refuses --save (as in pytest)",
+    )
 
     p = command(sub, "export", _cmd_export, "write results in another tool's format")
     p.add_argument("results", metavar="RESULTS", help="reports/<c>/results.json")

@@ -233,5 +233,5 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini(
         "perfguard_shard",
         help="perfguard: the twin of --perfguard-shard (K/N).",
-        default="",
+        default=None,
     )

@@ -389,7 +389,15 @@ class PerfguardSession:
             xdist_transport.ship(output, self.results.values(), self.verdicts.values(), self.plan)
             return
         self.progress.close()
-        if not self.results:
+        shard, plan = self.settings.shard, self.plan
+        if shard is not None and plan is not None:
+            # A shard always leaves its files, even with no cell: they tell the merge it
+            # ran. More shards than cells leaves one with nothing to run: no failure.
+            nothing = not plan.items(shard.index)
+            if nothing and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+                session.exitstatus = pytest.ExitCode.OK
+                exitstatus = int(pytest.ExitCode.OK)
+        elif not self.results:
             if self.ab is not None:
                 self.ab.close()
             return
@@ -420,9 +428,8 @@ class PerfguardSession:
             files=self.files,
             exit_status=int(exitstatus),
         )
-        shard = self.settings.shard
-        if shard is not None and self.plan is not None and self.files.results is not None:
-            plan, run_dir = self.plan, self.files.results.parent
+        if shard is not None and plan is not None and self.files.results is not None:
+            run_dir = self.files.results.parent
             self.files.attempt(
                 "the shard plan", plan_path(run_dir), lambda: write_plan(plan, shard, run_dir)
             )
@@ -448,6 +455,12 @@ class PerfguardSession:
         if not self.suite_files and not self.collected_ids and not _distributed(self.config):
             for line, fix in nothing_collected(self.config, self.settings, self.other_yaml):
                 terminalreporter.write_line(f"perfguard: {line}", yellow=True, bold=fix)
+        shard = self.settings.shard
+        if shard is not None and self.plan is not None and _distributed(self.config):
+            # Under xdist the workers planned (and printed nowhere): say it here.
+            verbose = self.config.get_verbosity() > 0
+            for line in self.plan.lines(shard.index, verbose=verbose):
+                terminalreporter.write_line(f"perfguard: {line}")
         if not self.results:
             return
         how = self.gatekeeper.choice.how

@@ -24,6 +24,7 @@ from typing import Any
 from perfguard.ab.run import ab_how, base_results
 from perfguard.baseline.store import DirectoryStore
 from perfguard.core.errors import PerfguardError, ShardError
+from perfguard.core.policy import CONTENTION_LIMIT
 from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult, Status
 from perfguard.core.resultsio import RESULTS_FILENAME, read_results
 from perfguard.judge.gatekeeper import SAVE_REFUSED_FIX, Gatekeeper, GateSettings, check_can_save
@@ -363,6 +364,7 @@ def merge_command(
     save_invalid: bool = False,
     allow_dirty: bool = False,
     gate: bool = True,
+    contention_limit: float = CONTENTION_LIMIT,
     rootdir: Path | None = None,
     say: Callable[[str], None] = print,
 ) -> int:
@@ -370,7 +372,8 @@ def merge_command(
 
     ``save`` archives the merged run as one launch of its commit in ``baseline_dir``, by
     the rules of ``pytest --perfguard-save`` (refused when a cell is inconclusive, unless
-    ``save_invalid``); never with a shard missing. Raises ShardError (and the readers'
+    ``save_invalid``; a cell measured beside more than ``contention_limit`` of busy
+    neighbours is inconclusive); never with a shard missing. Raises ShardError (and the readers'
     ResultsError) when the outputs cannot be one run.
     """
     merged = merge_outputs(find_outputs(dirs), shards=shards)
@@ -382,6 +385,7 @@ def merge_command(
         allow_dirty=allow_dirty,
         gate=gate,
         save_invalid=save_invalid,
+        contention_limit=contention_limit,
     )
     if save:
         refusal = check_can_save(dataclasses.replace(settings, save=True), merged.run.commit)

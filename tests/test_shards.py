@@ -1,0 +1,390 @@
+"""Shards: the cost-balanced plan (perfguard.shard.plan) and ``perfguard merge``.
+
+End to end: three shards of a real suite reproduce exactly the cells of one unsharded
+run, their merge gives the verdicts one run gives on the same measurements, and a
+missing shard fails the merge naming its cells.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from perfguard.cli import main as cli_main
+from perfguard.core.atomicio import write_json_atomic
+from perfguard.core.errors import ResultsError, ShardError
+from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
+from perfguard.shard.merge import merged_environment
+from perfguard.shard.plan import (
+    Cell,
+    ShardPlan,
+    ShardSpec,
+    plan_shards,
+    read_plan,
+    stored_cost_s,
+    write_plan,
+)
+from tests.conftest import SPIN_MODEL, run_git
+
+# -- the plan ----------------------------------------------------------------------------
+
+_cells = st.lists(
+    st.tuples(
+        st.integers(0, 6),  # model group
+        st.one_of(st.none(), st.floats(0.01, 500.0)),  # cost from history, or unknown
+        st.booleans(),  # a measured cell, or a plain test
+    ),
+    min_size=0,
+    max_size=60,
+).map(
+    lambda rows: [
+        Cell(f"suites/s.yaml::c{i}", f"m{g}", cost, measured)
+        for i, (g, cost, measured) in enumerate(rows)
+    ]
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(cells=_cells, total=st.integers(1, 9))
+def test_every_cell_lands_in_exactly_one_shard(cells: list[Cell], total: int) -> None:
+    plan = plan_shards(cells, total)
+    assert plan.total == total and len(plan.shards) == total
+    ids = [cid for index in range(1, total + 1) for cid in plan.items(index)]
+    assert sorted(ids) == sorted(c.id for c in cells)  # none lost, none doubled
+    measured = {c.id for c in cells if c.measured}
+    assert set(plan.all_cells) == measured
+    for cell in cells:
+        assert cell.id in plan.items(plan.shard_of(cell.id) or 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(cells=_cells, total=st.integers(1, 9))
+def test_the_same_inputs_give_the_same_plan(cells: list[Cell], total: int) -> None:
+    first, again = plan_shards(cells, total), plan_shards(list(cells), total)
+    assert first == again and first.digest == again.digest
+    # Who measures what does not depend on the order the cells were collected in.
+    backwards = plan_shards(cells[::-1], total)
+    assert {c.id: backwards.shard_of(c.id) for c in cells} == {
+        c.id: first.shard_of(c.id) for c in cells
+    }
+
+
+@settings(max_examples=200, deadline=None)
+@given(cells=_cells, total=st.integers(1, 9))
+def test_the_makespan_is_within_the_greedy_bound(cells: list[Cell], total: int) -> None:
+    """Least-loaded-first never ends more than one unit above the average load; a unit
+    is at most a whole model group (splits only ever lower the makespan)."""
+    plan = plan_shards(cells, total)
+    known = [c.cost_s for c in cells if c.measured and c.cost_s]
+    fallback = statistics.median(known) if known else 1.0
+
+    def cost(c: Cell) -> float:
+        return c.cost_s if c.cost_s is not None else (fallback if c.measured else 0.0)
+
+    groups: dict[str, float] = {}
+    for c in cells:
+        groups[c.group] = groups.get(c.group, 0.0) + cost(c)
+    total_cost = sum(groups.values())
+    assert sum(s.expected_s for s in plan.shards) >= total_cost - 1e-6
+    assert plan.makespan_s <= total_cost / total + max(groups.values(), default=0.0) + 1e-6
+
+
+def test_a_model_s_cells_stay_together_unless_splitting_helps() -> None:
+    # Two models of equal cost over two shards: each shard opens one model.
+    cells = [Cell(f"a{i}", "A", 10.0) for i in range(3)] + [
+        Cell(f"b{i}", "B", 10.0) for i in range(3)
+    ]
+    plan = plan_shards(cells, 2)
+    assert {plan.shard_of(f"a{i}") for i in range(3)} != {plan.shard_of(f"b{i}") for i in range(3)}
+    assert len({plan.shard_of(f"a{i}") for i in range(3)}) == 1
+    # One big model over two shards: split, and the half without the opener pays an open.
+    big = [Cell("big0", "A", 40.0)] + [Cell(f"big{i}", "A", 10.0) for i in range(1, 7)]
+    split = plan_shards(big, 2)
+    assert all(s.cells for s in split.shards)
+    unsplit_makespan = sum(c.cost_s or 0 for c in big)
+    assert split.makespan_s < unsplit_makespan
+    assert sum(s.expected_s for s in split.shards) > unsplit_makespan  # one more open
+
+
+def test_without_history_cells_spread_evenly_by_a_stable_hash() -> None:
+    cells = [Cell(f"suites/s.yaml::c{i}", f"c{i}") for i in range(10)]
+    plan = plan_shards(cells, 3)
+    assert not plan.timed
+    assert sorted(len(s.cells) for s in plan.shards) == [3, 3, 4]
+    assert "stable hash" in plan.costs_from
+
+
+def test_stored_cost_prefers_wall_time_and_estimates_older_files() -> None:
+    base = ScenarioResult(
+        id="s", suite="s", name="s", backend="torch", device="cpu", precision="fp32"
+    )
+    assert stored_cost_s(base) is None
+    old = ScenarioResult(**{**base.__dict__, "warmup_ns": 10**9, "samples_ns": (10**9,) * 2})
+    assert stored_cost_s(old) == pytest.approx(3.0)
+    new = ScenarioResult(**{**old.__dict__, "wall_ns": 5 * 10**9})
+    assert stored_cost_s(new) == pytest.approx(5.0)
+
+
+@pytest.mark.parametrize("text", ["", "3", "0/2", "3/2", "a/b", "1/0", "1/100000", "-1/2"])
+def test_a_bad_shard_is_refused_with_the_fix(text: str) -> None:
+    with pytest.raises(ShardError) as err:
+        ShardSpec.parse(text, source="--perfguard-shard")
+    assert "--perfguard-shard is" in str(err.value) and "K/N" in str(err.value)
+
+
+def test_the_plan_file_round_trips_and_refuses_tampering(tmp_path: Path) -> None:
+    plan = plan_shards([Cell(f"c{i}", f"g{i % 2}", float(i + 1)) for i in range(5)], 2)
+    path = write_plan(plan, ShardSpec(2, 2), tmp_path)
+    shard, back = read_plan(path)
+    assert shard == ShardSpec(2, 2) and back == plan and back.digest == plan.digest
+    data = json.loads(path.read_text())
+    data["shards"][0]["cells"].append("smuggled")
+    write_json_atomic(path, data)
+    with pytest.raises(ResultsError, match="digest"):
+        read_plan(path)
+    data["shards"] = data["shards"][:1]
+    write_json_atomic(path, data)
+    with pytest.raises(ResultsError, match=r"shard\.json.*expected shards 1\.\.2"):
+        read_plan(path)
+
+
+def test_plan_lines_name_each_shard_and_this_run() -> None:
+    plan = plan_shards([Cell(f"c{i}", f"g{i}", float(i + 1)) for i in range(4)], 2)
+    lines = plan.lines(current=2, verbose=True)
+    assert lines[0].startswith("shard plan: 4 cells over 2 shards")
+    assert any("shard 2/2" in line and "<- this run" in line for line in lines)
+    assert sum(line.startswith("    c") for line in lines) == 4
+    assert ShardPlan.from_dict(plan.to_dict(), where="x") == plan
+
+
+# -- end to end: shards of a real suite, merged ------------------------------------------
+
+INI = "[pytest]\nperfguard_contention_limit = 1.01\n"
+# Plumbing tests: the CI host is busy, so contention must not refuse a merged save.
+LIMIT = ("--contention-limit", "1.01")
+PLAIN_TESTS = "def test_one():\n    pass\n\n\ndef test_two():\n    pass\n"
+
+
+def suite_text(us_a: int, us_b: int) -> str:
+    body = f"""\
+defaults:
+  warmup: {{iterations: 5, seconds: 0}}
+  measure: {{iterations: 300, seconds: 0}}
+  threads: 1
+  stability_tolerance: 0.99
+  gate: {{p95: "+50%"}}
+models:
+  a:
+    factory: spinmodel:spin
+    kwargs: {{us: {us_a}}}
+    inputs:
+      x: {{shape: [1, 4]}}
+  b:
+    factory: spinmodel:spin
+    kwargs: {{us: {us_b}}}
+    inputs:
+      x: {{shape: [1, 4]}}
+scenarios:
+"""
+    for model in "ab":
+        for i in range(3):
+            body += f"  - name: {model}{i}\n    model: {model}\n"
+    return body
+
+
+class Repo:
+    def __init__(self, pytester: pytest.Pytester) -> None:
+        self.pytester = pytester
+        self.path = pytester.path
+        (self.path / "suites").mkdir()
+        (self.path / "suites" / "spinmodel.py").write_text(SPIN_MODEL)
+        (self.path / "test_plain.py").write_text(PLAIN_TESTS)
+        pytester.makeini(INI)
+        (self.path / ".gitignore").write_text(
+            "reports/\nshard-*/\nmerged/\n.perfguard/\n__pycache__/\nstdout\nstderr\nrunpytest-*\n"
+        )
+        run_git(self.path, "init", "-q", "-b", "main")
+
+    def commit(self, us_a: int, us_b: int, message: str) -> str:
+        (self.path / "suites" / "s.yaml").write_text(suite_text(us_a, us_b))
+        run_git(self.path, "add", "-A")
+        run_git(self.path, "commit", "-qm", message)
+        return run_git(self.path, "rev-parse", "HEAD")
+
+    def run(self, *args: str) -> pytest.RunResult:
+        return self.pytester.runpytest("--perfguard", "-p", "no:cacheprovider", *args)
+
+    def shard(self, index: int, total: int, monkeypatch: pytest.MonkeyPatch) -> pytest.RunResult:
+        # As a CI matrix gives it: through the environment.
+        monkeypatch.setenv("PERFGUARD_SHARD", f"{index}/{total}")
+        try:
+            return self.run(f"--perfguard-report-dir=shard-{index}", "suites/", "test_plain.py")
+        finally:
+            monkeypatch.delenv("PERFGUARD_SHARD")
+
+    def merge(self, *args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+        capsys.readouterr()
+        status = cli_main(["merge", *args])
+        out = capsys.readouterr()
+        return status, out.out + out.err
+
+
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+@pytest.fixture
+def repo(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Repo:
+    monkeypatch.chdir(pytester.path)
+    monkeypatch.delenv("PERFGUARD_SHARD", raising=False)
+    return Repo(pytester)
+
+
+def test_three_shards_merge_into_the_unsharded_run(
+    repo: Repo, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = repo.commit(150, 150, "base")
+    repo.run("--perfguard-save", "suites/").assert_outcomes(passed=6)
+    head = repo.commit(150, 450, "model b 3x slower")
+
+    whole = repo.run("suites/", "test_plain.py")
+    whole.assert_outcomes(passed=5, failed=3)
+    whole_ids = {
+        s["id"] for s in _json(repo.path / "reports" / head[:12] / "results.json")["scenarios"]
+    }
+
+    outcomes = []
+    for index in (1, 2, 3):
+        result = repo.shard(index, 3, monkeypatch)
+        result.stdout.fnmatch_lines(
+            [
+                "perfguard: shard plan: 6 cells over 3 shards; costs from the baseline of *",
+                f"perfguard:   shard {index}/3: * cells, * s expected  <- this run",
+            ]
+        )
+        outcomes.append(result.parseoutcomes())
+        run_dir = repo.path / f"shard-{index}" / head[:12]
+        assert (run_dir / "shard.json").is_file() and (run_dir / "results.json").is_file()
+    # Every test ran in exactly one shard; pytest counts the others as deselected.
+    assert sum(o.get("passed", 0) + o.get("failed", 0) for o in outcomes) == 8
+    assert all(
+        o.get("deselected", 0) == 8 - o.get("passed", 0) - o.get("failed", 0) for o in outcomes
+    )
+
+    status, out = repo.merge(
+        "shard-1", "shard-2", "shard-3", "--shards", "3", "--out", "merged", capsys=capsys
+    )
+    assert status == 1, out  # the regression of model b fails the merged gate
+    assert "merged 3 of 3 shards" in out and "regression" in out
+    merged_dir = repo.path / "merged" / head[:12]
+    merged = _json(merged_dir / "results.json")
+    ids = [s["id"] for s in merged["scenarios"]]
+    assert sorted(ids) == sorted(whole_ids) and len(ids) == len(set(ids)) == 6
+    comparison = _json(merged_dir / "comparison.json")
+    assert comparison["exit_status"] == 1 and comparison["baseline"]["commit"] == base
+    merged_verdicts = {v["scenario_id"]: v["verdict"] for v in comparison["verdicts"]}
+    assert set(merged_verdicts) == whole_ids
+    assert (merged_dir / "report.html").is_file() and (merged_dir / "summary.md").is_file()
+
+    # One run's judgement of the same measurements: perfguard compare on the merged
+    # results against the stored baseline gives every cell the same verdict.
+    baseline_file = next((repo.path / "baselines").glob(f"*/{base}.json"))
+    capsys.readouterr()
+    assert (
+        cli_main(
+            [
+                "compare",
+                str(baseline_file),
+                str(merged_dir / "results.json"),
+                "--rootdir",
+                str(repo.path),
+                "--contention-limit",
+                "1.01",
+                "--json",
+            ]
+        )
+        == 1
+    )
+    judged = {v["scenario_id"]: v["verdict"] for v in json.loads(capsys.readouterr().out)}
+    assert judged == merged_verdicts
+    assert {sid for sid, v in judged.items() if v == "regression"} == {
+        f"suites/s.yaml::b{i}" for i in range(3)
+    }
+
+    # A missing shard fails the merge, naming the shard and each of its cells.
+    plan = _json(repo.path / "shard-2" / head[:12] / "shard.json")
+    lost = plan["shards"][2]["cells"]
+    status, out = repo.merge("shard-1", "shard-2", "--out", "partial", capsys=capsys)
+    assert status == 1
+    assert "shard 3/3 left no output" in out
+    partial = _json(repo.path / "partial" / head[:12] / "results.json")
+    errors = {s["id"]: s for s in partial["scenarios"] if s["status"] == "error"}
+    assert set(errors) == set(lost)
+    assert all("shard 3/3" in s["message"] for s in errors.values())
+    summary = (repo.path / "partial" / head[:12] / "summary.md").read_text()
+    assert all(cid in summary for cid in lost)
+
+    # Overlap and other commits are refused (exit 2), with what was found.
+    status, out = repo.merge("shard-1", "shard-1", capsys=capsys)
+    assert status == 2 and "two outputs of shard 1/3" in out
+    status, out = repo.merge("shard-1", "reports", capsys=capsys)
+    assert status == 2 and "holds no shard output" in out
+
+
+def test_merged_save_writes_one_launch_of_every_shard(
+    repo: Repo, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    head = repo.commit(150, 150, "base")
+    for index in (1, 2):
+        repo.shard(index, 2, monkeypatch)
+    status, out = repo.merge(
+        "shard-1", "shard-2", "--save", "--out", "merged", *LIMIT, capsys=capsys
+    )
+    assert status == 0, out
+    saved = list((repo.path / "baselines").glob(f"*/{head}.json"))
+    assert len(saved) == 1, out
+    doc = _json(saved[0])
+    assert len(doc["launches"]) == 1
+    assert len(doc["launches"][0]["scenarios"]) == 6
+    # Every shard's wall times reach the archive: the next plan is costed from them.
+    assert all(s["wall_ns"] > 0 for s in doc["launches"][0]["scenarios"])
+    # With a shard missing, nothing is saved.
+    status, out = repo.merge("shard-1", "--shards", "2", "--save", "--out", "m2", capsys=capsys)
+    assert status == 1 and "baseline NOT saved" in out
+
+
+def test_more_shards_than_cells_leaves_empty_shards_that_pass(
+    repo: Repo, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    head = repo.commit(150, 150, "base")
+    monkeypatch.setenv("PERFGUARD_SHARD", "4/4")
+    # One cell over four shards: shard 4 has nothing to run, and still leaves its files.
+    result = repo.run("--perfguard-report-dir=shard-4", "suites/s.yaml::a0")
+    assert result.ret == 0
+    assert (repo.path / "shard-4" / head[:12] / "shard.json").is_file()
+
+
+def test_a_bad_shard_setting_stops_the_run_before_measuring(
+    repo: Repo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo.commit(150, 150, "base")
+    monkeypatch.setenv("PERFGUARD_SHARD", "3/2")
+    result = repo.run("suites/")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*$PERFGUARD_SHARD is '3/2'*K/N*"])
+    # The command line wins over the environment.
+    result = repo.run("suites/", "--perfguard-shard=1/1", "--collect-only", "-q")
+    assert result.ret == 0
+
+
+def test_environments_sharing_a_fingerprint_merge() -> None:
+    one = Environment("fp", {"gpu": "H100"}, {"hostname": "r1", "driver": "550"})
+    two = Environment("fp", {"gpu": "H100"}, {"hostname": "r2", "driver": "550"})
+    env = merged_environment([one, two])
+    assert env.fingerprint == "fp" and env.recorded == {"hostname": "r1, r2", "driver": "550"}
+    assert RunResult(CommitInfo(None, None, False), env, (), "t", "v").environment == env
