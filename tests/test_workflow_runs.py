@@ -83,6 +83,33 @@ def test_the_plan_job_refuses_a_bad_variable(tmp_path: Path, value: str) -> None
     assert run.run_job("baseline-merge") == "skipped"
 
 
+def test_no_shard_reports_at_all_fails_the_merge_with_an_error(tmp_path: Path) -> None:
+    server = Server(tmp_path / "server")
+    sha = server.commit({"baselines/.gitkeep": ""}, "a project")
+    run = WorkflowRun(
+        WORKFLOW,
+        server,
+        event_name="push",
+        sha=sha,
+        ref="refs/heads/main",
+        directory=tmp_path / "run",
+        variables={"PERFGUARD_SHARDS": "2"},
+    )
+    assert run.run_job("plan") == "success"
+    # Both shard runners lost before they uploaded anything.
+    for job in run.jobs("baseline"):
+        run.record("baseline", job.instance, "failure", {})
+    assert run.run_job("baseline-merge") == "failure"
+    (merge,) = run.ran["baseline-merge"]
+    assert "found 0 artifact(s)" in merge.steps["actions/download-artifact"].output
+    step = merge.steps["Merge and save the baseline"]
+    assert step.rc == 1 and step.output.startswith(
+        "::error title=perfguard::none of the 2 shard(s) uploaded its reports"
+    ), merge.describe()
+    assert merge.steps["Push baselines to the perfguard-baselines branch"].skipped
+    assert not server.has_branch("perfguard-baselines")
+
+
 # --- the comment job alone, on planted artifacts ------------------------------------------
 
 
