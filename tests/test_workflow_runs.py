@@ -1,9 +1,14 @@
-"""perfguard.yml's jobs, run step by step (tests/workflow_harness.py): the plan job, the
-comment job on planted artifacts, and the harness itself.
+"""perfguard.yml's jobs, run step by step (tests/workflow_harness.py) on a tiny project.
 
-(The end-to-end runs of the shard matrix and its merge on a tiny project come in the
-next commit: they need `perfguard merge --save` to judge contention by the project's
-`perfguard_contention_limit`, as the shards do.)
+The project is one suite of two models that busy-wait a set number of microseconds per
+call (``SPIN_MODEL``; the cost is a ``kwargs`` value in the suite file, so a commit
+changes it): ``spin`` (the one a PR slows down) and ``steady``, one cell each, so two
+shards get one cell each. Its origin is a local bare repository; the jobs run the
+workflow's own ``run:`` steps (git, tar, jq, the pytest and ``perfguard merge`` command
+lines) with the stand-ins the harness documents: the shards of a matrix job run one
+after another, and the merge jobs run without torch, as from their lock. A planted
+regression is 4x the cost and the gate limit is +50%, so no verdict here depends on how
+busy this machine is.
 """
 
 from __future__ import annotations
@@ -11,11 +16,13 @@ from __future__ import annotations
 import json
 import shutil
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.conftest import SPIN_MODEL
 from tests.workflow_harness import (
     ROOT,
     STAND_IN_STEPS,
@@ -28,14 +35,335 @@ from tests.workflow_harness import (
     substitute,
 )
 
-pytest.importorskip("torch")  # the GPU lock's Install stand-in finds torch
+pytest.importorskip("torch")  # the spin model is a torch module
 
 WORKFLOW = ROOT / ".github" / "workflows" / "perfguard.yml"
+BRANCH = "perfguard-baselines"
+PUSH_STEP = "Push baselines to the perfguard-baselines branch"
 MARKER = "<!-- perfguard-summary -->"
+FAST_US, SLOW_US = 300, 1200
+SHARDS = {"PERFGUARD_SHARDS": "2"}
+
+SUITE = """\
+defaults:
+  warmup: {{iterations: 5, seconds: 0}}
+  measure: {{iterations: 150, seconds: 0}}
+  threads: 1
+  # Plumbing, not this machine: a busy host must not make a verdict `invalid`.
+  stability_tolerance: 0.99
+  gate: {{p95: "+50%"}}
+models:
+  spin:
+    factory: spinmodel:spin
+    kwargs: {{us: {us}}}
+    inputs:
+      x: {{shape: [1, 4]}}
+  steady:
+    factory: spinmodel:spin
+    kwargs: {{us: {fast}}}
+    inputs:
+      x: {{shape: [1, 4]}}
+scenarios:
+  - name: spin
+    model: spin
+  - name: steady
+    model: steady
+"""
+
+
+def project(us: int) -> dict[str, str]:
+    return {
+        "pytest.ini": "[pytest]\nperfguard_contention_limit = 1.01\n",
+        ".gitignore": "reports/\n.venv/\n.perfguard/\n__pycache__/\n.pytest_cache/\n",
+        "baselines/.gitkeep": "",
+        "suites/spinmodel.py": SPIN_MODEL,
+        "suites/s.yaml": SUITE.format(us=us, fast=FAST_US),
+    }
+
+
+@dataclass
+class Origin:
+    server: Server
+    tmp: Path
+    main: list[tuple[str, WorkflowRun]]
+
+    def push_run(
+        self, sha: str, label: str, variables: dict[str, str] | None = None
+    ) -> WorkflowRun:
+        return WorkflowRun(
+            WORKFLOW,
+            self.server,
+            event_name="push",
+            sha=sha,
+            ref="refs/heads/main",
+            directory=self.tmp / label,
+            variables=SHARDS if variables is None else variables,
+        )
+
+    def pr_run(
+        self, head: str, branch: str, number: int, gh: GhRecorder | None = None
+    ) -> WorkflowRun:
+        # GitHub's GITHUB_SHA is the merge commit; the perf job checks out the head (with.ref).
+        event = {
+            "number": number,
+            "pull_request": {
+                "number": number,
+                "head": {"sha": head, "ref": branch, "repo": {"full_name": self.server.repository}},
+                "base": {"ref": "main"},
+            },
+        }
+        return WorkflowRun(
+            WORKFLOW,
+            self.server,
+            event_name="pull_request",
+            sha=head,
+            ref=f"refs/pull/{number}/merge",
+            base_ref="main",
+            head_ref=branch,
+            event=event,
+            directory=self.tmp / f"pr-{number}",
+            gh=gh,
+            variables=SHARDS,
+        )
+
+    def baseline(
+        self,
+        sha: str,
+        label: str,
+        *,
+        until: str | None = None,
+        variables: dict[str, str] | None = None,
+    ) -> tuple[WorkflowRun, Job]:
+        """The push workflow: plan, the baseline shards, then baseline-merge (its steps
+        before ``until``)."""
+        run = self.push_run(sha, label, variables)
+        assert run.run_job("plan") == "success"
+        run.run_job("baseline")
+        (merge,) = run.jobs("baseline-merge")
+        merge.run(until=until)
+        return run, merge
 
 
 def describe(run: WorkflowRun, *names: str) -> str:
     return "\n".join(job.describe() for name in names for job in run.ran[name])
+
+
+def head_report(run: WorkflowRun, head: str) -> Path:
+    """The head commit's report folder in the artifact, as the comment job picks it."""
+    reports = run.artifacts / "perfguard-reports"
+    found = [d for d in (reports / f"{head[:12]}-ab", reports / head[:12]) if d.is_dir()]
+    assert found, sorted(p.name for p in reports.iterdir())
+    return found[0]
+
+
+def baseline_doc(server: Server, sha: str) -> dict:
+    (path,) = [p for p in server.branch_files(BRANCH) if p.endswith(f"/{sha}.json")]
+    return json.loads(server.origin_git("show", f"refs/heads/{BRANCH}:{path}"))
+
+
+def model_of(cell_id: str) -> str:
+    return "steady" if "steady" in cell_id else "spin"
+
+
+def shard_plan(run: WorkflowRun, index: int) -> dict:
+    """The shard.json that shard ``index`` uploaded."""
+    (path,) = (run.artifacts / f"perfguard-shard-{index}").rglob("shard.json")
+    return json.loads(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def origin(tmp_path_factory: pytest.TempPathFactory) -> Origin:
+    """main with two commits, each measured by the push workflow in two shards, in order."""
+    tmp = tmp_path_factory.mktemp("workflow-runs")
+    server = Server(tmp / "server")
+    found = Origin(server, tmp, [])
+    first = server.commit(project(FAST_US), "two models")
+    found.main.append((first, found.baseline(first, "main-1")[0]))
+    second = server.commit({"README.md": "docs\n"}, "docs only")
+    found.main.append((second, found.baseline(second, "main-2")[0]))
+    return found
+
+
+def test_main_pushes_merge_the_shards_into_one_baseline_commit_each(origin: Origin) -> None:
+    server = origin.server
+    (first, run1), (second, run2) = origin.main
+    for run in (run1, run2):
+        assert run.outputs["plan"] == {"total": "2", "shards": "[1,2]"}
+        shards = run.ran["baseline"]
+        assert [job.matrix for job in shards] == [{"shard": 1}, {"shard": 2}]
+        assert all(job.result() == "success" for job in shards), describe(run, "baseline")
+        assert run.results["baseline-merge"] == "success", describe(run, "baseline-merge")
+        # The shards measure and upload; they neither save nor push.
+        for job in shards:
+            assert PUSH_STEP not in job.steps
+            assert "--perfguard-save" not in str(job.spec["steps"])
+        # Each shard measured one of the two cells; together, both.
+        plans = [shard_plan(run, k) for k in (1, 2)]
+        assert [p["shard"] for p in plans] == [1, 2]
+        cells = [c for shard in plans[0]["shards"] for c in shard["cells"]]
+        assert len(cells) == 2 and all(len(s["cells"]) == 1 for s in plans[0]["shards"])
+        assert plans[0]["shards"] == plans[1]["shards"]
+    (merge1,) = run1.ran["baseline-merge"]
+    assert "no perfguard-baselines branch yet; this run creates it" in (
+        merge1.steps["Fetch stored baselines"].output
+    )
+    assert [s for s in merge1.steps.values() if s.stood_in] == [
+        merge1.steps["actions/checkout"],
+        merge1.steps["actions/setup-python"],
+        merge1.steps["Install"],
+        merge1.steps["actions/download-artifact"],
+        merge1.steps["Upload reports"],
+    ]
+    # The merge job's venv has no torch (its lock has none), and it merged all the same.
+    assert "without" in merge1.steps["Install"].output
+    assert "torch" in merge1.steps["Install"].output
+    assert server.has_branch(BRANCH)
+    files = server.branch_files(BRANCH)
+    assert sum(p.endswith(f"/{first}.json") for p in files) == 1
+    assert sum(p.endswith(f"/{second}.json") for p in files) == 1
+    for sha in (first, second):
+        doc = baseline_doc(server, sha)
+        assert doc["kind"] == "perfguard-baseline" and len(doc["launches"]) == 1
+        (launch,) = doc["launches"]
+        assert sorted(r["name"] for r in launch["scenarios"]) == ["spin", "steady"]
+    # One commit per push, with both shards' cells.
+    log = server.origin_git("log", "--format=%s", f"refs/heads/{BRANCH}").splitlines()
+    assert log == [f"perfguard baseline for {second}", f"perfguard baseline for {first}"]
+    # The token reached git through the environment only.
+    token = run1.github["token"]
+    for run in (run1, run2):
+        for job in (*run.ran["baseline"], *run.ran["baseline-merge"]):
+            assert token not in (job.workspace / ".git" / "config").read_text()
+            assert all(token not in step.output for step in job.steps.values())
+    # main is left alone: its tip is the developer's commit, not a bot's.
+    assert server.origin_git("rev-parse", "refs/heads/main") == second
+    # The push event runs the baseline jobs only.
+    assert run1.run_job("perf") == "skipped"
+    assert run1.run_job("perf-merge") == "skipped"
+
+
+def test_a_pr_with_a_planted_regression_fails_the_merge_and_the_comment_is_its_summary(
+    origin: Origin,
+) -> None:
+    server = origin.server
+    head = server.commit(project(SLOW_US), "4x slower model", branch="pr-slow")
+    gh = GhRecorder(origin.tmp / "gh-slow")
+    run = origin.pr_run(head, "pr-slow", 7, gh)
+    assert run.run_job("plan") == "success"
+    assert run.run_job("perf") == "failure", describe(run, "perf")
+    shards = run.ran["perf"]
+    assert [job.matrix for job in shards] == [{"shard": 1}, {"shard": 2}]
+    # The shard that measured `spin` fails on its own regression; the other passes.
+    owner = {c: s["index"] for s in shard_plan(run, 1)["shards"] for c in s["cells"]}
+    (spin_shard,) = {k for c, k in owner.items() if model_of(c) == "spin"}
+    for job in shards:
+        gate = job.steps["Performance gate"]
+        assert gate.rc == (1 if job.matrix["shard"] == spin_shard else 0), job.describe()
+        fetched = job.steps["Fetch stored baselines"]
+        assert fetched.rc == 0 and f"files from {BRANCH}" in fetched.output, job.describe()
+        assert job.steps["Upload reports"].rc == 0  # if: always()
+    assert run.run_job("perf-merge") == "failure", describe(run, "perf-merge")
+    (merge,) = run.ran["perf-merge"]
+    assert merge.steps["Merge the shards"].rc == 1, merge.describe()
+    # The merged verdict is the run's step summary too.
+    assert "regression" in merge.files["GITHUB_STEP_SUMMARY"].read_text().lower()
+    report = head_report(run, head)
+    verdicts = {
+        model_of(v["scenario_id"]): v
+        for v in json.loads((report / "comparison.json").read_text())["verdicts"]
+    }
+    assert sorted(verdicts) == ["spin", "steady"], verdicts
+    assert verdicts["spin"]["mode"] == "ab" and verdicts["spin"]["verdict"] == "regression"
+    assert verdicts["steady"]["verdict"] in ("unchanged", "improvement")
+    # A decoy that sorts before the head's directory: the old summaries[0] took it.
+    decoy = run.artifacts / "perfguard-reports" / "000000000000"
+    decoy.mkdir()
+    (decoy / "summary.md").write_text(f"{MARKER}\nthe wrong commit\n")
+
+    assert run.run_job("comment") == "success", describe(run, "comment")
+    ((listed, posted),) = [gh.calls]  # one list, one post: one comment for both shards
+    assert listed["argv"][:3] == [
+        "api",
+        "--paginate",
+        f"repos/{server.repository}/issues/7/comments",
+    ]
+    assert posted["argv"][:4] == [
+        "api",
+        "--method",
+        "POST",
+        f"repos/{server.repository}/issues/7/comments",
+    ]
+    body = json.loads(posted["stdin"])["body"]
+    assert body == (report / "summary.md").read_text()
+    assert body.startswith(MARKER) and "the wrong commit" not in body
+
+
+def test_an_unchanged_pr_passes_in_ab_mode(origin: Origin) -> None:
+    server = origin.server
+    head = server.commit({"NOTES.md": "no model change\n"}, "notes", branch="pr-same")
+    run = origin.pr_run(head, "pr-same", 8)
+    assert run.run_job("plan") == "success"
+    assert run.run_job("perf") == "success", describe(run, "perf")
+    assert run.run_job("perf-merge") == "success", describe(run, "perf-merge")
+    report = head_report(run, head)
+    verdicts = json.loads((report / "comparison.json").read_text())["verdicts"]
+    assert len(verdicts) == 2
+    for verdict in verdicts:
+        assert verdict["mode"] == "ab" and verdict["verdict"] in ("unchanged", "improvement")
+    # The stored baselines were there for the report's history.
+    for job in run.ran["perf"]:
+        assert f"files from {BRANCH}" in job.steps["Fetch stored baselines"].output
+
+
+def test_a_shard_without_reports_fails_the_merge_with_its_cells_named(origin: Origin) -> None:
+    server = origin.server
+    head = server.commit({"NOTES.md": "a runner dies\n"}, "notes", branch="pr-lost")
+    run = origin.pr_run(head, "pr-lost", 9)
+    assert run.run_job("plan") == "success"
+    first, second = run.jobs("perf")
+    assert first.run() == "success", first.describe()
+    # Shard 2's runner is lost before it uploads anything.
+    second.run(until="Performance gate")
+    second.failed = True
+    assert second.result() == "failure"
+    assert run.results["perf"] == "failure"
+    assert not (run.artifacts / "perfguard-shard-2").exists()
+    assert run.run_job("perf-merge") == "failure", describe(run, "perf-merge")
+    (merge,) = run.ran["perf-merge"]
+    step = merge.steps["Merge the shards"]
+    assert step.rc == 1, merge.describe()
+    (lost,) = [s["cells"] for s in shard_plan(run, 1)["shards"] if s["index"] == 2]
+    assert lost and all(cell in step.output for cell in lost), step.output
+    # The comment still goes out, with the merge's summary (if the merge wrote one).
+    assert run.should_run("comment")
+
+
+def test_racing_baseline_jobs_lose_no_launch(origin: Origin) -> None:
+    # Without the variable: one shard, as before sharding.
+    server = origin.server
+    before = server.origin_git("rev-parse", f"refs/heads/{BRANCH}")
+    third = server.commit({"README.md": "docs 3\n"}, "third")
+    fourth = server.commit({"README.md": "docs 4\n"}, "fourth")
+    # Both measured and merged while the branch is at `before`; then both push at once.
+    runs = [
+        origin.baseline(sha, f"race-{sha[:7]}", until=PUSH_STEP, variables={})
+        for sha in (third, fourth)
+    ]
+    for run, job in runs:
+        assert run.outputs["plan"] == {"total": "1", "shards": "[1]"}
+        assert len(run.ran["baseline"]) == 1
+        assert job.result() == "success", job.describe()
+    running = [job.start(PUSH_STEP) for _, job in runs]
+    pushes = [step.wait() for step in running]
+    assert [p.rc for p in pushes] == [0, 0], "\n".join(j.describe() for _, j in runs)
+    # Both commits had the same parent: exactly one push was rejected and merged again.
+    assert sum("rejected; merging" in p.output for p in pushes) == 1, pushes
+    files = server.branch_files(BRANCH)
+    for sha in (origin.main[0][0], origin.main[1][0], third, fourth):
+        assert sum(p.endswith(f"/{sha}.json") for p in files) == 1, (sha, files)
+        assert len(baseline_doc(server, sha)["launches"]) == 1
+    chain = server.origin_git("rev-list", "--first-parent", f"refs/heads/{BRANCH}").splitlines()
+    assert chain[2] == before and len(chain) == 4
 
 
 # --- the plan job alone -------------------------------------------------------------------
