@@ -28,7 +28,7 @@ export NO_MKDOCS_2_WARNING := 1
 help:
 	@echo "make demo   run the example suite: pytest --perfguard suites/"
 	@echo "make test   ruff, mypy, lint-imports, mkdocs build --strict, then python -m pytest"
-	@echo "make lock   recompile .github/requirements/perfguard-gpu.txt (needs uv and PyPI)"
+	@echo "make lock   recompile the hash locks in .github/requirements/ (needs uv and PyPI)"
 
 install: $(STAMP)
 
@@ -71,7 +71,8 @@ test: $(STAMP) tools
 	$(PY) -m mkdocs build --strict --quiet --site-dir .perfguard/site
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest
 
-# The hash-locked dependencies of the GPU jobs in .github/workflows/perfguard.yml, compiled
+# The hash-locked dependencies of .github/workflows/perfguard.yml (perfguard-gpu.txt for the GPU
+# jobs, perfguard-merge.txt for the merge jobs: no torch), compiled
 # from pyproject.toml for the GPU runner's platform (docs/ci.md). Needs `uv` on PATH
 # (pip install uv==0.13.8) and PyPI; tests/test_workflows.py fails until it is rerun
 # after a change to pyproject.toml's dependencies.

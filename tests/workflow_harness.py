@@ -4,10 +4,13 @@ A test builds a ``Server`` (a bare repository at ``<server>/<owner>/<repo>.git``
 ``${GITHUB_SERVER_URL}/${GITHUB_REPOSITORY}.git`` with ``GITHUB_SERVER_URL=file://<server>``
 is that repository), then a ``WorkflowRun`` for one event and runs its jobs::
 
-    run = WorkflowRun(WORKFLOW, server, event_name="push", sha=sha, ref="refs/heads/main")
-    job = run.job("baseline")
-    job.run()                  # every step in order, as a runner would
+    run = WorkflowRun(WORKFLOW, server, event_name="push", sha=sha, ref="refs/heads/main",
+                      directory=tmp, variables={"PERFGUARD_SHARDS": "2"})
+    run.run_job("plan")        # every step in order, as a runner would
+    job = run.job("baseline", matrix={"shard": 1})   # one instance of a matrix job
+    job.run()
     job.steps["Fetch stored baselines"].output
+    run.run_job("baseline-merge")   # a whole job: each matrix instance in turn
 
 What runs for real: every ``run:`` step, with bash as GitHub runs it (no ``shell:``:
 ``bash -e {0}``; ``shell: bash``: ``bash --noprofile --norc -eo pipefail {0}``; ``sh``,
@@ -18,9 +21,18 @@ GitHub's variables (``GITHUB_SHA``, ``GITHUB_REF``, ``GITHUB_WORKSPACE``,
 ``RUNNER_TEMP``, ...), and a clean environment (its own ``HOME``; nothing of the
 calling pytest leaks in). Job and step ``if:`` conditions are evaluated (a small
 evaluator of GitHub's expression language: paths, literals, ``== != && || !``,
-``always() success() failure() cancelled() contains()``); a step without ``if:`` is
-skipped after a failure, like ``success()``. ``runs-on``, ``permissions``,
-``concurrency`` and ``timeout-minutes`` are GitHub's business and are not modelled.
+``always() success() failure() cancelled() contains() startsWith() endsWith()
+fromJSON() toJSON() format()``); a step without ``if:`` is skipped after a failure, like
+``success()``. The contexts: ``github``, ``vars`` (``variables=``; an unset variable is
+empty), ``needs`` (only the jobs in ``needs:``, which must have run: their ``result``
+and ``outputs``), ``runner`` (``temp``, ``os``, ``arch``), ``matrix`` and ``steps``
+(each step with an ``id:``: its ``outputs`` from its own ``$GITHUB_OUTPUT`` file,
+``outcome``, ``conclusion``). A job's
+``outputs:`` are evaluated when it ends. ``strategy.matrix`` (lists, or one expression
+such as ``fromJSON(...)``; no ``include``/``exclude``) runs the job once per value; the
+job's result is ``failure`` if any instance failed, as on GitHub. ``runs-on``,
+``permissions``, ``concurrency``, ``fail-fast`` and ``timeout-minutes`` are GitHub's
+business and are not modelled (instances run one after another).
 
 What is stood in for, and why:
 
@@ -28,21 +40,32 @@ What is stood in for, and why:
   check out (``with.ref`` or ``GITHUB_SHA``), detached; only ``fetch-depth: 0`` is
   supported, and no credentials are stored (as with ``persist-credentials: false``).
 * ``actions/upload-artifact`` / ``actions/download-artifact``: a copy to and from a
-  folder per artifact name, shared by the jobs of one ``WorkflowRun``.
-* the step named ``Install`` (see ``STAND_IN_STEPS``): it builds a venv from the
-  hash lock and needs PyPI and a GPU; instead ``.venv/bin/python`` becomes a wrapper of
+  folder per artifact name (names may hold expressions), shared by the jobs of one
+  ``WorkflowRun``; a download by ``pattern:`` puts each matching artifact in
+  ``path/<name>/`` (all into ``path`` with ``merge-multiple: true``); none matching is
+  no error, as with the action.
+* ``actions/setup-python``: ``python``/``python3`` on ``PATH`` become this interpreter.
+* the step named ``Install`` (see ``STAND_IN_STEPS``): it builds a venv from a hash
+  lock and needs PyPI (and a GPU); instead ``.venv/bin/python`` becomes a wrapper of
   this interpreter with ``PYTHONPATH`` at the perfguard under test, so the workflow's
-  ``pytest --perfguard`` runs this checkout's perfguard. Its real text is checked by
-  tests/test_workflows.py (actionlint, zizmor, the exact pip commands).
+  ``pytest --perfguard`` runs this checkout's perfguard, and ``.venv/bin/perfguard`` its
+  console script. A runtime of ``HEAVY_RUNTIMES`` (torch, ...) that the step's lock
+  (``--require-hashes -r "$VAR"``, the file in this checkout) does not pin is hidden
+  from that interpreter, as it would be missing from the venv: the merge jobs run
+  without torch. Its real text is checked by tests/test_workflows.py (actionlint,
+  zizmor, the exact pip commands).
 * ``gh``: a recorder on ``PATH`` logs each call's argv and stdin (``GhRecorder``)
   and answers ``gh api .../comments`` with the comments the test planted (``--jq``
   applied with the real ``jq``).
 
-Any other ``uses:`` step, or an expression the context does not define, is an error.
+Any other ``uses:`` step, an expression the context does not define, or ``${{ }}`` in a
+``run:`` script (perfguard's workflows pass values through ``env:``), is an error.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import itertools
 import json
 import os
 import re
@@ -62,6 +85,29 @@ from tests.conftest import run_git
 ROOT = Path(__file__).resolve().parent.parent
 STAND_IN_STEPS = ("Install",)
 STEP_TIMEOUT_S = 600
+# Runtimes the Install stand-in hides when the step's lock does not hold them (the merge
+# jobs' lock has none of them: `perfguard merge` must run without).
+_CONSOLE_SCRIPT = "import sys; from perfguard.cli import main; sys.exit(main())"
+HEAVY_RUNTIMES = ("onnxruntime", "tensorrt", "torch", "transformers")
+_HIDE = """\
+# Written by the Install stand-in of tests/workflow_harness.py: these packages are not in
+# the job's lock, so they are not installed; hide them from this interpreter.
+import sys
+from importlib.machinery import PathFinder
+
+_ABSENT = frozenset({names!r})
+
+
+class _NotInstalled(PathFinder):
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        if fullname.partition(".")[0] in _ABSENT:
+            return None
+        return PathFinder.find_spec(fullname, path, target)
+
+
+sys.meta_path[:] = [_NotInstalled if f is PathFinder else f for f in sys.meta_path]
+"""
 
 
 class HarnessError(Exception):
@@ -207,6 +253,18 @@ class _Parser:
             if isinstance(haystack, list):
                 return any(_loose_eq(item, needle) for item in haystack)
             return str(needle).lower() in str(haystack).lower()
+        if name in ("startsWith", "endsWith") and len(args) == 2:
+            text, part = (_as_text(a).lower() for a in args)
+            return text.startswith(part) if name == "startsWith" else text.endswith(part)
+        if name == "fromJSON" and len(args) == 1:
+            try:
+                return json.loads(_as_text(args[0]))
+            except json.JSONDecodeError as exc:
+                raise HarnessError(f"fromJSON of {args[0]!r}: {exc} (in {self.text!r})") from exc
+        if name == "toJSON" and len(args) == 1:
+            return json.dumps(args[0], indent=2)
+        if name == "format" and args:
+            return _format(_as_text(args[0]), [_as_text(a) for a in args[1:]], self.text)
         raise HarnessError(f"function {name}() is not modelled (in {self.text!r})")
 
     def _lookup(self, path: str) -> Any:
@@ -223,6 +281,31 @@ class _Parser:
         return value
 
 
+def _format(template: str, args: list[str], text: str) -> str:
+    """GitHub's format(): ``{N}`` replaced by argument N, ``{{``/``}}`` are braces."""
+
+    def one(match: re.Match[str]) -> str:
+        if match.group(0) in ("{{", "}}"):
+            return match.group(0)[0]
+        index = int(match.group(1))
+        if index >= len(args):
+            raise HarnessError(f"format(): no argument {{{index}}} in {text!r}")
+        return args[index]
+
+    return re.sub(r"\{\{|\}\}|\{(\d+)\}", one, template)
+
+
+class Lenient(dict[str, Any]):
+    """A context object whose missing keys are null, as GitHub reads ``vars.UNSET`` and
+    ``steps.<id>.outputs.unset`` (other contexts stay strict: a typo is an error)."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+    def __missing__(self, key: str) -> None:
+        return None
+
+
 def evaluate(
     expr: str, context: Mapping[str, Any], status: Mapping[str, bool] | None = None
 ) -> Any:
@@ -231,6 +314,11 @@ def evaluate(
 
 
 def _as_text(value: Any) -> str:
+    # GitHub writes an array or object as these words in a string, not as JSON.
+    if isinstance(value, list):
+        return "Array"
+    if isinstance(value, dict):
+        return "Object"
     if isinstance(value, bool):
         return "true" if value else "false"
     if value is None:
@@ -243,6 +331,17 @@ def _as_text(value: Any) -> str:
 def substitute(text: str, context: Mapping[str, Any]) -> str:
     """``text`` with each ``${{ expr }}`` replaced by its value."""
     return _EXPR.sub(lambda m: _as_text(evaluate(m.group(1), context)), text)
+
+
+def resolve(value: Any, context: Mapping[str, Any]) -> Any:
+    """A YAML value: a string that is one whole ``${{ expr }}`` keeps the expression's
+    type (``matrix: {shard: ${{ fromJSON(...) }}}`` is a list); other strings are text."""
+    if isinstance(value, str):
+        match = _EXPR.fullmatch(value.strip())
+        if match:
+            return evaluate(match.group(1), context)
+        return substitute(value, context)
+    return value
 
 
 # --- the origin ----------------------------------------------------------------------
@@ -423,6 +522,7 @@ class WorkflowRun:
         base_ref: str = "",
         head_ref: str = "",
         gh: GhRecorder | None = None,
+        variables: Mapping[str, str] | None = None,
     ) -> None:
         self.workflow_path = workflow
         self.workflow = yaml.safe_load(workflow.read_text(encoding="utf-8"))
@@ -431,7 +531,14 @@ class WorkflowRun:
         directory.mkdir(parents=True, exist_ok=True)
         self.artifacts = directory / "artifacts"
         self.gh = gh or GhRecorder(directory / "gh")
+        # Each job's result (a matrix job's: its instances' together) and outputs.
         self.results: dict[str, str] = {}
+        self.outputs: dict[str, dict[str, str]] = {}
+        self.instance_results: dict[str, dict[str, str]] = {}
+        # Every Job made for a name (a matrix job's instances in order).
+        self.ran: dict[str, list[Job]] = {}
+        # The repository's configuration variables (the `vars` context).
+        self.variables = dict(variables or {})
         self.event = dict(event or {})
         self.github: dict[str, Any] = {
             "token": "ghs_harness_token_not_a_secret",
@@ -449,28 +556,127 @@ class WorkflowRun:
             "event": self.event,
         }
 
-    def context(self, **extra: Any) -> dict[str, Any]:
-        needs = {name: {"result": result} for name, result in self.results.items()}
-        return {"github": self.github, "needs": needs, **extra}
+    def needs(self, name: str) -> list[str]:
+        """The jobs ``name`` needs (``needs:``)."""
+        needs = self._spec(name).get("needs")
+        return [needs] if isinstance(needs, str) else list(needs or [])
 
-    def job(self, name: str) -> Job:
+    def context(self, job: str | None = None, **extra: Any) -> dict[str, Any]:
+        """The expression context of ``job``: ``github``, ``vars`` and ``needs`` (only the
+        jobs it needs, as on GitHub, each of which must have run), plus ``extra``."""
+        needs: dict[str, Any] = {}
+        for dep in self.needs(job) if job is not None else []:
+            if dep not in self.results:
+                raise HarnessError(
+                    f"job {job!r} needs {dep!r}, which has not run in this WorkflowRun "
+                    f"(run it first, or set run.results[{dep!r}])"
+                )
+            needs[dep] = {
+                "result": self.results[dep],
+                "outputs": Lenient(self.outputs.get(dep, {})),
+            }
+        return {"github": self.github, "vars": Lenient(self.variables), "needs": needs, **extra}
+
+    def _spec(self, name: str) -> dict[str, Any]:
         if name not in self.workflow["jobs"]:
             raise HarnessError(f"no job {name!r} in {self.workflow_path.name}")
-        return Job(self, name)
+        spec: dict[str, Any] = self.workflow["jobs"][name]
+        return spec
+
+    def should_run(self, name: str) -> bool:
+        """The job's ``if:``, with the status functions about the jobs it needs."""
+        results = [self.results.get(dep) for dep in self.needs(name)]
+        status = {
+            "always": True,
+            "cancelled": False,
+            "success": all(r == "success" for r in results),
+            "failure": any(r == "failure" for r in results),
+        }
+        text = str(self._spec(name).get("if", "success()"))
+        match = _EXPR.fullmatch(text.strip())
+        text = match.group(1) if match else text
+        value = evaluate(text, self.context(name), status)
+        if not re.search(r"\b(always|success|failure|cancelled)\(", text):
+            return status["success"] and _truthy(value)
+        return _truthy(value)
+
+    def matrix(self, name: str) -> list[dict[str, Any]] | None:
+        """The values of the job's ``strategy.matrix`` (None without one), in GitHub's
+        order: the product of its keys' lists, the first key slowest."""
+        strategy = self._spec(name).get("strategy") or {}
+        if "matrix" not in strategy:
+            return None
+        context = self.context(name)
+        matrix = resolve(strategy["matrix"], context)
+        if not isinstance(matrix, Mapping) or not matrix:
+            raise HarnessError(f"job {name!r}: strategy.matrix is not a mapping: {matrix!r}")
+        keys, lists = [], []
+        for key, value in matrix.items():
+            if key in ("include", "exclude"):
+                raise HarnessError(f"job {name!r}: matrix {key} is not modelled")
+            values = resolve(value, context)
+            if not isinstance(values, list) or not values:
+                raise HarnessError(
+                    f"job {name!r}: matrix.{key} must be a non-empty list, got {values!r}"
+                )
+            keys.append(key)
+            lists.append(values)
+        return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*lists)]
+
+    def job(self, name: str, matrix: Mapping[str, Any] | None = None) -> Job:
+        """One runner's job: for a matrix job, the instance with the values ``matrix``."""
+        values = self.matrix(name) if self.should_run(name) else None
+        if matrix is not None and values is not None and dict(matrix) not in values:
+            raise HarnessError(f"job {name!r}: {dict(matrix)} is not one of {values}")
+        if matrix is None and values is not None:
+            raise HarnessError(f"job {name!r} is a matrix job: give matrix= one of {values}")
+        return Job(self, name, dict(matrix) if matrix is not None else None)
+
+    def jobs(self, name: str) -> list[Job]:
+        """The job once per value of its matrix (once without a matrix, or when skipped)."""
+        if not self.should_run(name):
+            return [Job(self, name)]
+        values = self.matrix(name)
+        return [Job(self, name)] if values is None else [Job(self, name, v) for v in values]
+
+    def run_job(self, name: str) -> str:
+        """Run the job (each matrix instance in turn, as parallel runners would); its result."""
+        for job in self.jobs(name):
+            job.run()
+        return self.results[name]
+
+    def record(self, name: str, instance: str, result: str, outputs: Mapping[str, str]) -> None:
+        """One instance's end: a matrix job's result is `failure` if any instance
+        failed, else `cancelled` if any was, else `success` if any succeeded."""
+        found = self.instance_results.setdefault(name, {})
+        found[instance] = result
+        for outcome in ("failure", "cancelled", "success", "skipped"):
+            if outcome in found.values():
+                self.results[name] = outcome
+                break
+        # Outputs of a matrix job: the last instance to set one wins, as on GitHub.
+        self.outputs.setdefault(name, {}).update({k: v for k, v in outputs.items() if v})
 
 
 class Job:
-    """One job of a ``WorkflowRun`` on a fresh runner (its own workspace, temp, home)."""
+    """One job of a ``WorkflowRun`` on a fresh runner (its own workspace, temp, home);
+    for a matrix job, one instance, with its ``matrix`` values."""
 
-    def __init__(self, run: WorkflowRun, name: str) -> None:
+    def __init__(
+        self, run: WorkflowRun, name: str, matrix: Mapping[str, Any] | None = None
+    ) -> None:
         self.run_ = run
         self.name = name
         self.spec: dict[str, Any] = run.workflow["jobs"][name]
-        base = run.directory / "jobs" / name
+        self.matrix = dict(matrix or {})
+        run.ran.setdefault(name, []).append(self)
+        self.instance = "-".join(_as_text(v) for v in self.matrix.values()) or name
+        label = f"{name}-{self.instance}" if self.matrix else name
+        base = run.directory / "jobs" / label
         suffix = 1
         while base.exists():
             suffix += 1
-            base = run.directory / "jobs" / f"{name}-{suffix}"
+            base = run.directory / "jobs" / f"{label}-{suffix}"
         self.dir = base
         self.workspace = base / "work" / run.server.repository.split("/")[1]
         self.temp = base / "temp"
@@ -485,6 +691,8 @@ class Job:
             path.touch()
         (self.temp / "event.json").write_text(json.dumps(run.event), encoding="utf-8")
         self.steps: dict[str, StepRun] = {}
+        # The `steps` context: each step with an `id:` that has run or been skipped.
+        self.step_context: dict[str, dict[str, Any]] = {}
         self.added_env: dict[str, str] = {}
         self.added_path: list[str] = []
         self.failed = False
@@ -524,11 +732,24 @@ class Job:
             **{key: str(path) for key, path in self.files.items()},
             **self.run_.gh.env(),
         }
-        context = self.run_.context()
+        context = self.context()
         for scope in (self.run_.workflow.get("env") or {}, self.spec.get("env") or {}):
             env.update({k: substitute(str(v), context) for k, v in scope.items()})
         env.update(self.added_env)
         return env
+
+    def context(self) -> dict[str, Any]:
+        """The expression context of this job's steps: the run's, ``matrix`` and ``steps``."""
+        runner = {"temp": str(self.temp), "os": "Linux", "arch": "X64"}
+        # A step of this job that has not run reads as null on GitHub; an id no step
+        # has stays an error (a typo).
+        steps: dict[str, Any] = {
+            str(step["id"]): {"outputs": Lenient(), "outcome": None, "conclusion": None}
+            for step in self._step_list()
+            if "id" in step
+        }
+        steps.update(self.step_context)
+        return self.run_.context(self.name, matrix=self.matrix, steps=steps, runner=runner)
 
     def _status(self) -> dict[str, bool]:
         return {
@@ -544,7 +765,7 @@ class Job:
         text = str(condition).strip()
         match = _EXPR.fullmatch(text)
         text = match.group(1) if match else text
-        value = evaluate(text, self.run_.context(), self._status())
+        value = evaluate(text, self.context(), self._status())
         # A condition without a status function implies success() && (...).
         if not re.search(r"\b(always|success|failure|cancelled)\(", text):
             return not self.failed and _truthy(value)
@@ -558,25 +779,12 @@ class Job:
 
     def should_run_job(self) -> bool:
         """The job's ``if:``, with the status functions about the jobs it needs."""
-        needs = self.spec.get("needs")
-        deps = [needs] if isinstance(needs, str) else list(needs or [])
-        results = [self.run_.results.get(dep) for dep in deps]
-        status = {
-            "always": True,
-            "cancelled": False,
-            "success": all(r == "success" for r in results),
-            "failure": any(r == "failure" for r in results),
-        }
-        text = str(self.spec.get("if", "success()"))
-        value = evaluate(text, self.run_.context(), status)
-        if not re.search(r"\b(always|success|failure|cancelled)\(", text):
-            return status["success"] and _truthy(value)
-        return _truthy(value)
+        return self.run_.should_run(self.name)
 
     def run(self, *, until: str | None = None) -> str:
         """Run the remaining steps (those before ``until``); the job's result so far."""
         if self._index == 0 and not self.should_run_job():
-            self.run_.results[self.name] = "skipped"
+            self.run_.record(self.name, self.instance, "skipped", {})
             return "skipped"
         steps = self._step_list()
         if until is not None and until not in self.step_names():
@@ -586,12 +794,18 @@ class Job:
             if until is not None and _step_name(step) == until:
                 break
             self._index += 1
-            self._finish(self._run_step(step))
+            self._finish(self._run_step(step), step.get("id"))
         return self.result()
 
     def result(self) -> str:
+        """The job's result so far (recorded in the run, with its ``outputs:``)."""
         outcome = "failure" if self.failed else "success"
-        self.run_.results[self.name] = outcome
+        context = self.context()
+        outputs = {
+            key: _as_text(resolve(value, context))
+            for key, value in (self.spec.get("outputs") or {}).items()
+        }
+        self.run_.record(self.name, self.instance, outcome, outputs)
         return outcome
 
     def start(self, name: str) -> RunningStep:
@@ -601,7 +815,7 @@ class Job:
             raise HarnessError(f"the next step of {self.name!r} is {_step_name(step)!r}")
         self._index += 1
         if not self._should_run(step.get("if")):
-            return RunningStep(self, StepRun(name, None), None)
+            return RunningStep(self, StepRun(name, None), None, step.get("id"))
         argv, env, cwd = self._prepare(step)
         proc = subprocess.Popen(
             argv,
@@ -612,12 +826,27 @@ class Job:
             stderr=subprocess.STDOUT,
             text=True,
         )
-        return RunningStep(self, StepRun(name, None), proc)
+        return RunningStep(self, StepRun(name, None), proc, step.get("id"))
 
-    def _finish(self, outcome: StepRun) -> None:
+    def _output_file(self) -> Path:
+        # Each step has a GITHUB_OUTPUT file of its own, as on GitHub.
+        return self.temp / f"output-{self._index}.txt"
+
+    def _finish(self, outcome: StepRun, step_id: str | None = None) -> None:
         self.steps[outcome.name] = outcome
         if outcome.rc not in (None, 0):
             self.failed = True
+        if step_id is not None:
+            output = self._output_file()
+            found = _read_env_file(output) if output.exists() else {}
+            result = (
+                "skipped" if outcome.rc is None else "success" if outcome.rc == 0 else "failure"
+            )
+            self.step_context[step_id] = {
+                "outputs": Lenient(found),
+                "outcome": result,
+                "conclusion": result,
+            }
         self.added_env.update(_read_env_file(self.files["GITHUB_ENV"]))
         extra_path = self.files["GITHUB_PATH"].read_text(encoding="utf-8").splitlines()
         self.added_path = [p for p in reversed(extra_path) if p] + [
@@ -626,8 +855,14 @@ class Job:
 
     def _prepare(self, step: Mapping[str, Any]) -> tuple[list[str], dict[str, str], Path]:
         env = self._base_env()
-        context = self.run_.context()
+        output = self._output_file()
+        output.touch()
+        env["GITHUB_OUTPUT"] = str(output)
+        context = self.context()
         env.update({k: substitute(str(v), context) for k, v in (step.get("env") or {}).items()})
+        if "${{" in str(step["run"]):
+            # perfguard's workflows never put an expression in a script (injection).
+            raise HarnessError(f"step {_step_name(step)!r}: ${{{{ }}}} in run: is not modelled")
         script = self.temp / f"step-{self._index}.sh"
         script.write_text(str(step["run"]), encoding="utf-8")
         defaults = {
@@ -647,7 +882,7 @@ class Job:
         if "uses" in step:
             return self._stand_in_action(name, step)
         if name in STAND_IN_STEPS:
-            return self._stand_in_install(name)
+            return self._stand_in_install(name, step)
         argv, env, cwd = self._prepare(step)
         proc = subprocess.run(
             argv,
@@ -664,7 +899,7 @@ class Job:
     # --- stand-ins -----------------------------------------------------------------
 
     def _with(self, step: Mapping[str, Any]) -> dict[str, str]:
-        context = self.run_.context()
+        context = self.context()
         return {k: substitute(_as_text(v), context) for k, v in (step.get("with") or {}).items()}
 
     def _stand_in_action(self, name: str, step: Mapping[str, Any]) -> StepRun:
@@ -673,6 +908,7 @@ class Job:
             "actions/checkout": self._checkout,
             "actions/upload-artifact": self._upload,
             "actions/download-artifact": self._download,
+            "actions/setup-python": self._setup_python,
         }
         if action not in handlers:
             raise HarnessError(f"no stand-in for the action {action!r}")
@@ -712,24 +948,95 @@ class Job:
         return f"uploaded {options['path']} as {options['name']}"
 
     def _download(self, options: dict[str, str]) -> str:
-        source = self.run_.artifacts / options["name"]
-        if not source.exists():
-            raise FileNotFoundError(f"no artifact {options['name']!r} in this run")
-        shutil.copytree(source, self.workspace / options.get("path", "."), dirs_exist_ok=True)
-        return f"downloaded {options['name']}"
+        unknown = set(options) - {"name", "pattern", "path", "merge-multiple"}
+        if unknown:
+            raise HarnessError(f"download-artifact stand-in: {sorted(unknown)} not modelled")
+        dest = self.workspace / options.get("path", ".")
+        if "name" in options:
+            source = self.run_.artifacts / options["name"]
+            if not source.exists():
+                raise FileNotFoundError(f"no artifact {options['name']!r} in this run")
+            shutil.copytree(source, dest, dirs_exist_ok=True)
+            return f"downloaded {options['name']}"
+        # By pattern (or all): each artifact into path/<name>/, or all into path with
+        # merge-multiple; none matching is no error, as with the action.
+        pattern = options.get("pattern", "*")
+        stored = (
+            sorted(p.name for p in self.run_.artifacts.glob("*"))
+            if self.run_.artifacts.exists()
+            else []
+        )
+        found = [name for name in stored if fnmatch.fnmatchcase(name, pattern)]
+        merge = options.get("merge-multiple", "false") == "true"
+        for artifact in found:
+            target = dest if merge else dest / artifact
+            shutil.copytree(self.run_.artifacts / artifact, target, dirs_exist_ok=True)
+        return f"found {len(found)} artifact(s) matching {pattern!r}: {' '.join(found)}"
 
-    def _stand_in_install(self, name: str) -> StepRun:
+    def _setup_python(self, options: dict[str, str]) -> str:
+        # python3/python on PATH become this interpreter (not the version asked for: the
+        # steps after it only build the venv, which the Install stand-in replaces).
+        unknown = set(options) - {"python-version"}
+        if unknown:
+            raise HarnessError(f"setup-python stand-in: {sorted(unknown)} not modelled")
+        bin_dir = self.temp / "setup-python" / "bin"
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        for command in ("python", "python3"):
+            link = bin_dir / command
+            if not link.exists():
+                link.symlink_to(sys.executable)
+        self.added_path.insert(0, str(bin_dir))
+        return f"stand-in: python3 is {sys.executable} (asked for {options.get('python-version')})"
+
+    def _locked_packages(self, step: Mapping[str, Any]) -> set[str] | None:
+        """The packages of the hash lock the Install step installs (`-r "$VAR"`, VAR
+        from the workflow's env, the file in this checkout of perfguard); None if none."""
+        match = re.search(r'--require-hashes -r "\$(\w+)"', str(step.get("run", "")))
+        if match is None:
+            return None
+        env = {**(self.run_.workflow.get("env") or {}), **(self.spec.get("env") or {})}
+        lock = ROOT / str(env.get(match.group(1), ""))
+        if not lock.is_file():
+            raise HarnessError(f"Install stand-in: no lock {lock} (from ${match.group(1)})")
+        pins = re.findall(r"^([A-Za-z0-9][\w.-]*)==", lock.read_text(encoding="utf-8"), re.M)
+        return {pin.lower().replace("_", "-") for pin in pins}
+
+    def _stand_in_install(self, name: str, step: Mapping[str, Any]) -> StepRun:
         bin_dir = self.workspace / ".venv" / "bin"
         bin_dir.mkdir(parents=True)
+        path = str(ROOT)
+        # A runtime the lock does not hold is absent from the venv: a sitecustomize hides
+        # it from this interpreter's imports (find_spec sees nothing, import fails).
+        locked = self._locked_packages(step)
+        absent = sorted(
+            module
+            for module in HEAVY_RUNTIMES
+            if locked is not None
+            # onnxruntime-gpu and tensorrt-cu13 install the modules onnxruntime, tensorrt
+            and not any(pin == module or pin.startswith(f"{module}-") for pin in locked)
+        )
+        if absent:
+            hide = self.workspace / ".venv" / "absent"
+            hide.mkdir()
+            (hide / "sitecustomize.py").write_text(_HIDE.format(names=absent), encoding="utf-8")
+            path = f"{hide}:{path}"
         python = bin_dir / "python"
         python.write_text(
             "#!/usr/bin/env bash\n"
-            f"export PYTHONPATH={ROOT}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+            f"export PYTHONPATH={path}${{PYTHONPATH:+:$PYTHONPATH}}\n"
             f'exec {sys.executable} "$@"\n',
             encoding="utf-8",
         )
         python.chmod(0o755)
-        return StepRun(name, 0, f"stand-in: {python} runs {sys.executable}", stood_in=True)
+        # The console script pip would write for [project.scripts].
+        perfguard = bin_dir / "perfguard"
+        perfguard.write_text(
+            f'#!/usr/bin/env bash\nexec {python} -c "{_CONSOLE_SCRIPT}" "$@"\n',
+            encoding="utf-8",
+        )
+        perfguard.chmod(0o755)
+        hidden = f"; without {', '.join(absent)} (not in the lock)" if absent else ""
+        return StepRun(name, 0, f"stand-in: {python} runs {sys.executable}{hidden}", stood_in=True)
 
     def describe(self) -> str:
         """Every step's outcome and output, for an assertion message."""
@@ -745,13 +1052,14 @@ class RunningStep:
     job: Job
     outcome: StepRun
     proc: subprocess.Popen[str] | None
+    step_id: str | None = None
 
     def wait(self) -> StepRun:
         if self.proc is not None:
             output, _ = self.proc.communicate(timeout=STEP_TIMEOUT_S)
             self.outcome.rc = self.proc.returncode
             self.outcome.output = output
-        self.job._finish(self.outcome)
+        self.job._finish(self.outcome, self.step_id)
         return self.outcome
 
 

@@ -1,14 +1,18 @@
-"""Compile .github/requirements/perfguard-gpu.txt, the hash-locked dependencies of the
-GPU jobs in .github/workflows/perfguard.yml (run it as `make lock`; needs `uv` on PATH,
-`pip install uv==0.13.8`, and the PyPI index).
+"""Compile the hash-locked dependencies of .github/workflows/perfguard.yml (run it as
+`make lock`; needs `uv` on PATH, `pip install uv==0.13.8`, and the PyPI index):
 
-The lock is for the self-hosted GPU runner only: Linux x86_64 (manylinux_2_28, glibc
-2.28 or newer) and CPython 3.11, the `examples` and `gpu` extras plus the build
-requirements of pyproject.toml (perfguard itself is installed with --no-deps
---no-build-isolation). Targeting that platform explicitly makes the lock the same
-wherever it is compiled, and on Linux x86_64 PyPI's torch is the CUDA build.
+- perfguard-gpu.txt, for the GPU jobs (the shards): the `examples` and `gpu` extras;
+- perfguard-merge.txt, for the hosted merge jobs (`perfguard merge`): perfguard's base
+  dependencies only, no torch.
 
-The header records a digest of the dependency sections it was compiled from;
+Both also hold the build requirements of pyproject.toml (perfguard itself is installed
+with --no-deps --no-build-isolation), and both are for Linux x86_64 (manylinux_2_28,
+glibc 2.28 or newer) and CPython 3.11: the GPU runner's python3, and the version the
+merge jobs ask actions/setup-python for. Targeting that platform explicitly makes the
+locks the same wherever they are compiled, and on Linux x86_64 PyPI's torch is the CUDA
+build.
+
+Each header records a digest of the dependency sections it was compiled from;
 tests/test_workflows.py recomputes it, so editing those sections without running
 `make lock` fails the tests.
 """
@@ -31,8 +35,13 @@ except ModuleNotFoundError:  # Python 3.10
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 PYPROJECT = ROOT / "pyproject.toml"
+# lock file -> (the extras it holds, what installs it)
+LOCKS: dict[str, tuple[tuple[str, ...], str]] = {
+    "perfguard-gpu.txt": (("examples", "gpu"), "the GPU jobs"),
+    "perfguard-merge.txt": ((), "the merge jobs (perfguard merge, no torch)"),
+}
 LOCK = HERE / "perfguard-gpu.txt"
-EXTRAS = ("examples", "gpu")
+EXTRAS = LOCKS[LOCK.name][0]
 PYTHON_VERSION = "3.11"
 PLATFORM = "x86_64-manylinux_2_28"
 INDEX = "https://pypi.org/simple"
@@ -40,34 +49,31 @@ COMMAND = "make lock"
 DIGEST_PREFIX = "# pyproject-deps-sha256: "
 
 
-def locked_inputs(pyproject: dict[str, Any]) -> dict[str, Any]:
-    """The parts of pyproject.toml the lock depends on."""
+def locked_inputs(pyproject: dict[str, Any], extras: tuple[str, ...] = EXTRAS) -> dict[str, Any]:
+    """The parts of pyproject.toml a lock with ``extras`` depends on."""
     project = pyproject["project"]
-    extras = project.get("optional-dependencies", {})
+    optional = project.get("optional-dependencies", {})
     return {
         "build-system.requires": list(pyproject["build-system"]["requires"]),
         "requires-python": project.get("requires-python"),
         "dependencies": list(project.get("dependencies", [])),
-        "extras": {name: list(extras.get(name, [])) for name in EXTRAS},
+        "extras": {name: list(optional.get(name, [])) for name in extras},
         "target": [PLATFORM, PYTHON_VERSION],
     }
 
 
-def dependency_digest(pyproject_text: str) -> str:
+def dependency_digest(pyproject_text: str, extras: tuple[str, ...] = EXTRAS) -> str:
     """sha256 of the locked inputs, written in the lock's header."""
-    inputs = locked_inputs(tomllib.loads(pyproject_text))
+    inputs = locked_inputs(tomllib.loads(pyproject_text), extras)
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
-def main() -> int:
-    uv = shutil.which("uv")
-    if uv is None:
-        print("uv not found: pip install uv==0.13.8, then run `make lock` again", file=sys.stderr)
-        return 1
-    text = PYPROJECT.read_text(encoding="utf-8")
+def compile_lock(uv: str, text: str, name: str) -> int:
+    extras, used_by = LOCKS[name]
+    lock = HERE / name
     build_requires = "\n".join(tomllib.loads(text)["build-system"]["requires"]) + "\n"
     args = [uv, "pip", "compile", "pyproject.toml", "-"]
-    for extra in EXTRAS:
+    for extra in extras:
         args += ["--extra", extra]
     args += [
         "--generate-hashes",
@@ -83,17 +89,32 @@ def main() -> int:
     if compiled.returncode != 0:
         print(compiled.stderr, file=sys.stderr)
         return compiled.returncode
+    held = f"extras {', '.join(extras)}" if extras else "no extras"
     header = (
-        "# Hash-locked dependencies of the GPU jobs in .github/workflows/perfguard.yml:\n"
-        f"# pyproject.toml's dependencies, extras {', '.join(EXTRAS)} and build requirements,\n"
-        f"# for CPython {PYTHON_VERSION} on Linux x86_64 ({PLATFORM}; torch is the CUDA build).\n"
+        f"# Hash-locked dependencies of {used_by} in .github/workflows/perfguard.yml:\n"
+        f"# pyproject.toml's dependencies, {held} and build requirements,\n"
+        f"# for CPython {PYTHON_VERSION} on Linux x86_64 ({PLATFORM}"
+        f"{'; torch is the CUDA build' if 'examples' in extras else ''}).\n"
         f"# Generated by .github/requirements/lock.py; regenerate with: {COMMAND}\n"
         "# Do not edit by hand: tests/test_workflows.py checks it against pyproject.toml.\n"
-        f"{DIGEST_PREFIX}{dependency_digest(text)}\n"
+        f"{DIGEST_PREFIX}{dependency_digest(text, extras)}\n"
     )
-    LOCK.write_text(header + compiled.stdout, encoding="utf-8")
+    lock.write_text(header + compiled.stdout, encoding="utf-8")
     pins = sum(1 for line in compiled.stdout.splitlines() if line[:1].isalnum())
-    print(f"wrote {LOCK.relative_to(ROOT)}: {pins} pinned packages")
+    print(f"wrote {lock.relative_to(ROOT)}: {pins} pinned packages")
+    return 0
+
+
+def main() -> int:
+    uv = shutil.which("uv")
+    if uv is None:
+        print("uv not found: pip install uv==0.13.8, then run `make lock` again", file=sys.stderr)
+        return 1
+    text = PYPROJECT.read_text(encoding="utf-8")
+    for name in LOCKS:
+        rc = compile_lock(uv, text, name)
+        if rc:
+            return rc
     return 0
 
 
