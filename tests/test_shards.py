@@ -119,6 +119,17 @@ def test_a_model_s_cells_stay_together_unless_splitting_helps() -> None:
     assert sum(s.expected_s for s in split.shards) > unsplit_makespan  # one more open
 
 
+def test_a_split_pays_the_model_open_its_openings_show() -> None:
+    # The first cell opened the model (21 s outside its timed requests, the others 1 s):
+    # one more open costs the other half 20 s, whatever the timed parts cost.
+    big = [Cell("big0", "A", 60.0, open_s=21.0)] + [
+        Cell(f"big{i}", "A", 30.0, open_s=1.0) for i in range(1, 7)
+    ]
+    plan = plan_shards(big, 2)
+    assert all(s.cells for s in plan.shards)
+    assert sum(s.expected_s for s in plan.shards) == pytest.approx(60.0 + 6 * 30.0 + 20.0)
+
+
 def test_without_history_cells_spread_evenly_by_a_stable_hash() -> None:
     cells = [Cell(f"suites/s.yaml::c{i}", f"c{i}") for i in range(10)]
     plan = plan_shards(cells, 3)

@@ -45,6 +45,9 @@ SHARD_FIX = (
     f"(or {SHARD_ENV}=2/4 in a CI matrix)"
 )
 _EPS_S = 1e-9
+#: Moves and swaps tried after longest-first, at most (each one lowers the makespan or
+#: the number of shards at it; a few hundred units never come near this).
+_MAX_REBALANCE_STEPS = 10_000
 
 
 @dataclass(frozen=True)
@@ -79,13 +82,17 @@ class Cell:
     ``group``: the cells sharing a model open (the same model in the same suite).
     ``cost_s``: seconds from history; None when unknown (planned at the median).
     ``measured``: False for a plain pytest test, which leaves no result (planned at no
-    cost unless one is given).
+    cost unless one is given). ``open_s``: the part of ``cost_s`` outside the timed
+    requests (opening the model when this cell opened it, its runtime session, its
+    inputs); the group's costliest opening over its median one is what one more model
+    open costs a shard.
     """
 
     id: str
     group: str
     cost_s: float | None = None
     measured: bool = True
+    open_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -225,25 +232,47 @@ def stored_cost_s(result: ScenarioResult) -> float | None:
     return estimate / 1e9 if estimate > 0 else None
 
 
-def stored_costs(baseline: Baseline | None, ids: Iterable[str]) -> dict[str, float]:
-    """``{cell id: seconds}`` for the ``ids`` the baseline has a cost for (the median
-    over its launches)."""
+def stored_open_s(result: ScenarioResult) -> float | None:
+    """A stored cell's time outside its timed requests (``wall_ns`` less warm-up and
+    samples): its opening, and the model's when this cell opened it; None before
+    ``wall_ns`` existed."""
+    if not result.wall_ns:
+        return None
+    return max(0, result.wall_ns - result.warmup_ns - sum(result.samples_ns)) / 1e9
+
+
+@dataclass(frozen=True)
+class StoredCost:
+    """A cell's cost in the nearest stored run: seconds in all, and outside its timed
+    requests (None when the file predates ``wall_ns``)."""
+
+    cost_s: float
+    open_s: float | None = None
+
+
+def stored_costs(baseline: Baseline | None, ids: Iterable[str]) -> dict[str, StoredCost]:
+    """The cost of each of ``ids`` the baseline has one for (medians over its launches)."""
     if baseline is None:
         return {}
-    costs: dict[str, float] = {}
+    costs: dict[str, StoredCost] = {}
     for cid in ids:
-        found = [c for r in baseline.scenario_launches(cid) if (c := stored_cost_s(r)) is not None]
+        launches = baseline.scenario_launches(cid)
+        found = [c for r in launches if (c := stored_cost_s(r)) is not None]
+        opens = [o for r in launches if (o := stored_open_s(r)) is not None]
         if found:
-            costs[cid] = float(statistics.median(found))
+            costs[cid] = StoredCost(
+                float(statistics.median(found)),
+                float(statistics.median(opens)) if opens else None,
+            )
     return costs
 
 
-def with_costs(cells: Sequence[Cell], costs: Mapping[str, float]) -> list[Cell]:
+def with_costs(cells: Sequence[Cell], costs: Mapping[str, StoredCost]) -> list[Cell]:
     """``cells`` with their cost from ``costs`` where they have none yet."""
     return [
         c
         if c.cost_s is not None or c.id not in costs
-        else dataclasses.replace(c, cost_s=costs[c.id])
+        else dataclasses.replace(c, cost_s=costs[c.id].cost_s, open_s=costs[c.id].open_s)
         for c in cells
     ]
 
@@ -290,7 +319,10 @@ def plan_shards(cells: Sequence[Cell], total: int, *, costs_from: str = "") -> S
     groups: dict[str, list[str]] = {}
     for c in cells:
         groups.setdefault(c.group, []).append(c.id)
-    units = [_unit(key, ids, cost) for key, ids in groups.items()]
+    opening = {c.id: c.open_s for c in cells}
+    units = [
+        _unit(key, ids, cost, _model_open_s(ids, cost, opening)) for key, ids in groups.items()
+    ]
     loads, placed = _lpt(units, total)
     while True:
         split = _better_split(units, loads, placed, total, cost)
@@ -312,24 +344,76 @@ def plan_shards(cells: Sequence[Cell], total: int, *, costs_from: str = "") -> S
     return ShardPlan(total=total, shards=tuple(shards), costs_from=costs_from, timed=timed)
 
 
-def _unit(
-    key: str, ids: Sequence[str], cost: Mapping[str, float], open_s: float | None = None
-) -> _Unit:
+def _model_open_s(
+    ids: Sequence[str], cost: Mapping[str, float], opening: Mapping[str, float | None]
+) -> float:
+    """What one more open of a group's model costs: its costliest opening over its
+    median one (the cell that opened the model paid for it), or without openings on
+    record, its costliest cell over its median cell."""
+    if len(ids) < 2:
+        return 0.0
+    opens = [opening[cid] for cid in ids]
+    values = [o for o in opens if o is not None]
+    if len(values) != len(opens):
+        values = [cost[cid] for cid in ids]
+    return max(values) - float(statistics.median(values))
+
+
+def _unit(key: str, ids: Sequence[str], cost: Mapping[str, float], open_s: float) -> _Unit:
     ordered = tuple(sorted(ids, key=lambda cid: (-cost[cid], stable_key(cid))))
-    if open_s is None:
-        values = [cost[cid] for cid in ordered]
-        open_s = max(values) - float(statistics.median(values)) if len(values) > 1 else 0.0
     return _Unit(key, ordered, sum(cost[cid] for cid in ordered), open_s)
 
 
 def _lpt(units: Sequence[_Unit], total: int) -> tuple[list[float], list[list[_Unit]]]:
+    """Longest first onto the least-loaded shard, then ``_rebalance``."""
     loads = [0.0] * total
     placed: list[list[_Unit]] = [[] for _ in range(total)]
     for unit in sorted(units, key=lambda u: (-u.cost_s, stable_key(u.key))):
         target = min(range(total), key=lambda i: (loads[i], i))
         loads[target] += unit.cost_s
         placed[target].append(unit)
+    _rebalance(loads, placed)
     return loads, placed
+
+
+def _rebalance(loads: list[float], placed: list[list[_Unit]]) -> None:
+    """Lower the busiest shard's load by moving one of its units to another shard, or
+    swapping it for a smaller one there, while that leaves both below the busiest
+    load before; in place. Every step lowers the sorted loads, so it ends; the order
+    of tries is fixed, so the result is the same on every machine."""
+    total = len(loads)
+    for _ in range(_MAX_REBALANCE_STEPS):
+        busiest = max(range(total), key=lambda i: (loads[i], -i))
+        top = loads[busiest]
+        step: tuple[_Unit, int, _Unit | None] | None = None
+        for unit in sorted(placed[busiest], key=lambda u: (-u.cost_s, stable_key(u.key))):
+            for other in sorted(range(total), key=lambda i: (loads[i], i)):
+                if other == busiest:
+                    continue
+                if loads[other] + unit.cost_s < top - _EPS_S:
+                    step = (unit, other, None)
+                    break
+                for smaller in sorted(placed[other], key=lambda u: (-u.cost_s, stable_key(u.key))):
+                    gain = unit.cost_s - smaller.cost_s
+                    if gain > _EPS_S and loads[other] + gain < top - _EPS_S:
+                        step = (unit, other, smaller)
+                        break
+                if step:
+                    break
+            if step:
+                break
+        if step is None:
+            return
+        moved, target, back = step
+        placed[busiest].remove(moved)
+        placed[target].append(moved)
+        loads[busiest] -= moved.cost_s
+        loads[target] += moved.cost_s
+        if back is not None:
+            placed[target].remove(back)
+            placed[busiest].append(back)
+            loads[target] -= back.cost_s
+            loads[busiest] += back.cost_s
 
 
 def _halves(unit: _Unit, cost: Mapping[str, float]) -> tuple[_Unit, _Unit]:
