@@ -10,11 +10,13 @@ among equals is a stable hash of the cell id (SHA-256, not Python's salted ``has
 
 The planner is longest-processing-time-first over *units*: the cells of one model are
 one unit, so one runner opens the model once. Units go, most costly first, each to the
-least-loaded shard (ties: the lowest index). A unit on the most-loaded shard is then
-split in two only when that lowers the plan's makespan; the half without the model's
-opener pays one more model open, estimated as the group's costliest cell over its
-median cell. The same cells and costs always give the same plan: every shard of a
-pull request (and of its base, in A/B) agrees on who measures what.
+least-loaded shard (ties: the lowest index); then a unit is moved off the most-loaded
+shard, or swapped there for a smaller one, while that lowers the loads. A unit on the
+most-loaded shard is split in two only when that lowers the plan's makespan; the half
+without the model's opener pays one more model open, estimated from the cells'
+openings (wall time outside the timed requests) as the costliest over the median one.
+The same cells and costs always give the same plan: every shard of a pull request (and
+of its base, in A/B) agrees on who measures what.
 """
 
 from __future__ import annotations
