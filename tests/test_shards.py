@@ -307,6 +307,8 @@ def test_three_shards_merge_into_the_unsharded_run(
     merged = _json(merged_dir / "results.json")
     ids = [s["id"] for s in merged["scenarios"]]
     assert sorted(ids) == sorted(whole_ids) and len(ids) == len(set(ids)) == 6
+    # Every cell's cost is recorded, the failed ones' too: the next plan balances them.
+    assert all(s["wall_ns"] > 0 for s in merged["scenarios"])
     comparison = _json(merged_dir / "comparison.json")
     assert comparison["exit_status"] == 1 and comparison["baseline"]["commit"] == base
     merged_verdicts = {v["scenario_id"]: v["verdict"] for v in comparison["verdicts"]}

@@ -124,6 +124,7 @@ class PerfguardSession:
         self.outcome: RunOutcome | None = None
         # --perfguard-shard: who measures what (on an xdist controller, from a worker).
         self.plan: ShardPlan | None = None
+        self._cell_started: int | None = None  # perf_counter_ns() as the current cell began
         # Live progress of long steps (export, quantization, A/B pairs) on the terminal.
         self.progress = contextlib.ExitStack()
         self._commit: CommitInfo | None = None
@@ -253,12 +254,18 @@ class PerfguardSession:
 
     # -- running ----------------------------------------------------------------
     def run_item(self, item: ScenarioItem) -> None:
-        started = time.perf_counter_ns()
+        # What the cell costs, everything included, however it ends (``record``): the
+        # cost a shard plan balances.
+        self._cell_started = time.perf_counter_ns()
+        try:
+            self._run_item(item)
+        finally:
+            self._cell_started = None
+
+    def _run_item(self, item: ScenarioItem) -> None:
         try:
             self._check_input_sizes(item.scenario)
             result, verdict = self.measurer.measure_and_judge(item.scenario)
-            # What the cell cost, everything included: the cost a shard plan balances.
-            result = replace(result, wall_ns=time.perf_counter_ns() - started)
         except BackendUnavailable as exc:
             self.record(self._unmeasured(item, Status.SKIPPED, str(exc)))
             raise
@@ -359,6 +366,8 @@ class PerfguardSession:
         # on the terminal, a CI log or a report that shows it (``plain``).
         if result.message and plain(result.message) != result.message:
             result = replace(result, message=plain(result.message))
+        if result.wall_ns is None and self._cell_started is not None:
+            result = replace(result, wall_ns=time.perf_counter_ns() - self._cell_started)
         self.results[result.id] = result
 
     # -- xdist --------------------------------------------------------------------
