@@ -222,3 +222,17 @@ def add_options(parser: pytest.Parser) -> None:
         help="perfguard: where exported/quantized models are cached (default .perfguard/cache).",
         default=".perfguard/cache",
     )
+    # Issue 16, part 4: several devices in one box (pytest-xdist workers).
+    group.addoption(
+        "--perfguard-devices",
+        metavar="LIST",
+        default=None,
+        help="under pytest-xdist: the devices the workers are bound to, one each in turn "
+        "through CUDA_VISIBLE_DEVICES (e.g. '0,1' or GPU UUIDs; 'none': no device binding; "
+        "default: ini perfguard_devices, else one per visible GPU).",
+    )
+    parser.addini(
+        "perfguard_devices",
+        help="perfguard: the twin of --perfguard-devices.",
+        default="",
+    )
