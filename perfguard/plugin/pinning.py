@@ -1,12 +1,13 @@
 """pytest-xdist workers placed on cores and devices of their own (hooks only).
 
 The controller plans: it cuts its CPU set among the workers (refusing more workers
-than cores, exit 4), picks the device list, turns ``--dist load`` into ``loadgroup``
-(a model's cells stay on one worker), and hands each worker the plan in its
-``workerinput``. Each worker places itself (``apply``) in ``pytest_configure``, before
-perfguard's state, numpy or any runtime is imported, marks every scenario with its
-model's ``xdist_group``, and ships the placement it measured under back to the
-controller, which records it in ``results.json`` (``environment.recorded``).
+than cores, exit 4), picks the device list, and hands each worker the plan in its
+``workerinput``; under ``--dist load`` (the default of ``-n``) and ``loadgroup`` it
+schedules a model's cells onto one worker (``ModelGroups``). Each worker places itself
+(``apply``) in ``pytest_configure``, before perfguard's state, numpy or any runtime
+is imported, marks every scenario with its model's ``xdist_group``, and ships the
+placement it measured under back to the controller, which records it in
+``results.json`` (``environment.recorded``).
 The logic lives in ``perfguard.machine.placement``; this module is the glue.
 """
 
@@ -15,11 +16,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import MutableMapping
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from perfguard.core.errors import PerfguardError
 from perfguard.core.paths import display_path
+from perfguard.core.scenario import Scenario
 from perfguard.machine.placement import (
     RUN_PID_ENV,
     Placement,
@@ -29,13 +33,16 @@ from perfguard.machine.placement import (
     place_worker,
     visible_devices,
 )
+from perfguard.suite.loader import load_suite
 
-__all__ = ["configure", "model_group", "recorded"]
+__all__ = ["ModelGroups", "apply", "configure", "model_group", "recorded"]
 
 _PLAN_KEY = "perfguard_plan"
 _PLACED_KEY = "perfguard_placement"
 _RECORDED_KEY = pytest.StashKey[dict[str, str]]()
 _DEVICES_NONE = "none"
+#: The --dist modes perfguard schedules itself, a model's cells on one worker.
+_GROUPED = ("load", "loadgroup")
 
 
 def configure(config: pytest.Config) -> None:
@@ -58,9 +65,59 @@ def recorded(config: pytest.Config) -> dict[str, str]:
     return dict(found)
 
 
-def model_group(scenario: Any, rootdir: Any) -> str:
+def model_group(scenario: Scenario, rootdir: Path) -> str:
     """The ``xdist_group`` of a scenario cell: its suite file and model."""
-    return f"perfguard:{display_path(scenario.suite, rootdir)}:{scenario.model.name}"
+    return _group_name(display_path(scenario.suite, rootdir), scenario.model.name)
+
+
+def _group_name(suite: str, model: str) -> str:
+    return f"perfguard:{suite}:{model}"
+
+
+class ModelGroups:
+    """A node id's model group (``model_group``), for the controller's scheduler.
+
+    The controller collects nothing under xdist: it reads the suite files the node ids
+    name (once each). None for anything that is not a perfguard cell.
+    """
+
+    def __init__(self, rootdir: Path) -> None:
+        self.rootdir = Path(rootdir)
+        self._models: dict[str, dict[str, str]] = {}
+
+    def __call__(self, nodeid: str) -> str | None:
+        if nodeid.rfind("@") > nodeid.rfind("]"):  # xdist's own loadgroup suffix
+            nodeid = nodeid[: nodeid.rfind("@")]
+        path, sep, name = nodeid.partition("::")
+        if not sep or not path.endswith((".yaml", ".yml")):
+            return None
+        if path not in self._models:
+            self._models[path] = self._read(path)
+        model = self._models[path].get(name)
+        return _group_name(path, model) if model is not None else None
+
+    def _read(self, path: str) -> dict[str, str]:
+        try:
+            suite = load_suite(self.rootdir / path)
+        except (PerfguardError, OSError):  # the workers report it; schedule it alone
+            return {}
+        return {sc.item_name: sc.model.name for sc in suite.scenarios}
+
+
+def _model_group_scheduling(config: pytest.Config, log: Any, groups: ModelGroups) -> Any:
+    """xdist's loadgroup scheduling, grouping perfguard cells by model.
+
+    xdist's own loadgroup reads the group from a suffix its workers append to node ids,
+    which pytest 9 no longer lets it set; the controller reads the groups itself.
+    """
+    # pytest-xdist is optional: imported only by its own hook, under xdist.
+    from xdist.scheduler import LoadGroupScheduling  # type: ignore[import-untyped]
+
+    class ModelGroupScheduling(LoadGroupScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return groups(nodeid) or super()._split_scope(nodeid)
+
+    return ModelGroupScheduling(config, log)
 
 
 def _worker_count(config: pytest.Config) -> int:
@@ -98,11 +155,6 @@ class _Controller:
                 f"Fix: run with -n {len(cpus)} (or fewer), or without -n"
             ) from None
         self.cpus, self.devices, self.count = cpus, _devices(config), count
-        self.loadgroup = False
-        if config.getoption("dist") == "load":
-            # A model's cells on one worker: opened once, measured on one core set.
-            config.option.dist = "loadgroup"
-            self.loadgroup = True
         self.placed: dict[str, dict[str, Any]] = {}
 
     @pytest.hookimpl(optionalhook=True)
@@ -111,7 +163,6 @@ class _Controller:
             "cpus": list(self.cpus),
             "devices": list(self.devices),
             "run_pid": os.getpid(),
-            "loadgroup": self.loadgroup or str(self.config.getoption("dist")) == "loadgroup",
         }
 
     @pytest.hookimpl(optionalhook=True)
@@ -134,13 +185,19 @@ class _Controller:
                 for i in range(self.count)
             )
         ]
-        if str(config.getoption("dist")) != "loadgroup":
+        if str(config.getoption("dist")) not in _GROUPED:
             lines.append(
                 f"perfguard: --dist {config.getoption('dist')}: a model's cells may be "
-                "split between workers (each opens the model); --dist loadgroup keeps "
-                "them together"
+                "split between workers (each opens the model); --dist load (the default "
+                "of -n) or loadgroup keeps them together"
             )
         return lines
+
+    @pytest.hookimpl(tryfirst=True, optionalhook=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        if str(config.getoption("dist")) not in _GROUPED:
+            return None
+        return _model_group_scheduling(config, log, ModelGroups(config.rootpath))
 
 
 def _describe(placed: dict[str, Any]) -> str:
@@ -162,10 +219,6 @@ class _Worker:
             tuple(plan["devices"]),
         )
         apply(self.placement, os.environ, run_pid=int(plan["run_pid"]))
-        if plan.get("loadgroup"):
-            # The controller switched --dist load to loadgroup after this worker's
-            # arguments were fixed: group the node ids as loadgroup does.
-            config.option.loadgroup = True
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[Any]) -> None:
