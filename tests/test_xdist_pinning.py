@@ -122,31 +122,31 @@ class _FakeNvml(types.ModuleType):
         super().__init__("pynvml")
         self.names, self.uuids, self.inits = names, uuids, 0
 
-    def nvmlInit(self) -> None:  # noqa: N802 - NVML's names
+    def nvmlInit(self) -> None:
         self.inits += 1
 
-    def nvmlShutdown(self) -> None:  # noqa: N802
+    def nvmlShutdown(self) -> None:
         self.inits -= 1
 
-    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+    def nvmlDeviceGetCount(self) -> int:
         return len(self.names)
 
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:  # noqa: N802
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
         return index
 
-    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> int:  # noqa: N802
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> int:
         return self.uuids.index(uuid)
 
-    def nvmlDeviceGetIndex(self, handle: int) -> int:  # noqa: N802
+    def nvmlDeviceGetIndex(self, handle: int) -> int:
         return handle
 
-    def nvmlDeviceGetName(self, handle: int) -> str:  # noqa: N802
+    def nvmlDeviceGetName(self, handle: int) -> str:
         return self.names[handle]
 
-    def nvmlSystemGetDriverVersion(self) -> str:  # noqa: N802
+    def nvmlSystemGetDriverVersion(self) -> str:
         return "550.54.15"
 
-    def nvmlSystemGetCudaDriverVersion(self) -> int:  # noqa: N802
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
         return 12040
 
 
