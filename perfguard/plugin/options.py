@@ -229,10 +229,10 @@ def add_options(parser: pytest.Parser) -> None:
         default=None,
         help="under pytest-xdist: the devices the workers are bound to, one each in turn "
         "through CUDA_VISIBLE_DEVICES (e.g. '0,1' or GPU UUIDs; 'none': no device binding; "
-        "default: ini perfguard_devices, else one per visible GPU).",
+        "'auto': one per visible GPU; default: ini perfguard_devices, else auto).",
     )
     parser.addini(
         "perfguard_devices",
         help="perfguard: the twin of --perfguard-devices.",
-        default="",
+        default="auto",
     )

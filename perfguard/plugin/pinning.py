@@ -41,6 +41,7 @@ _PLAN_KEY = "perfguard_plan"
 _PLACED_KEY = "perfguard_placement"
 _RECORDED_KEY = pytest.StashKey[dict[str, str]]()
 _DEVICES_NONE = "none"
+_DEVICES_AUTO = "auto"
 #: The --dist modes perfguard schedules itself, a model's cells on one worker.
 _GROUPED = ("load", "loadgroup")
 
@@ -136,7 +137,9 @@ def _devices(config: pytest.Config) -> tuple[str, ...]:
     text = str(raw if raw is not None else config.getini("perfguard_devices")).strip()
     if text.lower() == _DEVICES_NONE:
         return ()
-    return parse_devices(text) if text else visible_devices()
+    if text.lower() in ("", _DEVICES_AUTO):
+        return visible_devices()
+    return parse_devices(text)
 
 
 class _Controller:
