@@ -121,6 +121,9 @@ def parallel_figures(args: argparse.Namespace) -> str:
         threads_one_suite(SUITE, project / "suites" / SUITE.name)
         walls: dict[str, list[float]] = {"serial": [], "parallel": []}
         p95s: dict[str, dict[str, list[float]]] = {"serial": {}, "parallel": {}}
+        # Other processes' share of all CPUs while each cell was measured (the run's own
+        # workers excluded): how busy the shared machine was.
+        foreign: dict[str, dict[str, list[float]]] = {"serial": {}, "parallel": {}}
         placed = ""
         load_before = _loadavg()
         for r in range(args.rounds):
@@ -131,6 +134,9 @@ def parallel_figures(args: argparse.Namespace) -> str:
                     value = p95_ms(cell)
                     if value is not None:
                         p95s[name].setdefault(cell["id"], []).append(value)
+                    share = (cell.get("runtime") or {}).get("foreign_cpu")
+                    if share is not None:
+                        foreign[name].setdefault(cell["id"], []).append(float(share))
                 placed = placed or data["environment"]["recorded"].get("xdist_workers", "")
                 print(f"  {name} round {r + 1}: {wall:.1f} s", file=sys.stderr)
         load_after = _loadavg()
@@ -156,27 +162,39 @@ def parallel_figures(args: argparse.Namespace) -> str:
         f"**Wall-time ratio parallel/serial: {ratio:.2f}** (target <= {WALL_TARGET}: "
         f"{'met' if ratio <= WALL_TARGET else 'missed'}).",
         "",
-        "| cell | P95 serial ms | P95 `-n 2` ms | change | within 5% |",
-        "| --- | ---: | ---: | ---: | --- |",
+        "Other processes' share of the CPUs while a cell was measured (`foreign_cpu`, the "
+        "run's own workers not counted) is given per session: on a shared machine it is "
+        "what moves the P95.",
+        "",
+        "| cell | P95 serial ms | P95 `-n 2` ms | change | within 5% "
+        "| others' CPU serial | others' CPU `-n 2` |",
+        "| --- | ---: | ---: | ---: | --- | ---: | ---: |",
     ]
     within = 0
     cells = sorted(set(p95s["serial"]) | set(p95s["parallel"]))
     for cid in cells:
         s_vals, p_vals = p95s["serial"].get(cid), p95s["parallel"].get(cid)
+        shares = f"{_share(foreign['serial'].get(cid))} | {_share(foreign['parallel'].get(cid))}"
         if not s_vals or not p_vals:
-            lines.append(f"| `{cid}` | {_fmt(s_vals)} | {_fmt(p_vals)} | - | - |")
+            lines.append(f"| `{cid}` | {_fmt(s_vals)} | {_fmt(p_vals)} | - | - | {shares} |")
             continue
         s, p = statistics.median(s_vals), statistics.median(p_vals)
         change = p / s - 1.0
         ok = abs(change) <= P95_TARGET
         within += ok
-        lines.append(f"| `{cid}` | {s:.3f} | {p:.3f} | {change:+.1%} | {'yes' if ok else 'no'} |")
+        lines.append(
+            f"| `{cid}` | {s:.3f} | {p:.3f} | {change:+.1%} | {'yes' if ok else 'no'} | {shares} |"
+        )
     lines += ["", f"{within} of {len(cells)} cells within {P95_TARGET:.0%}.", ""]
     return "\n".join(lines)
 
 
 def _fmt(values: list[float] | None) -> str:
     return f"{statistics.median(values):.3f}" if values else "-"
+
+
+def _share(values: list[float] | None) -> str:
+    return f"{statistics.median(values):.0%}" if values else "-"
 
 
 def _loadavg() -> str:
