@@ -46,6 +46,16 @@ from tests.conftest import TINY_MODELS
 
 CORES = len(os.sched_getaffinity(0))
 
+
+@pytest.fixture
+def restore_affinity() -> Iterator[set[int]]:
+    before = os.sched_getaffinity(0)
+    try:
+        yield before
+    finally:
+        os.sched_setaffinity(0, before)
+
+
 # -- partitioning the cores -------------------------------------------------------------
 
 
@@ -192,6 +202,18 @@ def test_a_worker_bound_to_another_model_fingerprints_that_model(
     assert bound.fingerprint != other.fingerprint
 
 
+@pytest.mark.usefixtures("no_smi")
+def test_a_worker_s_share_of_cores_does_not_split_the_fingerprint(
+    monkeypatch: pytest.MonkeyPatch, restore_affinity: set[int]
+) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    serial = env.collect_environment()
+    os.sched_setaffinity(0, {min(restore_affinity)})
+    worker = env.collect_environment()
+    assert worker.recorded["cpu_affinity_count"] == "1"
+    assert worker.fingerprint == serial.fingerprint
+
+
 # -- the worker's own setting ----------------------------------------------------------
 
 
@@ -211,15 +233,6 @@ def test_run_context_defaults_threads_to_the_inherited_share(
     assert RunContext(rootdir=tmp_path, cache_dir=tmp_path).default_threads is None
     monkeypatch.setenv(THREADS_ENV, "2")
     assert RunContext(rootdir=tmp_path, cache_dir=tmp_path).default_threads == 2
-
-
-@pytest.fixture
-def restore_affinity() -> Iterator[set[int]]:
-    before = os.sched_getaffinity(0)
-    try:
-        yield before
-    finally:
-        os.sched_setaffinity(0, before)
 
 
 def test_apply_pins_this_process_and_sets_its_children_s_variables(
