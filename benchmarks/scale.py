@@ -113,6 +113,54 @@ def p95_ms(cell: dict[str, Any]) -> float | None:
     return None
 
 
+# A fixed single-threaded workload: torch conv layers on one thread (like the example
+# convnet cell), timed in a process pinned to one core; prints the median ms per call.
+_CONTROL = """
+import os, sys, time, statistics
+os.sched_setaffinity(0, {int(sys.argv[1])})
+import torch
+torch.set_num_threads(1)
+torch.manual_seed(0)
+net = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(),
+                          torch.nn.Conv2d(32, 32, 3, padding=1)).eval()
+x = torch.randn(4, 3, 64, 64)
+with torch.inference_mode():
+    for _ in range(5):
+        net(x)
+    times = []
+    end = time.perf_counter() + float(sys.argv[2])
+    while time.perf_counter() < end:
+        t = time.perf_counter_ns(); net(x); times.append(time.perf_counter_ns() - t)
+print(statistics.median(times) / 1e6)
+"""
+
+
+def core_interference(seconds: float = 3.0, repeats: int = 4) -> tuple[list[float], list[float]]:
+    """Median ms per call of the control workload on the first core alone, and while a
+    twin runs pinned to the second core; ``repeats`` of each, alternating.
+
+    Two pinned workers share no core, but they still share what the cores share
+    (caches beyond L2, memory bandwidth, on a VM the host's physical cores): this is
+    how much that costs one single-threaded workload here.
+    """
+    cpus = sorted(os.sched_getaffinity(0))
+    alone: list[float] = []
+    together: list[float] = []
+    if len(cpus) < 2:
+        return alone, together
+
+    def start(cpu: int) -> subprocess.Popen[str]:
+        cmd = [sys.executable, "-c", _CONTROL, str(cpu), str(seconds)]
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+
+    for _ in range(repeats):
+        alone.append(float(start(cpus[0]).communicate()[0]))
+        pair = [start(cpus[0]), start(cpus[1])]
+        together.append(float(pair[0].communicate()[0]))
+        pair[1].communicate()
+    return alone, together
+
+
 def parallel_figures(args: argparse.Namespace) -> str:
     """The markdown section of serial against ``-n 2`` pinned workers."""
     with tempfile.TemporaryDirectory(prefix="perfguard-scale-") as tmp:
@@ -140,6 +188,7 @@ def parallel_figures(args: argparse.Namespace) -> str:
                 placed = placed or data["environment"]["recorded"].get("xdist_workers", "")
                 print(f"  {name} round {r + 1}: {wall:.1f} s", file=sys.stderr)
         load_after = _loadavg()
+    alone, together = core_interference()
     serial, parallel = statistics.median(walls["serial"]), statistics.median(walls["parallel"])
     ratio = parallel / serial
     lines = [
@@ -185,12 +234,30 @@ def parallel_figures(args: argparse.Namespace) -> str:
         lines.append(
             f"| `{cid}` | {s:.3f} | {p:.3f} | {change:+.1%} | {'yes' if ok else 'no'} | {shares} |"
         )
-    lines += ["", f"{within} of {len(cells)} cells within {P95_TARGET:.0%}.", ""]
+    lines += [
+        "",
+        f"{within} of {len(cells)} cells within {P95_TARGET:.0%}.",
+        "",
+        "Control (`core_interference`, after the sessions): one single-threaded torch conv "
+        f"workload pinned to core {min(os.sched_getaffinity(0))}, median ms per call, "
+        "alone and while a twin runs pinned to the other core, alternating: alone "
+        f"{_list(alone)}, beside its twin {_list(together)}: what two workers on "
+        "disjoint cores still cost each other here, and how much this machine's speed "
+        "moves from one run to the next.",
+        "",
+    ]
     return "\n".join(lines)
 
 
 def _fmt(values: list[float] | None) -> str:
     return f"{statistics.median(values):.3f}" if values else "-"
+
+
+def _list(values: list[float]) -> str:
+    if not values:
+        return "(one core: not measured)"
+    shown = ", ".join(f"{v:.2f}" for v in values)
+    return f"{shown} (median {statistics.median(values):.2f})"
 
 
 def _share(values: list[float] | None) -> str:
