@@ -30,6 +30,7 @@ from typing import Any
 
 from perfguard import __version__ as perfguard_version
 from perfguard.core.results import Environment
+from perfguard.machine.placement import nvml_index
 from perfguard.machine.telemetry import static_info
 
 ABSENT = "absent"
@@ -129,14 +130,20 @@ def _decode(value: object) -> str:
 
 
 def _gpu_from_nvml() -> dict[str, str]:
-    """GPU 0's name, driver and CUDA driver version via NVML; raises on any failure."""
+    """Device 0's name, driver and CUDA driver version via NVML; raises on any failure.
+
+    Device 0 as CUDA numbers it: under ``CUDA_VISIBLE_DEVICES`` (a pytest-xdist worker
+    bound to GPU 1) that GPU's facts, not physical GPU 0's. The index itself is never
+    a fact: identical GPUs give one fingerprint and share baselines.
+    """
     pynvml: Any = importlib.import_module("pynvml")
     pynvml.nvmlInit()
     try:
         count = int(pynvml.nvmlDeviceGetCount())
         if count < 1:
             return {}
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        index = nvml_index(0)
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index if index < count else 0)
         facts = {
             "gpu_model": _decode(pynvml.nvmlDeviceGetName(handle)),
             "gpu_driver": _decode(pynvml.nvmlSystemGetDriverVersion()),
@@ -299,7 +306,9 @@ def collect_environment(extra: Mapping[str, str] | None = None) -> Environment:
     }
     if gpu.get("gpu_model"):
         # Power limit, persistence mode, application/max clocks: informative only.
-        optional.update({k: v for k, v in static_info(0).items() if k not in comparable})
+        optional.update(
+            {k: v for k, v in static_info(nvml_index(0)).items() if k not in comparable}
+        )
     recorded = {k: v for k, v in optional.items() if v}
     return Environment(
         fingerprint=fingerprint(comparable), comparable=comparable, recorded=recorded

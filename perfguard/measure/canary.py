@@ -48,6 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from perfguard.core.figures import CpuShares
+from perfguard.machine.placement import run_cpu_ns, run_root_pid
 
 # 3 x 4 KiB operands: L1-resident wherever the pages land (see above).
 MATRIX_SIZE = 32
@@ -98,15 +99,24 @@ class CpuSnapshot:
     """The machine's CPU counters at one instant (``cpu_snapshot``); two give shares."""
 
     wall_ns: int
-    own_ns: int  # CPU time of this process, all threads
+    own_ns: int  # CPU time of this process (all threads) and of the rest of its run
     busy_ns: int | None  # CPU time of the whole machine, not idle, not steal
     steal_ns: int | None
 
 
 def cpu_snapshot() -> CpuSnapshot:
     """Wall clock, this process's CPU time and, on Linux, the machine's busy and steal
-    time (``/proc/stat``); ``perfguard.measure.quiet`` reads it too."""
+    time (``/proc/stat``); ``perfguard.measure.quiet`` reads it too.
+
+    In a pytest-xdist worker (``perfguard.machine.placement``: the run's controller is
+    named) the CPU time of the whole run, its other workers and their children
+    included, counts as this process's own: a sibling worker measures on cores of its
+    own and is no busy neighbour; only processes outside the run are.
+    """
     wall, own = time.perf_counter_ns(), time.process_time_ns()
+    root = run_root_pid()
+    if root is not None:
+        own += run_cpu_ns(root, skip=os.getpid())
     busy = steal = None
     try:
         # First line: "cpu user nice system idle iowait irq softirq steal guest guest_nice",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +20,7 @@ from perfguard.backends import Session, get_backend
 from perfguard.core.errors import BackendUnavailable, CellError
 from perfguard.core.policy import OPEN_TIMEOUT_S
 from perfguard.core.scenario import Scenario
+from perfguard.machine.placement import inherited_threads
 from perfguard.measure.gpu import cuda_unavailable
 from perfguard.measure.watchdog import cell_limit, watch
 from perfguard.models.inputs import batch_size, make_inputs
@@ -35,11 +36,16 @@ class RunContext:
     (``--perfguard-open-timeout``): the in-process watchdog's limit and an isolated
     worker's ``open`` timeout. ``None``: no in-process watchdog (a worker process, whose
     parent holds the timeout) and the default for isolated workers.
+
+    ``default_threads``: the intra-op threads of a cell whose scenario does not set
+    ``threads:``; by default a placed pytest-xdist worker's share of cores (and its
+    isolated or A/B workers', which inherit it), else None: the runtime's own default.
     """
 
     rootdir: Path
     cache_dir: Path
     open_timeout_s: float | None = None
+    default_threads: int | None = field(default_factory=inherited_threads)
 
     @property
     def worker_open_limit_s(self) -> float:
@@ -60,6 +66,8 @@ def open_session(
     """
     if scenario.error:
         raise CellError(scenario.error)
+    if scenario.threads is None and ctx.default_threads is not None:
+        scenario = replace(scenario, threads=ctx.default_threads)
     backend = get_backend(scenario.backend)
     reason = backend.unavailable_reason() or cuda_unavailable(scenario)
     if reason:

@@ -32,6 +32,7 @@ from perfguard.core.figures import GpuFacts
 from perfguard.core.results import ScenarioResult, Status
 from perfguard.core.scenario import Scenario
 from perfguard.core.stats import summarize
+from perfguard.machine.placement import nvml_index
 from perfguard.machine.telemetry import TelemetrySampler, invalid_reason
 
 __all__ = ["GpuWatch", "cuda_unavailable", "device_index", "is_out_of_memory"]
@@ -117,7 +118,9 @@ class GpuWatch:
         reset = getattr(self.session, "reset_device_peak", None)
         if reset is not None:
             reset()
-        self._sampler = TelemetrySampler(device_index(self.scenario.device))
+        # NVML numbers GPUs physically; CUDA_VISIBLE_DEVICES (a placed worker's
+        # device) renumbers them for the runtime.
+        self._sampler = TelemetrySampler(nvml_index(device_index(self.scenario.device)))
         self._sampler.start()
         if self.scenario.gpu.exclusive:
             others = self._sampler.result().get("other_processes") or []

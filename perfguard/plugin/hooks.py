@@ -20,9 +20,12 @@ from perfguard.plugin import hookspecs
 from perfguard.plugin.options import add_options, enabled
 
 # Imported by name, on purpose: a top-level import would pull numpy, scipy, jinja2
-# and yaml into every pytest run, with or without --perfguard (~1 s). This is the one
-# deliberate exception to "perfguard's own imports at the top of the module".
+# and yaml into every pytest run, with or without --perfguard (~1 s). These two are the
+# deliberate exceptions to "perfguard's own imports at the top of the module".
 STATE_MODULE = "perfguard.plugin.state"
+# Loaded the same way, and first: it places a pytest-xdist worker on its cores before
+# the state imports numpy (whose BLAS starts its threads on import) or a runtime.
+PINNING_MODULE = "perfguard.plugin.pinning"
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -36,6 +39,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "perfguard: a perfguard model scenario cell")
     if enabled(config):
+        importlib.import_module(PINNING_MODULE).configure(config)
         importlib.import_module(STATE_MODULE).configure(config)
 
 

@@ -159,8 +159,12 @@ class SuiteErrorItem(pytest.Item):
 def junit_properties(
     result: ScenarioResult, verdict: ScenarioVerdict | None
 ) -> list[tuple[str, object]]:
-    """(name, value) pairs for JUnit XML (``<property>``): a cell's figures and verdict."""
-    props: list[tuple[str, object]] = [("perfguard_status", result.status)]
+    """(name, value) pairs for JUnit XML (``<property>``): a cell's figures and verdict.
+
+    Plain values only (words, numbers): under pytest-xdist the report carrying them
+    travels to the controller through execnet, which refuses an enum.
+    """
+    props: list[tuple[str, object]] = [("perfguard_status", str(result.status))]
     if result.latency_ns is not None:
         for key in ("p50", "p95", "p99"):
             props.append((f"perfguard_{key}_ms", round(getattr(result.latency_ns, key) / 1e6, 6)))
@@ -170,7 +174,7 @@ def junit_properties(
     if result.peak_memory_mib is not None:
         props.append(("perfguard_peak_memory_mib", round(result.peak_memory_mib, 1)))
     if verdict is not None:
-        props.append(("perfguard_verdict", verdict.verdict))
+        props.append(("perfguard_verdict", str(verdict.verdict)))
         p95 = verdict.metric("p95")
         if p95 is not None and p95.change is not None:
             props.append(("perfguard_p95_change_pct", round(p95.change * 100, 2)))

@@ -167,6 +167,14 @@ def add_options(parser: pytest.Parser) -> None:
         "of N runners; merge their outputs with `perfguard merge`). Default: the "
         "environment variable PERFGUARD_SHARD, else ini perfguard_shard, else all cells.",
     )
+    group.addoption(
+        "--perfguard-devices",
+        metavar="LIST",
+        default=None,
+        help="under pytest-xdist: the devices the workers are bound to, one each in turn "
+        "through CUDA_VISIBLE_DEVICES (e.g. '0,1' or GPU UUIDs; 'none': no device binding; "
+        "'auto': one per visible GPU; default: ini perfguard_devices, else auto).",
+    )
     parser.addini(
         "perfguard_open_timeout",
         help="perfguard: the twin of --perfguard-open-timeout (seconds).",
@@ -234,4 +242,9 @@ def add_options(parser: pytest.Parser) -> None:
         "perfguard_shard",
         help="perfguard: the twin of --perfguard-shard (K/N).",
         default=None,
+    )
+    parser.addini(
+        "perfguard_devices",
+        help="perfguard: the twin of --perfguard-devices.",
+        default="auto",
     )

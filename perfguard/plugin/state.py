@@ -52,7 +52,7 @@ from perfguard.machine.env import collect_environment
 from perfguard.measure.cell import RunContext
 from perfguard.models.factory import forget_factory_models
 from perfguard.models.inputs import check_input_sizes
-from perfguard.plugin import xdist_transport
+from perfguard.plugin import pinning, xdist_transport
 from perfguard.plugin.items import ScenarioItem, SuiteFile, junit_properties
 from perfguard.plugin.measurement import CellMeasurer
 from perfguard.plugin.settings import RunSettings
@@ -382,9 +382,13 @@ class PerfguardSession:
 
     # -- end of session -----------------------------------------------------------
     def run_result(self) -> RunResult:
+        environment = self.environment
+        placed = pinning.recorded(self.config)  # pytest-xdist workers' cores and devices
+        if placed:
+            environment = replace(environment, recorded={**environment.recorded, **placed})
         return RunResult(
             commit=self.commit,
-            environment=self.environment,
+            environment=environment,
             scenarios=tuple(self.results.values()),
             created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             perfguard_version=__version__,
