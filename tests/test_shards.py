@@ -513,3 +513,18 @@ def test_merging_any_subset_of_shards_accounts_for_every_cell(
     assert merged.run.environment.recorded["hostname"] == ", ".join(
         f"runner-{i}" for i in sorted(present)
     )
+
+
+def test_a_shard_under_xdist_writes_its_plan_once(
+    repo: Repo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    head = repo.commit(150, 150, "base")
+    monkeypatch.setenv("PERFGUARD_SHARD", "1/2")
+    result = repo.run("-p", "xdist", "-n", "2", "--perfguard-report-dir=shard-1", "suites/")
+    assert result.ret == 0, result.stdout.str()
+    # The workers planned; the controller prints the plan once, in its summary.
+    assert result.stdout.str().count("perfguard: shard plan: 6 cells over 2 shards") == 1
+    run_dir = repo.path / "shard-1" / head[:12]
+    plan = _json(run_dir / "shard.json")
+    measured = [s["id"] for s in _json(run_dir / "results.json")["scenarios"]]
+    assert sorted(measured) == sorted(plan["shards"][0]["cells"]) and plan["shard"] == 1
