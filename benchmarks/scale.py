@@ -18,6 +18,12 @@ quiet (``--perfguard-contention-limit 1``): the machine is shared, and a wait wo
 time the neighbours instead of perfguard. ``--rounds N`` alternates N serial and N
 parallel sessions (serial first) and reports the median wall time and each cell's
 median P95.
+
+**plan**: a synthetic zoo of 200 cells with realistic costs (small, BERT-size and
+TensorRT-built models, each first cell paying its model open, some cells a load level
+or A/B pair at several times the cost) planned by ``perfguard.shard.plan`` for N = 1,
+2, 4, 8, 16 runners: the makespan against the ideal (sum of costs / N), target within
+10% for N <= 8, also over 20 more zoos; no model is run.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -35,6 +42,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from perfguard.shard.plan import Cell, plan_shards, stable_key
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "suites" / "examples.yaml"
@@ -271,11 +280,126 @@ def _loadavg() -> str:
         return "unknown"
 
 
+# -- plan: the shard plan's makespan against the ideal -----------------------------------
+
+#: (share of models, cells per model, seconds per cell (median), model open seconds)
+ZOO_CLASSES = (
+    (0.5, (3, 6), 8.0, 10.0),  # small CNNs and encoders: a quick export
+    (0.35, (4, 8), 30.0, 60.0),  # BERT-size models: export, quantization, calibration
+    (0.15, (4, 8), 90.0, 240.0),  # large models with TensorRT engine builds
+)
+ZOO_CELLS = 200
+PLAN_SHARDS = (1, 2, 4, 8, 16)
+PLAN_TARGET = 0.10
+ZOO_SEEDS = 20  # other zoos, for the worst case beside the one shown
+
+
+def synthetic_zoo(seed: int, cells: int = ZOO_CELLS) -> list[Cell]:
+    """A model zoo of ``cells`` cells: each model's cells cost a lognormal spread around
+    its class's median (a load level or an A/B cell costs several times a plain one),
+    plus its opening (its session and inputs, and on its first cell the model open), as
+    ``wall_ns`` records them."""
+    rng = random.Random(seed)
+    zoo: list[Cell] = []
+    model = 0
+    while len(zoo) < cells:
+        weights = [kind[0] for kind in ZOO_CLASSES]
+        _, (low, high), median, open_s = rng.choices(ZOO_CLASSES, weights)[0]
+        model += 1
+        for k in range(rng.randint(low, high)):
+            if len(zoo) == cells:
+                break
+            heavy = 3.0 if rng.random() < 0.2 else 1.0  # load levels, A/B pairs
+            timed = median * heavy * rng.lognormvariate(0.0, 0.5)
+            # Outside the timed requests: the cell's session and inputs, and the model
+            # open on its first cell.
+            opening = rng.uniform(0.5, 3.0) + (open_s if k == 0 else 0.0)
+            zoo.append(
+                Cell(
+                    f"suites/zoo.yaml::m{model}[c{k}]", f"m{model}", timed + opening, True, opening
+                )
+            )
+    return zoo
+
+
+def hash_split_makespan(zoo: list[Cell], total: int) -> float:
+    """What a plan blind to cost gives: each cell to shard hash(id) mod N (not even
+    counting the model opens it repeats on every shard that holds a model's cells)."""
+    loads = [0.0] * total
+    for cell in zoo:
+        loads[int(stable_key(cell.id), 16) % total] += cell.cost_s or 0.0
+    return max(loads)
+
+
+def over_ideal(zoo: list[Cell], total: int) -> tuple[float, float]:
+    """How far the plan's makespan is above sum of costs / N, and above the bound (the
+    ideal, or the costliest cell if larger); clamped at 0 against float rounding."""
+    ideal = sum(c.cost_s or 0.0 for c in zoo) / total
+    bound = max(ideal, max(c.cost_s or 0.0 for c in zoo))
+    makespan = plan_shards(zoo, total).makespan_s
+    return max(0.0, makespan / ideal - 1.0), max(0.0, makespan / bound - 1.0)
+
+
+def plan_figures(args: argparse.Namespace) -> str:
+    zoo = synthetic_zoo(args.seed)
+    others = [synthetic_zoo(args.seed + 1 + k) for k in range(ZOO_SEEDS)]
+    total_s = sum(c.cost_s or 0.0 for c in zoo)
+    models = len({c.group for c in zoo})
+    rows = []
+    worst: dict[int, float] = {}
+    for n in PLAN_SHARDS:
+        started = time.perf_counter()
+        plan = plan_shards(zoo, n)
+        took = time.perf_counter() - started
+        ideal = total_s / n
+        bound = max(ideal, max(c.cost_s or 0.0 for c in zoo))
+        homes: dict[str, set[int | None]] = {}
+        for cell in zoo:
+            homes.setdefault(cell.group, set()).add(plan.shard_of(cell.id))
+        split = sum(1 for shards in homes.values() if len(shards) > 1)
+        figures = [over_ideal(other, n) for other in [zoo, *others]]
+        worst[n] = max(f[0] for f in figures)
+        rows.append(
+            f"| {n} | {ideal / 60:.1f} | {plan.makespan_s / 60:.1f} | "
+            f"**{figures[0][0]:+.1%}** | {worst[n]:+.1%} | {max(f[1] for f in figures):+.1%} | "
+            f"{bound / ideal - 1:+.1%} | "
+            f"{hash_split_makespan(zoo, n) / ideal - 1:+.1%} | {split} | {took * 1000:.0f} |"
+        )
+    within = all(worst[n] <= PLAN_TARGET for n in PLAN_SHARDS if n <= 8)
+    return "\n".join(
+        [
+            "## The shard plan against the ideal",
+            "",
+            f"`python benchmarks/scale.py --only plan --seed {args.seed}`: a synthetic zoo of "
+            f"{len(zoo)} cells over {models} models ({total_s / 3600:.2f} h of cells in all; "
+            "classes of small, BERT-size and TensorRT-built models, each first cell paying "
+            "its model open, one cell in five a load level or A/B cell at 3x), planned by "
+            "`perfguard.shard.plan.plan_shards` for N runners. Ideal: sum of costs / N. "
+            "Bound: the ideal, or the costliest single cell if larger (no plan can beat it). "
+            "Hash split: each cell to shard hash(id) mod N, blind to cost (not even counting "
+            "the model opens it repeats). Worst: the largest over-ideal "
+            f"of this zoo and {ZOO_SEEDS} others (seeds {args.seed + 1}.."
+            f"{args.seed + ZOO_SEEDS}).",
+            "",
+            "| N | ideal min | makespan min | over ideal | worst of "
+            f"{ZOO_SEEDS + 1} zoos | worst over its bound | bound over ideal "
+            "| hash split over ideal | models split | plan ms |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            *rows,
+            "",
+            f"**Within {PLAN_TARGET:.0%} of the ideal for N <= 8, in all {ZOO_SEEDS + 1} "
+            f"zoos: {'yes' if within else 'no'}.**",
+            "",
+        ]
+    )
+
+
 # -- the figures this script prints ------------------------------------------------------
 
 #: Section name -> the function that measures it and returns its markdown.
 SECTIONS: dict[str, Callable[[argparse.Namespace], str]] = {
     "parallel": parallel_figures,
+    "plan": plan_figures,
 }
 
 
@@ -284,6 +408,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rounds", type=int, default=1, help="parallel: serial/-n 2 session pairs (default 1)"
     )
+    parser.add_argument("--seed", type=int, default=16, help="plan: the zoo's seed (default 16)")
 
 
 def main(argv: list[str] | None = None) -> int:
