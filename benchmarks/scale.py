@@ -55,8 +55,9 @@ P95_TARGET = 0.05
 # -- parallel: serial against two pinned xdist workers ------------------------------------
 
 
-def threads_one_suite(source: Path, dest: Path) -> list[str]:
-    """``source`` copied to ``dest`` with ``threads: 1`` on every scenario; its scenarios."""
+def threads_one_suite(source: Path, dest: Path) -> dict[str, str]:
+    """``source`` copied to ``dest`` with ``threads: 1`` on every scenario; each
+    scenario's model, by scenario name."""
     suite = yaml.safe_load(source.read_text(encoding="utf-8"))
     suite.setdefault("defaults", {})["threads"] = 1
     for scenario in suite.get("scenarios", []):
@@ -64,7 +65,7 @@ def threads_one_suite(source: Path, dest: Path) -> list[str]:
             scenario["threads"] = 1
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(yaml.safe_dump(suite, sort_keys=False), encoding="utf-8")
-    return [str(s["name"]) for s in suite.get("scenarios", [])]
+    return {str(s["name"]): str(s["model"]) for s in suite.get("scenarios", [])}
 
 
 def run_session(project: Path, name: str, extra: list[str]) -> tuple[float, dict[str, Any]]:
@@ -175,7 +176,9 @@ def parallel_figures(args: argparse.Namespace) -> str:
     with tempfile.TemporaryDirectory(prefix="perfguard-scale-") as tmp:
         project = Path(tmp)
         (project / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
-        threads_one_suite(SUITE, project / "suites" / SUITE.name)
+        models = threads_one_suite(SUITE, project / "suites" / SUITE.name)
+        # Serial sessions: how much of the wall time the cells took, and each model's.
+        bounds: list[float] = []
         walls: dict[str, list[float]] = {"serial": [], "parallel": []}
         p95s: dict[str, dict[str, list[float]]] = {"serial": {}, "parallel": {}}
         # Other processes' share of all CPUs while each cell was measured (the run's own
@@ -194,6 +197,8 @@ def parallel_figures(args: argparse.Namespace) -> str:
                     share = (cell.get("runtime") or {}).get("foreign_cpu")
                     if share is not None:
                         foreign[name].setdefault(cell["id"], []).append(float(share))
+                if name == "serial":
+                    bounds.append(grouped_bound(wall, data["scenarios"], models))
                 placed = placed or data["environment"]["recorded"].get("xdist_workers", "")
                 print(f"  {name} round {r + 1}: {wall:.1f} s", file=sys.stderr)
         load_after = _loadavg()
@@ -219,6 +224,12 @@ def parallel_figures(args: argparse.Namespace) -> str:
         "",
         f"**Wall-time ratio parallel/serial: {ratio:.2f}** (target <= {WALL_TARGET}: "
         f"{'met' if ratio <= WALL_TARGET else 'missed'}).",
+        "",
+        "With a model's cells on one worker, the parallel session cannot end before its "
+        "costliest model: the serial session's wall time outside its cells, plus that "
+        "model's cells (their `wall_ns`), over the serial wall time is the least ratio "
+        f"two workers can reach on this suite: **{statistics.median(bounds):.2f}** "
+        f"(each serial round: {', '.join(f'{b:.2f}' for b in bounds)}).",
         "",
         "Other processes' share of the CPUs while a cell was measured (`foreign_cpu`, the "
         "run's own workers not counted) is given per session: on a shared machine it is "
@@ -256,6 +267,18 @@ def parallel_figures(args: argparse.Namespace) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def grouped_bound(wall_s: float, cells: list[dict[str, Any]], models: dict[str, str]) -> float:
+    """The least parallel/serial ratio with each model's cells on one worker, from one
+    serial session: (wall time outside the cells + the costliest model's cells) / wall."""
+    per_model: dict[str, float] = {}
+    for cell in cells:
+        scenario = cell["id"].split("::", 1)[1].split("[", 1)[0]
+        model = models.get(scenario, scenario)
+        per_model[model] = per_model.get(model, 0.0) + (cell.get("wall_ns") or 0) / 1e9
+    outside = wall_s - sum(per_model.values())
+    return (outside + max(per_model.values(), default=0.0)) / wall_s
 
 
 def _fmt(values: list[float] | None) -> str:
