@@ -234,11 +234,17 @@ class PerfguardSession:
         baseline = self.gatekeeper.choice.baseline
         self.plan = plan_items(items, shard.total, self.rootdir, baseline)
         keep_shard(config, items, self.plan, shard)
-        reporter = config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None and not self.is_worker:
-            verbose = config.get_verbosity() > 0
-            for line in self.plan.lines(shard.index, verbose=verbose):
-                reporter.write_line(f"perfguard: {line}")
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        # After pytest's "collected N items / M deselected" line, never inside it.
+        shard, plan = self.settings.shard, self.plan
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if shard is None or plan is None or reporter is None or self.is_worker:
+            return
+        verbose = self.config.get_verbosity() > 0
+        for line in plan.lines(shard.index, verbose=verbose):
+            reporter.write_line(f"perfguard: {line}")
 
     def register_suite(self, path: Path, scenarios: tuple[Scenario, ...]) -> None:
         """Remember a suite's cells: accuracy references are looked up among them."""
