@@ -305,3 +305,24 @@ def test_an_ab_run_lands_beside_the_plain_run_of_its_commit_and_is_never_saved(
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
     refused.stderr.fnmatch_lines(["*--perfguard-save refused with --perfguard-ab*"])
     assert not (repo.path / "baselines").exists()
+
+
+def test_ab_under_xdist_each_worker_pairs_its_own_cells(repo: pytest.Pytester) -> None:
+    two_models = (
+        SUITE.replace(
+            "scenarios:\n",
+            "  other:\n    factory: abmodel:build\n    inputs:\n"
+            "      x: {shape: [1, 8], dtype: float32}\nscenarios:\n",
+        )
+        + "  - name: second\n    model: other\n"
+    )
+    commit(repo.path, 2.0, "base", suite=two_models + "  - name: gone\n    model: sleepy\n")
+    commit(repo.path, 4.0, "both models slower, one scenario removed", suite=two_models)
+    result = repo.runpytest("--perfguard", "-p", "xdist", "-n", "2", "--perfguard-ab=HEAD~1")
+    result.assert_outcomes(failed=2)
+    verdicts = {v["scenario_id"]: v for v in comparison(repo.path)["verdicts"]}
+    for sid in ("suites/s.yaml::sleepy", "suites/s.yaml::second"):
+        assert verdicts[sid]["mode"] == "ab" and verdicts[sid]["verdict"] == "regression"
+    # Cells gone since the base are judged under xdist too.
+    assert verdicts["suites/s.yaml::gone"]["verdict"] == "missing"
+    assert len(worktrees(repo.path)) == 1  # every worker's base worktree is gone

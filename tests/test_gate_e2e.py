@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SPIN_MODEL, run_git
+from tests.conftest import SpinRepo
 
 # Contention from other processes on a shared CI host would turn verdicts into
 # `invalid`; these tests are about the plumbing, so the contention check is off.
@@ -43,28 +43,13 @@ scenarios:
     return body
 
 
-class Repo:
+class Repo(SpinRepo):
     def __init__(self, pytester: pytest.Pytester) -> None:
-        self.pytester = pytester
-        self.path = pytester.path
-        (self.path / "suites").mkdir()
-        (self.path / "suites" / "spinmodel.py").write_text(SPIN_MODEL)
+        super().__init__(pytester, INI)
         pytester.makeconftest(CONFTEST)
-        pytester.makeini(INI)
-        # pytester keeps its own capture files in the directory: not part of the repo.
-        (self.path / ".gitignore").write_text(
-            "reports/\n.perfguard/\n__pycache__/\nstdout\nstderr\nrunpytest-*\n"
-        )
-        self.git("init", "-q", "-b", "main")
-
-    def git(self, *args: str) -> str:
-        return run_git(self.path, *args)
 
     def commit(self, us: int, message: str, *, scenarios: str = "spin") -> str:
-        (self.path / "suites" / "s.yaml").write_text(suite_text(us, scenarios=scenarios))
-        self.git("add", "-A")
-        self.git("commit", "-qm", message)
-        return self.git("rev-parse", "HEAD")
+        return self.commit_suite(suite_text(us, scenarios=scenarios), message)
 
     def run(self, *args: str) -> pytest.RunResult:
         return self.pytester.runpytest("--perfguard", "-rA", *args)

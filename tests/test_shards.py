@@ -37,7 +37,7 @@ from perfguard.shard.plan import (
     stored_cost_s,
     write_plan,
 )
-from tests.conftest import SPIN_MODEL, run_git
+from tests.conftest import SpinRepo
 
 # -- the plan ----------------------------------------------------------------------------
 
@@ -219,24 +219,13 @@ scenarios:
     return body
 
 
-class Repo:
+class Repo(SpinRepo):
     def __init__(self, pytester: pytest.Pytester) -> None:
-        self.pytester = pytester
-        self.path = pytester.path
-        (self.path / "suites").mkdir()
-        (self.path / "suites" / "spinmodel.py").write_text(SPIN_MODEL)
+        super().__init__(pytester, INI, ignore="shard-*/\nmerged/\npartial/\nm2/\n")
         (self.path / "test_plain.py").write_text(PLAIN_TESTS)
-        pytester.makeini(INI)
-        (self.path / ".gitignore").write_text(
-            "reports/\nshard-*/\nmerged/\n.perfguard/\n__pycache__/\nstdout\nstderr\nrunpytest-*\n"
-        )
-        run_git(self.path, "init", "-q", "-b", "main")
 
     def commit(self, us_a: int, us_b: int, message: str) -> str:
-        (self.path / "suites" / "s.yaml").write_text(suite_text(us_a, us_b))
-        run_git(self.path, "add", "-A")
-        run_git(self.path, "commit", "-qm", message)
-        return run_git(self.path, "rev-parse", "HEAD")
+        return self.commit_suite(suite_text(us_a, us_b), message)
 
     def run(self, *args: str) -> pytest.RunResult:
         return self.pytester.runpytest("--perfguard", "-p", "no:cacheprovider", *args)

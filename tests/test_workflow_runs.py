@@ -369,9 +369,10 @@ def test_racing_baseline_jobs_lose_no_launch(origin: Origin) -> None:
 # --- the plan job alone -------------------------------------------------------------------
 
 
-def plan_run(tmp: Path, variables: dict[str, str]) -> WorkflowRun:
+def push_run(workflow: Path, tmp: Path, variables: dict[str, str]) -> WorkflowRun:
+    """A push to main running ``workflow`` against an empty origin under ``tmp``."""
     return WorkflowRun(
-        WORKFLOW,
+        workflow,
         Server(tmp / "server"),
         event_name="push",
         sha="e" * 40,
@@ -379,6 +380,10 @@ def plan_run(tmp: Path, variables: dict[str, str]) -> WorkflowRun:
         directory=tmp / "run",
         variables=variables,
     )
+
+
+def plan_run(tmp: Path, variables: dict[str, str]) -> WorkflowRun:
+    return push_run(WORKFLOW, tmp, variables)
 
 
 @pytest.mark.parametrize(
@@ -596,15 +601,7 @@ def synthetic_run(tmp_path: Path, text: str, **variables: str) -> WorkflowRun:
     tmp_path.mkdir(parents=True, exist_ok=True)
     workflow = tmp_path / "wf.yml"
     workflow.write_text(textwrap.dedent(text))
-    return WorkflowRun(
-        workflow,
-        Server(tmp_path / "server"),
-        event_name="push",
-        sha="f" * 40,
-        ref="refs/heads/main",
-        directory=tmp_path / "run",
-        variables=variables,
-    )
+    return push_run(workflow, tmp_path, variables)
 
 
 MATRIX_WORKFLOW = """\

@@ -184,7 +184,8 @@ class PerfguardSession:
             self.progress.enter_context(progress.sink(ProgressPrinter.for_config(self.config)))
         try:
             self.gatekeeper.choice  # noqa: B018 - resolved now so errors surface at start
-            if self.ab is not None and not self.is_worker:
+            if self.ab is not None:
+                # Every xdist worker pairs its cells against a base worktree of its own.
                 self.ab.start()
         except PerfguardError as exc:
             if self.ab is not None:
@@ -404,6 +405,11 @@ class PerfguardSession:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.is_worker:
+            # Every worker collected every suite: their missing verdicts agree.
+            self._judge_missing()
+            self.verdicts.update(
+                {k: v for k, v in self.gatekeeper.verdicts.items() if k not in self.verdicts}
+            )
             output = self.config.workeroutput  # type: ignore[attr-defined]
             xdist_transport.ship(output, self.results.values(), self.verdicts.values(), self.plan)
             return
@@ -421,17 +427,11 @@ class PerfguardSession:
                 self.ab.close()
             return
         gatekeeper = self.gatekeeper
-        # Cells gone since the base are judged once: by the first shard of a sharded run.
-        judge_missing = self.settings.shard is None or self.settings.shard.index == 1
-        if self.ab is not None:
-            try:
-                if judge_missing:
-                    for sid, verdict in self.ab.missing_verdicts(self.suites, self.collected_ids):
-                        self.verdicts.setdefault(sid, verdict)
-            finally:
+        try:
+            self._judge_missing()
+        finally:
+            if self.ab is not None:
                 self.ab.close()  # the base worktree goes on every exit path
-        elif judge_missing:
-            gatekeeper.missing(self.collected_suites, self.collected_ids)
         self.verdicts.update(
             {k: v for k, v in gatekeeper.verdicts.items() if k not in self.verdicts}
         )
@@ -471,6 +471,19 @@ class PerfguardSession:
             exit_status=status,
             gate=self.settings.judging.gate,
         )
+
+    def _judge_missing(self) -> None:
+        """``missing`` verdicts for the base's cells this run did not collect (none on
+        an xdist controller, which collects nothing): judged once, by the first shard
+        of a sharded run."""
+        shard = self.settings.shard
+        if shard is not None and shard.index != 1:
+            return
+        if self.ab is not None:
+            for sid, verdict in self.ab.missing_verdicts(self.suites, self.collected_ids):
+                self.verdicts.setdefault(sid, verdict)
+        else:
+            self.gatekeeper.missing(self.collected_suites, self.collected_ids)
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         return [header_line(self.commit, self.environment, self.report_dir)]
