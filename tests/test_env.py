@@ -20,7 +20,7 @@ from perfguard.core.results import Environment
 from perfguard.machine import env
 from perfguard.machine.env import collect_environment, diff_comparable, fingerprint, package_version
 
-GPU_KEYS = {"gpu_model", "gpu_driver_major", "cuda_major"}
+GPU_KEYS = {"gpu_model", "gpu_memory_gib", "gpu_driver_major", "cuda_major"}
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def fake_nvidia_smi(bin_dir: Path, query_output: str, *, rc: int = 0) -> Path:
     script = bin_dir / "nvidia-smi"
     script.write_text(
         "#!/bin/sh\n"
-        'if [ "$1" = "--query-gpu=name,driver_version" ]; then\n'
+        'if [ "$1" = "--query-gpu=name,memory.total,driver_version" ]; then\n'
         f"  printf '%b' '{query_output}'\n"
         f"  exit {rc}\n"
         "fi\n"
@@ -59,6 +59,7 @@ def fake_pynvml(
     cuda: int = 12040,
     count: int = 1,
     init_error: Exception | None = None,
+    memory_mib: int | None = 81559,
 ) -> types.ModuleType:
     module = types.ModuleType("pynvml")
     calls: list[str] = []
@@ -79,6 +80,9 @@ def fake_pynvml(
     module.nvmlDeviceGetName = record("name", name)  # type: ignore[attr-defined]
     module.nvmlSystemGetDriverVersion = record("driver", driver)  # type: ignore[attr-defined]
     module.nvmlSystemGetCudaDriverVersion = record("cuda", cuda)  # type: ignore[attr-defined]
+    if memory_mib is not None:
+        memory = types.SimpleNamespace(total=memory_mib * 2**20)
+        module.nvmlDeviceGetMemoryInfo = record("memory", memory)  # type: ignore[attr-defined]
     module.calls = calls  # type: ignore[attr-defined]
     return module
 
@@ -198,6 +202,7 @@ def test_gpu_from_pynvml(bin_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setitem(sys.modules, "pynvml", module)
     environment = collect_environment()
     assert environment.comparable["gpu_model"] == "NVIDIA A100-SXM4-80GB"
+    assert environment.comparable["gpu_memory_gib"] == "80"
     assert environment.comparable["gpu_driver_major"] == "550"
     assert environment.comparable["cuda_major"] == "12"
     assert environment.recorded["gpu_driver"] == "550.54.15"
@@ -223,10 +228,12 @@ def test_pynvml_failure_falls_back_to_nvidia_smi(
     )
     fake_nvidia_smi(
         bin_dir,
-        "NVIDIA H100 80GB HBM3, 535.104.05\\nNVIDIA H100 80GB HBM3, 535.104.05\\n",
+        "NVIDIA H100 80GB HBM3, 81559 MiB, 535.104.05\\n"
+        "NVIDIA H100 80GB HBM3, 81559 MiB, 535.104.05\\n",
     )
     environment = collect_environment()
     assert environment.comparable["gpu_model"] == "NVIDIA H100 80GB HBM3"
+    assert environment.comparable["gpu_memory_gib"] == "80"
     assert environment.comparable["gpu_driver_major"] == "535"
     assert environment.comparable["cuda_major"] == "12"
     assert environment.recorded["gpu_driver"] == "535.104.05"
@@ -237,14 +244,36 @@ def test_pynvml_failure_falls_back_to_nvidia_smi(
 def test_nvidia_smi_without_pynvml_matches_nvml_fingerprint(
     bin_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake_nvidia_smi(bin_dir, "Tesla T4, 535.104.05\\n")
+    fake_nvidia_smi(bin_dir, "Tesla T4, 15360 MiB, 535.104.05\\n")
     via_smi = collect_environment()
     monkeypatch.setitem(
-        sys.modules, "pynvml", fake_pynvml(name=b"Tesla T4", driver=b"535.104.05", cuda=12020)
+        sys.modules,
+        "pynvml",
+        fake_pynvml(name=b"Tesla T4", driver=b"535.104.05", cuda=12020, memory_mib=15360),
     )
     via_nvml = collect_environment()
     # The discovery route must not change the fingerprint of the same machine.
+    assert via_smi.comparable["gpu_memory_gib"] == via_nvml.comparable["gpu_memory_gib"] == "15"
     assert via_smi.fingerprint == via_nvml.fingerprint
+
+
+def test_gpu_memory_is_part_of_the_device_identity(
+    bin_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One name, two memory sizes (an A100 PCIe came as 40 GB and 80 GB): not comparable.
+    monkeypatch.setitem(
+        sys.modules, "pynvml", fake_pynvml(name="NVIDIA A100-PCIE", memory_mib=40960)
+    )
+    small = collect_environment()
+    monkeypatch.setitem(
+        sys.modules, "pynvml", fake_pynvml(name="NVIDIA A100-PCIE", memory_mib=81920)
+    )
+    large = collect_environment()
+    assert (small.comparable["gpu_memory_gib"], large.comparable["gpu_memory_gib"]) == ("40", "80")
+    assert small.fingerprint != large.fingerprint
+    # An NVML without the memory call still names the GPU (its memory left out).
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(name="NVIDIA L4", memory_mib=None))
+    assert "gpu_memory_gib" not in collect_environment().comparable
 
 
 @pytest.mark.usefixtures("no_gpu")

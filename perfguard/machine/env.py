@@ -149,6 +149,12 @@ def _gpu_from_nvml() -> dict[str, str]:
             "gpu_driver": _decode(pynvml.nvmlSystemGetDriverVersion()),
             "gpu_count": str(count),
         }
+        try:
+            total = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
+        except Exception:  # an NVML without the call, or one that refuses it
+            total = 0
+        if total > 0:
+            facts["gpu_memory_gib"] = _gib(total)
         # An int such as 12040 for CUDA 12.4.
         cuda = int(pynvml.nvmlSystemGetCudaDriverVersion())
         if cuda > 0:
@@ -159,6 +165,13 @@ def _gpu_from_nvml() -> dict[str, str]:
 
 
 _CUDA_VERSION_RE = re.compile(r"CUDA Version\s*:\s*(\d+)")
+_MIB_RE = re.compile(r"^\s*(\d+)\s*MiB\s*$")
+
+
+def _gib(total_bytes: int) -> str:
+    """A GPU's memory in whole GiB, as NVML and nvidia-smi both give it (80 for an
+    80 GB part that reports 79.6 GiB): identity, not a measurement."""
+    return str(round(total_bytes / 2**30))
 
 
 def _gpu_from_nvidia_smi() -> dict[str, str]:
@@ -167,17 +180,21 @@ def _gpu_from_nvidia_smi() -> dict[str, str]:
     if exe is None:
         return {}
     out = _run_quiet(
-        [exe, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+        [exe, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
         timeout=NVIDIA_SMI_TIMEOUT_S,
     )
     lines = [line for line in (out or "").splitlines() if line.strip()]
     if not lines:
         return {}
-    # The name may itself contain a comma; the driver version is the last field.
-    name, sep, driver = lines[0].rpartition(",")
-    if not sep or not name.strip():
+    # The name may itself contain a comma; memory and driver are the last two fields.
+    fields = lines[0].rsplit(",", 2)
+    if len(fields) != 3 or not fields[0].strip():
         return {}
-    facts = {"gpu_model": name.strip(), "gpu_driver": driver.strip(), "gpu_count": str(len(lines))}
+    name, memory, driver = (f.strip() for f in fields)
+    facts = {"gpu_model": name, "gpu_driver": driver, "gpu_count": str(len(lines))}
+    mib = _MIB_RE.match(memory)
+    if mib:
+        facts["gpu_memory_gib"] = _gib(int(mib.group(1)) * 2**20)
     # The query interface has no CUDA field; the plain banner shows it. Without it
     # the fingerprint would differ from the NVML path on the same machine.
     banner = _run_quiet([exe], timeout=NVIDIA_SMI_TIMEOUT_S) or ""
@@ -188,7 +205,8 @@ def _gpu_from_nvidia_smi() -> dict[str, str]:
 
 
 def gpu_facts() -> dict[str, str]:
-    """``gpu_model``, ``gpu_driver``, ``gpu_count`` and ``cuda_major``; empty without a GPU."""
+    """``gpu_model``, ``gpu_memory_gib``, ``gpu_driver``, ``gpu_count`` and ``cuda_major``;
+    empty without a GPU."""
     try:
         facts = _gpu_from_nvml()
     except Exception:  # no pynvml, no driver, no permission: all mean "try the CLI"
@@ -282,6 +300,8 @@ def collect_environment(extra: Mapping[str, str] | None = None) -> Environment:
         comparable[key] = package_version(names, report_all=key in EXCLUSIVE_FAMILIES)
     if gpu.get("gpu_model"):
         comparable["gpu_model"] = gpu["gpu_model"]
+        if gpu.get("gpu_memory_gib"):
+            comparable["gpu_memory_gib"] = gpu["gpu_memory_gib"]
         driver = gpu.get("gpu_driver", "")
         if driver:
             comparable["gpu_driver_major"] = driver.split(".")[0]
