@@ -219,6 +219,9 @@ class ScenarioResult:
         )
         data["tags"] = list(self.tags)
         data["samples_ns"] = list(self.samples_ns)
+        if self.wall_ns is None:
+            # An optional key: a file written before it existed encodes to its own bytes.
+            del data["wall_ns"]
         return data
 
     @classmethod
