@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -172,3 +174,19 @@ class SpinRepo:
         self.git("add", "-A")
         self.git("commit", "-qm", message)
         return self.git("rev-parse", "HEAD")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _interactive_sigint() -> Iterator[None]:
+    """SIGINT handled as in an interactive run, for the tests of Ctrl-C handling.
+
+    A job started in the background by a non-interactive shell (``cmd &``, as some CI
+    runners and ``nohup`` do) inherits SIGINT ignored (POSIX), and perfguard leaves an
+    ignored signal ignored on purpose; those tests are about the usual case.
+    """
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    if previous is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
