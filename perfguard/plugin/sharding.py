@@ -60,8 +60,9 @@ def keep_shard(
     """Leave in ``items`` only shard ``shard``'s, deselecting the others."""
     rootdir = Path(config.rootpath)
     mine = plan.items(shard.index)
-    kept = [item for item in items if item_cell(item, rootdir).id in mine]
-    dropped = [item for item in items if item_cell(item, rootdir).id not in mine]
+    ours = [item_cell(item, rootdir).id in mine for item in items]
+    kept = [item for item, keep in zip(items, ours, strict=True) if keep]
+    dropped = [item for item, keep in zip(items, ours, strict=True) if not keep]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
     items[:] = kept

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from perfguard.ab.run import base_results
+from perfguard.baseline.read import pooled_run
 from perfguard.core.errors import PerfguardError
 from perfguard.core.results import Environment, RunResult, ScenarioResult
 from perfguard.core.resultsio import results_path, write_results
@@ -92,10 +93,7 @@ def base_side(
     if ab:
         baseline = base_results(verdicts, results)
     elif choice.baseline is not None:
-        for sid in choice.baseline.scenario_ids():
-            pooled = choice.baseline.pooled(sid)
-            if pooled is not None:
-                baseline[sid] = pooled
+        baseline = {r.id: r for r in pooled_run(choice.baseline).scenarios}
     info = choice.to_dict()
     if ab_base is not None:
         info = {**info, "commit": ab_base[0], "how": ab_base[1]}

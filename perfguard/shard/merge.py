@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from perfguard.ab.run import ab_how, base_results
+from perfguard.baseline.read import pooled_run
 from perfguard.baseline.store import DirectoryStore
 from perfguard.core.errors import PerfguardError, ShardError
 from perfguard.core.policy import CONTENTION_LIMIT
@@ -224,8 +225,9 @@ def merge_outputs(outputs: Sequence[ShardOutput], *, shards: int | None = None) 
     for index, cells in missing.items():
         for cid in cells:
             results[cid] = _unmeasured(cid, index, plan.total, reference.get(cid))
+    planned = set(plan.all_cells)
     ordered = [results[cid] for cid in plan.all_cells if cid in results]
-    ordered += [r for cid, r in results.items() if cid not in set(plan.all_cells)]
+    ordered += [r for cid, r in results.items() if cid not in planned]
     statuses = [o.comparison.exit_status or 0 for o in outputs]
     run = RunResult(
         commit=_commit([o.run.commit for o in outputs]),
@@ -342,11 +344,9 @@ def merged_base_side(
             stored = None
         if stored is not None:
             info["path"] = str(stored.path) if stored.path else info.get("path")
-            environment = stored.launches[-1].environment
-            for sid in stored.scenario_ids():
-                pooled = stored.pooled(sid)
-                if pooled is not None:
-                    base[sid] = pooled
+            pooled = pooled_run(stored)
+            environment = pooled.environment
+            base = {r.id: r for r in pooled.scenarios}
     return BaseSide(
         choice=merged.choice, info=info, results=base, environment=environment, history=history
     )

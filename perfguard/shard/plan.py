@@ -47,6 +47,7 @@ SHARD_FIX = (
     f"(or {SHARD_ENV}=2/4 in a CI matrix)"
 )
 _EPS_S = 1e-9
+_PLAN_FIX = "use the shard's output as it was written, or run the shard again"
 #: Moves and swaps tried after longest-first, at most (each one lowers the makespan or
 #: the number of shards at it; a few hundred units never come near this).
 _MAX_REBALANCE_STEPS = 10_000
@@ -204,20 +205,20 @@ class ShardPlan:
             raise ResultsError(
                 f"{where}: the shard plan is malformed ({type(exc).__name__}: {exc})",
                 expected="the shard.json a run with --perfguard-shard writes",
-                fix="use the shard's output as it was written, or run the shard again",
+                fix=_PLAN_FIX,
             ) from exc
         if [s.index for s in shards] != list(range(1, plan.total + 1)):
             raise ResultsError(
                 f"{where}: the plan lists shards {[s.index for s in shards]}",
                 expected=f"shards 1..{plan.total}, in order",
-                fix="use the shard's output as it was written, or run the shard again",
+                fix=_PLAN_FIX,
             )
         if data.get("digest") not in (None, plan.digest):
             raise ResultsError(
                 f"{where}: the plan's digest {data.get('digest')!r} does not match its cells "
                 f"({plan.digest})",
                 expected="the shard.json as perfguard wrote it",
-                fix="use the shard's output as it was written, or run the shard again",
+                fix=_PLAN_FIX,
             )
         return plan
 
@@ -370,7 +371,7 @@ def _lpt(units: Sequence[_Unit], total: int) -> tuple[list[float], list[list[_Un
     """Longest first onto the least-loaded shard, then ``_rebalance``."""
     loads = [0.0] * total
     placed: list[list[_Unit]] = [[] for _ in range(total)]
-    for unit in sorted(units, key=lambda u: (-u.cost_s, stable_key(u.key))):
+    for unit in sorted(units, key=_costliest_first):
         target = min(range(total), key=lambda i: (loads[i], i))
         loads[target] += unit.cost_s
         placed[target].append(unit)
@@ -383,39 +384,47 @@ def _rebalance(loads: list[float], placed: list[list[_Unit]]) -> None:
     swapping it for a smaller one there, while that leaves both below the busiest
     load before; in place. Every step lowers the sorted loads, so it ends; the order
     of tries is fixed, so the result is the same on every machine."""
-    total = len(loads)
     for _ in range(_MAX_REBALANCE_STEPS):
-        busiest = max(range(total), key=lambda i: (loads[i], -i))
-        top = loads[busiest]
-        step: tuple[_Unit, int, _Unit | None] | None = None
-        for unit in sorted(placed[busiest], key=lambda u: (-u.cost_s, stable_key(u.key))):
-            for other in sorted(range(total), key=lambda i: (loads[i], i)):
-                if other == busiest:
-                    continue
-                if loads[other] + unit.cost_s < top - _EPS_S:
-                    step = (unit, other, None)
-                    break
-                for smaller in sorted(placed[other], key=lambda u: (-u.cost_s, stable_key(u.key))):
-                    gain = unit.cost_s - smaller.cost_s
-                    if gain > _EPS_S and loads[other] + gain < top - _EPS_S:
-                        step = (unit, other, smaller)
-                        break
-                if step:
-                    break
-            if step:
-                break
+        busiest = max(range(len(loads)), key=lambda i: (loads[i], -i))
+        step = _next_step(busiest, loads, placed)
         if step is None:
             return
         moved, target, back = step
-        placed[busiest].remove(moved)
-        placed[target].append(moved)
-        loads[busiest] -= moved.cost_s
-        loads[target] += moved.cost_s
+        _shift(moved, busiest, target, loads, placed)
         if back is not None:
-            placed[target].remove(back)
-            placed[busiest].append(back)
-            loads[target] -= back.cost_s
-            loads[busiest] += back.cost_s
+            _shift(back, target, busiest, loads, placed)
+
+
+def _next_step(
+    busiest: int, loads: list[float], placed: list[list[_Unit]]
+) -> tuple[_Unit, int, _Unit | None] | None:
+    """The first move (a unit of ``busiest`` to another shard) or swap (for a smaller
+    unit there) that leaves both shards below the busiest load; None if there is none."""
+    top = loads[busiest]
+    others = sorted((i for i in range(len(loads)) if i != busiest), key=lambda i: (loads[i], i))
+    for unit in sorted(placed[busiest], key=_costliest_first):
+        for other in others:
+            if loads[other] + unit.cost_s < top - _EPS_S:
+                return unit, other, None
+            for smaller in sorted(placed[other], key=_costliest_first):
+                gain = unit.cost_s - smaller.cost_s
+                if gain > _EPS_S and loads[other] + gain < top - _EPS_S:
+                    return unit, other, smaller
+    return None
+
+
+def _shift(
+    unit: _Unit, source: int, target: int, loads: list[float], placed: list[list[_Unit]]
+) -> None:
+    placed[source].remove(unit)
+    placed[target].append(unit)
+    loads[source] -= unit.cost_s
+    loads[target] += unit.cost_s
+
+
+def _costliest_first(unit: _Unit) -> tuple[float, str]:
+    """The order units are tried in: most costly first, ties by a stable hash."""
+    return -unit.cost_s, stable_key(unit.key)
 
 
 def _halves(unit: _Unit, cost: Mapping[str, float]) -> tuple[_Unit, _Unit]:
@@ -443,7 +452,7 @@ def _better_split(
         return None
     busiest = max(range(total), key=lambda i: (loads[i], -i))
     makespan = loads[busiest]
-    for unit in sorted(placed[busiest], key=lambda u: (-u.cost_s, stable_key(u.key))):
+    for unit in sorted(placed[busiest], key=_costliest_first):
         if len(unit.cells) < 2:
             continue
         trial = [u for u in units if u is not unit] + list(_halves(unit, cost))
@@ -501,13 +510,13 @@ def read_plan(path: Path) -> ShardFile:
         raise ResultsError(
             f"{path}: 'shard' is {index!r}",
             expected=f"an integer in 1..{plan.total}",
-            fix="use the shard's output as it was written, or run the shard again",
+            fix=_PLAN_FIX,
         )
     limit = data.get("contention_limit")
     if limit is not None and (type(limit) not in (int, float) or not limit >= 0):
         raise ResultsError(
             f"{path}: 'contention_limit' is {limit!r}",
             expected="a share of the CPUs >= 0, or null",
-            fix="use the shard's output as it was written, or run the shard again",
+            fix=_PLAN_FIX,
         )
     return ShardFile(ShardSpec(index, plan.total), plan, None if limit is None else float(limit))
