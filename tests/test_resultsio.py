@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from perfguard.core.atomicio import write_json_atomic
 from perfguard.core.errors import ResultsError
 from perfguard.core.figures import RESERVED_KEYS, RuntimeInfo
+from perfguard.core.profile import PROFILERS, NodeTime, OperatorProfile, OpTypeTime
 from perfguard.core.results import (
     RUN_MODES,
     SCHEMA_VERSION,
@@ -70,6 +71,21 @@ latency_summaries = st.builds(
     p999=figures,
 )
 
+# Profiles store whole nanoseconds, so the strategy draws whole ones (a round trip is exact).
+whole_ns = st.integers(0, 10**12).map(float)
+profiles = st.builds(
+    OperatorProfile,
+    profiler=st.sampled_from(PROFILERS),
+    requests=st.integers(1, 10**4),
+    total_ns=whole_ns,
+    nodes=st.lists(
+        st.builds(NodeTime, name=names, op_type=names, ns=whole_ns, provider=names), max_size=6
+    ).map(tuple),
+    op_types=st.lists(st.builds(OpTypeTime, op_type=names, ns=whole_ns), max_size=4).map(tuple),
+    trace=st.none() | names,
+    wall_ns=st.none() | st.integers(0, 10**12),
+)
+
 scenarios = st.builds(
     ScenarioResult,
     id=st.text(min_size=1, max_size=40),
@@ -96,6 +112,7 @@ scenarios = st.builds(
     peak_memory_mib=optional_figures,
     tags=st.lists(names, max_size=4).map(tuple),
     samples_ns=st.lists(st.integers(0, 10**12), max_size=60).map(tuple),
+    profile=st.none() | profiles,
 )
 
 commits = st.builds(
@@ -179,11 +196,12 @@ def test_schema_covers_exactly_the_data_classes() -> None:
     assert set(schema["properties"]) == set(a_run(mode="ab").to_dict())
     assert "mode" not in a_run().to_dict()  # a plain run's file is as it always was
     assert set(defs["scenario"]["properties"]) == {f.name for f in fields(ScenarioResult)}
-    # wall_ns is optional: absent from older files, and left out while unmeasured.
-    optional = {"wall_ns"}
+    # wall_ns and profile are optional: absent from older files, left out while not taken.
+    optional = {"wall_ns", "profile"}
     assert set(defs["scenario"]["required"]) == {f.name for f in fields(ScenarioResult)} - optional
     unmeasured = a_run().scenarios[0]
     assert unmeasured.wall_ns is None and "wall_ns" not in unmeasured.to_dict()
+    assert unmeasured.profile is None and "profile" not in unmeasured.to_dict()
     assert set(defs["latency"]["properties"]) == {f.name for f in fields(LatencySummary)}
     assert set(defs["commit"]["properties"]) == {f.name for f in fields(CommitInfo)}
 

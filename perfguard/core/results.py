@@ -20,6 +20,7 @@ from perfguard.core.errors import ResultsError, check_schema_version
 from perfguard.core.figures import JSON, LatencySummary, RuntimeInfo
 from perfguard.core.loadfigures import LoadFigures
 from perfguard.core.paths import display_path
+from perfguard.core.profile import OperatorProfile
 from perfguard.core.scenario import Scenario
 
 __all__ = [
@@ -171,6 +172,9 @@ class ScenarioResult:
     # Everything the cell took in its run (model open, warm-up, measurement, rounds,
     # A/B pairs, load levels): the cost a shard plan balances (perfguard.shard.plan).
     wall_ns: int | None = None
+    # Where the time went (perfguard.core.profile): taken after the timed measurement
+    # for a cell with `profile: true`, `--perfguard-profile`, or one that regressed.
+    profile: OperatorProfile | None = None
 
     def __post_init__(self) -> None:
         # Callers may pass the word itself ("skipped"); the record always holds the enum.
@@ -219,9 +223,10 @@ class ScenarioResult:
         )
         data["tags"] = list(self.tags)
         data["samples_ns"] = list(self.samples_ns)
-        if self.wall_ns is None:
-            # An optional key: a file written before it existed encodes to its own bytes.
-            del data["wall_ns"]
+        # Optional keys: a file written before they existed encodes to its own bytes.
+        for optional in ("wall_ns", "profile"):
+            if data[optional] is None:
+                del data[optional]
         return data
 
     @classmethod
@@ -236,6 +241,8 @@ class ScenarioResult:
             kwargs["accuracy"] = AccuracyFigures.from_dict(kwargs["accuracy"])
         if kwargs.get("load") is not None:
             kwargs["load"] = LoadFigures.from_dict(kwargs["load"])
+        if kwargs.get("profile") is not None:
+            kwargs["profile"] = OperatorProfile.from_dict(kwargs["profile"])
         kwargs["tags"] = tuple(kwargs.get("tags", ()))
         kwargs["samples_ns"] = tuple(int(s) for s in kwargs.get("samples_ns", ()))
         return cls(**kwargs)

@@ -1,0 +1,293 @@
+"""Operator profiles: where a cell's time went, per node/layer and per op type.
+
+A profile is taken in a pass of its own after a cell's timed measurement, never
+inside it (``perfguard.measure.profile``), with the runtime's own profiler:
+``torch.profiler`` (module hierarchy and aten ops), ONNX Runtime's session profiling
+(per graph node, with its execution provider) or TensorRT's ``IProfiler`` (per
+layer). Each figure is the **median time per request** over the profiled requests.
+
+A profile travels inside a cell's result (``ScenarioResult.profile``), so it is
+archived with the baseline and an archived comparison diffs against the stored
+profile without measuring the base again. Its JSON form is compact (rows, integer
+nanoseconds) so that a profile of a few hundred nodes stays well under 50 KB.
+
+:func:`diff_profiles` turns two profiles into contributions to the change, sorted
+by how much each added; :meth:`ProfileDiff.headline` is the one line the summary and
+a failure message print ("+0.41 ms per request, 62% of it in MatMul
+`/encoder/layer.3/attention/self/query`").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from perfguard.core.errors import ResultsError
+
+__all__ = [
+    "PROFILERS",
+    "Contribution",
+    "NodeTime",
+    "OpTypeTime",
+    "OperatorProfile",
+    "ProfileDiff",
+    "diff_profiles",
+    "signed_ms",
+]
+
+#: ``OperatorProfile.profiler`` values: which runtime profiler took the profile.
+PROFILERS: tuple[str, ...] = ("torch.profiler", "onnxruntime", "tensorrt")
+
+#: Node names are paths; this separates their levels (a torch module path
+#: ``layer2.0.conv2`` is stored as ``layer2/0/conv2``, as ONNX names already are).
+PATH_SEPARATOR = "/"
+
+_NODE_COLUMNS = ("name", "op_type", "provider", "ns")
+
+
+@dataclass(frozen=True)
+class NodeTime:
+    """One node (an ONNX graph node, a TensorRT layer, a torch module) of a profile.
+
+    ``ns`` is the node's median *self* time per request: time in the node itself,
+    not in nodes nested below it (a torch module's children), so that the nodes of a
+    profile add up to its operator time. ``provider`` is where it ran (an ONNX
+    Runtime execution provider, ``cuda``/``cpu`` for torch); ``""`` when unknown.
+    """
+
+    name: str
+    op_type: str
+    ns: float
+    provider: str = ""
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        """The levels of ``name`` (for an icicle chart): ``/a/b/Conv`` -> (a, b, Conv)."""
+        return tuple(part for part in self.name.split(PATH_SEPARATOR) if part)
+
+
+@dataclass(frozen=True)
+class OpTypeTime:
+    """All the nodes of one op type (``Conv``, ``aten::addmm``): median time per request."""
+
+    op_type: str
+    ns: float
+
+
+@dataclass(frozen=True)
+class OperatorProfile:
+    """A cell's operator profile.
+
+    ``requests``: how many requests were profiled (each figure is a median over
+    them); ``total_ns``: median wall time per profiled request, with the profiler's
+    own overhead (so not comparable with the gated latency); ``nodes`` by ``ns``
+    descending; ``trace``: the Chrome trace's path relative to the run's report
+    directory (``traces/<file>.json``), ``None`` when not kept; ``wall_ns``: what the
+    whole profiling pass took, reported apart from the cell's measuring time.
+    """
+
+    profiler: str
+    requests: int
+    total_ns: float
+    nodes: tuple[NodeTime, ...]
+    op_types: tuple[OpTypeTime, ...]
+    trace: str | None = None
+    wall_ns: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.profiler not in PROFILERS:
+            raise ValueError(f"profiler {self.profiler!r}; expected one of {', '.join(PROFILERS)}")
+        if self.requests < 1:
+            raise ValueError(f"a profile of {self.requests} requests; expected at least 1")
+
+    @property
+    def operator_ns(self) -> float:
+        """The nodes' time per request, added up (self times, so nothing counted twice)."""
+        return float(sum(node.ns for node in self.nodes))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The compact JSON form: nodes and op types as rows, times in integer ns."""
+        return {
+            "profiler": self.profiler,
+            "requests": self.requests,
+            "total_ns": round(self.total_ns),
+            "trace": self.trace,
+            "wall_ns": self.wall_ns,
+            "columns": list(_NODE_COLUMNS),
+            "nodes": [[n.name, n.op_type, n.provider, round(n.ns)] for n in self.nodes],
+            "op_types": [[o.op_type, round(o.ns)] for o in self.op_types],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, source: str = "<results>") -> OperatorProfile:
+        try:
+            columns = list(data.get("columns", _NODE_COLUMNS))
+            at = {column: columns.index(column) for column in _NODE_COLUMNS}
+            nodes = tuple(
+                NodeTime(
+                    name=str(row[at["name"]]),
+                    op_type=str(row[at["op_type"]]),
+                    provider=str(row[at["provider"]]),
+                    ns=float(row[at["ns"]]),
+                )
+                for row in data["nodes"]
+            )
+            wall = data.get("wall_ns")
+            return cls(
+                profiler=str(data["profiler"]),
+                requests=int(data["requests"]),
+                total_ns=float(data["total_ns"]),
+                nodes=nodes,
+                op_types=tuple(OpTypeTime(str(op), float(ns)) for op, ns in data["op_types"]),
+                trace=None if data.get("trace") is None else str(data["trace"]),
+                wall_ns=None if wall is None else int(wall),
+            )
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise ResultsError(
+                f"{source}: a cell's operator profile is malformed ({exc!r})",
+                expected="a profile written by perfguard: profiler, requests, total_ns, "
+                "nodes and op_types rows",
+                fix="re-create the file with `pytest --perfguard`",
+            ) from exc
+
+
+@dataclass(frozen=True)
+class Contribution:
+    """One node's or op type's part in the change between two profiles.
+
+    ``base_ns`` is ``None`` for a node only in the current profile, ``current_ns``
+    ``None`` for one only in the base. ``share`` is ``delta_ns`` over the profiles'
+    whole change of operator time (0 when that change is 0).
+    """
+
+    key: str
+    op_type: str
+    base_ns: float | None
+    current_ns: float | None
+    share: float
+
+    @property
+    def delta_ns(self) -> float:
+        return (self.current_ns or 0.0) - (self.base_ns or 0.0)
+
+    @property
+    def side(self) -> str:
+        """``both``, ``current only`` (new in this run) or ``base only`` (gone)."""
+        if self.base_ns is None:
+            return "current only"
+        if self.current_ns is None:
+            return "base only"
+        return "both"
+
+
+@dataclass(frozen=True)
+class ProfileDiff:
+    """Two profiles side by side: contributions by node and by op type.
+
+    Both lists are sorted by contribution *in the direction of the change*: largest
+    added time first when the operator time grew, largest saved time first when it
+    shrank. Without a base profile every node is ``current only`` and the lists
+    rank where the time goes.
+    """
+
+    base_ns: float | None
+    current_ns: float
+    nodes: tuple[Contribution, ...]
+    op_types: tuple[Contribution, ...]
+
+    @property
+    def change_ns(self) -> float | None:
+        return None if self.base_ns is None else self.current_ns - self.base_ns
+
+    @property
+    def top(self) -> Contribution | None:
+        """The node that contributed most to the change (or took most time, without a base)."""
+        return self.nodes[0] if self.nodes else None
+
+    def headline(self) -> str:
+        """One line naming the top contributor.
+
+        ``+0.41 ms per request, 62% of it in MatMul `/encoder/layer.3/.../query```;
+        without a base: ``0.80 ms per request in operators, 35% of it in Conv `...```.
+        """
+        top = self.top
+        change = self.change_ns
+        if top is None:
+            return "no operator time profiled"
+        where = f"{top.op_type} `{top.key}`" if top.op_type else f"`{top.key}`"
+        if change is None:
+            return (
+                f"{self.current_ns / 1e6:.2f} ms per request in operators, "
+                f"{top.share:.0%} of it in {where}"
+            )
+        if change == 0:
+            return f"no change in operator time per request (largest: {where})"
+        marker = " (new)" if top.side == "current only" else ""
+        return f"{signed_ms(change)} per request, {top.share:.0%} of it in {where}{marker}"
+
+
+def signed_ms(ns: float) -> str:
+    """A change in nanoseconds as signed milliseconds: 410000 -> ``+0.41 ms``."""
+    ms = ns / 1e6
+    return f"{ms:+.3f} ms" if abs(ms) < 0.1 else f"{ms:+.2f} ms"
+
+
+def diff_profiles(base: OperatorProfile | None, current: OperatorProfile) -> ProfileDiff:
+    """Contributions of each node and op type to the change from ``base`` to ``current``."""
+    base_total = None if base is None else base.operator_ns
+    change = None if base_total is None else current.operator_ns - base_total
+    base_nodes = {} if base is None else {n.name: n for n in base.nodes}
+    current_nodes = {n.name: n for n in current.nodes}
+    nodes = _contributions(
+        keys=_union(base_nodes, current_nodes),
+        op_type=lambda key: (current_nodes.get(key) or base_nodes[key]).op_type,
+        base=None if base is None else {k: n.ns for k, n in base_nodes.items()},
+        current={k: n.ns for k, n in current_nodes.items()},
+        change=change,
+        total=current.operator_ns,
+    )
+    base_ops = {} if base is None else {o.op_type: o.ns for o in base.op_types}
+    current_ops = {o.op_type: o.ns for o in current.op_types}
+    ops = _contributions(
+        keys=_union(base_ops, current_ops),
+        op_type=lambda key: key,
+        base=None if base is None else base_ops,
+        current=current_ops,
+        change=None if base is None else sum(current_ops.values()) - sum(base_ops.values()),
+        total=sum(current_ops.values()),
+    )
+    return ProfileDiff(
+        base_ns=base_total, current_ns=current.operator_ns, nodes=nodes, op_types=ops
+    )
+
+
+def _union(first: Mapping[str, Any], second: Mapping[str, Any]) -> list[str]:
+    return list(dict.fromkeys([*first, *second]))
+
+
+def _contributions(
+    *,
+    keys: Iterable[str],
+    op_type: Any,
+    base: Mapping[str, float] | None,
+    current: Mapping[str, float],
+    change: float | None,
+    total: float,
+) -> tuple[Contribution, ...]:
+    rows: list[Contribution] = []
+    for key in keys:
+        base_ns = None if base is None else base.get(key)
+        current_ns = current.get(key)
+        if base is not None and base_ns is None and current_ns is None:
+            continue
+        delta = (current_ns or 0.0) - (base_ns or 0.0)
+        denominator = change if change is not None else total
+        share = delta / denominator if denominator else 0.0
+        rows.append(Contribution(key, op_type(key), base_ns, current_ns, share))
+    direction = -1.0 if change is not None and change < 0 else 1.0
+    return tuple(_sorted(rows, direction))
+
+
+def _sorted(rows: Sequence[Contribution], direction: float) -> list[Contribution]:
+    return sorted(rows, key=lambda c: (-direction * c.delta_ns, c.key))
