@@ -20,7 +20,7 @@ a failure message print ("+0.41 ms per request, 62% of it in MatMul
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from perfguard.core.errors import ResultsError
@@ -228,20 +228,23 @@ class ProfileDiff:
 
 
 def signed_ms(ns: float) -> str:
-    """A change in nanoseconds as signed milliseconds: 410000 -> ``+0.41 ms``."""
-    ms = ns / 1e6
-    return f"{ms:+.3f} ms" if abs(ms) < 0.1 else f"{ms:+.2f} ms"
+    """A change in nanoseconds, signed: 410000 -> ``+0.41 ms``; under 0.1 ms in
+    microseconds (``-12.3 us``), so that a small change does not read as zero."""
+    if abs(ns) < 1e5:
+        return f"{ns / 1e3:+.1f} us"
+    return f"{ns / 1e6:+.2f} ms"
 
 
 def diff_profiles(base: OperatorProfile | None, current: OperatorProfile) -> ProfileDiff:
     """Contributions of each node and op type to the change from ``base`` to ``current``."""
     base_total = None if base is None else base.operator_ns
     change = None if base_total is None else current.operator_ns - base_total
-    base_nodes = {} if base is None else {n.name: n for n in base.nodes}
-    current_nodes = {n.name: n for n in current.nodes}
+    base_nodes = {} if base is None else _by_name(base.nodes)
+    current_nodes = _by_name(current.nodes)
+    op_types = {name: node.op_type for name, node in [*base_nodes.items(), *current_nodes.items()]}
     nodes = _contributions(
         keys=_union(base_nodes, current_nodes),
-        op_type=lambda key: (current_nodes.get(key) or base_nodes[key]).op_type,
+        op_type=op_types.__getitem__,
         base=None if base is None else {k: n.ns for k, n in base_nodes.items()},
         current={k: n.ns for k, n in current_nodes.items()},
         change=change,
@@ -260,6 +263,15 @@ def diff_profiles(base: OperatorProfile | None, current: OperatorProfile) -> Pro
     return ProfileDiff(
         base_ns=base_total, current_ns=current.operator_ns, nodes=nodes, op_types=ops
     )
+
+
+def _by_name(nodes: Iterable[NodeTime]) -> dict[str, NodeTime]:
+    """Nodes by name, two nodes of one name added up (so shares still sum to 1)."""
+    merged: dict[str, NodeTime] = {}
+    for node in nodes:
+        seen = merged.get(node.name)
+        merged[node.name] = node if seen is None else replace(seen, ns=seen.ns + node.ns)
+    return merged
 
 
 def _union(first: Mapping[str, Any], second: Mapping[str, Any]) -> list[str]:
