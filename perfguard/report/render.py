@@ -26,6 +26,7 @@ from perfguard.machine.env import diff_comparable
 from perfguard.report import plots
 from perfguard.report.load import load_context, load_fact
 from perfguard.report.model import ReportInput
+from perfguard.report.profile import ProfileView, profile_view
 
 #: Scenarios (in table order: regressions first) drawn as full matplotlib figures;
 #: the rest get sparklines, so a 500-scenario report stays fast and small
@@ -219,6 +220,8 @@ class Row:
     scatter_legend: list[tuple[int, str, str, str]] = field(default_factory=list)
     runtime: list[tuple[str, str]] = field(default_factory=list)
     facts: list[tuple[str, str]] = field(default_factory=list)
+    #: "Where the time went" (``perfguard.report.profile``), for a cell with a profile.
+    profile: ProfileView | None = None
 
 
 def _triple(result: ScenarioResult | None) -> tuple[str, str, str]:
@@ -419,6 +422,7 @@ def build_rows(inp: ReportInput) -> list[Row]:
         budget -= int(full)
         group = siblings.get((cur.suite, cur.name), []) if cur is not None else []
         _add_plots(row, inp, cur, base, full, group)
+        row.profile = profile_view(cur, base)
         rows.append(row)
     return rows
 
