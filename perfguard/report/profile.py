@@ -61,7 +61,7 @@ ROW_HEIGHT = 18
 #: Levels drawn; deeper path levels are folded into the last one drawn.
 MAX_LEVELS = 14
 #: Boxes narrower than this (px) are not drawn: their time stays in their parent's box.
-MIN_BOX = 0.5
+MIN_BOX = 1.0
 #: A change within this (relative) is "the same" (grey); full colour from SATURATE on.
 SAME = 0.02
 SATURATE = 0.5
@@ -244,15 +244,27 @@ class _Box:
     base_self_ns: float = 0.0
     in_base: bool = False
     children: dict[str, _Box] = field(default_factory=dict)
+    sums: tuple[float, float, bool] | None = None
 
     def total(self) -> float:
-        return self.self_ns + sum(c.total() for c in self.children.values())
+        return self._sums()[0]
 
     def base_total(self) -> float:
-        return self.base_self_ns + sum(c.base_total() for c in self.children.values())
+        return self._sums()[1]
 
     def seen_in_base(self) -> bool:
-        return self.in_base or any(c.seen_in_base() for c in self.children.values())
+        return self._sums()[2]
+
+    def _sums(self) -> tuple[float, float, bool]:
+        # Computed once per box (the tree is complete before anything reads it).
+        if self.sums is None:
+            below = [c._sums() for c in self.children.values()]
+            self.sums = (
+                self.self_ns + sum(b[0] for b in below),
+                self.base_self_ns + sum(b[1] for b in below),
+                self.in_base or any(b[2] for b in below),
+            )
+        return self.sums
 
 
 def _levels(name: str) -> tuple[str, ...]:
