@@ -327,3 +327,10 @@ def test_the_section_fits_a_1280_px_window(tmp_path: Path) -> None:
     assert fits["section"][0] <= fits["section"][1]
     assert fits["over"] == []
     assert fits["cells"] == []
+
+
+def test_a_node_without_a_name_is_shown_as_unnamed() -> None:
+    current = profile([NodeTime("", "Cast", 7.0e5), *nodes()])
+    view = profile_view(replace(scenario(SID), profile=current), None)
+    assert view is not None and view.nodes[0].name == "(unnamed)"
+    assert "(unnamed)" in [path for path, _, _ in boxes(ET.fromstring(str(view.icicle)))]

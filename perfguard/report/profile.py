@@ -134,7 +134,7 @@ def _row(c: Contribution, has_base: bool, providers: dict[str, str]) -> ProfileR
     elif c.side == "base only":
         mark = "gone"
     return ProfileRow(
-        name=c.key,
+        name=c.key or UNNAMED,
         op_type=c.op_type,
         provider=providers.get(c.key, ""),
         base=ms(c.base_ns),
