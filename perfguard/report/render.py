@@ -2,7 +2,8 @@
 
 Everything a template shows is a plain string or number prepared here, so the
 template stays logic-light and every user-supplied string passes through Jinja's
-autoescape; only the SVGs made by ``perfguard.report.plots`` are marked safe.
+autoescape; only the SVGs made by ``perfguard.report.plots`` and the icicle of
+``perfguard.report.profile`` (which escapes every name it draws) are marked safe.
 """
 
 from __future__ import annotations
