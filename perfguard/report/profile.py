@@ -210,7 +210,8 @@ def profile_view(
 
 def markdown_headline(diff: ProfileDiff, *, in_table: bool = True) -> str:
     """``ProfileDiff.headline()`` for Markdown: the node name a code span, the op type
-    inert text (``perfguard.core.text``); the same words, so the two never drift."""
+    inert text (``perfguard.core.text``). The same words: tests/test_report_profile.py
+    holds the two equal for plain names, so they cannot drift apart."""
     return diff.headline() if diff.top is None else _headline(diff, in_table)
 
 
