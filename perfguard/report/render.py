@@ -2,7 +2,8 @@
 
 Everything a template shows is a plain string or number prepared here, so the
 template stays logic-light and every user-supplied string passes through Jinja's
-autoescape; only the SVGs made by ``perfguard.report.plots`` are marked safe.
+autoescape; only the SVGs made by ``perfguard.report.plots`` and the icicle of
+``perfguard.report.profile`` (which escapes every name it draws) are marked safe.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from perfguard.machine.env import diff_comparable
 from perfguard.report import plots
 from perfguard.report.load import load_context, load_fact
 from perfguard.report.model import ReportInput
+from perfguard.report.profile import ProfileView, profile_view
 
 #: Scenarios (in table order: regressions first) drawn as full matplotlib figures;
 #: the rest get sparklines, so a 500-scenario report stays fast and small
@@ -219,6 +221,8 @@ class Row:
     scatter_legend: list[tuple[int, str, str, str]] = field(default_factory=list)
     runtime: list[tuple[str, str]] = field(default_factory=list)
     facts: list[tuple[str, str]] = field(default_factory=list)
+    #: "Where the time went" (``perfguard.report.profile``), for a cell with a profile.
+    profile: ProfileView | None = None
 
 
 def _triple(result: ScenarioResult | None) -> tuple[str, str, str]:
@@ -419,6 +423,7 @@ def build_rows(inp: ReportInput) -> list[Row]:
         budget -= int(full)
         group = siblings.get((cur.suite, cur.name), []) if cur is not None else []
         _add_plots(row, inp, cur, base, full, group)
+        row.profile = profile_view(cur, base)
         rows.append(row)
     return rows
 
