@@ -19,7 +19,7 @@ a failure message print ("+0.41 ms per request, 62% of it in MatMul
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -205,26 +205,32 @@ class ProfileDiff:
         """The node that contributed most to the change (or took most time, without a base)."""
         return self.nodes[0] if self.nodes else None
 
-    def headline(self) -> str:
+    def headline(self, where: Callable[[Contribution], str] | None = None) -> str:
         """One line naming the top contributor.
 
         ``+0.41 ms per request, 62% of it in MatMul `/encoder/layer.3/.../query```;
         without a base: ``0.80 ms per request in operators, 35% of it in Conv `...```.
+        ``where`` words the contributor (Markdown escapes it for a summary);
+        by default ``op_type `name```.
         """
         top = self.top
         change = self.change_ns
         if top is None:
             return "no operator time profiled"
-        where = f"{top.op_type} `{top.key}`" if top.op_type else f"`{top.key}`"
+        place = (where or _where)(top)
         if change is None:
             return (
                 f"{self.current_ns / 1e6:.2f} ms per request in operators, "
-                f"{top.share:.0%} of it in {where}"
+                f"{top.share:.0%} of it in {place}"
             )
         if change == 0:
-            return f"no change in operator time per request (largest: {where})"
+            return f"no change in operator time per request (largest: {place})"
         marker = " (new)" if top.side == "current only" else ""
-        return f"{signed_ms(change)} per request, {top.share:.0%} of it in {where}{marker}"
+        return f"{signed_ms(change)} per request, {top.share:.0%} of it in {place}{marker}"
+
+
+def _where(top: Contribution) -> str:
+    return f"{top.op_type} `{top.key}`" if top.op_type else f"`{top.key}`"
 
 
 def signed_ms(ns: float) -> str:

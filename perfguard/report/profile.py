@@ -210,26 +210,13 @@ def profile_view(
 
 def markdown_headline(diff: ProfileDiff, *, in_table: bool = True) -> str:
     """``ProfileDiff.headline()`` for Markdown: the node name a code span, the op type
-    inert text (``perfguard.core.text``). The same words: tests/test_report_profile.py
-    holds the two equal for plain names, so they cannot drift apart."""
-    return diff.headline() if diff.top is None else _headline(diff, in_table)
+    inert text (``perfguard.core.text``)."""
 
+    def where(top: Contribution) -> str:
+        name = md_code(top.key, 200, in_table=in_table)
+        return f"{md_text(top.op_type, 80)} {name}" if top.op_type else name
 
-def _headline(diff: ProfileDiff, in_table: bool) -> str:
-    top = diff.top
-    assert top is not None
-    name = md_code(top.key, 200, in_table=in_table)
-    where = f"{md_text(top.op_type, 80)} {name}" if top.op_type else name
-    change = diff.change_ns
-    if change is None:
-        return (
-            f"{diff.current_ns / 1e6:.2f} ms per request in operators, "
-            f"{top.share:.0%} of it in {where}"
-        )
-    if change == 0:
-        return f"no change in operator time per request (largest: {where})"
-    marker = " (new)" if top.side == "current only" else ""
-    return f"{signed_ms(change)} per request, {top.share:.0%} of it in {where}{marker}"
+    return diff.headline(where)
 
 
 # --------------------------------------------------------------------------- icicle
