@@ -10,7 +10,9 @@ kill, ``os._exit``) or hangs past the timeout fails only its cell, with the exit
 status or signal and the tail of the worker's stderr, and the session goes on.
 Opening the cell may take ``RunContext.open_timeout_s`` (``--perfguard-open-timeout``);
 a worker past it is killed with its process group (whatever the model started).
-Accuracy checks, when the cell has them, run in the parent afterwards.
+Accuracy checks, when the cell has them, run in the parent afterwards. ``profile()``
+takes the cell's operator profile in the same worker after its measurement
+(``perfguard.measure.profile``), never inside it.
 """
 
 from __future__ import annotations
