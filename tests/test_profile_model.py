@@ -17,6 +17,7 @@ from perfguard.core.profile import (
     OperatorProfile,
     OpTypeTime,
     diff_profiles,
+    layer_of,
 )
 
 OP_TYPES = ("MatMul", "Conv", "Add", "Gemm", "aten::addmm")
@@ -109,14 +110,21 @@ def test_the_headline_names_the_top_contributor(
 ) -> None:
     base, current = pair
     diff = diff_profiles(base, current)
-    top = diff.top
-    assert top is not None and top is diff.nodes[0]
+    assert diff.top is not None and diff.top is diff.nodes[0]
+    top = diff.top_layer
+    assert top is not None and top is diff.layers[0]
+    # Layers add their nodes up: every node's layer is one, and nothing is lost.
+    layer_keys = {c.key for c in diff.layers}
+    assert {layer_of(c.key, current.profiler) for c in diff.nodes} == layer_keys
+    assert sum(c.delta_ns for c in diff.layers) == pytest.approx(
+        sum(c.delta_ns for c in diff.nodes), abs=1e-3
+    )
     line = diff.headline()
     assert f"`{top.key}`" in line
     if diff.change_ns:
         assert f"{top.share:.0%} of it in {top.op_type}" in line
-        # The top node is the one that moved most in the direction of the change.
-        moved = [c.delta_ns * (1 if diff.change_ns > 0 else -1) for c in diff.nodes]
+        # The top layer is the one that moved most in the direction of the change.
+        moved = [c.delta_ns * (1 if diff.change_ns > 0 else -1) for c in diff.layers]
         assert moved[0] == max(moved)
         assert line.startswith("+" if diff.change_ns > 0 else "-")
 

@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from perfguard.core.profile import NodeTime, OperatorProfile, OpTypeTime, diff_profiles, signed_ms
+from perfguard.core.profile import (
+    NodeTime,
+    OperatorProfile,
+    OpTypeTime,
+    diff_profiles,
+    layer_of,
+    signed_ms,
+)
 from perfguard.core.results import ScenarioResult
 from perfguard.report import render_html, render_markdown
 from perfguard.report.model import ReportInput
@@ -206,7 +213,8 @@ def test_the_summary_names_the_top_contributor() -> None:
     change = (current.operator_ns - base.operator_ns) / 1e6
     share = PLANTED_NS / (current.operator_ns - base.operator_ns)
     line = next(line for line in md.splitlines() if SID in line)
-    assert f"{change:+.2f} ms per request, {share:.0%} of it in MatMul `{PLANTED}`" in line
+    layer = layer_of(PLANTED, "onnxruntime")  # the node`s layer: its parent path
+    assert f"{change:+.2f} ms per request, {share:.0%} of it in MatMul `{layer}`" in line
     assert line.endswith(f"; {diff.headline()} |")
 
 
@@ -215,8 +223,8 @@ def test_the_markdown_headline_says_what_the_headline_says_with_names_made_inert
     for before in (base, None):
         diff = diff_profiles(before, current)
         assert markdown_headline(diff, in_table=False) == diff.headline()
-    evil = "/x/[a](javascript:alert(1))|@everyone"
-    hostile = profile([NodeTime(evil, "<b>Op</b>", 5.0e5), *nodes()])
+    evil = "/x/[a](javascript:alert(1))|@everyone"  # a layer, named by its node below
+    hostile = profile([NodeTime(f"{evil}/Op", "<b>Op</b>", 5.0e5), *nodes()])
     line = markdown_headline(diff_profiles(profile(nodes()), hostile))
     assert "`/x/[a](javascript:alert(1))\\|@everyone`" in line  # a code span, | escaped
     assert "<b>" not in line and "&lt;b&gt;Op&lt;/b&gt;" in line
@@ -334,3 +342,29 @@ def test_a_node_without_a_name_is_shown_as_unnamed() -> None:
     view = profile_view(replace(scenario(SID), profile=current), None)
     assert view is not None and view.nodes[0].name == "(unnamed)"
     assert "(unnamed)" in [path for path, _, _ in boxes(ET.fromstring(str(view.icicle)))]
+
+
+def test_a_layer_whose_export_renumbered_its_nodes_is_named_as_a_whole() -> None:
+    # An exported layer that gained operations: ONNX names its nodes after their place
+    # (/layer2/Conv_1 ...), so the base's and the current's nodes share no names and
+    # each new node holds a fraction of the change. Added up per layer, /layer2 is it.
+    def layer2(count: int, ns: float) -> list[NodeTime]:
+        return [NodeTime(f"/layer2/Conv_{i + count}", "Conv", ns) for i in range(count)]
+
+    others = [NodeTime("/layer1/conv/Conv", "Conv", 300_000.0)]
+    base = profile([*others, *layer2(1, 100_000.0)])
+    current = profile([*others, *layer2(5, 100_000.0)])
+    part = section(render_html(report_input(base, current)))
+    assert table_names(part, "layers")[0] == "/layer2"
+    # No single node holds more than a quarter of the change; the layer holds it all.
+    assert all(c.share <= 0.25 for c in diff_profiles(base, current).nodes)
+    assert "+0.40 ms per request, 100% of it in Conv `/layer2`" in part.replace("&#96;", "`")
+    # Where layers are the nodes themselves (torch modules), no second table.
+    modules = [NodeTime("layer1/conv", "Conv2d", 3e5), NodeTime("layer2", "Block", 1e5)]
+    torch_base = replace(profile(modules), profiler="torch.profiler")
+    torch_now = replace(
+        profile([modules[0], replace(modules[1], ns=5e5)]), profiler="torch.profiler"
+    )
+    torch_part = section(render_html(report_input(torch_base, torch_now)))
+    assert table_names(torch_part, "nodes")[0] == "layer2"
+    assert 'class="prof prof-layers"' not in torch_part

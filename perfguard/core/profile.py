@@ -33,6 +33,7 @@ __all__ = [
     "OperatorProfile",
     "ProfileDiff",
     "diff_profiles",
+    "layer_of",
     "signed_ms",
 ]
 
@@ -195,6 +196,9 @@ class ProfileDiff:
     current_ns: float
     nodes: tuple[Contribution, ...]
     op_types: tuple[Contribution, ...]
+    #: Nodes added up per layer (:func:`layer_of`), each with the op type that
+    #: contributed most inside it; the headline names the top one.
+    layers: tuple[Contribution, ...] = ()
 
     @property
     def change_ns(self) -> float | None:
@@ -205,6 +209,11 @@ class ProfileDiff:
         """The node that contributed most to the change (or took most time, without a base)."""
         return self.nodes[0] if self.nodes else None
 
+    @property
+    def top_layer(self) -> Contribution | None:
+        """The layer that contributed most: what the headline names."""
+        return self.layers[0] if self.layers else self.top
+
     def headline(self, where: Callable[[Contribution], str] | None = None) -> str:
         """One line naming the top contributor.
 
@@ -213,7 +222,7 @@ class ProfileDiff:
         ``where`` words the contributor (Markdown escapes it for a summary);
         by default ``op_type `name```.
         """
-        top = self.top
+        top = self.top_layer
         change = self.change_ns
         if top is None:
             return "no operator time profiled"
@@ -266,9 +275,55 @@ def diff_profiles(base: OperatorProfile | None, current: OperatorProfile) -> Pro
         change=None if base is None else sum(current_ops.values()) - sum(base_ops.values()),
         total=sum(current_ops.values()),
     )
-    return ProfileDiff(
-        base_ns=base_total, current_ns=current.operator_ns, nodes=nodes, op_types=ops
+    base_layers = None if base is None else _by_layer(base)
+    current_layers = _by_layer(current)
+    layer_ops = _dominant_ops(nodes, current.profiler)
+    layers = _contributions(
+        keys=_union(base_layers or {}, current_layers),
+        op_type=lambda key: layer_ops.get(key, ""),
+        base=base_layers,
+        current=current_layers,
+        change=change,
+        total=current.operator_ns,
     )
+    return ProfileDiff(
+        base_ns=base_total,
+        current_ns=current.operator_ns,
+        nodes=nodes,
+        op_types=ops,
+        layers=layers,
+    )
+
+
+def layer_of(name: str, profiler: str) -> str:
+    """The layer a node belongs to.
+
+    A torch node is a module and a TensorRT node a layer already: itself. An ONNX
+    Runtime node is one operation of an exported layer, named below it
+    (``/encoder/layer.3/attention/self/query/MatMul``): its layer is the name's parent
+    path (``/encoder/layer.3/attention/self/query``). Adding nodes up per layer also
+    makes a layer comparable across an export that renumbered its nodes
+    (``/layer2/Conv_1`` in one, ``/layer2/Conv_3`` in the other).
+    """
+    if profiler != "onnxruntime" or PATH_SEPARATOR not in name.strip(PATH_SEPARATOR):
+        return name
+    return name[: name.rstrip(PATH_SEPARATOR).rindex(PATH_SEPARATOR)] or name
+
+
+def _by_layer(profile: OperatorProfile) -> dict[str, float]:
+    layers: dict[str, float] = {}
+    for node in profile.nodes:
+        layer = layer_of(node.name, profile.profiler)
+        layers[layer] = layers.get(layer, 0.0) + node.ns
+    return layers
+
+
+def _dominant_ops(nodes: Iterable[Contribution], profiler: str) -> dict[str, str]:
+    """Per layer, the op type of its node that contributed most (nodes come sorted)."""
+    ops: dict[str, str] = {}
+    for node in nodes:
+        ops.setdefault(layer_of(node.key, profiler), node.op_type)
+    return ops
 
 
 def _by_name(nodes: Iterable[NodeTime]) -> dict[str, NodeTime]:

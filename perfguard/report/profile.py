@@ -125,6 +125,10 @@ class ProfileView:
     trace_link: bool
     cost: str
     legend: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    #: Nodes added up per layer (``core.profile.layer_of``), when that differs from the
+    #: nodes themselves (ONNX Runtime: a layer's operations); the headline names the top.
+    layers: tuple[ProfileRow, ...] = ()
+    layers_more: str = ""
 
 
 def _row(c: Contribution, has_base: bool, providers: dict[str, str]) -> ProfileRow:
@@ -178,6 +182,8 @@ def profile_view(
     before = base.profile if base is not None else None
     diff = diff_profiles(before, now)
     has_base = before is not None
+    by_layer = {c.key for c in diff.layers} != {c.key for c in diff.nodes}
+    layers = diff.layers if by_layer else ()
     providers = {n.name: n.provider for n in now.nodes}
     if before is not None:
         providers = {**{n.name: n.provider for n in before.nodes}, **providers}
@@ -205,6 +211,8 @@ def profile_view(
         trace_link=now.trace is not None and _TRACE_PATH.fullmatch(now.trace) is not None,
         cost=_cost(now),
         legend=legend(has_base),
+        layers=tuple(_row(c, has_base, {}) for c in layers[:top_nodes]),
+        layers_more=_more(layers[top_nodes:], "layer", has_base),
     )
 
 
