@@ -29,7 +29,7 @@ from perfguard.backends.torch_cuda import (
     describe_oom,
     first_compiled_call,
     forget_frames,
-    profiler_activities,
+    profiler_device,
     self_device_us,
 )
 from perfguard.core.errors import CellError
@@ -404,10 +404,13 @@ class TorchProfiler:
         if hooked is not None:
             self._hook(torch, hooked)
         try:
-            self._profile = torch.profiler.profile(
-                activities=profiler_activities(torch, self._device)
+            # The autograd profiler is what torch.profiler.profile wraps (the same
+            # kineto events and Chrome trace); used directly it does not import
+            # torch._dynamo on its first start, which costs seconds per process.
+            self._profile = torch.autograd.profiler.profile(
+                use_kineto=True, use_cpu=True, use_device=profiler_device(self._device)
             )
-            self._profile.start()
+            self._profile.__enter__()
         except BaseException:
             self._unhook()
             raise
@@ -459,10 +462,10 @@ class TorchProfiler:
             raise RuntimeError("this profiling pass is already finished")
         self._finished = True
         try:
-            self._profile.stop()
+            self._profile.__exit__(None, None, None)
         finally:
             self._unhook()
-        events = list(self._profile.events())
+        events = list(self._profile.function_events)
         trace = _chrome_trace(self._profile)
         nodes, op_types, info = split_torch_events(
             events, self._ranges, on_device=self._device.type == "cuda"

@@ -39,7 +39,7 @@ __all__ = [
     "describe_oom",
     "first_compiled_call",
     "forget_frames",
-    "profiler_activities",
+    "profiler_device",
     "self_device_us",
 ]
 
@@ -386,12 +386,10 @@ def describe_oom(exc: BaseException, device: Any = None) -> str:
     return f"device out of memory on {where}: {first}; {figures}"
 
 
-def profiler_activities(torch: Any, device: Any) -> list[Any]:
-    """``torch.profiler`` activities for a session on ``device``: CPU, and CUDA on a GPU."""
-    activity = torch.profiler.ProfilerActivity
-    if getattr(device, "type", "cpu") == "cuda":
-        return [activity.CPU, activity.CUDA]
-    return [activity.CPU]
+def profiler_device(device: Any) -> str | None:
+    """The device a profiling pass also records (kernels and their time): ``cuda`` on
+    a GPU, ``None`` (CPU activity only) elsewhere."""
+    return "cuda" if getattr(device, "type", "cpu") == "cuda" else None
 
 
 def self_device_us(event: Any) -> float:
