@@ -250,7 +250,7 @@ def test_reports_read_right_at_1280_px(pytester: pytest.Pytester, tmp_path: Path
     )
     run_git(pytester.path, "init", "-q", "-b", "main")
     _commit(pytester.path, 2, 0, "base")
-    pytester.runpytest("--perfguard", "--perfguard-save").assert_outcomes(passed=5)
+    pytester.runpytest("--perfguard", "--perfguard-save").assert_outcomes(passed=6)
     head = _commit(pytester.path, 6, 7, "three times slower, new weights")
     archived = pytester.runpytest("--perfguard")
     assert archived.ret != 0
