@@ -605,6 +605,26 @@ def test_report_command_refuses_to_rejudge_an_ab_run_but_renders_its_own_verdict
     assert (results.parent.parent / "index.html").is_file()  # <commit12>-ab is a run dir
 
 
+def test_report_command_shows_an_ab_runs_base_side(tmp_path: Path) -> None:
+    ab = replace(run_of([scenario("s::a", scale_ms=3.0)]), mode="ab")
+    results = write_results(ab, tmp_path / "reports")
+    samples_a = scenario("s::a", seed=7).samples_ns
+    decision = Decision(True, DecisionKind.REGRESSION, 1.5, 1.4, 1.6, 200, "regression")
+    verdict = replace(
+        p95_verdict("s::a", VerdictKind.REGRESSION, 1.5, "P95 latency +50.0%"),
+        mode="ab",
+        ab=ABDetail(BASE_SHA, "HEAD~1", decision, 2.0, (), samples_a),
+    )
+    write_comparison(
+        comparison_path(results), baseline={"commit": BASE_SHA}, gate=True, verdicts=[verdict]
+    )
+    html = report_command(results, None, None).read_text()
+    row = html[html.index('<tr class="o-') :]
+    row = row[: row.index("</tr>")]
+    p50 = summarize(samples_a).p50 / 1e6
+    assert f"<span>{p50:.3f} -&gt;</span>" in row and "<span>- -&gt;</span>" not in row
+
+
 def test_report_command_keeps_the_runs_exit_status_unless_it_rejudges(tmp_path: Path) -> None:
     """A run that pytest failed for a reason no cell shows (another test, a crash in a
     hook) is rendered as failed from its stored files, as it ended; re-judged against
