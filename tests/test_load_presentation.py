@@ -6,12 +6,14 @@ import re
 from typing import Any
 
 import numpy as np
+import pytest
 
 from perfguard.core.loadfigures import LoadFigures
 from perfguard.core.results import ScenarioResult
 from perfguard.core.stats import summarize
 from perfguard.report import render_html, render_markdown
 from perfguard.report.model import ReportInput
+from perfguard.report.plots import BASELINE_COLOR
 from perfguard.report.tables import LOAD_HEADERS, load_group, load_lines, short_invalid
 from tests.test_report import run_of, scenario
 
@@ -259,7 +261,17 @@ def test_html_load_section() -> None:
     assert 'id="load"' in html and "Load (2 scenarios)" in html
     section = _section(html, f"{SUITE}::minilm[onnxruntime]")
     assert "<svg" in section and "latency vs throughput" in section
-    assert "baseline&#39;s 8 levels" in section or "baseline's 8 levels" in section
+    # The caption counts the baseline levels the curve draws: not its SLO search, nor an
+    # invalid level (drawn for this run only).
+    key = f"{SUITE}::minilm[onnxruntime]"
+    drawn = [
+        r
+        for r in load_results(seed=50)
+        if load_group(r) == key and r.load is not None and r.load.slo is None
+        if not r.load.invalid
+    ]
+    assert len(drawn) < len([r for r in load_results(seed=50) if load_group(r) == key])
+    assert f"baseline&#39;s {len(drawn)} levels fainter in blue" in section
     # The level table carries the terminal figures.
     r200 = load_results()[4]
     assert r200.latency_ns is not None and r200.load is not None
@@ -298,6 +310,37 @@ def test_html_without_baseline_and_deterministic() -> None:
         html, f"{SUITE}::minilm[onnxruntime]"
     )
     assert _report() == _report()
+
+
+def _figures(html: str, kind: str) -> list[tuple[str, str]]:
+    """(svg, caption) of each ``<figure class="kind">``."""
+    return re.findall(
+        rf'<figure class="{kind}">(<svg.*?</svg>)<figcaption>(.*?)</figcaption>', html, re.S
+    )
+
+
+@pytest.mark.parametrize("with_baseline", [True, False])
+def test_load_curve_captions_name_only_what_is_drawn(with_baseline: bool) -> None:
+    # Each part of a caption stands for a series of the SVG (matplotlib writes a legend
+    # entry per labelled series): no baseline curve, no baseline in the caption.
+    figures = _figures(_report(with_baseline), "loadcurve")
+    assert len(figures) == 2
+    for svg, caption in figures:
+        for words, legend in (
+            ("in blue", "baseline P95"),
+            ("uncorrected P95 dashed", "P95 uncorrected"),
+            ("invalid levels", "invalid level"),
+            ("SLO target", "SLO target"),
+            ("circle met", "step met"),
+            ("cross missed", "step missed"),
+            ("square invalid", "step invalid"),
+        ):
+            assert (words in caption) == (legend in svg), (words, caption)
+        assert ("blue" in caption) == (with_baseline and BASELINE_COLOR in svg)
+    # The onnxruntime group has an open loop, an invalid level and an SLO search.
+    caption = figures[0][1]
+    assert "uncorrected" in caption and "invalid levels" in caption and "SLO" in caption
+    assert "uncorrected" not in figures[1][1]  # the torch group: closed loop only
 
 
 def test_no_load_no_section() -> None:

@@ -6,23 +6,38 @@ import json
 import re
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 
+from perfguard.ab.run import base_results
+from perfguard.baseline.store import Baseline
 from perfguard.core.accuracyfigures import AccuracyFigures
 from perfguard.core.errors import ResultsError
 from perfguard.core.figures import RuntimeInfo
+from perfguard.core.loadfigures import LoadFigures
 from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
 from perfguard.core.resultsio import write_results
 from perfguard.core.stats import summarize, throughput
-from perfguard.judge.verdict import MetricVerdict, ScenarioVerdict, VerdictKind
+from perfguard.judge.gatekeeper import BaselineChoice
+from perfguard.judge.verdict import (
+    ABDetail,
+    Decision,
+    DecisionKind,
+    MetricVerdict,
+    ScenarioVerdict,
+    VerdictKind,
+)
 from perfguard.report import render_html, render_index, render_markdown, write_report
 from perfguard.report.cli_report import report_command
 from perfguard.report.comparison import comparison_path, write_comparison
 from perfguard.report.markdown import MARKER
 from perfguard.report.model import ReportInput
+from perfguard.report.plots import BASELINE_COLOR, CURRENT_COLOR
+from perfguard.report.render import FULL_PLOT_BUDGET
+from perfguard.report.runfiles import base_side
 
 EVIL = "<script>alert(1)</script>\"quoted\" 'single'"
 SHA = "a" * 40
@@ -248,6 +263,200 @@ def test_render_is_deterministic() -> None:
     assert render_html(full_input()) == render_html(full_input())
 
 
+def _check(metric: str, passed: bool, reference: str, value: float = 0.0) -> dict[str, Any]:
+    return {
+        "metric": metric,
+        "output": "0",
+        "value": value,
+        "limit": 0.999 if metric != "nonfinite_max" else 0,
+        "passed": passed,
+        "reference": reference,
+        "worst_inputs": [],
+        "message": f"{metric} {'ok' if passed else 'failed'} vs {reference}",
+    }
+
+
+def golden_only_failure() -> dict[str, Any]:
+    """A cell that matches its reference but not the baseline's golden outputs."""
+    out = {"name": "0", "values": {"cosine_mean": 1.0, "cosine_min": 1.0}, "worst_inputs": []}
+    ref, gold = "torch-fp32", "baseline bbbbbbb"
+    return {
+        "n": 8,
+        "reference": ref,
+        "report": {
+            "reference": ref,
+            "passed": True,
+            "outputs": [out],
+            "checks": [_check("cosine_min", True, ref, 1.0), _check("nonfinite_max", True, ref)],
+        },
+        "baseline": {
+            "reference": gold,
+            "passed": False,
+            "outputs": [out],
+            "checks": [
+                _check("baseline_cosine_min", False, gold, -0.38),
+                _check("nonfinite_max", True, gold),
+            ],
+        },
+        "failures": ["baseline_cosine_min failed vs baseline bbbbbbb"],
+        "passed": False,
+    }
+
+
+def _accuracy_section(html: str) -> str:
+    start = html.index('<h3 class="accuracy">')
+    return html[start : html.index("<h3>Run</h3>", start)]
+
+
+def test_the_accuracy_heading_names_the_check_that_failed() -> None:
+    sid = "s::gold"
+    html = render_html(ReportInput(run=run_of([scenario(sid, accuracy=golden_only_failure())])))
+    section = _accuracy_section(html)
+    heading = section[: section.index("</h3>")]
+    # The reference check held: it must not read as failed; the golden one did not.
+    assert re.search(r"vs reference torch-fp32: <span class=\"pass\">passed</span>", heading)
+    assert re.search(
+        r"vs golden outputs of baseline bbbbbbb: <span class=\"fail\">FAILED</span>", heading
+    )
+    assert "Accuracy vs torch-fp32" not in html
+    # The scenario table's headline says the same.
+    row = html[html.index('<tr class="o-') :]
+    assert "vs torch-fp32: ok; golden outputs: 1 failure" in row[: row.index("</tr>")]
+    # And a reference failure still reads as one, with the golden check passed.
+    flipped = golden_only_failure()
+    flipped["report"]["checks"][0] = _check("cosine_min", False, "torch-fp32", 0.5)
+    flipped["baseline"]["checks"][0] = _check("baseline_cosine_min", True, "baseline bbbbbbb", 1)
+    heading = _accuracy_section(
+        render_html(ReportInput(run=run_of([scenario(sid, accuracy=flipped)])))
+    ).split("</h3>")[0]
+    assert re.search(r"vs reference torch-fp32: <span class=\"fail\">FAILED</span>", heading)
+    assert re.search(r"baseline bbbbbbb: <span class=\"pass\">passed</span>", heading)
+
+
+def test_the_checks_table_lists_each_check_once_with_what_it_compared() -> None:
+    html = render_html(
+        ReportInput(run=run_of([scenario("s::gold", accuracy=golden_only_failure())]))
+    )
+    table = _accuracy_section(html).split("<caption>checks</caption>", 1)[1].split("</table>")[0]
+    rows = re.findall(r"<tr><td>(\w+)</td><td>(\w*)</td><td>([^<]*)</td>", table)
+    assert rows == [
+        ("cosine_min", "0", "reference torch-fp32"),
+        ("nonfinite_max", "0", "this run&#39;s outputs"),  # the same count, checked once
+        ("baseline_cosine_min", "0", "golden outputs of baseline bbbbbbb"),
+    ]
+
+
+def _figures(html: str, kind: str) -> list[tuple[str, str]]:
+    return re.findall(
+        rf'<figure class="{kind}">(<svg.*?</svg>)<figcaption>(.*?)</figcaption>', html, re.S
+    )
+
+
+def test_cdf_captions_name_only_the_curves_drawn() -> None:
+    base = {"s::a": scenario("s::a", seed=9)}
+    for baseline in (base, {}):
+        html = render_html(ReportInput(run=run_of([scenario("s::a")]), baseline=baseline))
+        ((svg, caption),) = _figures(html, "cdf")
+        assert ("baseline (blue)" in caption) == bool(baseline) == (BASELINE_COLOR in svg)
+        assert "current (red)" in caption and CURRENT_COLOR in svg
+    # Many cells: sparklines past the budget, captioned the same way.
+    many = [scenario(f"s::{i:03}", seed=i) for i in range(FULL_PLOT_BUDGET + 2)]
+    html = render_html(ReportInput(run=run_of(many), baseline={many[-1].id: many[0]}))
+    figures = _figures(html, "cdf")
+    assert len(figures) == len(many)
+    for svg, caption in figures:
+        assert ("baseline (blue)" in caption) == (BASELINE_COLOR in svg)
+    # A cell of the baseline not measured in this run: its curve is the baseline's.
+    html = render_html(
+        ReportInput(
+            run=run_of([scenario("s::a")]),
+            baseline={"s::gone": scenario("s::gone")},
+            verdicts=(ScenarioVerdict("s::gone", VerdictKind.MISSING, messages=("gone",)),),
+        )
+    )
+    gone = html[html.index("<h2>s::gone") :]
+    ((svg, caption),) = _figures(gone[: gone.index("</section>")], "cdf")
+    assert "baseline (blue)" in caption and "current" not in caption
+    assert BASELINE_COLOR in svg and CURRENT_COLOR not in svg
+    # No trend for it either: the trend's red point is this run's.
+    assert not _figures(gone[: gone.index("</section>")], "trend")
+
+
+#: The base side's last round of a closed-loop level (``LoadFigures.to_dict()``).
+LOAD_A: dict[str, Any] = {
+    "mode": "closed",
+    "level": "c2",
+    "concurrency": 2,
+    "rate_asked": None,
+    "rate_sent": None,
+    "rate_achieved": None,
+    "arrivals": None,
+    "workers": 1,
+    "sessions": "shared",
+    "requests": 100,
+    "completed": 100,
+    "failed": 0,
+    "unserved": 0,
+    "duration_s": 0.11,
+    "throughput": 900.0,
+    "uncorrected_ns": None,
+    "queue_share": 0.01,
+    "late": {
+        "count": 0,
+        "share": 0.0,
+        "limit_ms": 1.0,
+        "max_share": 0.05,
+        "lag_p99_ms": None,
+        "lag_max_ms": None,
+    },
+    "errors": {},
+}
+
+
+def test_the_ab_base_side_of_a_load_cell_has_the_base_figures(tmp_path: Path) -> None:
+    base_run = run_of([scenario("s::slo", seed=4)], sha=BASE_SHA)
+    archived = Baseline("f00000000001", base_run.commit, (base_run,), None)
+    gatekeeper: Any = SimpleNamespace(
+        choice=BaselineChoice(archived, "nearest ancestor"), history_results=lambda sid: []
+    )
+    head = LoadFigures.from_dict({**LOAD_A, "throughput": 300.0, "queue_share": 0.2})
+    current = replace(scenario("s::load", seed=1, scale_ms=6.0), throughput=300.0, load=head)
+    samples_a = scenario("s::load", seed=2, scale_ms=2.0).samples_ns
+    decision = Decision(True, DecisionKind.REGRESSION, 3.0, 2.8, 3.2, 10, "regression")
+    verdicts = {
+        "s::load": ScenarioVerdict(
+            "s::load",
+            VerdictKind.REGRESSION,
+            mode="ab",
+            ab=ABDetail(BASE_SHA, "HEAD~1", decision, 5.0, (), samples_a, 900.0, LOAD_A),
+        ),
+        # An SLO search: A/B judged it against the archived baseline.
+        "s::slo": p95_verdict("s::slo", VerdictKind.REGRESSION, 1.12, "+12.0%"),
+    }
+    run = run_of([current, scenario("s::slo", seed=5)])
+    side = base_side(gatekeeper, verdicts, run, ab=True, ab_base=(BASE_SHA, "HEAD~1"))
+    load = side.results["s::load"]
+    assert load.samples_ns == samples_a and load.throughput == 900.0
+    assert load.load is not None and load.load.to_dict() == LoadFigures.from_dict(LOAD_A).to_dict()
+    assert side.results["s::slo"] == archived.pooled("s::slo")
+    # In the report: the base's figures beside the head's, for both cells.
+    html = render_html(
+        ReportInput(run=run, verdicts=tuple(verdicts.values()), baseline=side.results)
+    )
+    table = html[
+        html.index('<table id="scenarios">') : html.index(
+            "</table>", html.index('<table id="scenarios">')
+        )
+    ]
+    assert "<span>- -&gt;</span>" not in table
+    # A verdict written before the base's load figures were kept borrows none of the head's.
+    old = replace(
+        verdicts["s::load"], ab=replace(verdicts["s::load"].ab, throughput_a=None, load_a=None)
+    )
+    (result,) = base_results({"s::load": old}, {"s::load": current}).values()
+    assert result.throughput is None and result.load is None and result.samples_ns == samples_a
+
+
 # --------------------------------------------------------------------------- Markdown
 
 
@@ -394,6 +603,26 @@ def test_report_command_refuses_to_rejudge_an_ab_run_but_renders_its_own_verdict
     html_path = report_command(results, None, None)  # its own comparison (none here)
     assert html_path == results.parent / "report.html"
     assert (results.parent.parent / "index.html").is_file()  # <commit12>-ab is a run dir
+
+
+def test_report_command_shows_an_ab_runs_base_side(tmp_path: Path) -> None:
+    ab = replace(run_of([scenario("s::a", scale_ms=3.0)]), mode="ab")
+    results = write_results(ab, tmp_path / "reports")
+    samples_a = scenario("s::a", seed=7).samples_ns
+    decision = Decision(True, DecisionKind.REGRESSION, 1.5, 1.4, 1.6, 200, "regression")
+    verdict = replace(
+        p95_verdict("s::a", VerdictKind.REGRESSION, 1.5, "P95 latency +50.0%"),
+        mode="ab",
+        ab=ABDetail(BASE_SHA, "HEAD~1", decision, 2.0, (), samples_a),
+    )
+    write_comparison(
+        comparison_path(results), baseline={"commit": BASE_SHA}, gate=True, verdicts=[verdict]
+    )
+    html = report_command(results, None, None).read_text()
+    row = html[html.index('<tr class="o-') :]
+    row = row[: row.index("</tr>")]
+    p50 = summarize(samples_a).p50 / 1e6
+    assert f"<span>{p50:.3f} -&gt;</span>" in row and "<span>- -&gt;</span>" not in row
 
 
 def test_report_command_keeps_the_runs_exit_status_unless_it_rejudges(tmp_path: Path) -> None:

@@ -98,6 +98,7 @@ __all__ = [
     "load_round_length",
     "run_load_rounds",
     "run_pairs",
+    "side_figures",
 ]
 
 REQUEST_TIMEOUT_S = 60.0
@@ -665,19 +666,18 @@ class ABRun:
         throughput, and the ``load`` figures of its last usable round."""
         assert self.base is not None
         samples = pooled(rounds, "b")
-        used = [r for r in rounds if r.dropped is None] or rounds
         batch = int(opened.get("batch", 1) or 1)
-        last = used[-1].b
+        throughput, load = side_figures(rounds, "b")
         return dataclasses.replace(
             ScenarioResult.for_cell(scenario, ctx.rootdir, batch_size=batch),
             latency_ns=summarize(samples) if samples.size else None,
-            throughput=float(np.median([r.b.throughput for r in used])),
+            throughput=throughput,
             cold_start_ns=int(warm.get("cold_start_ns", 0)),
             warmup_iterations=int(warm.get("iterations", 0)),
             warmup_ns=int(warm.get("elapsed_ns", 0)),
             stable=True,
             runtime=RuntimeInfo(backend=dict(opened.get("runtime") or {}), ab_base=self.base.sha),
-            load=LoadFigures.from_dict(last.load) if last.load else None,
+            load=LoadFigures.from_dict(load) if load else None,
             samples_ns=tuple(int(s) for s in samples),
         )
 
@@ -758,6 +758,7 @@ class ABRun:
                     higher_is_worse=False,
                 )
             )
+        throughput_a, load_a = side_figures(rounds, "a")
         dropped = [r for r in rounds if r.dropped is not None]
         if dropped:
             messages.append(
@@ -781,6 +782,8 @@ class ABRun:
                 elapsed_s=elapsed,
                 rounds=tuple(ab_rounds(rounds, plan.q)),
                 samples_a_ns=tuple(int(x) for x in pooled(rounds, "a")),
+                throughput_a=throughput_a,
+                load_a=load_a or None,
             ),
         )
 
@@ -822,18 +825,39 @@ def ab_how(base_sha: str, base_how: str) -> str:
     )
 
 
+def side_figures(rounds: list[LoadRound], side: str) -> tuple[float, dict[str, Any]]:
+    """One side's figures of a load cell's rounds, as its result states them: the median
+    round throughput and the ``load`` figures of its last usable round."""
+    used = [r for r in rounds if r.dropped is None] or rounds
+    levels = [r.a if side == "a" else r.b for r in used]
+    if not levels:
+        return 0.0, {}
+    return float(np.median([level.throughput for level in levels])), dict(levels[-1].load)
+
+
 def base_results(
     verdicts: Mapping[str, ScenarioVerdict], results: Mapping[str, ScenarioResult]
 ) -> dict[str, ScenarioResult]:
-    """The report's baseline of each A/B cell: its base-revision samples of this run."""
+    """The report's baseline of each A/B cell: its base-revision samples of this run and,
+    under load, the base side's own throughput and load figures (never the head's: a
+    verdict stored before them leaves those figures out rather than borrow the head's)."""
     out: dict[str, ScenarioResult] = {}
     for sid, verdict in verdicts.items():
-        samples = verdict.ab.samples_a_ns if verdict.ab is not None else ()
+        ab = verdict.ab
+        samples = ab.samples_a_ns if ab is not None else ()
         current = results.get(sid)
-        if verdict.mode == "ab" and samples and current is not None:
-            out[sid] = dataclasses.replace(
-                current, samples_ns=samples, latency_ns=summarize(samples), runtime=RuntimeInfo()
+        if verdict.mode != "ab" or ab is None or not samples or current is None:
+            continue
+        base = dataclasses.replace(
+            current, samples_ns=samples, latency_ns=summarize(samples), runtime=RuntimeInfo()
+        )
+        if current.load is not None:
+            base = dataclasses.replace(
+                base,
+                throughput=ab.throughput_a,
+                load=LoadFigures.from_dict(ab.load_a) if ab.load_a else None,
             )
+        out[sid] = base
     return out
 
 

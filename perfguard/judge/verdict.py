@@ -128,7 +128,11 @@ class ABRound:
 class ABDetail:
     """The paired figures behind a same-run A/B verdict (``ScenarioVerdict.ab``): the base
     commit and how it was chosen, the stopping rule's decision, the time spent, the
-    per-round figures and the base side's raw samples (the report's baseline)."""
+    per-round figures and the base side's raw samples (the report's baseline). A cell
+    under load also keeps the base side's median round throughput (``throughput_a``)
+    and the load figures of its last usable round (``load_a``, ``LoadFigures.to_dict()``):
+    the report's base side of the cell, built as the head's result is; both absent
+    (and out of the JSON) for other cells and in files written before them."""
 
     base: str
     base_how: str
@@ -136,9 +140,11 @@ class ABDetail:
     elapsed_s: float
     rounds: tuple[ABRound, ...]
     samples_a_ns: tuple[int, ...]
+    throughput_a: float | None = None
+    load_a: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "base": self.base,
             "base_how": self.base_how,
             "decision": self.decision.to_dict(),
@@ -146,6 +152,11 @@ class ABDetail:
             "rounds": [r.to_dict() for r in self.rounds],
             "samples_a_ns": list(self.samples_a_ns),
         }
+        if self.throughput_a is not None:
+            out["throughput_a"] = self.throughput_a
+        if self.load_a is not None:
+            out["load_a"] = dict(self.load_a)
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ABDetail:
@@ -156,6 +167,8 @@ class ABDetail:
             elapsed_s=data["elapsed_s"],
             rounds=tuple(ABRound.from_dict(r) for r in data.get("rounds", ())),
             samples_a_ns=tuple(int(x) for x in data.get("samples_a_ns", ())),
+            throughput_a=data.get("throughput_a"),
+            load_a=data.get("load_a"),
         )
 
 

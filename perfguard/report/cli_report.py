@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from perfguard.ab.run import base_results
 from perfguard.baseline.read import pooled_run, read_baseline_file
 from perfguard.core.errors import ResultsError
 from perfguard.core.policy import CONFIDENCE, CONTENTION_LIMIT, NORMALISE
@@ -75,6 +76,11 @@ def report_command(
             base_env = base_run.environment
         except ResultsError:
             base_by_id = {}
+    if baseline is None:
+        # A same-run A/B run's base side is in its verdicts (the base revision's samples
+        # and, under load, its own figures), as the run's own report showed it.
+        current = {r.id: r for r in run.scenarios}
+        base_by_id.update(base_results({v.scenario_id: v for v in verdicts}, current))
     if baseline is not None:
         baseline = Path(baseline)
         base_run, base_by_id, sha = _load_baseline(baseline)

@@ -79,10 +79,10 @@ class LoadGroup:
     anchor: str
     levels: list[LoadLevel]
     curve: Markup | None = None
+    caption: str = ""
     invalid: list[tuple[str, str]] = field(default_factory=list)  # level, reason
     batching: list[BatchingView] = field(default_factory=list)
     slo: list[SloView] = field(default_factory=list)
-    baseline_levels: int = 0
 
 
 def batching_view(level: str, batching: BatchingFigures) -> BatchingView:
@@ -209,8 +209,9 @@ def _group(
     base: list[ScenarioResult],
     anchors: Mapping[str, str],
     draw: bool,
+    side: str = "the baseline",
 ) -> LoadGroup:
-    group = LoadGroup(key=key, anchor=f"load{index}", levels=[], baseline_levels=len(base))
+    group = LoadGroup(key=key, anchor=f"load{index}", levels=[])
     targets: list[float] = []
     steps: list[plots.SloStep] = []
     for r in members:
@@ -236,8 +237,45 @@ def _group(
             steps += _steps(slo)
     current = _segments(members)
     if draw and (any(current) or steps):
-        group.curve = Markup(plots.load_curve_svg(current, _segments(base), targets, steps))
+        baseline = _segments(base)
+        group.curve = Markup(plots.load_curve_svg(current, baseline, targets, steps))
+        group.caption = curve_caption(current, baseline, targets, steps, side)
     return group
+
+
+#: How ``plots.load_curve_svg`` marks each SLO step outcome.
+_STEP_WORDS = {"ok": "circle met", "missed": "cross missed", "invalid": "square invalid"}
+
+
+def curve_caption(
+    current: Sequence[Sequence[plots.LoadPoint]],
+    baseline: Sequence[Sequence[plots.LoadPoint]],
+    targets: Sequence[float],
+    steps: Sequence[plots.SloStep],
+    side: str = "the baseline",
+) -> str:
+    """The load curve's caption, naming only what ``plots.load_curve_svg`` draws from the
+    same arguments: no baseline curve (no valid baseline level), no mention of one."""
+    valid = [p for line in current for p in line if not p.invalid]
+    base = [p for line in baseline for p in line if not p.invalid]
+    parts = []
+    if valid:
+        lines = ["P50 dotted", "P95 solid"]
+        if any(p.unc_p95_ms is not None for p in valid):
+            lines.append("uncorrected P95 dashed")
+        who = "this run in red"
+        if base:
+            s = "s" if len(base) != 1 else ""
+            who += f", {side}'s {len(base)} level{s} fainter in blue"
+        parts.append(f"latency vs throughput by level: {', '.join(lines)} ({who})")
+    if any(p.invalid for line in current for p in line):
+        parts.append("invalid levels as hollow grey circles, off the lines")
+    if targets:
+        parts.append("SLO target dash-dot")
+    shown = [w for outcome, w in _STEP_WORDS.items() if any(s.outcome == outcome for s in steps)]
+    if shown:
+        parts.append(f"SLO search steps as markers ({', '.join(shown)})")
+    return "; ".join(parts)
 
 
 def build_load_groups(inp: ReportInput, anchors: Mapping[str, str]) -> list[LoadGroup]:
@@ -246,6 +284,7 @@ def build_load_groups(inp: ReportInput, anchors: Mapping[str, str]) -> list[Load
     for r in sorted(inp.run.scenarios, key=lambda s: s.id):
         if r.load is not None:
             groups.setdefault(load_group(r), []).append(r)
+    ab_judged = {v.scenario_id for v in inp.verdicts if v.mode == "ab"}
     base: dict[str, list[ScenarioResult]] = {}
     for r in inp.baseline.values():
         if r.load is not None:
@@ -258,9 +297,17 @@ def build_load_groups(inp: ReportInput, anchors: Mapping[str, str]) -> list[Load
             base.get(key, []),
             anchors,
             i < LOAD_PLOT_BUDGET,
+            _side(base.get(key, []), ab_judged),
         )
         for i, (key, members) in enumerate(groups.items())
     ]
+
+
+def _side(base: Sequence[ScenarioResult], ab_judged: set[str]) -> str:
+    """How a group's caption names its base: levels of a same-run A/B are the A/B base's,
+    the rest (an SLO search judged on the archive) the baseline's."""
+    drawn = [r for r in base if r.load is not None and r.load.slo is None]
+    return "the A/B base" if drawn and all(r.id in ab_judged for r in drawn) else "the baseline"
 
 
 def load_context(inp: ReportInput, anchors: Mapping[str, str]) -> dict[str, Any]:

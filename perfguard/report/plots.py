@@ -284,11 +284,12 @@ def _polyline(xs: Sequence[float], ys: Sequence[float], color: str) -> str:
     return f'<polyline fill="none" stroke="{color}" stroke-width="1.2" points="{pts}"/>'
 
 
-def cdf_sparkline(current: Sequence[int], baseline: Sequence[int] | None) -> str:
-    """A 240x60 CDF of baseline (blue) and current (red) on a shared linear axis."""
+def cdf_sparkline(current: Sequence[int] | None, baseline: Sequence[int] | None) -> str:
+    """A 240x60 CDF of baseline (blue) and current (red) on a shared linear axis; either
+    may be absent (not both)."""
     width, height = 240.0, 60.0
-    curves = [(cdf_points(s, SPARK_POINTS), c) for s, c in ((baseline, BASELINE_COLOR),) if s]
-    curves.append((cdf_points(current, SPARK_POINTS), CURRENT_COLOR))
+    sides = ((baseline, BASELINE_COLOR), (current, CURRENT_COLOR))
+    curves = [(cdf_points(s, SPARK_POINTS), c) for s, c in sides if s]
     lo = min(float(xs[0]) for (xs, _), _c in curves)
     hi = max(float(xs[-1]) for (xs, _), _c in curves)
     span = (hi - lo) or 1.0

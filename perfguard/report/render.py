@@ -110,24 +110,63 @@ def _fmt(value: Any, digits: int = 6) -> str:
     return str(value)
 
 
+def _failures(n: int) -> str:
+    return "ok" if n == 0 else f"{n} failure{'s' if n != 1 else ''}"
+
+
+def golden_label(base: AccuracyReport) -> str:
+    """``golden outputs of baseline 1a2b3c4``: what the baseline comparison checked against
+    (``base.reference`` is ``baseline <sha7>``)."""
+    return f"golden outputs of {base.reference}"
+
+
+def _other_failures(accuracy: AccuracyFigures) -> int:
+    """Failed gates that are neither a reference check nor a golden-output check (the task
+    metric's drop, the drift of a figure since the baseline)."""
+    counted = sum(len(r.failures) for r in (accuracy.report, accuracy.baseline) if r is not None)
+    return max(0, len(accuracy.failures) - counted)
+
+
+def accuracy_verdicts(accuracy: AccuracyFigures) -> list[tuple[str, bool]]:
+    """Each comparison the cell's accuracy was checked by and whether it held: against the
+    reference cell, against the baseline's golden outputs, and the other gates."""
+    out = []
+    report, base = accuracy.report, accuracy.baseline
+    if report is not None:
+        out.append((f"vs reference {accuracy.reference or report.reference}", report.passed))
+    if base is not None:
+        out.append((f"vs {golden_label(base)}", base.passed))
+    others = _other_failures(accuracy)
+    if others or (not out and accuracy.task_metric is not None):
+        out.append(("other gates" if out else "task metric", others == 0))
+    return out
+
+
 def accuracy_headline(accuracy: AccuracyFigures | None) -> str:
-    """``cos 0.99996/0.9993 vs torch-fp32; 2 failures`` or ``-``."""
+    """``cos 0.99996/0.9993 vs torch-fp32: ok; golden outputs: 1 failure`` or ``-``: each
+    comparison says its own result, so a failed golden-output check never reads as a
+    failure against the reference."""
     if accuracy is None:
         return "-"
+    report, base = accuracy.report, accuracy.baseline
     parts = []
-    for output in accuracy.report.outputs if accuracy.report is not None else ():
+    for output in report.outputs if report is not None else ():
         mean = output.values.get("cosine_mean")
         if mean is not None and math.isfinite(mean):
             parts.append(f"cos {_fmt(mean)}/{_fmt(output.values.get('cosine_min'))}")
             break
-    if accuracy.reference:
-        parts.append(f"vs {accuracy.reference}")
-    failures = accuracy.failures
-    if failures:
-        parts.append(f"{len(failures)} failure{'s' if len(failures) != 1 else ''}")
-    else:
-        parts.append("ok" if accuracy.passed else "FAILED")
-    return " ".join(parts) or "-"
+    segments = []
+    if report is not None:
+        ref = accuracy.reference or report.reference
+        segments.append(" ".join([*parts, f"vs {ref}: {_failures(len(report.failures))}"]))
+    if base is not None:
+        segments.append(f"golden outputs: {_failures(len(base.failures))}")
+    others = _other_failures(accuracy)
+    if others:
+        segments.append(f"other gates: {_failures(others)}")
+    if not segments:
+        segments.append("ok" if accuracy.passed else "FAILED")
+    return "; ".join(segments)
 
 
 @dataclass
@@ -135,10 +174,12 @@ class AccuracyView:
     headline: str
     passed: bool
     reference: str
+    verdicts: list[tuple[str, bool]] = field(default_factory=list)
     outputs: list[dict[str, Any]] = field(default_factory=list)
     checks: list[dict[str, Any]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     baseline: list[dict[str, Any]] = field(default_factory=list)
+    baseline_title: str = "drift vs baseline"
     baseline_note: str = ""
     task: list[tuple[str, str]] = field(default_factory=list)
 
@@ -154,19 +195,37 @@ def _outputs(report: AccuracyReport | None) -> list[dict[str, Any]]:
     ]
 
 
-def _checks(report: AccuracyReport | None) -> list[dict[str, Any]]:
-    return [
-        {
-            "metric": c.metric,
-            "output": c.output,
-            "value": _fmt(c.value),
-            "limit": _fmt(c.limit),
-            "passed": c.passed,
-            "worst": ", ".join(str(i) for i in c.worst_inputs),
-            "message": c.message,
-        }
-        for c in (report.checks if report is not None else ())
-    ]
+#: Checks of the current outputs alone (NaN/Inf count): the same figure whichever side
+#: they are compared with, so the checks table lists each once.
+CURRENT_ONLY_CHECKS = frozenset({"nonfinite_max"})
+
+
+def _checks(*sides: tuple[str, AccuracyReport | None]) -> list[dict[str, Any]]:
+    """The rows of the checks table, each with what it checked against (``against``)."""
+    rows: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
+    for against, report in sides:
+        for c in report.checks if report is not None else ():
+            if c.metric in CURRENT_ONLY_CHECKS:
+                if (c.metric, c.output) in seen:
+                    continue
+                seen.add((c.metric, c.output))
+                where = "this run's outputs"
+            else:
+                where = against
+            rows.append(
+                {
+                    "metric": c.metric,
+                    "output": c.output,
+                    "against": where,
+                    "value": _fmt(c.value),
+                    "limit": _fmt(c.limit),
+                    "passed": c.passed,
+                    "worst": ", ".join(str(i) for i in c.worst_inputs),
+                    "message": c.message,
+                }
+            )
+    return rows
 
 
 def accuracy_view(accuracy: AccuracyFigures | None) -> AccuracyView | None:
@@ -174,14 +233,20 @@ def accuracy_view(accuracy: AccuracyFigures | None) -> AccuracyView | None:
         return None
     report, base = accuracy.report, accuracy.baseline
     task = accuracy.task_metric or (report.task_metric if report is not None else None)
+    reference = accuracy.reference or (report.reference if report is not None else "") or ""
     return AccuracyView(
         headline=accuracy_headline(accuracy),
         passed=accuracy.passed,
-        reference=accuracy.reference or (report.reference if report is not None else "") or "none",
+        reference=reference or "none",
+        verdicts=accuracy_verdicts(accuracy),
         outputs=_outputs(report),
-        checks=_checks(report) + _checks(base),
+        checks=_checks(
+            (f"reference {reference}", report),
+            (golden_label(base) if base is not None else "", base),
+        ),
         failures=list(accuracy.failures),
         baseline=_outputs(base),
+        baseline_title=f"vs {golden_label(base)}" if base is not None else "",
         baseline_note=accuracy.baseline_skipped or "",
         task=[(str(k), _fmt(v)) for k, v in (task.to_dict() if task is not None else {}).items()],
     )
@@ -215,6 +280,7 @@ class Row:
     accuracy: AccuracyView | None
     messages: list[str]
     cdf: Markup | None = None
+    cdf_caption: str = ""
     trend: Markup | None = None
     trend_points: int = 0
     scatter: Markup | None = None
@@ -374,16 +440,27 @@ def _add_plots(
     base: ScenarioResult | None,
     full: bool,
     siblings: Sequence[ScenarioResult],
+    side: str = "baseline",
 ) -> None:
+    """The cell's figures; ``side`` names its base in the captions (``baseline``, or
+    ``the A/B base`` for a cell judged by same-run A/B)."""
     base_samples = base.samples_ns if base is not None else None
+    # The caption names only the curves drawn: no baseline samples, no baseline curve.
     if cur is not None and cur.samples_ns:
         draw = plots.cdf_svg if full else plots.cdf_sparkline
         row.cdf = Markup(draw(cur.samples_ns, base_samples))
+        row.cdf_caption = (
+            f"latency CDF: {side} (blue) and current (red)"
+            if base_samples
+            else f"latency CDF: current (red); no {side} samples to compare with"
+        )
     elif base_samples:
-        row.cdf = Markup(plots.cdf_sparkline(base_samples, None))
+        row.cdf = Markup(plots.cdf_sparkline(None, base_samples))
+        row.cdf_caption = f"latency CDF: {side} (blue); not measured in this run"
     points = _trend_values(inp, row.sid, cur)
     row.trend_points = len(points)
-    if len(points) >= 2:
+    # The trend's last point is drawn as this run: only when this run measured the cell.
+    if len(points) >= 2 and cur is not None and cur.latency_ns is not None:
         row.trend = Markup(
             plots.trend_svg(points) if full else plots.trend_sparkline([v for _, v in points])
         )
@@ -408,6 +485,7 @@ def build_rows(inp: ReportInput) -> list[Row]:
     first (``perfguard.judge.outcome``)."""
     current = {s.id: s for s in inp.run.scenarios}
     verdicts = {v.scenario_id: v for v in inp.verdicts}
+    ab_judged = {sid for sid, v in verdicts.items() if v.mode == "ab"}
     outcomes = {c.scenario_id: c for c in inp.outcome().cells}
     order = list(outcomes)
     siblings: dict[tuple[str, str], list[ScenarioResult]] = {}
@@ -422,7 +500,8 @@ def build_rows(inp: ReportInput) -> list[Row]:
         full = budget > 0 and cur is not None and bool(cur.samples_ns)
         budget -= int(full)
         group = siblings.get((cur.suite, cur.name), []) if cur is not None else []
-        _add_plots(row, inp, cur, base, full, group)
+        side = "the A/B base" if sid in ab_judged else "baseline"
+        _add_plots(row, inp, cur, base, full, group, side)
         row.profile = profile_view(cur, base)
         rows.append(row)
     return rows

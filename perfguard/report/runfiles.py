@@ -85,15 +85,20 @@ def base_side(
     ab_base: tuple[str | None, str] | None = None,
 ) -> BaseSide:
     """The base side of ``run``: the archived baseline ``gatekeeper`` chose, or for a
-    same-run A/B run (``ab``) the base revision's samples of this run; ``ab_base`` is
-    that base's (commit, how it was chosen) when known."""
+    same-run A/B run (``ab``) the base revision's figures of this run, over the archived
+    baseline's for the cells A/B judged against it (an SLO search, a cell under load on
+    one side only); ``ab_base`` is that base's (commit, how it was chosen) when known."""
     choice = gatekeeper.choice
     results = {r.id: r for r in run.scenarios}
     baseline: dict[str, ScenarioResult] = {}
-    if ab:
-        baseline = base_results(verdicts, results)
-    elif choice.baseline is not None:
+    if choice.baseline is not None:
         baseline = {r.id: r for r in pooled_run(choice.baseline).scenarios}
+    if ab:
+        archived = {sid for sid, v in verdicts.items() if v.mode != "ab" and sid in baseline}
+        baseline = {
+            **{sid: baseline[sid] for sid in archived},
+            **base_results(verdicts, results),
+        }
     info = choice.to_dict()
     if ab_base is not None:
         info = {**info, "commit": ab_base[0], "how": ab_base[1]}
