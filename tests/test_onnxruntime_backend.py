@@ -10,7 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from perfguard.backends.onnxruntime_backend import OnnxRuntimeBackend, OnnxRuntimeSession
+from perfguard.backends.onnxruntime_backend import (
+    OnnxRuntimeBackend,
+    OnnxRuntimeSession,
+    split_ort_trace,
+)
 from perfguard.backends.torch_backend import TorchBackend
 from perfguard.core.errors import CellError, InputError, Location, ModelError, ProviderFallbackError
 from perfguard.core.scenario import InputSpec, ModelSpec, QuantSpec, Scenario
@@ -495,3 +499,74 @@ def test_float16_outputs_become_float32(tmp_path: Path) -> None:
         assert out.dtype == np.float32
     finally:
         session.close()
+
+
+# --- profiling ----------------------------------------------------------------------------
+def test_profiling_runs_in_a_twin_with_the_same_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    relu_onnx(tmp_path / "relu.onnx", [2, 4])
+    model = model_spec(tmp_path, onnx=Path("relu.onnx"), inputs=(InputSpec("x", (2, 4)),))
+    seen: list[Any] = []
+    real = ort.InferenceSession
+
+    def spy(path: str, sess_options: Any = None, providers: Any = None) -> Any:
+        seen.append((path, sess_options, providers))
+        return real(path, sess_options=sess_options, providers=providers)
+
+    monkeypatch.setattr(ort, "InferenceSession", spy)
+    sc = scenario(model, graph_optimization_level="basic", threads=2)
+    session, feeds = open_ort(sc, tmp_path)
+    try:
+        prepared = session.prepare(feeds)
+        measured = session._session
+        profiler = session.profiler(prepared)
+        (_, options, _), (path, twin_options, providers) = seen
+        assert not options.enable_profiling  # the measured session is never profiled
+        assert twin_options.enable_profiling and path == str(tmp_path / "relu.onnx")
+        assert twin_options.graph_optimization_level == options.graph_optimization_level
+        assert twin_options.intra_op_num_threads == 2 and providers == ["CPUExecutionProvider"]
+        folder = Path(twin_options.profile_file_prefix).parent
+        profiler.request(record=False)
+        profiler.request(record=True)
+        recorded = profiler.finish()
+        assert not folder.exists()  # the profile file and its folder are gone
+        assert recorded.profiler == "onnxruntime" and len(recorded.nodes) == 1
+        assert recorded.node_info and all(
+            info == ("Relu", "CPUExecutionProvider") for info in recorded.node_info.values()
+        )
+        assert session._session is measured
+        (out,) = session.to_numpy(session.run(prepared))
+        np.testing.assert_allclose(out, np.maximum(feeds["x"], 0), rtol=1e-6)
+    finally:
+        session.close()
+
+
+def test_ort_trace_is_split_into_recorded_requests() -> None:
+    def run(ts: int, dur: int) -> dict[str, Any]:
+        return {"cat": "Session", "name": "model_run", "ts": ts, "dur": dur, "ph": "X"}
+
+    def node(name: str, ts: int, dur: int, op: str = "MatMul") -> dict[str, Any]:
+        args = {"op_name": op, "provider": "CPUExecutionProvider"}
+        return {"cat": "Node", "name": name, "ts": ts, "dur": dur, "args": args}
+
+    events = [
+        {"cat": "Session", "name": "session_initialization", "ts": 0, "dur": 5},
+        run(10, 10),  # warm: not recorded
+        node("/a/MatMul_kernel_time", 11, 4),
+        run(30, 10),
+        node("/a/MatMul_fence_before", 31, 1),  # fences repeat the node: not counted
+        node("/a/MatMul_kernel_time", 31, 3),
+        node("/loop/body/Add_kernel_time", 35, 1, "Add"),  # a Loop body: twice in a run
+        node("/loop/body/Add_kernel_time", 37, 2, "Add"),
+        run(50, 10),
+        node("/a/MatMul_kernel_time", 51, 5),
+        node("/late_kernel_time", 70, 9),  # outside any run
+    ]
+    nodes, op_types, info = split_ort_trace(events, [False, True, True])
+    assert nodes == ({"/a/MatMul": 3000.0, "/loop/body/Add": 3000.0}, {"/a/MatMul": 5000.0})
+    assert op_types == ({"MatMul": 3000.0, "Add": 3000.0}, {"MatMul": 5000.0})
+    assert info == {
+        "/a/MatMul": ("MatMul", "CPUExecutionProvider"),
+        "/loop/body/Add": ("Add", "CPUExecutionProvider"),
+    }

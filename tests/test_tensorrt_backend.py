@@ -24,7 +24,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from perfguard.backends import tensorrt_backend
-from perfguard.backends.tensorrt_backend import TensorRTBackend, TensorRTSession, TorchCuda
+from perfguard.backends.tensorrt_backend import (
+    UNKNOWN_LAYER_TYPE,
+    TensorRTBackend,
+    TensorRTSession,
+    TorchCuda,
+    layer_types,
+)
 from perfguard.backends.tensorrt_build import EngineSpec
 from perfguard.core.errors import CellError, InputError, Location, ModelError
 from perfguard.core.scenario import (
@@ -37,6 +43,7 @@ from perfguard.core.scenario import (
     Scenario,
     TensorRTSpec,
 )
+from perfguard.measure.profile import PROFILE_WARM_REQUESTS, profile_session
 from perfguard.models.inputs import make_inputs
 
 torch = pytest.importorskip("torch")
@@ -144,12 +151,32 @@ class Config:
         return not cache.data.startswith(b"bad")
 
 
+class IProfiler:
+    """``tensorrt.IProfiler``: a subclass must call this ``__init__`` (pybind11)."""
+
+    def __init__(self) -> None:
+        self.initialised = True
+
+
 class Context:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.shapes: dict[str, tuple[int, ...]] = {}
         self.addresses: dict[str, int] = {}
         self.executed: list[int] = []
+        self.profiler: Any = None
+        self.enqueue_emits_profile = True
+        self.asked_for_reports = 0
+
+    def _report(self) -> None:
+        # Layer times grow with the execution count: the median request is the middle one.
+        for name, ms in self.engine.layers:
+            self.profiler.report_layer_time(name, ms * len(self.executed))
+
+    def report_to_profiler(self) -> bool:
+        self.asked_for_reports += 1
+        self._report()
+        return True
 
     def set_input_shape(self, name: str, shape: Any) -> bool:
         lo, _, hi = self.engine.profile[name]
@@ -166,7 +193,19 @@ class Context:
 
     def execute_async_v3(self, handle: int) -> bool:
         self.executed.append(handle)
+        if self.profiler is not None and self.enqueue_emits_profile:
+            assert self.profiler.initialised
+            self._report()
         return True
+
+
+class Inspector:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def get_engine_information(self, fmt: Any) -> str:
+        assert fmt.name == "JSON"
+        return json.dumps({"Layers": self.engine.layer_info})
 
 
 class Engine:
@@ -175,6 +214,11 @@ class Engine:
         self.profile = {n: [tuple(s) for s in v] for n, v in blob["profile"].items()}
         self.names: list[str] = [n for n, *_ in blob["io"]]
         self.contexts: list[Context] = []
+        self.layers: list[tuple[str, float]] = []  # (name, ms) reported per execution
+        self.layer_info: list[Any] = []  # the inspector's "Layers"
+
+    def create_engine_inspector(self) -> Inspector:
+        return Inspector(self)
 
     @property
     def num_io_tensors(self) -> int:
@@ -205,9 +249,11 @@ def fake_trt(version: str = "10.3.0", bf16: bool = True) -> Any:
     trt.DataType = DataType
     trt.TensorIOMode = TensorIOMode
     trt.IInt8EntropyCalibrator2 = IInt8EntropyCalibrator2
+    trt.IProfiler = IProfiler
     make_enum: Any = enum.Enum
     trt.BuilderFlag = make_enum("BuilderFlag", "FP16 INT8 BF16" if bf16 else "FP16 INT8")
     trt.MemoryPoolType = make_enum("MemoryPoolType", "WORKSPACE")
+    trt.LayerInformationFormat = make_enum("LayerInformationFormat", "ONELINE JSON")
     int_enum: Any = enum.IntEnum  # TensorRT's enums convert with int()
     trt.NetworkDefinitionCreationFlag = int_enum(
         "NetworkDefinitionCreationFlag", [("EXPLICIT_BATCH", 0)]
@@ -218,6 +264,8 @@ def fake_trt(version: str = "10.3.0", bf16: bool = True) -> Any:
     trt.parse_errors = []
     trt.fail_build = False
     trt.build_log = []
+    trt.layers = []  # (name, ms) each execution reports to an IProfiler
+    trt.layer_info = []  # what the engine inspector lists
     # What happened.
     trt.network_flags = []
     trt.configs = []
@@ -297,6 +345,7 @@ def fake_trt(version: str = "10.3.0", bf16: bool = True) -> Any:
                 engine = Engine(json.loads(data))
             except ValueError:
                 return None
+            engine.layers, engine.layer_info = list(trt.layers), list(trt.layer_info)
             trt.engines.append(engine)
             return engine
 
@@ -741,6 +790,42 @@ def test_close_releases_the_session(tmp_path: Path, fakes: Any) -> None:
     session.close()
     with pytest.raises(RuntimeError, match="closed"):
         session.run(prepared)
+
+
+# -- profiling ----------------------------------------------------------------------------
+@pytest.mark.parametrize("emits", [True, False])
+def test_iprofiler_times_each_layer_per_request(tmp_path: Path, fakes: Any, emits: bool) -> None:
+    fakes.trt.layers = [("conv1", 0.5), ("relu1", 0.1), ("fc", 0.2)]
+    fakes.trt.layer_info = [{"Name": "conv1", "LayerType": "CaskConvolution"}, "relu1"]
+    sc = scenario(tmp_path)
+    session = open_trt(sc, tmp_path)
+    prepared = session.prepare(make_inputs(sc.model))
+    (engine,) = fakes.trt.engines
+    (context,) = engine.contexts
+    context.enqueue_emits_profile = emits
+    trace = tmp_path / "traces" / "trt.json"
+    profile = profile_session(sc, session, prepared, requests=5, trace_path=trace)
+    assert context.profiler is None  # put back as it was
+    assert context.asked_for_reports == (0 if emits else PROFILE_WARM_REQUESTS + 5)
+    # execution k reports k times the base figure; recorded are executions 4..8: median 6
+    runs = PROFILE_WARM_REQUESTS + 3
+    assert profile.profiler == "tensorrt" and profile.requests == 5
+    nodes = {n.name: n for n in profile.nodes}
+    assert nodes["conv1"].ns == pytest.approx(0.5e6 * runs)  # per request, not 5 requests
+    assert nodes["conv1"].op_type == "CaskConvolution" and nodes["conv1"].provider == "cuda"
+    assert nodes["relu1"].op_type == nodes["fc"].op_type == ""  # the inspector gave no type
+    ops = {o.op_type: o.ns for o in profile.op_types}
+    assert ops == pytest.approx({"CaskConvolution": 0.5e6 * runs, UNKNOWN_LAYER_TYPE: 0.3e6 * runs})
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert [e["name"] for e in events if e["cat"] == "Request"] == ["perfguard/request"] * 5
+    assert sum(e["name"] == "conv1" for e in events) == 5
+    executed = len(context.executed)
+    session.run(prepared)  # still serving, no longer profiled
+    assert len(context.executed) == executed + 1 and context.asked_for_reports in (0, 8)
+
+
+def test_layer_types_without_an_inspector_are_unknown(fakes: Any) -> None:
+    assert layer_types(fakes.trt, object()) == {}
 
 
 # -- cells that cannot run -------------------------------------------------------------

@@ -340,3 +340,46 @@ def test_load_workers_on_cuda_each_run_on_their_own_stream(
     finally:
         session.device = torch.device("cpu")  # close() would empty a CUDA cache
         session.close()
+
+
+# --- profiling ----------------------------------------------------------------------------
+def test_a_failing_request_under_the_profiler_leaves_the_session_as_it_was(
+    tmp_path: Path,
+) -> None:
+    from perfguard.measure.profile import profile_session
+
+    sc = scenario(tmp_path)
+    session, feeds = open_session(sc, tmp_path)
+    prepared = session.prepare(feeds)
+    calls = []
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        if len(calls) == 2:
+            raise RuntimeError("the model broke under the profiler")
+        return module(*args, **kwargs)
+
+    module = session._module
+    try:
+        session._call = broken  # a compiled-looking call: no module hooks either way
+        with pytest.raises(RuntimeError, match="broke under the profiler"):
+            profile_session(sc, session, prepared, requests=3)
+        assert not torch.autograd.profiler._is_profiler_enabled
+        session._call = module
+        with pytest.raises(RuntimeError, match="broke"):  # now with hooks, failing in fc2
+            hooked = module.fc2.register_forward_hook(lambda *_: 1 / 0)
+            try:
+                profile_session(sc, session, prepared, requests=3)
+            except ZeroDivisionError as exc:
+                raise RuntimeError("broke") from exc
+            finally:
+                hooked.remove()
+        assert not torch.autograd.profiler._is_profiler_enabled
+        assert all(not m._forward_hooks and not m._forward_pre_hooks for m in module.modules())
+        np.testing.assert_allclose(
+            session.to_numpy(session.run(prepared))[0], reference(feeds), rtol=1e-6
+        )
+        profile = profile_session(sc, session, prepared, requests=2)
+        assert {n.name for n in profile.nodes} == {"(model)", "fc1", "fc2"}
+    finally:
+        session.close()

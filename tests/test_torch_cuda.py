@@ -509,3 +509,86 @@ def test_plain_load_workers_are_never_event_timed(tmp_path: Path, cuda: Cuda) ->
         sync()
         assert cuda.log == ["enter:s1", "call", "sync:s1"]
         assert session.stop_device_timing() == []
+
+
+# --- profiling on CUDA ------------------------------------------------------------------
+@pytest.fixture
+def cuda_profiler(monkeypatch: pytest.MonkeyPatch, cuda: Cuda) -> SimpleNamespace:
+    """``torch.profiler.profile`` as on a GPU: the real CPU profiler, and each
+    ``aten::addmm`` given one 7 us CUDA kernel (as kineto links a launch's kernel to
+    the op that launched it); the activities asked for are kept."""
+    real = torch.profiler.profile
+    seen = SimpleNamespace(activities=None)
+
+    class GpuProfile:
+        def __init__(self, activities: list[Any]) -> None:
+            seen.activities = list(activities)
+            self.real = real(activities=[torch.profiler.ProfilerActivity.CPU])
+
+        def start(self) -> None:
+            cuda.log.append("profiler_start")
+            self.real.start()
+
+        def stop(self) -> None:
+            cuda.log.append("profiler_stop")
+            self.real.stop()
+
+        def export_chrome_trace(self, path: str) -> None:
+            self.real.export_chrome_trace(path)
+
+        def events(self) -> Any:
+            events = self.real.events()
+            for event in events:
+                event.use_device = "cuda"
+                if event.name == "aten::addmm":
+                    event.append_kernel("sm90_gemm", 0, 7.0)
+            return events
+
+    monkeypatch.setattr(torch.profiler, "profile", GpuProfile)
+    return seen
+
+
+def test_cuda_profile_is_device_time_per_module_and_op(
+    tmp_path: Path, cuda: Cuda, cuda_profiler: SimpleNamespace
+) -> None:
+    from perfguard.measure.profile import PROFILE_WARM_REQUESTS, profile_session
+
+    sc = scenario(tmp_path, device="cuda:0")
+    session, feeds = open_session(sc, tmp_path)
+    try:
+        prepared = session.prepare(feeds)
+        trace = tmp_path / "cuda.json"
+        profile = profile_session(sc, session, prepared, requests=4, trace_path=trace)
+        activity = torch.profiler.ProfilerActivity
+        assert cuda_profiler.activities == [activity.CPU, activity.CUDA]
+        # every request, warm or recorded, waits for the model's stream
+        assert cuda.log.count("sync:main") == PROFILE_WARM_REQUESTS + 4
+        assert cuda.log[0] == "profiler_start" and cuda.log[-1] == "profiler_stop"
+        nodes = {n.name: n for n in profile.nodes}
+        # the MLP: fc1 and fc2 each launch one 7 us gemm per request; the model none
+        assert {k: n.ns for k, n in nodes.items()} == {"(model)": 0, "fc1": 7000, "fc2": 7000}
+        assert {n.provider for n in profile.nodes} == {"cuda"}
+        assert nodes["fc1"].op_type == "Linear" and nodes["(model)"].op_type == "MLP"
+        assert [(o.op_type, o.ns) for o in profile.op_types] == [("aten::addmm", 14000)]
+        assert trace.is_file()
+        module = session._module
+        assert all(not m._forward_hooks and not m._forward_pre_hooks for m in module.modules())
+        np.testing.assert_allclose(
+            session.to_numpy(session.run(prepared))[0], reference(feeds), rtol=1e-6, atol=1e-6
+        )
+    finally:
+        session.close()
+
+
+def test_a_graphed_cuda_session_is_profiled_as_one_node(
+    tmp_path: Path, cuda: Cuda, cuda_profiler: SimpleNamespace
+) -> None:
+    """Graph replays run no module hooks: the whole request is the model's node."""
+    from perfguard.measure.profile import profile_session
+
+    sc = scenario(tmp_path, device="cuda:0", gpu=GpuSpec(cuda_graph=True))
+    with gpu_session(tmp_path, cuda, cuda_graph=True) as (session, feeds):
+        prepared = session.prepare(feeds)
+        profile = profile_session(sc, session, prepared, requests=2)
+        assert [n.name for n in profile.nodes] == ["(model)"]
+        assert not any(m._forward_pre_hooks for m in session._module.modules())

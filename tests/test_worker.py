@@ -29,8 +29,13 @@ from perfguard.core.errors import (
     WorkerRequestFailed,
     WorkerTimeout,
 )
+from perfguard.core.profile import OperatorProfile
 from perfguard.core.results import ScenarioResult
+from perfguard.measure.cell import RunContext
+from perfguard.measure.profile import PROFILE_REQUESTS
+from perfguard.suite.loader import load_suite
 from perfguard.worker import PROTOCOL_VERSION, WorkerProcess, describe_exit
+from perfguard.worker.isolate import IsolatedRun
 from perfguard.worker.protocol import check_reply, decode, encode, quote
 from perfguard.worker.serve import Server
 from perfguard.worker.signals import guarded
@@ -148,6 +153,34 @@ def _assert_gone(worker: WorkerProcess) -> None:
 
 
 # --- a real worker on a real tiny model ------------------------------------------
+
+
+def test_profile_op_profiles_the_open_cell_and_it_keeps_serving(suite: Path) -> None:
+    trace = suite.parent / "traces" / "mlp.json"
+    with WorkerProcess(name="P", cwd=suite.parent) as worker:
+        _open(worker, suite, "mlp[fp32]")
+        measured = worker.measure(k=2)
+        profile = worker.profile(3, trace)
+        assert isinstance(profile, OperatorProfile) and profile.profiler == "torch.profiler"
+        assert profile.requests == 3 and profile.trace == "mlp.json"
+        assert {n.name for n in profile.nodes} == {"(model)", "0", "1", "2"}
+        assert {n.op_type for n in profile.nodes} == {"Sequential", "Linear", "ReLU"}
+        assert "traceEvents" in json.loads(trace.read_text())
+        assert len(worker.measure(k=2)) == len(measured) and worker.check()["outputs"] == 1
+        assert worker.profile().requests == PROFILE_REQUESTS  # the default, no trace kept
+        with pytest.raises(ProtocolError, match="requests=0"):
+            worker.profile(0)
+        assert worker.profile(1, slot="main").requests == 1
+
+
+def test_an_isolated_cell_is_profiled_in_its_worker_after_measuring(suite: Path) -> None:
+    (scenario,) = [s for s in load_suite(suite).scenarios if s.item_name == "mlp[fp32]"]
+    ctx = RunContext(rootdir=suite.parent, cache_dir=suite.parent / ".cache")
+    with IsolatedRun(scenario, ctx) as run:
+        assert len(run.measure().samples_ns) == 30
+        profile = run.profile(2, suite.parent / "mlp.json")
+        assert profile.requests == 2 and (suite.parent / "mlp.json").is_file()
+        assert len(run.measure().samples_ns) == 30  # measured again after the profile
 
 
 def test_round_trip_on_a_real_model(suite: Path) -> None:
@@ -489,6 +522,7 @@ def _serve(server: Server, request: object) -> dict[str, object]:
         ({"v": 1, "id": 1, "op": "fly"}, "unknown op 'fly'"),
         ({"v": 1, "id": 1, "op": "measure", "k": 1}, "no cell is open"),
         ({"v": 1, "id": 1, "op": "open", "suite": "s.yaml"}, "cell=None"),
+        ({"v": 1, "id": 1, "op": "profile"}, "`profile` was sent while no cell is open"),
     ],
 )
 def test_server_answers_bad_requests_with_errors(request_line: object, fragment: str) -> None:

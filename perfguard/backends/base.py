@@ -3,11 +3,16 @@
 A ``Backend`` is stateless and cheap to create; it imports its runtime lazily,
 so a missing runtime costs nothing until a cell needs it. ``open`` returns a
 ``Session``: a model loaded on one device at one precision, ready to run.
+
+A session whose runtime has a profiler also implements ``ProfilingSession``: its
+``profiler(prepared)`` starts an ``OperatorProfiler`` pass, run by
+``perfguard.measure.profile`` after (never inside) the timed loop.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -66,3 +71,66 @@ class Backend(Protocol):
         Raises ``ModelError``, ``InputError``, ``CellError`` or
         ``ProviderFallbackError`` with a message naming the suite location.
         """
+
+
+# --- operator profiles -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProfiledRequests:
+    """What a runtime's profiler recorded over the recorded requests of one pass.
+
+    ``nodes`` and ``op_types`` hold one mapping per recorded request, in order:
+    node (or op type) -> its *self* time in that request, in ns (a node that did not
+    run in a request is absent). ``node_info`` gives each node's op type and where it
+    ran (execution provider, ``cpu``/``cuda``; ``""`` when unknown). ``trace`` is the
+    runtime's Chrome trace as JSON text (an object with ``traceEvents``), ``None``
+    when the runtime gives none. ``profiler`` is one of ``core.profile.PROFILERS``.
+    """
+
+    profiler: str
+    nodes: tuple[Mapping[str, float], ...]
+    op_types: tuple[Mapping[str, float], ...]
+    node_info: Mapping[str, tuple[str, str]]
+    trace: str | None = None
+
+
+class OperatorProfiler(Protocol):
+    """One profiling pass over an open session, made by ``ProfilingSession.profiler``.
+
+    The pass starts when the profiler is made (hooks, the runtime's profiler or a
+    profiling twin of the session) and ``finish`` always ends it, leaving the session
+    as it was; ``perfguard.measure.profile.profile_session`` drives it, never inside
+    the timed loop::
+
+        profiler = session.profiler(prepared)
+        try:
+            profiler.request(record=False)  # warm requests, not recorded
+            profiler.request(record=True)   # each one timed by the caller
+        finally:
+            recorded = profiler.finish()
+    """
+
+    def request(self, *, record: bool) -> None:
+        """Serve one request of ``prepared`` under the profiler, waiting for the device.
+
+        Only requests with ``record=True`` count in what ``finish`` returns.
+        """
+
+    def finish(self) -> ProfiledRequests:
+        """End the pass (profilers off, hooks removed) and return what was recorded.
+
+        Safe to call once after any failure of ``request``; the session keeps serving.
+        """
+
+
+class ProfilingSession(Protocol):
+    """A ``Session`` whose runtime can profile its operators (an optional extension).
+
+    torch (``torch.profiler``: the module hierarchy and aten ops), onnxruntime (its
+    session profiling, per graph node) and tensorrt (``IProfiler``, per layer)
+    implement it; a session without a ``profiler`` method cannot be profiled.
+    """
+
+    def profiler(self, prepared: Any) -> OperatorProfiler:
+        """Start a profiling pass over requests of ``prepared`` (what ``prepare`` made)."""

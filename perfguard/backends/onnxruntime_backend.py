@@ -9,12 +9,19 @@ when the CUDA provider cannot load, so the session's first provider is checked
 against the one requested and a mismatch fails the cell. On ``cuda[:N]`` the
 CUDA or TensorRT provider, the proof of every node's placement and IOBinding
 live in ``perfguard.backends.ort_gpu``.
+
+``OnnxRuntimeSession.profiler`` profiles requests with ONNX Runtime's own session
+profiling (``OrtProfiler``) in a profiling twin of the session: the same model file,
+options and providers, opened with ``enable_profiling`` for the pass and closed after,
+so the measured session is never altered.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import importlib.util
+import json
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -23,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from perfguard.backends.ort_gpu import BoundIO, GpuPlan
+from perfguard.backends.base import ProfiledRequests
+from perfguard.backends.ort_gpu import Bound, BoundIO, GpuPlan
 from perfguard.core.errors import (
     CellError,
     InputError,
@@ -42,7 +50,13 @@ from perfguard.models.quantize import (
     require_calibration,
 )
 
-__all__ = ["OnnxRuntimeBackend", "OnnxRuntimeSession", "ort_device_index"]
+__all__ = [
+    "OnnxRuntimeBackend",
+    "OnnxRuntimeSession",
+    "OrtProfiler",
+    "ort_device_index",
+    "split_ort_trace",
+]
 
 _INSTALL_HINT = "ONNX Runtime is not installed (pip install 'perfguard[onnx]')"
 _OPT_LEVELS = {
@@ -211,6 +225,7 @@ class OnnxRuntimeSession:
         finally:
             if workdir is not None:
                 shutil.rmtree(workdir, ignore_errors=True)
+        self._path, self._providers, self._plan = path, providers, plan  # for a profiling twin
         self._io: BoundIO | None = None if plan is None else plan.io(ort, session)
         self._call: Callable[[Any], Any] = functools.partial(session.run, None)
         if self._io is not None:
@@ -385,6 +400,12 @@ class OnnxRuntimeSession:
             return self._io.worker_calls(prepared)
         return {k: functools.partial(self.run, p) for k, p in prepared.items()}, None
 
+    def profiler(self, prepared: Any) -> OrtProfiler:
+        """An ONNX Runtime profiling pass over requests of ``prepared`` (``OrtProfiler``)."""
+        import onnxruntime as ort
+
+        return OrtProfiler(ort, self, prepared)
+
     def to_numpy(self, outputs: Any) -> list[np.ndarray]:
         """Works on every ``run`` result: host arrays, or an IOBinding's device outputs."""
         arrays: list[np.ndarray] = []
@@ -404,6 +425,135 @@ class OnnxRuntimeSession:
 
 def _closed(*_: Any) -> Any:
     raise RuntimeError("the onnxruntime session is closed")
+
+
+class OrtProfiler:
+    """One profiling pass of an ONNX Runtime session (``OperatorProfiler``).
+
+    ONNX Runtime profiles a session from its creation on (``enable_profiling``), so
+    the pass opens a twin of the measured session: the same model file, session
+    options and providers (on a GPU: the same provider options, CPU-fallback policy and
+    IOBinding), with ``profile_file_prefix`` in a private folder. ``finish`` ends the
+    twin's profiling (``end_profiling()``), reads the trace, closes the twin and removes
+    the folder. Each request is one ``model_run`` event of the trace; a node's time in a
+    request is the ``dur`` of its ``<node>_kernel_time`` events (category ``Node``)
+    inside it, with ``args.op_name`` its op type and ``args.provider`` where it ran.
+    """
+
+    def __init__(self, ort: Any, session: OnnxRuntimeSession, prepared: Any) -> None:
+        self._folder = tempfile.mkdtemp(prefix="perfguard-ort-profile-")
+        self._recorded: list[bool] = []
+        self._finished = False
+        try:
+            self._twin, self._call = self._open(ort, session, prepared)
+        except BaseException:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            raise
+
+    def _open(
+        self, ort: Any, session: OnnxRuntimeSession, prepared: Any
+    ) -> tuple[Any, Callable[[], Any]]:
+        options = session._options(ort)
+        prefix = str(Path(self._folder) / "profile")
+        plan = session._plan
+        host = prepared.host if isinstance(prepared, Bound) else prepared
+        if plan is None:
+            options.enable_profiling = True
+            options.profile_file_prefix = prefix
+            twin = ort.InferenceSession(
+                str(session._path), sess_options=options, providers=session._providers
+            )
+            return twin, functools.partial(twin.run, None, host)
+        plan.configure(options, prefix)
+        twin = plan.create(ort, session._path, options, lambda: None)
+        io = plan.io(ort, twin)
+        if io is None:
+            return twin, functools.partial(twin.run, None, host)
+        bound = io.prepare(dict(host))
+
+        def bound_run() -> Any:
+            outputs = io.run(bound)
+            io.synchronize()
+            return outputs
+
+        return twin, bound_run
+
+    def request(self, *, record: bool) -> None:
+        self._recorded.append(record)
+        self._call()
+
+    def finish(self) -> ProfiledRequests:
+        """End the twin's profiling, close it and remove its folder; the figures."""
+        if self._finished:
+            raise RuntimeError("this profiling pass is already finished")
+        self._finished = True
+        try:
+            path = self._twin.end_profiling()
+            text = Path(path).read_text(encoding="utf-8") if path else "[]"
+        finally:
+            self._twin = None
+            self._call = _closed
+            shutil.rmtree(self._folder, ignore_errors=True)
+        events = json.loads(text)
+        if isinstance(events, dict):
+            events = events.get("traceEvents", [])
+        nodes, op_types, info = split_ort_trace(events, self._recorded)
+        trace = json.dumps({"traceEvents": events, "displayTimeUnit": "ms"})
+        return ProfiledRequests("onnxruntime", nodes, op_types, info, trace)
+
+
+_KERNEL_SUFFIX = "_kernel_time"
+
+
+def split_ort_trace(
+    events: Sequence[Any], recorded: Sequence[bool]
+) -> tuple[tuple[dict[str, float], ...], tuple[dict[str, float], ...], dict[str, tuple[str, str]]]:
+    """Per recorded request: node -> ns and op type -> ns; node -> (op type, provider).
+
+    ``events``: an ONNX Runtime profile (Chrome trace events, ``ts``/``dur`` in us);
+    its ``model_run`` events, in time order, are the requests, of which those whose
+    ``recorded`` flag is true count. A node inside a ``Loop``/``Scan`` body runs many
+    times in a request: its times add up.
+    """
+    dicts = [e for e in events if isinstance(e, dict)]
+    runs = sorted(
+        (e for e in dicts if e.get("cat") == "Session" and e.get("name") == "model_run"),
+        key=lambda e: float(e.get("ts", 0)),
+    )
+    spans = [
+        (float(e.get("ts", 0)), float(e.get("ts", 0)) + float(e.get("dur", 0)))
+        for e, keep in zip(runs, recorded, strict=False)
+        if keep
+    ]
+    nodes: list[dict[str, float]] = [{} for _ in spans]
+    op_types: list[dict[str, float]] = [{} for _ in spans]
+    info: dict[str, tuple[str, str]] = {}
+    starts = [start for start, _ in spans]
+    for event in dicts:
+        name = str(event.get("name", ""))
+        if event.get("cat") != "Node" or not name.endswith(_KERNEL_SUFFIX):
+            continue
+        ts = float(event.get("ts", 0))
+        at = _span_of(starts, spans, ts)
+        if at is None:
+            continue
+        node = name.removesuffix(_KERNEL_SUFFIX)
+        args = event.get("args") or {}
+        op = str(args.get("op_name", ""))
+        info.setdefault(node, (op, str(args.get("provider", ""))))
+        ns = float(event.get("dur", 0)) * 1000.0
+        nodes[at][node] = nodes[at].get(node, 0.0) + ns
+        op_types[at][op] = op_types[at].get(op, 0.0) + ns
+    return tuple(nodes), tuple(op_types), info
+
+
+def _span_of(
+    starts: Sequence[float], spans: Sequence[tuple[float, float]], ts: float
+) -> int | None:
+    at = bisect.bisect_right(starts, ts) - 1
+    if at < 0 or ts > spans[at][1]:
+        return None
+    return at
 
 
 def _shape_fits(model_shape: Sequence[object] | None, shape: tuple[int, ...]) -> bool:

@@ -3,6 +3,9 @@
 Runs ``execute_async_v3`` on CUDA streams; memory and streams come from ``torch.cuda``
 (:class:`TorchCuda`). fp16/bf16 let TensorRT pick half kernels (bf16: TensorRT 9+); int8
 is implicit quantization calibrated on the accuracy inputs (deprecated by TensorRT 10.1).
+
+``TensorRTSession.profiler`` profiles requests per layer with TensorRT's ``IProfiler``
+(``TrtProfiler``), set on the session's execution context for the pass only.
 """
 
 from __future__ import annotations
@@ -10,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
+import json
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,13 +24,21 @@ from typing import Any
 import numpy as np
 
 from perfguard.backends import tensorrt_build as build
+from perfguard.backends.base import ProfiledRequests
 from perfguard.backends.tensorrt_build import Engine, EngineSpec, Shape
 from perfguard.backends.torch_backend import parse_torch_device
 from perfguard.core.errors import BackendUnavailable, CellError, InputError, ModelError
 from perfguard.core.scenario import Scenario
 from perfguard.models.cache import onnx_file_of
 
-__all__ = ["TensorRTBackend", "TensorRTSession", "TorchCuda"]
+__all__ = [
+    "UNKNOWN_LAYER_TYPE",
+    "TensorRTBackend",
+    "TensorRTSession",
+    "TorchCuda",
+    "TrtProfiler",
+    "layer_types",
+]
 
 _INSTALL_HINT = "TensorRT is not installed (pip install tensorrt, or use NVIDIA's container)"
 _TORCH_HINT = "the TensorRT backend needs PyTorch for GPU memory (pip install torch, CUDA build)"
@@ -474,6 +487,12 @@ class TensorRTSession:
         sync: Callable[[], None] = runner.stream.synchronize
         return calls, sync
 
+    def profiler(self, prepared: Any) -> TrtProfiler:
+        """A per-layer ``IProfiler`` pass over requests of ``prepared`` (``TrtProfiler``)."""
+        if self._engine is None:
+            raise RuntimeError("the tensorrt session is closed")
+        return TrtProfiler(self._trt, self._engine.engine, self._main, prepared)
+
     def to_numpy(self, outputs: Any) -> list[np.ndarray]:
         """The outputs in engine order as float32/int arrays (waits for the GPU first)."""
         self._cuda.synchronize()
@@ -488,3 +507,127 @@ class TensorRTSession:
         self._runners.clear()  # contexts before the engine, the engine before its runtime
         self._engine = None
         self._cuda.release()
+
+
+#: Op type of the layers whose type the engine does not tell (in ``op_types`` only).
+UNKNOWN_LAYER_TYPE = "(layer type unknown)"
+_NS_PER_MS = 1_000_000.0
+
+
+def layer_types(trt: Any, engine: Any) -> dict[str, str]:
+    """Layer name -> layer type, from the engine inspector; ``{}`` when it tells none.
+
+    Types are only there for an engine built with detailed profiling verbosity; the
+    default (layer names only) lists names, which map to nothing here.
+    """
+    try:
+        inspector = engine.create_engine_inspector()
+        text = inspector.get_engine_information(trt.LayerInformationFormat.JSON)
+        layers = json.loads(text).get("Layers", [])
+    except Exception:  # an older TensorRT, or no inspector: types stay unknown
+        return {}
+    types: dict[str, str] = {}
+    for layer in layers if isinstance(layers, list) else []:
+        if isinstance(layer, dict) and "Name" in layer:
+            types[str(layer["Name"])] = str(layer.get("LayerType", ""))
+    return types
+
+
+class TrtProfiler:
+    """One ``IProfiler`` pass over a TensorRT session (``OperatorProfiler``).
+
+    An ``IProfiler`` subclass is set as the session's execution context's ``profiler``
+    for the pass (and the previous one put back by ``finish``). TensorRT reports each
+    layer's time once per enqueue, after the execution completes
+    (``report_layer_time(layer_name, ms)``); each request is enqueued and its stream
+    synchronised before the next, so the reports of one request are its own. A context
+    that does not emit profiles on enqueue (``enqueue_emits_profile`` false) is asked
+    with ``report_to_profiler()``. Nodes are layers (op type from the engine inspector,
+    else ``""``); the Chrome trace is synthesised: each recorded request's layers laid
+    end to end from the request's start, in the order TensorRT reported them.
+    """
+
+    def __init__(self, trt: Any, engine: Any, runner: _Runner, prepared: Any) -> None:
+        self._runner = runner
+        self._prepared = prepared
+        self._types = layer_types(trt, engine)
+        self._current: list[tuple[str, float]] = []
+        self._recorded: list[tuple[int, list[tuple[str, float]]]] = []
+        self._start = time.perf_counter_ns()
+        self._finished = False
+        sink = self._current
+
+        class LayerTimes(trt.IProfiler):  # type: ignore[misc]
+            def __init__(self) -> None:
+                trt.IProfiler.__init__(self)  # pybind11 needs the base initialised
+
+            def report_layer_time(self, layer_name: str, ms: float) -> None:
+                sink.append((str(layer_name), float(ms) * _NS_PER_MS))
+
+        context = runner.context
+        self._previous = getattr(context, "profiler", None)
+        self._reporter = LayerTimes()
+        context.profiler = self._reporter
+
+    def request(self, *, record: bool) -> None:
+        runner = self._runner
+        self._current.clear()
+        began = time.perf_counter_ns() - self._start
+        runner.run(self._prepared)
+        runner.stream.synchronize()
+        context = runner.context
+        if not getattr(context, "enqueue_emits_profile", True):
+            context.report_to_profiler()
+        if record:
+            self._recorded.append((began, list(self._current)))
+
+    def finish(self) -> ProfiledRequests:
+        """Put the context's previous profiler back; each recorded request's layers."""
+        if self._finished:
+            raise RuntimeError("this profiling pass is already finished")
+        self._finished = True
+        self._runner.context.profiler = self._previous
+        nodes: list[dict[str, float]] = []
+        op_types: list[dict[str, float]] = []
+        info: dict[str, tuple[str, str]] = {}
+        events: list[dict[str, Any]] = []
+        for index, (began, layers) in enumerate(self._recorded):
+            per_node: dict[str, float] = {}
+            per_type: dict[str, float] = {}
+            at = began / 1000.0
+            events.append(_trace_event("perfguard/request", "Request", at, layers, index))
+            for name, ns in layers:
+                kind = self._types.get(name, "")
+                info.setdefault(name, (kind, "cuda"))
+                per_node[name] = per_node.get(name, 0.0) + ns
+                key = kind or UNKNOWN_LAYER_TYPE
+                per_type[key] = per_type.get(key, 0.0) + ns
+                events.append(_trace_event(name, "Layer", at, [(name, ns)], index, kind))
+                at += ns / 1000.0
+            nodes.append(per_node)
+            op_types.append(per_type)
+        trace = json.dumps({"traceEvents": events, "displayTimeUnit": "ms"})
+        return ProfiledRequests("tensorrt", tuple(nodes), tuple(op_types), info, trace)
+
+
+def _trace_event(
+    name: str,
+    category: str,
+    ts_us: float,
+    layers: list[tuple[str, float]],
+    request: int,
+    op_type: str = "",
+) -> dict[str, Any]:
+    args: dict[str, Any] = {"request": request}
+    if op_type:
+        args["op_type"] = op_type
+    return {
+        "name": name,
+        "cat": category,
+        "ph": "X",
+        "ts": round(ts_us, 3),
+        "dur": round(sum(ns for _, ns in layers) / 1000.0, 3),
+        "pid": 0,
+        "tid": 0,
+        "args": args,
+    }

@@ -4,6 +4,10 @@ Precisions: fp32; fp16/bf16 cast the model and its floating inputs; int8 is
 dynamic quantization of the ``nn.Linear`` layers (CPU only). On CUDA the
 session synchronises the model's own stream, can time each request with CUDA
 events, replay CUDA graphs and set cuDNN's autotuner (``perfguard.backends.torch_cuda``).
+
+``TorchSession.profiler`` profiles requests with ``torch.profiler`` (``TorchProfiler``):
+one ``record_function`` range per module call, from forward hooks installed for the
+pass only, gives each module's self time; aten ops give the time per op type.
 """
 
 from __future__ import annotations
@@ -11,20 +15,25 @@ from __future__ import annotations
 import functools
 import gc
 import importlib.util
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from perfguard.backends.base import ProfiledRequests
 from perfguard.backends.torch_cuda import (
     CudaRuntime,
     compile_module,
     describe_oom,
     first_compiled_call,
     forget_frames,
+    profiler_activities,
+    self_device_us,
 )
 from perfguard.core.errors import CellError
+from perfguard.core.profile import PATH_SEPARATOR
 from perfguard.core.scenario import Scenario
 from perfguard.models.factory import check_forward_inputs, feeds_positionally, load_factory
 from perfguard.models.quantize import quantize_torch_int8
@@ -32,7 +41,14 @@ from perfguard.models.quantize import quantize_torch_int8
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["TorchBackend", "TorchSession", "parse_torch_device"]
+__all__ = [
+    "REQUEST_RANGE",
+    "ROOT_NODE",
+    "TorchBackend",
+    "TorchProfiler",
+    "TorchSession",
+    "parse_torch_device",
+]
 
 _INSTALL_HINT = "PyTorch is not installed (pip install 'perfguard[torch]')"
 
@@ -308,6 +324,13 @@ class TorchSession:
         sync: Callable[[], None] = stream.synchronize
         return calls, sync
 
+    def profiler(self, prepared: Any) -> TorchProfiler:
+        """A ``torch.profiler`` pass over requests of ``prepared`` (``TorchProfiler``)."""
+        hooked = None
+        if self._call is self._module and not (self._cuda is not None and self._cuda.graphed):
+            hooked = self._module  # a compiled or graph-replayed call runs no module hooks
+        return TorchProfiler(self, prepared, hooked)
+
     def to_numpy(self, outputs: Any) -> list[np.ndarray]:
         arrays: list[np.ndarray] = []
         _flatten(outputs, arrays)
@@ -344,6 +367,182 @@ class TorchSession:
 
 def _closed(*_: Any, **__: Any) -> Any:
     raise RuntimeError("the torch session is closed")
+
+
+#: The ``record_function`` range around each recorded request.
+REQUEST_RANGE = "perfguard/request"
+#: The node of the model's own module (its forward outside its submodules); also the
+#: whole request when no module hooks can run (``torch.compile``, CUDA graphs).
+ROOT_NODE = "(model)"
+
+
+class TorchProfiler:
+    """One ``torch.profiler`` pass over a torch session (``OperatorProfiler``).
+
+    While the pass lasts, every module of the model has a forward pre-hook that opens
+    a ``record_function`` range named after its qualified path (``layer2.0.conv1``;
+    the model itself ``(model)``) and a forward hook (``always_call``) that closes it;
+    both are removed by ``finish``. A recorded request runs inside a
+    ``perfguard/request`` range, so events are split per request by their ancestors.
+
+    A node's time is its module's *self* time: on the CPU its range less the ranges of
+    the modules called inside it; on CUDA the device time of the kernels its own aten
+    ops launched (``self_device_us``). Op types are aten ops (any profiled function
+    that is not one of these ranges): self CPU time, or self device time on CUDA.
+    """
+
+    def __init__(self, session: TorchSession, prepared: Any, hooked: Any) -> None:
+        import torch
+
+        self._session = session
+        self._prepared = prepared
+        self._device = session.device
+        self._ranges: dict[str, tuple[str, str]] = {}  # range name -> (node, module class)
+        self._handles: list[Any] = []
+        self._profile: Any = None
+        self._finished = False
+        if hooked is not None:
+            self._hook(torch, hooked)
+        try:
+            self._profile = torch.profiler.profile(
+                activities=profiler_activities(torch, self._device)
+            )
+            self._profile.start()
+        except BaseException:
+            self._unhook()
+            raise
+
+    def _hook(self, torch: Any, model: Any) -> None:
+        record_function = torch.profiler.record_function
+        for path, module in model.named_modules():
+            label = path or ROOT_NODE
+            node = path.replace(".", PATH_SEPARATOR) if path else ROOT_NODE
+            self._ranges[label] = (node, type(module).__name__)
+            open_ranges: list[Any] = []
+
+            def enter(
+                _module: Any, _args: Any, _label: str = label, _open: list[Any] = open_ranges
+            ) -> None:
+                span = record_function(_label)
+                span.__enter__()
+                _open.append(span)
+
+            def leave(_module: Any, _args: Any, _out: Any, _open: list[Any] = open_ranges) -> None:
+                if _open:
+                    _open.pop().__exit__(None, None, None)
+
+            self._handles.append(module.register_forward_pre_hook(enter))
+            self._handles.append(module.register_forward_hook(leave, always_call=True))
+
+    def _unhook(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    def request(self, *, record: bool) -> None:
+        import torch
+
+        session = self._session
+        if record:
+            with torch.profiler.record_function(REQUEST_RANGE):
+                session.run(self._prepared)
+                if session.synchronize is not None:
+                    session.synchronize()
+        else:
+            session.run(self._prepared)
+            if session.synchronize is not None:
+                session.synchronize()
+
+    def finish(self) -> ProfiledRequests:
+        """Stop the profiler, remove the hooks; each recorded request's figures."""
+        if self._finished:
+            raise RuntimeError("this profiling pass is already finished")
+        self._finished = True
+        try:
+            self._profile.stop()
+        finally:
+            self._unhook()
+        events = list(self._profile.events())
+        trace = _chrome_trace(self._profile)
+        nodes, op_types, info = split_torch_events(
+            events, self._ranges, on_device=self._device.type == "cuda"
+        )
+        provider = self._device.type
+        return ProfiledRequests(
+            profiler="torch.profiler",
+            nodes=nodes,
+            op_types=op_types,
+            node_info={node: (op_type, provider) for node, op_type in info.items()},
+            trace=trace,
+        )
+
+
+def _chrome_trace(profile: Any) -> str | None:
+    """The pass's Chrome trace as JSON text (``export_chrome_trace`` writes a file)."""
+    with tempfile.TemporaryDirectory(prefix="perfguard-profile-") as folder:
+        path = Path(folder) / "trace.json"
+        profile.export_chrome_trace(str(path))
+        return path.read_text(encoding="utf-8") if path.is_file() else None
+
+
+def split_torch_events(
+    events: Sequence[Any], ranges: Mapping[str, tuple[str, str]], *, on_device: bool
+) -> tuple[tuple[dict[str, float], ...], tuple[dict[str, float], ...], dict[str, str]]:
+    """Per recorded request: node -> self ns and op type -> self ns; node -> op type.
+
+    ``events`` are ``torch.profiler`` function events (``name``, ``time_range`` in us,
+    ``cpu_parent``, ``self_cpu_time_total``, self device time); ``ranges`` maps a module
+    range's name to its node and module class. Events outside a ``perfguard/request``
+    range (the warm requests) are left out. Without module ranges the whole request
+    is the ``(model)`` node.
+    """
+    requests = sorted(
+        (e for e in events if e.name == REQUEST_RANGE), key=lambda e: e.time_range.start
+    )
+    index = {id(e): i for i, e in enumerate(requests)}
+    nodes: list[dict[str, float]] = [{} for _ in requests]
+    op_types: list[dict[str, float]] = [{} for _ in requests]
+    info: dict[str, str] = {}
+    if not ranges:
+        ranges = {REQUEST_RANGE: (ROOT_NODE, "")}
+
+    def add(table: dict[str, float], key: str, ns: float) -> None:
+        table[key] = table.get(key, 0.0) + ns
+
+    for event in events:
+        name = event.name
+        parent = event.cpu_parent
+        enclosing = None  # the nearest module range above this event
+        request = event if name == REQUEST_RANGE else None
+        while parent is not None and request is None:
+            if enclosing is None and parent.name in ranges:
+                enclosing = parent
+            if parent.name == REQUEST_RANGE:
+                request = parent
+            parent = parent.cpu_parent
+        if request is None:
+            continue
+        at = index[id(request)]
+        if name in ranges:
+            node, module_class = ranges[name]
+            info.setdefault(node, module_class)
+            if not on_device:
+                span = (event.time_range.end - event.time_range.start) * 1000.0
+                add(nodes[at], node, span)
+                if enclosing is not None:  # the caller's self time excludes this module
+                    add(nodes[at], ranges[enclosing.name][0], -span)
+            else:
+                nodes[at].setdefault(node, 0.0)
+            continue
+        if name == REQUEST_RANGE:
+            continue
+        ns = (self_device_us(event) if on_device else float(event.self_cpu_time_total)) * 1000.0
+        if ns <= 0:
+            continue
+        add(op_types[at], name, ns)
+        if on_device and enclosing is not None:
+            add(nodes[at], ranges[enclosing.name][0], ns)
+    return tuple(nodes), tuple(op_types), info
 
 
 def _flatten(value: Any, out: list[np.ndarray]) -> None:

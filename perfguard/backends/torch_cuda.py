@@ -39,6 +39,8 @@ __all__ = [
     "describe_oom",
     "first_compiled_call",
     "forget_frames",
+    "profiler_activities",
+    "self_device_us",
 ]
 
 #: Calls on a side stream before a capture (cuBLAS/cuDNN handles, autotuning,
@@ -382,3 +384,22 @@ def describe_oom(exc: BaseException, device: Any = None) -> str:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     first = lines[0] if lines else type(exc).__name__
     return f"device out of memory on {where}: {first}; {figures}"
+
+
+def profiler_activities(torch: Any, device: Any) -> list[Any]:
+    """``torch.profiler`` activities for a session on ``device``: CPU, and CUDA on a GPU."""
+    activity = torch.profiler.ProfilerActivity
+    if getattr(device, "type", "cpu") == "cuda":
+        return [activity.CPU, activity.CUDA]
+    return [activity.CPU]
+
+
+def self_device_us(event: Any) -> float:
+    """A profiled function's own device time in us: its kernels, not its children's.
+
+    ``self_device_time_total`` (torch 2.4+), else ``self_cuda_time_total``.
+    """
+    value = getattr(event, "self_device_time_total", None)
+    if value is None:
+        value = getattr(event, "self_cuda_time_total", 0.0)
+    return float(value or 0.0)

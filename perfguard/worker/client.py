@@ -30,6 +30,7 @@ from typing import IO, Any
 
 from perfguard.core.errors import PerfguardError, ProtocolError, WorkerError
 from perfguard.core.policy import OPEN_TIMEOUT_S
+from perfguard.core.profile import OperatorProfile
 from perfguard.core.text import plain
 from perfguard.worker.protocol import (
     PROTOCOL_VERSION,
@@ -353,6 +354,30 @@ class WorkerProcess:
     def check(self, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
         """One more request whose outputs must be finite (else ``NonFiniteOutputError``)."""
         return self.request("check", timeout_s)
+
+    def profile(
+        self,
+        requests: int | None = None,
+        trace_path: Path | None = None,
+        *,
+        slot: str | None = None,
+        timeout_s: float | None = DEFAULT_TIMEOUT_S,
+    ) -> OperatorProfile:
+        """The open cell's operator profile, taken in the worker after its measurement.
+
+        ``requests``: recorded requests (default ``PROFILE_REQUESTS``); ``trace_path``:
+        where the worker writes the Chrome trace (atomically); ``slot``: the cell's slot
+        (same-run A/B profiles each side in its own slot). The session keeps serving.
+        """
+        fields: dict[str, Any] = {}
+        if requests is not None:
+            fields["requests"] = requests
+        if trace_path is not None:
+            fields["trace_path"] = str(trace_path)
+        if slot is not None:
+            fields["slot"] = slot
+        reply = self.request("profile", timeout_s, **fields)
+        return OperatorProfile.from_dict(reply["profile"], source=f"worker {self.name!r}")
 
     def close_cell(self, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
         return self.request("close", timeout_s)

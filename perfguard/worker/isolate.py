@@ -10,14 +10,18 @@ kill, ``os._exit``) or hangs past the timeout fails only its cell, with the exit
 status or signal and the tail of the worker's stderr, and the session goes on.
 Opening the cell may take ``RunContext.open_timeout_s`` (``--perfguard-open-timeout``);
 a worker past it is killed with its process group (whatever the model started).
-Accuracy checks, when the cell has them, run in the parent afterwards.
+Accuracy checks, when the cell has them, run in the parent afterwards. ``profile()``
+takes the cell's operator profile in the same worker after its measurement
+(``perfguard.measure.profile``), never inside it.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from perfguard.core.errors import WorkerTimeout
+from perfguard.core.profile import OperatorProfile
 from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import Scenario
 from perfguard.measure.cell import RunContext
@@ -84,6 +88,16 @@ class IsolatedRun:
         reply = self._worker.request("result", timeout_s=measure_timeout_s(self.scenario))
         result = ScenarioResult.from_dict(reply["result"])
         return replace(result, runtime=replace(result.runtime, isolated=True))
+
+    def profile(
+        self, requests: int | None = None, trace_path: Path | None = None
+    ) -> OperatorProfile:
+        """The cell's operator profile, taken in its worker after ``measure()`` (never
+        inside it): ``requests`` recorded requests (default ``PROFILE_REQUESTS``), the
+        Chrome trace written to ``trace_path`` when given."""
+        return self._worker.profile(
+            requests, trace_path, timeout_s=measure_timeout_s(self.scenario)
+        )
 
     def close(self) -> None:
         self._worker.close()

@@ -26,8 +26,9 @@ model's own exception, ``location`` its suite line. A worker of an older perfgua
 (same-run A/B's base revision) sends none of these; the parent reads both.
 Non-finite floats travel as Python's ``json`` writes them (``NaN``, ``Infinity``):
 both ends are Python. Ops: ``hello``, ``open``, ``warmup``, ``measure``,
-``loop``, ``check``, ``close``, ``bye``, and for a cell under ``load:`` ``load_warmup``
-and ``load_level`` (one short level; same-run A/B alternates them between two slots).
+``loop``, ``check``, ``profile``, ``close``, ``bye``, and for a cell under ``load:``
+``load_warmup`` and ``load_level`` (one short level; same-run A/B alternates them between
+two slots). A worker of an older perfguard answers ``profile`` with an unknown-op error.
 See ``perfguard.worker.serve``.
 """
 
@@ -80,8 +81,8 @@ PROTOCOL_VERSION = 1
 
 #: Every op a version-1 worker answers.
 OPS = (
-    "hello", "open", "warmup", "measure", "pairs", "loop", "result", "check", "close", "bye",
-    "load_warmup", "load_level",
+    "hello", "open", "warmup", "measure", "pairs", "loop", "result", "check", "profile",
+    "close", "bye", "load_warmup", "load_level",
 )  # fmt: skip
 
 #: How much of an offending line an error message quotes.

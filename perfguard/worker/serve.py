@@ -27,6 +27,10 @@ Ops (fields of the request -> fields of the ``ok: true`` reply):
   levels, then the output check), as ``ScenarioResult.to_dict()``; again for a
   confirmation round.
 * ``check`` -> ``outputs``: one more request whose outputs must be finite.
+* ``profile`` [``requests``: default ``PROFILE_REQUESTS``, ``trace_path``: where to write
+  the Chrome trace] -> ``profile``: the open cell's operator profile
+  (:func:`perfguard.measure.profile.profile_session`, after and apart from any timed
+  loop; the session keeps serving), as ``OperatorProfile.to_dict()``.
 * ``load_warmup`` (a cell under ``load:``) -> ``cold_start_ns``, ``iterations``,
   ``elapsed_ns``: the cold start and the cell's warm-up at its load level, discarded.
 * ``load_level`` ``seconds``, ``iterations``, ``seed_offset`` -> ``samples_ns`` (the
@@ -57,6 +61,7 @@ from perfguard.core.errors import CellNotFound, Location, PerfguardError, Protoc
 from perfguard.core.scenario import LoopSpec, Scenario
 from perfguard.measure.cell import RunContext
 from perfguard.measure.load import LoadRunner
+from perfguard.measure.profile import PROFILE_REQUESTS, profile_session
 from perfguard.measure.runner import ScenarioRun, check_outputs, run_loop
 from perfguard.measure.timing import warm_up
 from perfguard.suite.loader import load_suite
@@ -136,6 +141,7 @@ class Server:
             "loop": self._loop,
             "result": self._result,
             "check": self._check,
+            "profile": self._profile,
             "close": self._close,
             "bye": self._bye,
             "load_warmup": self._load_warmup,
@@ -419,6 +425,19 @@ class Server:
         outputs = cell.session.to_numpy(cell.session.run(cell.prepared))
         check_outputs(cell.scenario, outputs)
         return {"outputs": len(outputs)}
+
+    def _profile(self, request: dict[str, Any]) -> dict[str, Any]:
+        cell = self._open_cell("profile", request)
+        requests = PROFILE_REQUESTS
+        if request.get("requests") is not None:
+            requests = _field(request, "requests", int, minimum=1)
+        trace_path = None
+        if request.get("trace_path") is not None:
+            trace_path = Path(_field(request, "trace_path", str))
+        profile = profile_session(
+            cell.scenario, cell.session, cell.prepared, requests=requests, trace_path=trace_path
+        )
+        return {"profile": profile.to_dict()}
 
     def _close(self, request: dict[str, Any]) -> dict[str, Any]:
         slot = _slot(request) if "slot" in request else None
