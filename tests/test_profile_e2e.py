@@ -11,6 +11,7 @@ this machine decides a test.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import textwrap
 from pathlib import Path
@@ -18,7 +19,11 @@ from typing import Any
 
 import pytest
 
+from perfguard.baseline.read import pooled_run
+from perfguard.baseline.store import DirectoryStore
+from perfguard.core.profile import NodeTime, OperatorProfile, OpTypeTime
 from tests.conftest import run_git
+from tests.test_store import FP, IDS, make_run, sha_of
 
 pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
@@ -211,6 +216,44 @@ def test_a_planted_slowdown_is_named_by_layer_in_same_run_ab(repo: Repo) -> None
         assert json.loads((traces / f"suites-s.yaml-cnn-{name}-base.json").read_text())[
             "traceEvents"
         ]
+
+
+def test_an_isolated_cell_and_a_load_cell_are_profiled_too(repo: Repo) -> None:
+    text = suite(profile="    isolate: true\n    profile: true\n", cells="[torch]")
+    text += "  - name: loaded\n    model: cnn\n    load: {concurrency: [2]}\n    profile: true\n"
+    repo.commit(slow=False, text=text, message="cnn")
+    repo.run().assert_outcomes(passed=2)
+    found = repo.results()
+    isolated = found["cnn[torch]"]
+    (loaded,) = [cell for name, cell in found.items() if name.startswith("loaded")]
+    assert isolated["runtime"]["isolated"] is True
+    # A load cell's profile is one stream of requests at concurrency 1, apart from the load.
+    assert loaded["load"]["concurrency"] == 2
+    for cell in (isolated, loaded):
+        profile = cell["profile"]
+        assert profile["nodes"] and (repo.run_folder() / profile["trace"]).is_file()
+
+
+def test_a_pooled_baseline_keeps_the_most_recent_launchs_profile(tmp_path: Path) -> None:
+    def profile(node: str) -> OperatorProfile:
+        return OperatorProfile(
+            "onnxruntime",
+            20,
+            1000.0,
+            (NodeTime(node, "Conv", 900.0),),
+            (OpTypeTime("Conv", 900.0),),
+        )
+
+    store = DirectoryStore(tmp_path)
+    older, newer = profile("/older/Conv"), profile("/newer/Conv")
+    for seed, taken in enumerate((older, newer, None)):  # the newest launch unprofiled
+        run = make_run(sha_of(1), seed=seed)
+        scenarios = tuple(dataclasses.replace(s, profile=taken) for s in run.scenarios)
+        store.save(dataclasses.replace(run, scenarios=scenarios))
+    baseline = store.load(FP, sha_of(1))
+    assert baseline is not None and len(baseline.launches) == 3
+    assert baseline.pooled(IDS[0]).profile == newer  # type: ignore[union-attr]
+    assert {s.profile for s in pooled_run(baseline).scenarios} == {newer}
 
 
 FAILING_PROFILER = """
