@@ -81,7 +81,9 @@ CNN = textwrap.dedent(
 )
 
 
-def cnn_scenario(tmp_path: Path, backend: str, *, planted: int = 0) -> Scenario:
+def cnn_scenario(
+    tmp_path: Path, backend: str, *, planted: int = 0, device: str = "cpu"
+) -> Scenario:
     (tmp_path / "pg_profile_cnn.py").write_text(CNN)
     model = ModelSpec(
         name="cnn-planted" if planted else "cnn",
@@ -98,6 +100,7 @@ def cnn_scenario(tmp_path: Path, backend: str, *, planted: int = 0) -> Scenario:
         model=model,
         location=Location(tmp_path / "suite.yaml", 9),
         backend=backend,
+        device=device,
         threads=1,
     )
 
@@ -303,3 +306,24 @@ def test_a_minilm_onnxruntime_profile_stays_compact(minilm_profile: OperatorProf
     assert OperatorProfile.from_dict(minilm_profile.to_dict()).nodes[0].name == (
         minilm_profile.nodes[0].name
     )
+
+
+# --- on a real GPU (scripts/gpu-check; skipped with the reason elsewhere) -----------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["torch", "tensorrt"])
+def test_a_planted_slowdown_is_the_top_contributor_on_the_gpu(tmp_path: Path, backend: str) -> None:
+    if backend == "tensorrt":
+        pytest.importorskip("tensorrt")
+    trace = tmp_path / "gpu.json"
+    base = profiled(tmp_path, cnn_scenario(tmp_path, backend, device="cuda"), requests=5)
+    planted = profiled(
+        tmp_path, cnn_scenario(tmp_path, backend, planted=4, device="cuda"), 5, trace
+    )
+    top = diff_profiles(base, planted).top
+    assert top is not None
+    if backend == "torch":  # device time of the kernels each module's ops launched
+        assert top.key == "layer2" and planted.profiler == "torch.profiler"
+        assert {n.provider for n in planted.nodes} == {"cuda"}
+    else:  # TensorRT layers keep the ONNX node names they were built from
+        assert "layer2" in top.key and planted.profiler == "tensorrt"
+    assert "traceEvents" in json.loads(trace.read_text())

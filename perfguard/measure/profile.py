@@ -17,6 +17,7 @@ to ``trace_path`` when one is given (it opens in Perfetto and ``chrome://tracing
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -86,7 +87,8 @@ def profile_session(
             profiler.request(record=True)
             request_ns.append(clock() - t0)
     except BaseException:
-        profiler.finish()
+        with contextlib.suppress(Exception):  # the request's error is the one to report
+            profiler.finish()
         raise
     recorded = profiler.finish()
     trace = None
