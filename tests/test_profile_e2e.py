@@ -95,8 +95,9 @@ scenarios:
 {profile}"""
 
 
-# Contention from other processes on a shared host would make verdicts `invalid`.
-INI = "[pytest]\nperfguard_contention_limit = 1.01\n"
+# Contention from other processes on a shared host would make verdicts `invalid`; a
+# slowdown this large needs no confirmation rounds (they only cost time here).
+INI = "[pytest]\nperfguard_contention_limit = 1.01\nperfguard_confirm_rounds = 0\n"
 
 
 class Repo:
