@@ -19,9 +19,12 @@ from typing import Any
 
 import pytest
 
+from perfguard.ab.run import ab_metric
 from perfguard.baseline.read import pooled_run
 from perfguard.baseline.store import DirectoryStore
 from perfguard.core.profile import NodeTime, OperatorProfile, OpTypeTime
+from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
+from perfguard.plugin.measurement import regressed_in_time
 from tests.conftest import run_git
 from tests.test_store import FP, IDS, make_run, sha_of
 
@@ -255,6 +258,34 @@ def test_a_pooled_baseline_keeps_the_most_recent_launchs_profile(tmp_path: Path)
     assert baseline is not None and len(baseline.launches) == 3
     assert baseline.pooled(IDS[0]).profile == newer  # type: ignore[union-attr]
     assert {s.profile for s in pooled_run(baseline).scenarios} == {newer}
+
+
+@pytest.mark.parametrize(
+    ("metric", "profiled"),
+    [
+        ("p50", True),
+        ("p95", True),
+        ("throughput", True),
+        ("peak_memory", False),
+        ("gpu_mem", False),
+    ],
+)
+def test_a_regression_in_time_is_profiled_without_being_asked(metric: str, profiled: bool) -> None:
+    figure = ab_metric(
+        metric,
+        VerdictKind.REGRESSION,
+        f"{metric} regressed",
+        "rule",
+        values=(1.0, 2.0),
+        ratio=2.0,
+        bounds=(1.5, 2.5),
+        limit=0.05,
+        n=(100, 100),
+    )
+    verdict = ScenarioVerdict("s.yaml::c", VerdictKind.REGRESSION, metrics=(figure,))
+    assert regressed_in_time(verdict) is profiled
+    passed = dataclasses.replace(figure, verdict=VerdictKind.UNCHANGED)
+    assert not regressed_in_time(dataclasses.replace(verdict, metrics=(passed,)))
 
 
 FAILING_PROFILER = """
