@@ -37,7 +37,7 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,11 +65,13 @@ from perfguard.ab.stats import (
 )
 from perfguard.ab.worktree import BaseRef, base_worktree, resolve_base
 from perfguard.core import progress
+from perfguard.core.blame import first_line
 from perfguard.core.errors import LoadError, SuiteError
 from perfguard.core.figures import RuntimeInfo
 from perfguard.core.loadfigures import LoadFigures
 from perfguard.core.paths import under_root
 from perfguard.core.policy import LATENCY_QS
+from perfguard.core.profile import OperatorProfile
 from perfguard.core.progress import Throttle
 from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import Scenario
@@ -83,13 +85,16 @@ from perfguard.judge.verdict import (
     worst,
 )
 from perfguard.measure.cell import RunContext
+from perfguard.measure.profile import PROFILE_REQUESTS
 from perfguard.suite.loader import load_suite
 from perfguard.worker.client import OPEN_TIMEOUT_S, WorkerProcess
+from perfguard.worker.isolate import measure_timeout_s
 
 __all__ = [
     "ABConfig",
     "ABOutcome",
     "ABRun",
+    "ProfileWhen",
     "ab_metric",
     "Slot",
     "base_results",
@@ -99,6 +104,7 @@ __all__ = [
     "run_load_rounds",
     "run_pairs",
     "side_figures",
+    "take_profile",
 ]
 
 REQUEST_TIMEOUT_S = 60.0
@@ -317,6 +323,42 @@ def _failed_level(scenario: Scenario, who: str, index: int, sample: LevelSample)
     )
 
 
+#: Asked after an A/B cell's verdict: ``None`` to leave it unprofiled, else where the
+#: Chrome traces of its (base, working tree) sides go (a ``None`` path: no trace kept).
+ProfileWhen = Callable[[Scenario, ScenarioVerdict], tuple[Path | None, Path | None] | None]
+
+
+def take_profile(
+    take: Callable[[Path | None], OperatorProfile], trace: Path | None
+) -> OperatorProfile:
+    """``take(trace)``'s profile, naming its Chrome trace as the run's report folder
+    knows it (``traces/<file>.json``: ``trace`` lies in a folder of that folder) when the
+    profiler wrote it, and its own duration when the profiler did not say.
+
+    A failed profiler leaves no half-written trace behind (and raises)."""
+    if trace is not None:
+        trace.parent.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter_ns()
+    try:
+        profile = take(trace)
+    except BaseException:
+        if trace is not None:
+            trace.unlink(missing_ok=True)
+        raise
+    kept = f"{trace.parent.name}/{trace.name}" if trace is not None and trace.is_file() else None
+    wall = profile.wall_ns if profile.wall_ns is not None else time.perf_counter_ns() - started
+    return dataclasses.replace(profile, trace=kept, wall_ns=wall)
+
+
+def _profile_slot(side: Slot, trace: Path | None, timeout_s: float) -> OperatorProfile:
+    """One side's operator profile, taken by the worker slot its cell is open in."""
+
+    def take(path: Path | None) -> OperatorProfile:
+        return side.worker.profile(PROFILE_REQUESTS, path, slot=side.slot, timeout_s=timeout_s)
+
+    return take_profile(take, trace)
+
+
 def worker_env() -> dict[str, str]:
     """The environment of both A/B workers.
 
@@ -356,6 +398,8 @@ class ABRun:
         self.worktree: Path | None = None
         self._stack = contextlib.ExitStack()
         self._suites: dict[Path, dict[str, Scenario] | SuiteError] = {}
+        # The base side's operator profile of each profiled A/B cell (the report's base).
+        self.base_profiles: dict[str, OperatorProfile] = {}
 
     def start(self) -> None:
         """Resolve the base and check it out; raises ``GitError`` with the fix."""
@@ -505,11 +549,15 @@ class ABRun:
         return None
 
     def measure(
-        self, scenario: Scenario, ctx: RunContext
+        self, scenario: Scenario, ctx: RunContext, profile: ProfileWhen | None = None
     ) -> tuple[ScenarioResult, ScenarioVerdict]:
-        """Measure A and B interleaved; B's figures as the result, the paired verdict."""
+        """Measure A and B interleaved; B's figures as the result, the paired verdict.
+
+        Then, when ``profile`` asks for it given the verdict, both sides are profiled in
+        the worker slots that measured them (:meth:`_profile_sides`): B's profile goes
+        into the result, A's into ``base_profiles``."""
         if scenario.load is not None:
-            return self._measure_load(scenario, ctx)
+            return self._measure_load(scenario, ctx, profile)
         metric, limit = latency_gate(scenario)
         rule = StoppingRule(limit=limit, q=LATENCY_QS[metric])
         with self._sides(scenario, ctx) as (a, b, opened):
@@ -525,10 +573,40 @@ class ABRun:
             a_ns, b_ns, decision, elapsed = run_pairs(
                 a, b, rule, seed=self.config.seed, cell=scenario.item_name
             )
-        outcome = ABOutcome(a_ns, b_ns, decision, elapsed, metric, limit)
-        return self._result(scenario, ctx, outcome, warm["b"], opened), self._verdict(
-            scenario, ctx, outcome
-        )
+            outcome = ABOutcome(a_ns, b_ns, decision, elapsed, metric, limit)
+            result = self._result(scenario, ctx, outcome, warm["b"], opened)
+            verdict = self._verdict(scenario, ctx, outcome)
+            return self._profile_sides(scenario, a, b, result, verdict, profile)
+
+    def _profile_sides(
+        self,
+        scenario: Scenario,
+        a: Slot,
+        b: Slot,
+        result: ScenarioResult,
+        verdict: ScenarioVerdict,
+        profile: ProfileWhen | None,
+    ) -> tuple[ScenarioResult, ScenarioVerdict]:
+        """Both sides profiled after the verdict, each in the slot that measured it, when
+        ``profile`` asks; a side whose profiling fails becomes a note on the verdict
+        (which stays what it was), never a failure."""
+        traces = profile(scenario, verdict) if profile is not None else None
+        if traces is None:
+            return result, verdict
+        base_trace, trace = traces
+        timeout_s = measure_timeout_s(scenario)
+        for side, path, name in ((a, base_trace, "base"), (b, trace, "working tree")):
+            try:
+                taken = _profile_slot(side, path, timeout_s)
+            except Exception as exc:  # a profiler's failure must not fail the cell
+                note = f"operator profile of the {name} side not taken: {first_line(exc)}"
+                verdict = verdict.with_note(note)
+                continue
+            if side is a:
+                self.base_profiles[result.id] = taken
+            else:
+                result = dataclasses.replace(result, profile=taken)
+        return result, verdict
 
     def _result(
         self,
@@ -635,11 +713,12 @@ class ABRun:
 
     # -- a cell under load: rounds of whole levels ------------------------------------
     def _measure_load(
-        self, scenario: Scenario, ctx: RunContext
+        self, scenario: Scenario, ctx: RunContext, profile: ProfileWhen | None
     ) -> tuple[ScenarioResult, ScenarioVerdict]:
         """Warm both sides' levels up, then alternate short levels of A and B in rounds
         (:mod:`perfguard.ab.rounds`) until the rule stops; B's pooled figures as the
-        result, the paired verdict on the rounds."""
+        result, the paired verdict on the rounds. A profile of a load cell is one
+        stream of requests at concurrency 1 on each side (:meth:`_profile_sides`)."""
         plan = load_plan(scenario, self.config.seed)
         with self._sides(scenario, ctx) as (a, b, opened):
             warm, rounds, decisions, elapsed = run_load_rounds(
@@ -651,8 +730,9 @@ class ABRun:
                 base=self.label,
                 open_limit_s=ctx.worker_open_limit_s,
             )
-        result = self._load_result(scenario, ctx, rounds, warm["b"], opened)
-        return result, self._load_verdict(scenario, ctx, plan, rounds, decisions, elapsed)
+            result = self._load_result(scenario, ctx, rounds, warm["b"], opened)
+            verdict = self._load_verdict(scenario, ctx, plan, rounds, decisions, elapsed)
+            return self._profile_sides(scenario, a, b, result, verdict, profile)
 
     def _load_result(
         self,
@@ -836,11 +916,15 @@ def side_figures(rounds: list[LoadRound], side: str) -> tuple[float, dict[str, A
 
 
 def base_results(
-    verdicts: Mapping[str, ScenarioVerdict], results: Mapping[str, ScenarioResult]
+    verdicts: Mapping[str, ScenarioVerdict],
+    results: Mapping[str, ScenarioResult],
+    profiles: Mapping[str, OperatorProfile] | None = None,
 ) -> dict[str, ScenarioResult]:
-    """The report's baseline of each A/B cell: its base-revision samples of this run and,
-    under load, the base side's own throughput and load figures (never the head's: a
-    verdict stored before them leaves those figures out rather than borrow the head's)."""
+    """The report's baseline of each A/B cell: its base-revision samples of this run,
+    under load the base side's own throughput and load figures (never the head's: a
+    verdict stored before them leaves those figures out rather than borrow the head's),
+    and the base side's operator profile when ``profiles`` holds one (never the working
+    tree's: a base that was not profiled has none)."""
     out: dict[str, ScenarioResult] = {}
     for sid, verdict in verdicts.items():
         ab = verdict.ab
@@ -849,7 +933,11 @@ def base_results(
         if verdict.mode != "ab" or ab is None or not samples or current is None:
             continue
         base = dataclasses.replace(
-            current, samples_ns=samples, latency_ns=summarize(samples), runtime=RuntimeInfo()
+            current,
+            samples_ns=samples,
+            latency_ns=summarize(samples),
+            runtime=RuntimeInfo(),
+            profile=(profiles or {}).get(sid),
         )
         if current.load is not None:
             base = dataclasses.replace(

@@ -113,7 +113,9 @@ class Baseline:
         Launches without samples (skipped, errored) add nothing; if no launch has
         samples, the newest launch's result is returned as is so a caller can see
         why. ``canary_ns`` is the median of the launches' canaries, so a baseline
-        normalises against its typical machine speed rather than one launch's.
+        normalises against its typical machine speed rather than one launch's. The
+        operator profile is the most recent launch's that has one (profiles are not
+        pooled: each is a median over its own pass).
         """
         results = self.scenario_launches(scenario_id)
         if not results:
@@ -141,6 +143,7 @@ class Baseline:
             throughput=rate,
             canary_ns=float(statistics.median(canaries)) if canaries else None,
             stable=all(r.stable for r in measured),
+            profile=next((r.profile for r in reversed(results) if r.profile is not None), None),
         )
 
 

@@ -348,6 +348,9 @@ class Scenario:
     gpu: GpuSpec = GpuSpec()
     # Measure this cell in a worker process of its own (perfguard.worker.isolate).
     isolate: bool = False
+    # Take an operator profile after the timed measurement (perfguard.measure.profile);
+    # a cell whose latency regressed is profiled without it.
+    profile: bool = False
 
     @property
     def item_name(self) -> str:

@@ -10,6 +10,12 @@
 A cell A/B cannot take (new in this tree, or an SLO search) goes through the
 isolated or in-process path, and its verdict says why. Outside A/B a suspected
 regression is re-measured (the gatekeeper's confirmation rounds) before it stands.
+
+Operator profiles (:mod:`perfguard.measure.profile`) are taken after the cell's timed
+measurement and its verdict, never inside it, on the session (or worker, or both A/B
+worker slots) that measured it: for a cell with ``profile: true``, for every cell under
+``--perfguard-profile``, and for every cell whose latency or throughput regressed. A
+profiler that fails leaves a note on the verdict, which stays what it was.
 """
 
 from __future__ import annotations
@@ -19,19 +25,38 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from perfguard.ab.run import ABRun
+from perfguard.ab.run import ABRun, take_profile
 from perfguard.accuracy.run import AccuracyChecker
+from perfguard.core.blame import first_line
+from perfguard.core.policy import LATENCY_QS
+from perfguard.core.profile import OperatorProfile
 from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import Scenario
 from perfguard.judge.gatekeeper import Gatekeeper
 from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.measure.cell import RunContext, open_session
+from perfguard.measure.profile import PROFILE_REQUESTS, profile_session
 from perfguard.measure.runner import ScenarioRun
+from perfguard.report.runfiles import trace_paths
 from perfguard.worker.isolate import IsolatedRun
+
+#: Gated figures whose regression has a cell profiled without being asked: time
+#: figures, which an operator profile explains. Not peak memory (a profile shows time,
+#: not memory) nor accuracy (wrong outputs are not a question of where the time went).
+PROFILED_REGRESSIONS = frozenset({*LATENCY_QS, "throughput"})
+
+
+def regressed_in_time(verdict: ScenarioVerdict) -> bool:
+    """Whether a latency or throughput figure of ``verdict`` regressed."""
+    return any(m.verdict.failed and m.metric in PROFILED_REGRESSIONS for m in verdict.metrics)
 
 
 class CellMeasurer:
-    """Measures a cell on the path its settings choose, and checks its accuracy."""
+    """Measures a cell on the path its settings choose, checks its accuracy, and profiles
+    it when asked (``profile_every``, ``profile: true``) or when its time regressed.
+
+    ``run_folder`` gives the run's report folder (``<commit12>``, ``<commit12>-ab``), in
+    whose ``traces/`` the Chrome traces of profiled cells are written."""
 
     def __init__(
         self,
@@ -41,10 +66,14 @@ class CellMeasurer:
         ab: ABRun | None,
         gatekeeper: Callable[[], Gatekeeper],
         suites: Mapping[Path, tuple[Scenario, ...]],
+        profile_every: bool = False,
+        run_folder: Callable[[], Path] | None = None,
     ) -> None:
         self.ctx = ctx
         self.isolate = isolate
         self.ab = ab
+        self.profile_every = profile_every
+        self._run_folder = run_folder
         self._gatekeeper = gatekeeper  # resolved lazily: the baseline is chosen once
         self.accuracy = AccuracyChecker(
             open_session=lambda scenario, calibration: open_session(scenario, ctx, calibration),
@@ -54,13 +83,19 @@ class CellMeasurer:
     def measure_and_judge(self, scenario: Scenario) -> tuple[ScenarioResult, ScenarioVerdict]:
         ab = self.ab
         if ab is not None and ab.compares(scenario):
-            result, verdict = ab.measure(scenario, self.ctx)
+            result, verdict = ab.measure(scenario, self.ctx, self._ab_traces)
             return self._with_accuracy(scenario, result), verdict
         gatekeeper = self._gatekeeper()
         if self.isolate or scenario.isolate:
             with IsolatedRun(scenario, self.ctx) as iso:
                 measured = iso.measure()
                 result, verdict = gatekeeper.judge_confirmed(measured, scenario.gates, iso.measure)
+                result, verdict = self._profiled(
+                    scenario,
+                    result,
+                    verdict,
+                    lambda trace: iso.profile(PROFILE_REQUESTS, trace),
+                )
             result = self._with_accuracy(scenario, result)
         else:
             calibration = self.accuracy.calibration_for(scenario)
@@ -70,9 +105,67 @@ class CellMeasurer:
                 )
                 if scenario.accuracy is not None:
                     result = self._accuracy_of(scenario, run.session, result)
+                # A load cell too: one stream of requests at concurrency 1 on its session.
+                result, verdict = self._profiled(
+                    scenario,
+                    result,
+                    verdict,
+                    lambda trace: profile_session(
+                        scenario, run.session, run.prepared, trace_path=trace
+                    ),
+                )
         if ab is not None:  # only in the working tree, an SLO search, or load on one side
             verdict = ab.outside_ab(scenario, verdict)
         return result, verdict
+
+    # -- operator profiles ------------------------------------------------------------
+    def wants_profile(self, scenario: Scenario, verdict: ScenarioVerdict) -> bool:
+        """``profile: true``, ``--perfguard-profile``, or a latency/throughput regression."""
+        return scenario.profile or self.profile_every or regressed_in_time(verdict)
+
+    def base_profile(
+        self, result: ScenarioResult, verdict: ScenarioVerdict
+    ) -> OperatorProfile | None:
+        """The profile ``result``'s is diffed against: the A/B base side's, measured in
+        this run, or the archived baseline's stored one (never measured again)."""
+        if verdict.mode == "ab":
+            return self.ab.base_profiles.get(result.id) if self.ab is not None else None
+        base = self._gatekeeper().baseline_result(result.id)
+        return base.profile if base is not None else None
+
+    def _traces(self, scenario_id: str) -> tuple[Path, Path] | None:
+        """(this tree's, the A/B base's) trace paths of a cell; None: no trace kept."""
+        if self._run_folder is None:
+            return None
+        return trace_paths(self._run_folder(), scenario_id)
+
+    def _ab_traces(
+        self, scenario: Scenario, verdict: ScenarioVerdict
+    ) -> tuple[Path | None, Path | None] | None:
+        """For an A/B cell: None when it is not to be profiled, else its (base, working
+        tree) trace paths."""
+        if not self.wants_profile(scenario, verdict):
+            return None
+        paths = self._traces(verdict.scenario_id)
+        return (paths[1], paths[0]) if paths is not None else (None, None)
+
+    def _profiled(
+        self,
+        scenario: Scenario,
+        result: ScenarioResult,
+        verdict: ScenarioVerdict,
+        take: Callable[[Path | None], OperatorProfile],
+    ) -> tuple[ScenarioResult, ScenarioVerdict]:
+        """``result`` with its operator profile when the cell is to be profiled. A
+        profiler's failure is a note on the verdict, which otherwise stays as it was."""
+        if not self.wants_profile(scenario, verdict):
+            return result, verdict
+        paths = self._traces(result.id)
+        try:
+            profile = take_profile(take, paths[0] if paths is not None else None)
+        except Exception as exc:  # never fails the cell nor changes its verdict
+            return result, verdict.with_note(f"operator profile not taken: {first_line(exc)}")
+        return replace(result, profile=profile), verdict
 
     def _accuracy_of(
         self, scenario: Scenario, session: Any, result: ScenarioResult

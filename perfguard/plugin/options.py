@@ -151,6 +151,14 @@ def add_options(parser: pytest.Parser) -> None:
         help="measure every scenario in its own worker process (a crash fails only that cell).",
     )
     group.addoption(
+        "--perfguard-profile",
+        action="store_true",
+        default=False,
+        help="take an operator profile of every cell after its timed measurement, with "
+        "a Chrome trace in reports/<commit12>/traces/ (default: ini perfguard_profile, "
+        "else only cells with `profile: true` and cells whose latency regressed).",
+    )
+    group.addoption(
         "--perfguard-open-timeout",
         metavar="SECONDS",
         type=float,
@@ -200,6 +208,11 @@ def add_options(parser: pytest.Parser) -> None:
         type="bool",
         help="perfguard: the twin of --perfguard-normalise.",
         default=False,
+    )
+    parser.addini(
+        "perfguard_profile",
+        help="perfguard: the twin of --perfguard-profile (true or false).",
+        default="false",
     )
     parser.addini(
         "perfguard_baseline",

@@ -21,6 +21,9 @@ from perfguard.judge.gatekeeper import GateSettings
 from perfguard.shard.plan import SHARD_ENV, ShardSpec
 
 MIB = 1024 * 1024
+# The words a boolean ini key takes (as pytest's own ``type="bool"`` does).
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0", "")
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,7 @@ class RunSettings:
     explicit_args: frozenset[Path]  # files named on the command line: always collected
     judging: GateSettings  # the baseline to compare with, the gate and its limits
     isolate: bool = False
+    profile: bool = False  # --perfguard-profile: an operator profile of every cell
     ab: ABConfig | None = None  # --perfguard-ab: same-run A/B against this ref
     is_worker: bool = False  # a pytest-xdist worker: measures, writes no files
     max_input_bytes: int = MAX_INPUT_MIB * MIB  # generated inputs per cell, at most
@@ -72,6 +76,7 @@ class RunSettings:
                 save_invalid=_save_invalid(config),
             ),
             isolate=bool(config.getoption("perfguard_isolate")),
+            profile=_profile(config),
             ab=(
                 ABConfig(ref=str(ab_ref), python=config.getoption("perfguard_ab_python"))
                 if ab_ref
@@ -154,6 +159,22 @@ def _inconclusive(config: pytest.Config) -> str:
             "Fix: set --perfguard-inconclusive or ini perfguard_inconclusive"
         )
     return choice
+
+
+def _profile(config: pytest.Config) -> bool:
+    """``--perfguard-profile`` (it can only switch profiling on), else ini ``perfguard_profile``."""
+    if config.getoption("perfguard_profile"):
+        return True
+    raw = str(config.getini("perfguard_profile")).strip()
+    word = raw.lower()
+    if word in _TRUE or word in _FALSE:
+        return word in _TRUE
+    where = f" in {config.inipath}" if config.inipath is not None else ""
+    raise pytest.UsageError(
+        f"perfguard: ini perfguard_profile{where} is {raw!r}; expected true or false "
+        "(true: take an operator profile of every cell). Fix: write "
+        "perfguard_profile = true (or false), or pass --perfguard-profile"
+    )
 
 
 def _save_invalid(config: pytest.Config) -> bool:

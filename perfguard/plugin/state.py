@@ -46,7 +46,7 @@ from perfguard.judge.gatekeeper import (
     check_can_save,
     failure_message,
 )
-from perfguard.judge.outcome import RunOutcome, run_outcome
+from perfguard.judge.outcome import RunOutcome, profile_line, run_outcome
 from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
 from perfguard.machine.env import collect_environment
 from perfguard.measure.cell import RunContext
@@ -59,7 +59,13 @@ from perfguard.plugin.settings import RunSettings
 from perfguard.plugin.sharding import keep_shard, plan_items
 from perfguard.plugin.terminal import ProgressPrinter, header_line, write_summary
 from perfguard.plugin.upfront import first_problem
-from perfguard.report.runfiles import WRITE_FAILED_EXIT, RunFiles, base_side, write_run_files
+from perfguard.report.runfiles import (
+    WRITE_FAILED_EXIT,
+    RunFiles,
+    base_side,
+    run_dir,
+    write_run_files,
+)
 from perfguard.shard.plan import ShardPlan, plan_path, write_plan
 from perfguard.suite.files import is_suite_path
 
@@ -137,6 +143,11 @@ class PerfguardSession:
             ab=self.ab,
             gatekeeper=lambda: self.gatekeeper,
             suites=self.suites,
+            profile_every=settings.profile,
+            # Traces go beside results.json; an xdist worker writes them there too.
+            run_folder=lambda: run_dir(
+                self.report_dir, self.commit, "ab" if self.ab is not None else "plain"
+            ),
         )
 
     @property
@@ -303,6 +314,9 @@ class PerfguardSession:
         accuracy_failures = list(result.accuracy.failures) if result.accuracy else []
         if self.settings.judging.gate and (regressed or accuracy_failures):
             lines = ([failure_message(verdict)] if regressed else []) + accuracy_failures
+            if regressed and result.profile is not None:
+                base = self.measurer.base_profile(result, verdict)
+                lines.append(profile_line(base, result.profile))
             message = "\n".join(lines)
             self.record(replace(result, status=Status.FAILED, message=message))
             if regressed:
@@ -443,7 +457,14 @@ class PerfguardSession:
             report_dir=self.settings.report_dir,
             judging=self.settings.judging,
             gatekeeper=gatekeeper,
-            base=base_side(gatekeeper, self.verdicts, run, ab=self.ab is not None, ab_base=ab_base),
+            base=base_side(
+                gatekeeper,
+                self.verdicts,
+                run,
+                ab=self.ab is not None,
+                ab_base=ab_base,
+                ab_profiles=self.ab.base_profiles if self.ab is not None else None,
+            ),
             files=self.files,
             exit_status=int(exitstatus),
         )

@@ -10,6 +10,7 @@ run, while the others are still written and the terminal summary still printed.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,8 @@ from typing import Any, TypeVar
 from perfguard.ab.run import base_results
 from perfguard.baseline.read import pooled_run
 from perfguard.core.errors import PerfguardError
-from perfguard.core.results import Environment, RunResult, ScenarioResult
+from perfguard.core.profile import OperatorProfile
+from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
 from perfguard.core.resultsio import results_path, write_results
 from perfguard.judge.gatekeeper import Gatekeeper, GateSettings
 from perfguard.judge.verdict import ScenarioVerdict
@@ -26,6 +28,11 @@ from perfguard.report import render_markdown, report_files, run_report_dir
 from perfguard.report.comparison import comparison_path, write_comparison
 from perfguard.report.github import in_github_actions, write_step_summary
 from perfguard.report.model import ReportInput
+
+#: The folder of a run's Chrome traces of profiled cells, in the run's report folder.
+TRACES_DIR = "traces"
+#: Added to the trace's name of the base side of a same-run A/B cell.
+BASE_TRACE_SUFFIX = "-base"
 
 #: pytest's exit status for a run whose ``--perfguard-save`` was refused (tests failed).
 SAVE_REFUSED_EXIT = 1
@@ -62,6 +69,23 @@ class RunFiles:
         return None
 
 
+def run_dir(report_dir: Path, commit: CommitInfo, mode: str) -> Path:
+    """The run's report folder (``<commit12>``, ``<commit12>-ab``): results.json's."""
+    return results_path(report_dir, commit, mode).parent
+
+
+def trace_paths(run_folder: Path, scenario_id: str) -> tuple[Path, Path]:
+    """Where a profiled cell's Chrome trace goes, and its A/B base side's:
+    ``traces/<safe cell name>.json`` and ``traces/<safe cell name>-base.json``."""
+    name = _UNSAFE.sub("-", scenario_id).strip("-.")[:_NAME_CHARS] or "cell"
+    folder = run_folder / TRACES_DIR
+    return folder / f"{name}.json", folder / f"{name}{BASE_TRACE_SUFFIX}.json"
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
+_NAME_CHARS = 160
+
+
 @dataclass(frozen=True)
 class BaseSide:
     """What a run was compared with: ``choice`` is comparison.json's ``baseline``; the
@@ -83,11 +107,13 @@ def base_side(
     *,
     ab: bool = False,
     ab_base: tuple[str | None, str] | None = None,
+    ab_profiles: Mapping[str, OperatorProfile] | None = None,
 ) -> BaseSide:
     """The base side of ``run``: the archived baseline ``gatekeeper`` chose, or for a
     same-run A/B run (``ab``) the base revision's figures of this run, over the archived
     baseline's for the cells A/B judged against it (an SLO search, a cell under load on
-    one side only); ``ab_base`` is that base's (commit, how it was chosen) when known."""
+    one side only); ``ab_base`` is that base's (commit, how it was chosen) when known,
+    ``ab_profiles`` its operator profiles (of the A/B cells that were profiled)."""
     choice = gatekeeper.choice
     results = {r.id: r for r in run.scenarios}
     baseline: dict[str, ScenarioResult] = {}
@@ -97,7 +123,7 @@ def base_side(
         archived = {sid for sid, v in verdicts.items() if v.mode != "ab" and sid in baseline}
         baseline = {
             **{sid: baseline[sid] for sid in archived},
-            **base_results(verdicts, results),
+            **base_results(verdicts, results, ab_profiles),
         }
     info = choice.to_dict()
     if ab_base is not None:

@@ -755,6 +755,12 @@ _SETTING_KEYS = (
     Key("gate", GATE, "limits vs the baseline; merged metric by metric over `defaults`"),
     Key("isolate", _BOOL, "measure in a worker process of its own", _default(Scenario, "isolate")),
     Key(
+        "profile",
+        _BOOL,
+        "take an operator profile after the timed measurement (always for a regression)",
+        _default(Scenario, "profile"),
+    ),
+    Key(
         "accuracy",
         OneOf((ACCURACY, _FALSE)),
         "accuracy checks ({} for every default, false: off)",

@@ -243,9 +243,9 @@ def _setting(rd: Reader, key: str, value: object, line: int, where: str) -> obje
             fix = "write `cpu`, `cuda` or e.g. `cuda:0`"
             rd.fail(line, f"{what} is {found(value)}", "`cpu`, `cuda` or `cuda:N`", fix)
         return value
-    if key == "isolate":
+    if key in ("isolate", "profile"):
         if not isinstance(value, bool):
-            rd.fail(line, f"{what} is {found(value)}", "true or false", "write `isolate: true`")
+            rd.fail(line, f"{what} is {found(value)}", "true or false", f"write `{key}: true`")
         return value
     if key == "stability_tolerance":
         return rd.as_num(value, line, what, "a number with 0 < x < 1", lambda x: 0 < x < 1)
