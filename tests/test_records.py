@@ -54,6 +54,7 @@ from perfguard.judge.verdict import (
     ScenarioVerdict,
     VerdictKind,
 )
+from tests.test_resultsio import profiles
 
 FIXTURES = Path(__file__).parent / "fixtures" / "records"
 RESULTS = sorted(FIXTURES.glob("*/results.json"))
@@ -265,6 +266,9 @@ abs_ = st.builds(
         max_size=3,
     ).map(tuple),
     samples_a_ns=st.lists(st.integers(0, 10**12), max_size=20).map(tuple),
+    throughput_a=maybe,
+    load_a=st.none() | st.dictionaries(words, st.integers(0, 100), max_size=3),
+    profile_a=st.none() | profiles,
 )
 
 

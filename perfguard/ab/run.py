@@ -399,7 +399,6 @@ class ABRun:
         self._stack = contextlib.ExitStack()
         self._suites: dict[Path, dict[str, Scenario] | SuiteError] = {}
         # The base side's operator profile of each profiled A/B cell (the report's base).
-        self.base_profiles: dict[str, OperatorProfile] = {}
 
     def start(self) -> None:
         """Resolve the base and check it out; raises ``GitError`` with the fix."""
@@ -555,7 +554,7 @@ class ABRun:
 
         Then, when ``profile`` asks for it given the verdict, both sides are profiled in
         the worker slots that measured them (:meth:`_profile_sides`): B's profile goes
-        into the result, A's into ``base_profiles``."""
+        into the result, A's into the verdict's A/B record (``ABDetail.profile_a``)."""
         if scenario.load is not None:
             return self._measure_load(scenario, ctx, profile)
         metric, limit = latency_gate(scenario)
@@ -602,9 +601,11 @@ class ABRun:
                 note = f"operator profile of the {name} side not taken: {first_line(exc)}"
                 verdict = verdict.with_note(note)
                 continue
-            if side is a:
-                self.base_profiles[result.id] = taken
-            else:
+            if side is a and verdict.ab is not None:
+                verdict = dataclasses.replace(
+                    verdict, ab=dataclasses.replace(verdict.ab, profile_a=taken)
+                )
+            elif side is b:
                 result = dataclasses.replace(result, profile=taken)
         return result, verdict
 
@@ -918,13 +919,12 @@ def side_figures(rounds: list[LoadRound], side: str) -> tuple[float, dict[str, A
 def base_results(
     verdicts: Mapping[str, ScenarioVerdict],
     results: Mapping[str, ScenarioResult],
-    profiles: Mapping[str, OperatorProfile] | None = None,
 ) -> dict[str, ScenarioResult]:
     """The report's baseline of each A/B cell: its base-revision samples of this run,
     under load the base side's own throughput and load figures (never the head's: a
     verdict stored before them leaves those figures out rather than borrow the head's),
-    and the base side's operator profile when ``profiles`` holds one (never the working
-    tree's: a base that was not profiled has none)."""
+    and the base side's operator profile when it was taken (never the working tree's:
+    a base that was not profiled has none)."""
     out: dict[str, ScenarioResult] = {}
     for sid, verdict in verdicts.items():
         ab = verdict.ab
@@ -937,7 +937,7 @@ def base_results(
             samples_ns=samples,
             latency_ns=summarize(samples),
             runtime=RuntimeInfo(),
-            profile=(profiles or {}).get(sid),
+            profile=ab.profile_a,
         )
         if current.load is not None:
             base = dataclasses.replace(

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from perfguard.core.policy import gate_metric, limit_unit
+from perfguard.core.profile import OperatorProfile
 from perfguard.core.results import WordEnum
 
 
@@ -132,7 +133,10 @@ class ABDetail:
     under load also keeps the base side's median round throughput (``throughput_a``)
     and the load figures of its last usable round (``load_a``, ``LoadFigures.to_dict()``):
     the report's base side of the cell, built as the head's result is; both absent
-    (and out of the JSON) for other cells and in files written before them."""
+    (and out of the JSON) for other cells and in files written before them. A profiled
+    cell keeps the base side's operator profile (``profile_a``), taken in the worker
+    that measured it: what the working tree's profile is diffed against; absent (and
+    out of the JSON) when the base side was not profiled."""
 
     base: str
     base_how: str
@@ -142,6 +146,7 @@ class ABDetail:
     samples_a_ns: tuple[int, ...]
     throughput_a: float | None = None
     load_a: Mapping[str, Any] | None = None
+    profile_a: OperatorProfile | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -156,6 +161,8 @@ class ABDetail:
             out["throughput_a"] = self.throughput_a
         if self.load_a is not None:
             out["load_a"] = dict(self.load_a)
+        if self.profile_a is not None:
+            out["profile_a"] = self.profile_a.to_dict()
         return out
 
     @classmethod
@@ -169,6 +176,9 @@ class ABDetail:
             samples_a_ns=tuple(int(x) for x in data.get("samples_a_ns", ())),
             throughput_a=data.get("throughput_a"),
             load_a=data.get("load_a"),
+            profile_a=(
+                OperatorProfile.from_dict(data["profile_a"]) if data.get("profile_a") else None
+            ),
         )
 
 

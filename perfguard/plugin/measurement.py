@@ -129,7 +129,7 @@ class CellMeasurer:
         """The profile ``result``'s is diffed against: the A/B base side's, measured in
         this run, or the archived baseline's stored one (never measured again)."""
         if verdict.mode == "ab":
-            return self.ab.base_profiles.get(result.id) if self.ab is not None else None
+            return verdict.ab.profile_a if verdict.ab is not None else None
         base = self._gatekeeper().baseline_result(result.id)
         return base.profile if base is not None else None
 

@@ -463,7 +463,6 @@ class PerfguardSession:
                 run,
                 ab=self.ab is not None,
                 ab_base=ab_base,
-                ab_profiles=self.ab.base_profiles if self.ab is not None else None,
             ),
             files=self.files,
             exit_status=int(exitstatus),

@@ -19,7 +19,6 @@ from typing import Any, TypeVar
 from perfguard.ab.run import base_results
 from perfguard.baseline.read import pooled_run
 from perfguard.core.errors import PerfguardError
-from perfguard.core.profile import OperatorProfile
 from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
 from perfguard.core.resultsio import results_path, write_results
 from perfguard.judge.gatekeeper import Gatekeeper, GateSettings
@@ -107,13 +106,11 @@ def base_side(
     *,
     ab: bool = False,
     ab_base: tuple[str | None, str] | None = None,
-    ab_profiles: Mapping[str, OperatorProfile] | None = None,
 ) -> BaseSide:
     """The base side of ``run``: the archived baseline ``gatekeeper`` chose, or for a
     same-run A/B run (``ab``) the base revision's figures of this run, over the archived
     baseline's for the cells A/B judged against it (an SLO search, a cell under load on
-    one side only); ``ab_base`` is that base's (commit, how it was chosen) when known,
-    ``ab_profiles`` its operator profiles (of the A/B cells that were profiled)."""
+    one side only); ``ab_base`` is that base's (commit, how it was chosen) when known."""
     choice = gatekeeper.choice
     results = {r.id: r for r in run.scenarios}
     baseline: dict[str, ScenarioResult] = {}
@@ -123,7 +120,7 @@ def base_side(
         archived = {sid for sid, v in verdicts.items() if v.mode != "ab" and sid in baseline}
         baseline = {
             **{sid: baseline[sid] for sid in archived},
-            **base_results(verdicts, results, ab_profiles),
+            **base_results(verdicts, results),
         }
     info = choice.to_dict()
     if ab_base is not None:
