@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +20,7 @@ from markupsafe import Markup
 from perfguard.core.accuracyfigures import AccuracyFigures, AccuracyReport
 from perfguard.core.results import ScenarioResult
 from perfguard.core.text import plain
+from perfguard.judge import changes
 from perfguard.judge.outcome import OUTCOMES, CellOutcome, Outcome, blind_note
 from perfguard.judge.verdict import ScenarioVerdict, VerdictKind, pct
 from perfguard.machine.env import diff_comparable
@@ -370,6 +371,7 @@ def _add_plots(
     base: ScenarioResult | None,
     full: bool,
     siblings: Sequence[ScenarioResult],
+    changed: Collection[str] = (),
 ) -> None:
     base_samples = base.samples_ns if base is not None else None
     if cur is not None and cur.samples_ns:
@@ -380,8 +382,11 @@ def _add_plots(
     points = _trend_values(inp, row.sid, cur)
     row.trend_points = len(points)
     if len(points) >= 2:
+        marks = [i for i, (sha, _) in enumerate(points) if sha in changed]
         row.trend = Markup(
-            plots.trend_svg(points) if full else plots.trend_sparkline([v for _, v in points])
+            plots.trend_svg(points, marks)
+            if full
+            else plots.trend_sparkline([v for _, v in points], marks)
         )
     cells = [s for s in siblings if s.latency_ns is not None and s.throughput]
     if full and cur is not None and 3 <= len(cells) <= MAX_SCATTER_CELLS and cur in cells:
@@ -410,6 +415,7 @@ def build_rows(inp: ReportInput) -> list[Row]:
     for s in inp.run.scenarios:
         if not s.load:  # load levels get their own curve (perfguard.report.load)
             siblings.setdefault((s.suite, s.name), []).append(s)
+    found = changes.archive_changes(inp.history, inp.run.commit.sha)
     rows = []
     budget = FULL_PLOT_BUDGET
     for index, sid in enumerate(order):
@@ -418,7 +424,8 @@ def build_rows(inp: ReportInput) -> list[Row]:
         full = budget > 0 and cur is not None and bool(cur.samples_ns)
         budget -= int(full)
         group = siblings.get((cur.suite, cur.name), []) if cur is not None else []
-        _add_plots(row, inp, cur, base, full, group)
+        p95 = {c.commit for c in found.get(sid, ()) if c.metric == "p95"}
+        _add_plots(row, inp, cur, base, full, group, p95)
         rows.append(row)
     return rows
 
