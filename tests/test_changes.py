@@ -207,7 +207,9 @@ def test_a_step_the_gate_failed_at_its_commit_is_caught() -> None:
 
 def git(cwd: Path, *args: str) -> str:
     ident = ["-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"]
-    proc = subprocess.run(["git", *ident, *args], cwd=cwd, check=True, capture_output=True, text=True)
+    proc = subprocess.run(
+        ["git", *ident, *args], cwd=cwd, check=True, capture_output=True, text=True
+    )
     return proc.stdout.strip()
 
 

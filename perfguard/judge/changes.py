@@ -10,8 +10,9 @@ Killick, Fearnhead and Eckley (2012), from the ``ruptures`` package, with the L1
 (median) cost on the log of each figure scaled by a robust estimate of its noise; every
 boundary PELT proposes must then pass Yuen's test (Welch's t on trimmed means) between
 the segments it separates (``ALPHA``). The L1 cost and the trimming make one outlying
-run unable to open a segment of its own or to hide a real step; the noise scale makes one penalty fit cells of any jitter;
-the test keeps a flat, noisy series free of change points.
+run unable to open a segment of its own or to hide a real step; the noise scale makes
+one penalty fit cells of any jitter; the test keeps a flat, noisy series free of
+change points.
 
 A change point names the first commit of the new level and the measured commit before
 it, so ``git log BEFORE..COMMIT`` lists every commit that may have brought it (the
