@@ -358,3 +358,30 @@ def test_the_summary_names_a_change_point_no_gate_caught(
     assert f"`{SID}`" in p95 and f"from `{commit(23)[:12]}`" in p95
     assert f"`git log {commit(22)[:12]}..{commit(23)[:12]}`" in p95
     assert "Change point" not in render_markdown(stepped_input(Status.FAILED))
+
+
+def measure(seeds: int = 1000) -> None:
+    """The rates docs/changes.md quotes: ``python tests/test_changes.py [SEEDS]``."""
+    for cv in (0.03, 0.04, 0.05):
+        spurious = [s for s in range(seeds) if find_shifts(noisy(s, cv=cv))]
+        print(f"flat, {cv:.0%} jitter: {len(spurious)} of {seeds} with a change point")
+    for cv, step in ((0.03, 0.09), (0.04, 0.10), (0.05, 0.10)):
+        exact = near = missed = extra = 0
+        runs = seeds // 5
+        for s in range(runs):
+            at = 10 + s % 21
+            found = [x.index for x in find_shifts(noisy(s, cv=cv, step_at=at, step=step))]
+            exact += found == [at]
+            near += len(found) == 1 and abs(found[0] - at) <= 1
+            missed += not found
+            extra += len(found) > 1
+        print(
+            f"{cv:.0%} jitter, {step:+.0%} step: exact {exact}, within one {near}, "
+            f"missed {missed}, more than one {extra}, of {runs}"
+        )
+
+
+if __name__ == "__main__":
+    import sys
+
+    measure(int(sys.argv[1]) if len(sys.argv) > 1 else 1000)
