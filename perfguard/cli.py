@@ -339,7 +339,7 @@ def _history_changes(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([c.to_dict() for c in found], indent=2))
         return 0
-    what = args.scenario_id or f"{len(sids)} cells"
+    what = args.scenario_id or f"{len(sids)} cell{'' if len(sids) == 1 else 's'}"
     print(f"change points of {what} in environment {fp}, oldest first, {how}")
     if not found:
         print(f"no change point ({scanned} series scanned; see docs/changes.md)")
