@@ -174,6 +174,15 @@ def test_a_cells_step_names_commit_range_sizes_and_direction() -> None:
     assert rate.change < -0.04 and rate.worse  # fewer requests per second is worse
 
 
+def test_only_the_newest_points_are_scanned() -> None:
+    levels = np.concatenate([noisy(1, cv=0.01), noisy(2, cv=0.01), noisy(3, cv=0.01)])[:120]
+    old, new = levels.copy(), levels.copy()
+    old[10:] *= 1.3  # 110 points back from the newest: out of the scan's reach (100)
+    new[90:] *= 1.3
+    assert cell_changes(SID, history(old), {"p95"}) == []
+    assert [c.commit for c in cell_changes(SID, history(new), {"p95"})] == [commit(90)]
+
+
 def test_latency_is_raw_where_a_commit_has_no_canary() -> None:
     series = history(noisy(2024, step_at=23, step=0.09))
     series[3] = (series[3][0], ScenarioResult(**{**vars(series[3][1]), "canary_ns": None}))
