@@ -45,6 +45,7 @@ from perfguard.core.results import RunResult, ScenarioResult
 from perfguard.core.scenario import InputSpec, ModelSpec
 from perfguard.core.text import one_line
 from perfguard.interop.benchmark_json import export_command
+from perfguard.judge import changes
 from perfguard.judge.outcome import OUTCOMES, Outcome, cell_outcomes, unique
 from perfguard.judge.stored import judge_runs
 from perfguard.judge.verdict import SEVERITY
@@ -259,6 +260,14 @@ def _ancestry(cwd: Path) -> tuple[list[str] | None, str]:
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
+    if args.changes:
+        return _history_changes(args)
+    if args.scenario_id is None:
+        raise StoreError(
+            "no SCENARIO_ID given",
+            expected="perfguard history SCENARIO_ID, or --changes (every cell)",
+            fix="see `perfguard baseline show <commit>` for the stored ids",
+        )
     store = DirectoryStore(args.dir)
     fp = _fingerprint(store, args.fingerprint)
     ancestors, how = _ancestry(Path.cwd())
@@ -269,13 +278,7 @@ def _cmd_history(args: argparse.Namespace) -> int:
         entries.append({"commit": sha, "created_at": when, **_figures(result)})
     for p in store.problems:
         print(f"perfguard: skipped unreadable {_problem(p)}", file=sys.stderr)
-    known = entries or any(args.scenario_id in b.scenario_ids() for b in _readable(store, fp))
-    if not known:
-        raise StoreError(
-            f"no baseline of environment {fp} holds scenario {args.scenario_id!r}",
-            expected="an id such as suites/x.yaml::name[cell]",
-            fix="see `perfguard baseline show <commit>` for the stored ids",
-        )
+    _known(store, fp, args.scenario_id, bool(entries))
     if args.json:
         print(json.dumps(entries, indent=2))
         return 0
@@ -289,6 +292,72 @@ def _cmd_history(args: argparse.Namespace) -> int:
         rows.append([e["commit"][:12], date, *_cells(e), _fmt(e["p95_per_canary"], ".2f")])
     headers = ("commit", "date", "n", "P50 ms", "P95 ms", "P99 ms", "thrpt/s", "P95/canary")
     print("\n".join(_table(headers, rows, left=2)))
+    return 0
+
+
+def _known(store: DirectoryStore, fp: str, sid: str, found: bool) -> None:
+    """StoreError when no readable baseline of ``fp`` holds scenario ``sid``."""
+    if found or any(sid in b.scenario_ids() for b in _readable(store, fp)):
+        return
+    raise StoreError(
+        f"no baseline of environment {fp} holds scenario {sid!r}",
+        expected="an id such as suites/x.yaml::name[cell]",
+        fix="see `perfguard baseline show <commit>` for the stored ids",
+    )
+
+
+def _first_parent(cwd: Path) -> tuple[list[str] | None, str]:
+    """HEAD's first-parent chain (nearest first) in a git checkout, with how it was read."""
+    try:
+        if gitinfo.repo_root(cwd) is None:
+            return None, "by created_at (not in a git checkout)"
+        shas = changes.first_parent(cwd)
+    except GitError as exc:
+        return None, f"by created_at (git: {exc.problem})"
+    return shas, f"first-parent history of HEAD {shas[0][:12]}"
+
+
+def _history_changes(args: argparse.Namespace) -> int:
+    """``history --changes``: the change points of one cell, or of every stored cell."""
+    store = DirectoryStore(args.dir)
+    fp = _fingerprint(store, args.fingerprint)
+    chain, how = _first_parent(Path.cwd())
+    if args.scenario_id is not None:
+        sids = [args.scenario_id]
+    else:
+        sids = list(dict.fromkeys(s for b in _readable(store, fp) for s in b.scenario_ids()))
+    found: list[changes.ChangePoint] = []
+    scanned = 0
+    for sid in sids:
+        history = store.history(fp, sid, chain)
+        scanned += bool(history)
+        found += changes.cell_changes(sid, history)
+    for p in dict.fromkeys(_problem(p) for p in store.problems):
+        print(f"perfguard: skipped unreadable {p}", file=sys.stderr)
+    if args.scenario_id is not None:
+        _known(store, fp, args.scenario_id, scanned > 0)
+    if args.json:
+        print(json.dumps([c.to_dict() for c in found], indent=2))
+        return 0
+    what = args.scenario_id or f"{len(sids)} cell{'' if len(sids) == 1 else 's'}"
+    print(f"change points of {what} in environment {fp}, oldest first, {how}")
+    if not found:
+        print(f"no change point ({scanned} series scanned; see docs/changes.md)")
+        return 0
+    rows = [
+        [
+            c.scenario_id,
+            c.label,
+            c.commit[:12],
+            f"{c.before:.4g} -> {c.after:.4g} {c.unit}".rstrip(),
+            f"{c.change * 100:+.1f}%",
+            "failed" if c.gated else "passed",
+            f"git log {c.previous[:12]}..{c.commit[:12]}",
+        ]
+        for c in found
+    ]
+    headers = ("scenario", "metric", "commit", "before -> after", "change", "gate", "range")
+    print("\n".join(_table(headers, rows, left=3)))
     return 0
 
 
@@ -589,7 +658,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="only say what would be deleted")
 
     p = command(sub, "history", _cmd_history, "one scenario across commits", store=True, fp=True)
-    p.add_argument("scenario_id", metavar="SCENARIO_ID", help="e.g. suites/x.yaml::name[cell]")
+    p.add_argument(
+        "scenario_id",
+        nargs="?",
+        metavar="SCENARIO_ID",
+        help="e.g. suites/x.yaml::name[cell] (optional with --changes: every cell)",
+    )
+    p.add_argument(
+        "--changes",
+        action="store_true",
+        help="list change points along HEAD's first-parent history (docs/changes.md)",
+    )
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
 
     p = command(sub, "report", _cmd_report, "render the HTML report of a stored run")

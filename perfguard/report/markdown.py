@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from perfguard.core.profile import diff_profiles
 from perfguard.core.results import ScenarioResult
 from perfguard.core.text import md_code, md_text
+from perfguard.judge.changes import ChangePoint, archive_changes, uncaught
 from perfguard.judge.outcome import CellOutcome, Outcome
 from perfguard.report.model import ReportInput
 from perfguard.report.profile import markdown_headline
@@ -109,6 +110,26 @@ def _load_table(results: Sequence[ScenarioResult]) -> list[str]:
     return [*lines, ""]
 
 
+def _uncaught_line(c: ChangePoint) -> str:
+    unit = f" {c.unit}" if c.unit else ""
+    look = f"git log {c.previous[:12]}..{c.commit[:12]}"
+    return (
+        f"- Change point no gate caught: {md_code(c.scenario_id, MAX_NAME, in_table=False)} "
+        f"{c.label} {c.change * 100:+.1f}% ({c.before:.4g} -> {c.after:.4g}{unit}) from "
+        f"{md_code(c.commit[:12], in_table=False)}; look at {md_code(look, in_table=False)}"
+    )
+
+
+def _uncaught(inp: ReportInput) -> list[str]:
+    """A line per regressing change point on the target branch's archived history whose
+    cell passed at its commit: no gate caught it (``perfguard.judge.changes.uncaught``)."""
+    found = uncaught(archive_changes(inp.history, inp.run.commit.sha))
+    lines = [_uncaught_line(c) for c in found[:MAX_ROWS]]
+    if len(found) > MAX_ROWS:
+        lines.append(f"- ... and {len(found) - MAX_ROWS} more change points no gate caught")
+    return [*lines, ""] if lines else []
+
+
 def _also(cells: Sequence[CellOutcome]) -> list[str]:
     """Outcomes without a table (new, missing, incomparable, skipped): a grouped line each."""
     tabled = {o for o, _ in TABLES} | {Outcome.PASSED}
@@ -146,5 +167,6 @@ def render_markdown(inp: ReportInput, *, link: str | None = None) -> str:
         profiles = _where_the_time_went(inp, cells) if kind is Outcome.REGRESSION else None
         lines += _table(title, cells, profiles)
     lines += _load_table(inp.run.scenarios)
+    lines += _uncaught(inp)
     lines += _also(outcome.cells)
     return "\n".join(lines).rstrip() + "\n"

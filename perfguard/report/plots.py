@@ -37,6 +37,8 @@ SPARK_POINTS = 48
 FIGSIZE = (5.0, 2.6)
 CURRENT_COLOR = "#d62728"
 BASELINE_COLOR = "#1f77b4"
+#: Change points (perfguard.judge.changes) on a trend: a dashed vertical line each.
+CHANGE_COLOR = "#7f7f7f"
 
 _PROLOG = re.compile(r"\A.*?(?=<svg\b)", re.S)
 _METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.S)
@@ -127,8 +129,12 @@ def cdf_svg(current: Sequence[int], baseline: Sequence[int] | None) -> str:
         return _finish(fig)
 
 
-def trend_svg(points: Sequence[tuple[str, float]]) -> str:
-    """P95 (ms) over commits, oldest first; the last point (this run) highlighted."""
+def trend_svg(points: Sequence[tuple[str, float]], changes: Sequence[int] = ()) -> str:
+    """P95 (ms) over commits, oldest first; the last point (this run) highlighted.
+
+    ``changes``: indices of the points where a change point's new level starts, each
+    a dashed vertical line just before its point (one legend entry for them all).
+    """
     labels = [safe_label(c) for c, _ in points]
     values = [v for _, v in points]
     xs = np.arange(len(values))
@@ -137,6 +143,9 @@ def trend_svg(points: Sequence[tuple[str, float]]) -> str:
         ax = fig.add_subplot()
         ax.plot(xs, values, color=BASELINE_COLOR, marker="." if len(xs) < 60 else None, lw=1)
         ax.plot(xs[-1:], values[-1:], "o", color=CURRENT_COLOR, label="this run")
+        for n, i in enumerate(sorted(set(changes))):
+            label = "change point (new level from here)" if n == 0 else None
+            ax.axvline(i - 0.5, color=CHANGE_COLOR, ls="--", lw=1, label=label)
         step = max(1, len(xs) // 12)
         ticks = list(range(0, len(xs), step))
         if len(xs) - 1 - ticks[-1] < max(1, step // 2):
@@ -308,8 +317,9 @@ def cdf_sparkline(current: Sequence[int] | None, baseline: Sequence[int] | None)
     )
 
 
-def trend_sparkline(values: Sequence[float]) -> str:
-    """A 240x40 line of P95 over commits (decimated), the current run as a red dot."""
+def trend_sparkline(values: Sequence[float], changes: Sequence[int] = ()) -> str:
+    """A 240x40 line of P95 over commits (decimated), the current run as a red dot;
+    ``changes`` (indices where a new level starts) as dashed grey vertical lines."""
     width, height = 240.0, 40.0
     vals = np.asarray(values, dtype=np.float64)
     if vals.size > 2 * SPARK_POINTS:
@@ -322,10 +332,17 @@ def trend_sparkline(values: Sequence[float]) -> str:
     last = max(int(xs_idx[-1]), 1)
     xs = [2 + float(i) / last * (width - 8) for i in xs_idx]
     ys = [height - 3 - (float(v) - lo) / span * (height - 6) for v in vals]
+    marks = sorted({i for i in changes if 0 < i < len(values)})
+    lines = "".join(
+        f'<line class="change" x1="{x:.1f}" y1="1" x2="{x:.1f}" y2="{height - 1:g}" '
+        f'stroke="{CHANGE_COLOR}" stroke-width="1" stroke-dasharray="3,2"/>'
+        for x in (2 + (i - 0.5) / last * (width - 8) for i in marks)
+    )
+    said = f"; {len(marks)} change point(s), dashed" if marks else ""
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" class="spark" width="{width:g}" '
         f'height="{height:g}" viewBox="0 0 {width:g} {height:g}" role="img">'
-        f"<title>P95 over {len(values)} commits, {lo:.3f} ms to {hi:.3f} ms</title>"
-        f"{_polyline(xs, ys, BASELINE_COLOR)}"
+        f"<title>P95 over {len(values)} commits, {lo:.3f} ms to {hi:.3f} ms{said}</title>"
+        f"{lines}{_polyline(xs, ys, BASELINE_COLOR)}"
         f'<circle cx="{xs[-1]:.1f}" cy="{ys[-1]:.1f}" r="2.5" fill="{CURRENT_COLOR}"/></svg>'
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +21,7 @@ from markupsafe import Markup
 from perfguard.core.accuracyfigures import AccuracyFigures, AccuracyReport
 from perfguard.core.results import ScenarioResult
 from perfguard.core.text import plain
+from perfguard.judge import changes
 from perfguard.judge.outcome import OUTCOMES, CellOutcome, Outcome, blind_note
 from perfguard.judge.verdict import ScenarioVerdict, VerdictKind, pct
 from perfguard.machine.env import diff_comparable
@@ -283,6 +284,8 @@ class Row:
     cdf_caption: str = ""
     trend: Markup | None = None
     trend_points: int = 0
+    #: Change points marked on the trend (perfguard.judge.changes), for its caption.
+    trend_changes: int = 0
     scatter: Markup | None = None
     scatter_legend: list[tuple[int, str, str, str]] = field(default_factory=list)
     runtime: list[tuple[str, str]] = field(default_factory=list)
@@ -441,6 +444,7 @@ def _add_plots(
     full: bool,
     siblings: Sequence[ScenarioResult],
     side: str = "baseline",
+    changed: Collection[str] = (),
 ) -> None:
     """The cell's figures; ``side`` names its base in the captions (``baseline``, or
     ``the A/B base`` for a cell judged by same-run A/B)."""
@@ -461,8 +465,12 @@ def _add_plots(
     row.trend_points = len(points)
     # The trend's last point is drawn as this run: only when this run measured the cell.
     if len(points) >= 2 and cur is not None and cur.latency_ns is not None:
+        marks = [i for i, (sha, _) in enumerate(points) if sha in changed]
+        row.trend_changes = len(marks)
         row.trend = Markup(
-            plots.trend_svg(points) if full else plots.trend_sparkline([v for _, v in points])
+            plots.trend_svg(points, marks)
+            if full
+            else plots.trend_sparkline([v for _, v in points], marks)
         )
     cells = [s for s in siblings if s.latency_ns is not None and s.throughput]
     if full and cur is not None and 3 <= len(cells) <= MAX_SCATTER_CELLS and cur in cells:
@@ -492,6 +500,7 @@ def build_rows(inp: ReportInput) -> list[Row]:
     for s in inp.run.scenarios:
         if not s.load:  # load levels get their own curve (perfguard.report.load)
             siblings.setdefault((s.suite, s.name), []).append(s)
+    found = changes.archive_changes(inp.history, inp.run.commit.sha)
     rows = []
     budget = FULL_PLOT_BUDGET
     for index, sid in enumerate(order):
@@ -501,7 +510,8 @@ def build_rows(inp: ReportInput) -> list[Row]:
         budget -= int(full)
         group = siblings.get((cur.suite, cur.name), []) if cur is not None else []
         side = "the A/B base" if sid in ab_judged else "baseline"
-        _add_plots(row, inp, cur, base, full, group, side)
+        p95 = {c.commit for c in found.get(sid, ()) if c.metric == "p95"}
+        _add_plots(row, inp, cur, base, full, group, side, p95)
         row.profile = profile_view(cur, base)
         rows.append(row)
     return rows
