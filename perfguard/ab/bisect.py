@@ -44,8 +44,8 @@ import perfguard
 from perfguard.ab.worktree import base_worktree
 from perfguard.baseline.git import git_error, is_dirty, repo_root, run_git
 from perfguard.core.errors import GitError, PerfguardError, ResultsError, SuiteError
-from perfguard.core.resultsio import read_results
 from perfguard.core.results import RunResult
+from perfguard.core.resultsio import read_results
 from perfguard.core.scenario import Scenario
 from perfguard.core.text import one_line
 from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
@@ -122,9 +122,7 @@ class Step:
 
     def line(self, number: int) -> str:
         verdict = f"{self.verdict}: " if self.verdict else ""
-        return (
-            f"step {number}: {self.sha[:12]} {self.subject!r}: {self.mark} ({verdict}{self.why})"
-        )
+        return f"step {number}: {self.sha[:12]} {self.subject!r}: {self.mark} ({verdict}{self.why})"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Step:
