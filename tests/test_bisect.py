@@ -9,9 +9,12 @@ look even on a busy machine. No figure of this machine is asserted.
 from __future__ import annotations
 
 import hashlib
+import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -206,6 +209,42 @@ def test_a_midpoint_that_cannot_be_measured_is_skipped_with_its_reason(
         assert reasons[n] in line, line
     assert any(shas[7][:12] in line for line in skipped), out  # the 8th was tried
     assert f"{len(skipped)} skipped" in out
+    assert snapshot(repo) == before
+
+
+def test_ctrl_c_while_a_midpoint_is_measured_leaves_the_checkout_as_it_was(
+    tmp_path: Path,
+) -> None:
+    repo = new_repo(tmp_path / "repo")
+    good = commit(repo, "fast", ms=FAST_MS)
+    for n in range(2, 5):
+        bad = commit(repo, f"commit {n}", ms=SLOW_MS)
+    before = snapshot(repo)
+    command = "import sys; from perfguard.cli import main; sys.exit(main())"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", command, "bisect", good, bad, "--cell", CELL],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a process group of its own, as a terminal's job is
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        # Wait for the midpoint's A/B to check GOOD out: the bisect worktree, the
+        # A/B's base worktree, and the user's own.
+        deadline = time.monotonic() + 120
+        while len(run_git(repo, "worktree", "list").splitlines()) < 3:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C at a terminal does
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, out + err
+    assert "perfguard: bisect interrupted; its worktree is removed" in err
     assert snapshot(repo) == before
 
 

@@ -29,6 +29,7 @@ skip``) with the reason. An error of the step itself exits 128, which stops
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -39,6 +40,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+import filelock
 
 import perfguard
 from perfguard.ab.worktree import base_worktree
@@ -72,6 +75,10 @@ EXIT_ABORT = 128
 STEP_PREFIX = "perfguard bisect: "
 STEPS_FILE = "steps.jsonl"
 CONFIG_FILE = "config.json"
+#: Held by a step while it runs: after a Ctrl-C the driver waits for it before cleaning up.
+STEP_LOCK = "step.lock"
+#: How long, after a Ctrl-C, a midpoint's pytest may take to remove its own A/B worktree.
+INTERRUPT_GRACE_S = 60.0
 #: Lines of the pytest output kept in a skip reason when nothing better says why.
 TAIL_LINES = 3
 _FIRST_BAD = re.compile(r"^([0-9a-f]{40}) is the first bad commit", re.MULTILINE)
@@ -268,24 +275,28 @@ def run_step(tree: Path, config: BisectConfig) -> Step:
         *config.pytest_args,
     ]
     env = {k: v for k, v in harness_env().items() if k != "PYTHONSAFEPATH"}
-    proc = subprocess.run(
-        command,
-        cwd=rootdir,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-        check=False,
-    )
-    (reports / "pytest.log").write_text(proc.stdout, encoding="utf-8")
+    log = reports / "pytest.log"
+    with log.open("w", encoding="utf-8") as out:
+        child = subprocess.Popen(
+            command, cwd=rootdir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out
+        )
+        try:
+            status = child.wait()
+        except KeyboardInterrupt:
+            # pytest got the same Ctrl-C: it removes its A/B worktree before it exits.
+            try:
+                child.wait(timeout=INTERRUPT_GRACE_S)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+            raise
+    output = log.read_text(encoding="utf-8", errors="replace")
     try:
         verdicts, results = _verdicts(reports), _results(reports)
     except (ResultsError, ValueError, KeyError, TypeError) as exc:
         why = f"the run's report files could not be read: {one_line(str(exc))}"
         return Step(sha, subject, "skip", why, measured=True)
-    mark, why, verdict = judge_step(cell.id, verdicts, results, proc.returncode, proc.stdout)
+    mark, why, verdict = judge_step(cell.id, verdicts, results, status, output)
     decision = verdict.ab.decision if verdict is not None and verdict.ab is not None else None
     return Step(
         sha,
@@ -320,11 +331,14 @@ def step_main(argv: Sequence[str]) -> int:
     """The command ``git bisect run`` runs at each midpoint: ``CONFIG`` is the config file."""
     try:
         config = BisectConfig.read(Path(argv[0]))
-        step = run_step(Path.cwd(), config)
-        number = _record(Path(config.work), step)
+        with filelock.FileLock(Path(config.work) / STEP_LOCK):
+            step = run_step(Path.cwd(), config)
+            number = _record(Path(config.work), step)
     except (PerfguardError, OSError, ValueError, KeyError, IndexError) as exc:
         print(f"{STEP_PREFIX}step failed: {one_line(str(exc))}", flush=True)
         return EXIT_ABORT
+    except KeyboardInterrupt:
+        return EXIT_ABORT + 2  # as a process killed by SIGINT; git bisect run stops
     print(STEP_PREFIX + step.line(number), flush=True)
     return STEP_EXIT[step.mark]
 
@@ -471,6 +485,12 @@ def bisect(
         try:
             _git(tree, "bisect", "start", bad_sha, good_sha)
             output = _bisect_run(tree, config_path, echo)
+        except KeyboardInterrupt:
+            # The step and its pytest got the Ctrl-C too: let them clean up first.
+            lock = filelock.FileLock(work / STEP_LOCK, timeout=INTERRUPT_GRACE_S + 10)
+            with contextlib.suppress(filelock.Timeout), lock:
+                pass
+            raise
         finally:
             run_git(tree, "bisect", "reset", new_session=True)
         first = _FIRST_BAD.search(output)
