@@ -1,9 +1,10 @@
 """``perfguard bisect``: git bisect run over a commit range, a same-run A/B per midpoint.
 
 The end-to-end tests build a 16-commit repository in tmp_path whose model sleeps for
-its service time; one commit makes the sleep ten times longer (a real slowdown, which the paired
-A/B must catch), under a wide +100% gate so that unchanged midpoints stop at the first
-look even on a busy machine. No figure of this machine is asserted.
+its service time; one commit makes the sleep twenty times longer (a real slowdown,
+which the paired A/B must catch even when a busy machine fattens both sides' tails),
+under a wide +100% gate, so that unchanged midpoints stop at the first look. No
+figure of this machine is asserted.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ scenarios:
 """
 
 CELL = "suites/s.yaml::sleepy"
-FAST_MS, SLOW_MS = 2.0, 20.0
+FAST_MS, SLOW_MS = 2.0, 40.0
 PLANTED = 11  # the commit (1-based) that slows the model down
 
 
