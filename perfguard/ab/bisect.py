@@ -156,6 +156,11 @@ class BisectConfig:
 # --------------------------------------------------------------------------- one step
 
 
+def _unrooted(text: str, rootdir: Path) -> str:
+    """``text`` with the bisect worktree's temporary path left out of the paths it names."""
+    return text.replace(f"{rootdir}{os.sep}", "")
+
+
 def find_cell(rootdir: Path, cell: Cell) -> Scenario | str:
     """The cell's scenario in the suite under ``rootdir``, or why there is none."""
     path = rootdir / cell.suite
@@ -164,7 +169,7 @@ def find_cell(rootdir: Path, cell: Cell) -> Scenario | str:
     try:
         suite = load_suite(path)
     except SuiteError as exc:
-        return f"its suite does not load: {one_line(str(exc))}"
+        return f"its suite does not load: {_unrooted(one_line(str(exc)), rootdir)}"
     for scenario in suite.scenarios:
         if scenario.scenario_id(rootdir) == cell.id:
             return scenario
@@ -297,6 +302,7 @@ def run_step(tree: Path, config: BisectConfig) -> Step:
         why = f"the run's report files could not be read: {one_line(str(exc))}"
         return Step(sha, subject, "skip", why, measured=True)
     mark, why, verdict = judge_step(cell.id, verdicts, results, status, output)
+    why = _unrooted(why, rootdir)
     decision = verdict.ab.decision if verdict is not None and verdict.ab is not None else None
     return Step(
         sha,
