@@ -214,8 +214,9 @@ def test_a_midpoint_that_cannot_be_measured_is_skipped_with_its_reason(
     assert snapshot(repo) == before
 
 
-def test_ctrl_c_while_a_midpoint_is_measured_leaves_the_checkout_as_it_was(
-    tmp_path: Path,
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
+def test_a_signal_while_a_midpoint_is_measured_leaves_the_checkout_as_it_was(
+    tmp_path: Path, signum: int
 ) -> None:
     repo = new_repo(tmp_path / "repo")
     good = commit(repo, "fast", ms=FAST_MS)
@@ -239,14 +240,20 @@ def test_ctrl_c_while_a_midpoint_is_measured_leaves_the_checkout_as_it_was(
         while len(run_git(repo, "worktree", "list").splitlines()) < 3:
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.2)
-        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C at a terminal does
-        out, err = proc.communicate(timeout=120)
+        if signum == signal.SIGINT:
+            os.killpg(proc.pid, signum)  # what Ctrl-C at a terminal does
+        else:
+            os.kill(proc.pid, signum)  # a CI runner cancelling the job
+        out, err = proc.communicate(timeout=150)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    assert proc.returncode == 130, out + err
-    assert "perfguard: bisect interrupted; its worktree is removed" in err
+    if signum == signal.SIGINT:
+        assert proc.returncode == 130, out + err
+        assert "perfguard: bisect interrupted; its worktree is removed" in err
+    else:
+        assert proc.returncode == -signal.SIGTERM, out + err
     assert snapshot(repo) == before
 
 

@@ -33,6 +33,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -53,6 +54,7 @@ from perfguard.core.scenario import Scenario
 from perfguard.core.text import one_line
 from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
 from perfguard.suite.loader import load_suite
+from perfguard.worker.signals import on_terminate
 
 __all__ = [
     "EXIT_ABORT",
@@ -333,8 +335,14 @@ def read_steps(work: Path) -> list[Step]:
     return [Step.from_dict(json.loads(line)) for line in log.read_text("utf-8").splitlines()]
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def step_main(argv: Sequence[str]) -> int:
     """The command ``git bisect run`` runs at each midpoint: ``CONFIG`` is the config file."""
+    # SIGTERM as Ctrl-C: wait for pytest (which got it too) to clean up, then go.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         config = BisectConfig.read(Path(argv[0]))
         with filelock.FileLock(Path(config.work) / STEP_LOCK):
@@ -400,14 +408,26 @@ def _check_cell(tree: Path, rel: str, cell: Cell, what: str, sha: str) -> None:
         )
 
 
-def _bisect_run(tree: Path, config_path: Path, echo: Callable[[str], None]) -> str:
-    """``git bisect run`` of the step; its whole output (step lines echoed as they come)."""
+def _wait_for_step(work: Path) -> None:
+    """Until the running step (if any) is done: it holds the step lock while it runs."""
+    lock = filelock.FileLock(work / STEP_LOCK, timeout=INTERRUPT_GRACE_S + 10)
+    with contextlib.suppress(filelock.Timeout), lock:
+        pass
+
+
+def _bisect_run(tree: Path, config_path: Path, work: Path, echo: Callable[[str], None]) -> str:
+    """``git bisect run`` of the step; its whole output (step lines echoed as they come).
+
+    git and the steps run in a session of their own, so that a Ctrl-C reaches them
+    only through this process, which forwards it (SIGTERM too) and then waits for the
+    step, and the step for its pytest, to clean up before the worktree goes.
+    """
     env = harness_env()
     # Not the checkout's directory first on sys.path: the step imports this perfguard.
     env["PYTHONSAFEPATH"] = "1"
     step = [sys.executable, "-m", "perfguard.ab.bisect", str(config_path)]
     out: list[str] = []
-    with subprocess.Popen(
+    proc = subprocess.Popen(
         ["git", "bisect", "run", *step],
         cwd=tree,
         env=env,
@@ -416,14 +436,26 @@ def _bisect_run(tree: Path, config_path: Path, echo: Callable[[str], None]) -> s
         stderr=subprocess.STDOUT,
         text=True,
         errors="replace",
-    ) as proc:
+        start_new_session=True,
+    )
+
+    def stop(signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signum)
+        _wait_for_step(work)
+
+    with proc, on_terminate(lambda: stop(signal.SIGTERM)):
         assert proc.stdout is not None
-        for line in proc.stdout:
-            out.append(line)
-            if line.startswith(STEP_PREFIX):
-                echo(line.rstrip("\n"))
-            elif line.startswith("Bisecting:"):
-                echo(STEP_PREFIX + line.strip())
+        try:
+            for line in proc.stdout:
+                out.append(line)
+                if line.startswith(STEP_PREFIX):
+                    echo(line.rstrip("\n"))
+                elif line.startswith("Bisecting:"):
+                    echo(STEP_PREFIX + line.strip())
+        except KeyboardInterrupt:
+            stop(signal.SIGINT)
+            raise
     return "".join(out)
 
 
@@ -490,13 +522,7 @@ def bisect(
         _check_cell(tree, rel, cell, "GOOD", good_sha)
         try:
             _git(tree, "bisect", "start", bad_sha, good_sha)
-            output = _bisect_run(tree, config_path, echo)
-        except KeyboardInterrupt:
-            # The step and its pytest got the Ctrl-C too: let them clean up first.
-            lock = filelock.FileLock(work / STEP_LOCK, timeout=INTERRUPT_GRACE_S + 10)
-            with contextlib.suppress(filelock.Timeout), lock:
-                pass
-            raise
+            output = _bisect_run(tree, config_path, work, echo)
         finally:
             run_git(tree, "bisect", "reset", new_session=True)
         first = _FIRST_BAD.search(output)
