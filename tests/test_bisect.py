@@ -214,6 +214,26 @@ def test_a_midpoint_that_cannot_be_measured_is_skipped_with_its_reason(
     assert snapshot(repo) == before
 
 
+def test_a_range_without_a_regression_finds_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Every midpoint is good, so git names BAD, which no step measured: it is measured
+    # then, shows no regression, and the bisect says so instead of naming it.
+    repo = new_repo(tmp_path / "repo")
+    good = commit(repo, "commit 1", ms=FAST_MS)
+    bad = commit(repo, "commit 2", ms=FAST_MS)
+    status, out, err = run_bisect(repo, monkeypatch, capsys, good, bad, "--cell", CELL)
+    assert status == 1, out + err
+    assert "perfguard bisect: first bad commit:" not in out
+    (line,) = steps(out)
+    assert f"{bad[:12]} 'commit 2': good (unchanged: P95 latency" in line
+    assert (
+        f"perfguard bisect: no first bad commit: BAD {bad[:12]} shows no regression "
+        f"against GOOD {good[:12]} (unchanged: P95 latency"
+    ) in out
+    assert "1 A/B run, 0 skipped" in out
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
 def test_a_signal_while_a_midpoint_is_measured_leaves_the_checkout_as_it_was(
     tmp_path: Path, signum: int

@@ -521,8 +521,9 @@ def bisect(
         _check_cell(tree, rel, cell, "BAD", bad_sha)
         _check_cell(tree, rel, cell, "GOOD", good_sha)
         try:
-            _git(tree, "bisect", "start", bad_sha, good_sha)
-            output = _bisect_run(tree, config_path, work, echo)
+            output = _git(tree, "bisect", "start", bad_sha, good_sha)
+            if not _FIRST_BAD.search(output):  # else BAD is the only candidate
+                output = _bisect_run(tree, config_path, work, echo)
         finally:
             run_git(tree, "bisect", "reset", new_session=True)
         first = _FIRST_BAD.search(output)
