@@ -65,8 +65,11 @@ __all__ = [
     "bisect",
     "find_cell",
     "judge_step",
+    "harness_env",
     "parse_cell",
+    "read_steps",
     "run_step",
+    "step_main",
 ]
 
 #: What ``git bisect run`` reads from a step's exit status.
@@ -113,9 +116,9 @@ def parse_cell(text: str) -> Cell:
 class Step:
     """One bisect step: the commit, its mark (``good``/``bad``/``skip``) and why.
 
-    ``measured``: an A/B run was started (pytest ran); ``why`` is the A/B verdict's
-    message or the reason for a skip; ``ratio``/``lo``/``hi``/``pairs`` are the paired
-    decision's figures when the A/B reached one.
+    ``measured``: an A/B run was started (pytest ran); ``verdict`` is the A/B verdict
+    read, if any, and ``why`` its message (the figures: ratio, bounds, pairs, limit)
+    or the reason for a skip.
     """
 
     sha: str
@@ -124,14 +127,14 @@ class Step:
     why: str
     measured: bool
     verdict: str | None = None
-    ratio: float | None = None
-    lo: float | None = None
-    hi: float | None = None
-    pairs: int | None = None
 
     def line(self, number: int) -> str:
-        verdict = f"{self.verdict}: " if self.verdict else ""
-        return f"step {number}: {self.sha[:12]} {self.subject!r}: {self.mark} ({verdict}{self.why})"
+        return f"step {number}: {self.sha[:12]} {self.subject!r}: {self.mark} ({self.summary})"
+
+    @property
+    def summary(self) -> str:
+        """The verdict and its message, or the reason for a skip (which names the verdict)."""
+        return f"{self.verdict}: {self.why}" if self.verdict and self.mark != "skip" else self.why
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Step:
@@ -305,19 +308,8 @@ def run_step(tree: Path, config: BisectConfig) -> Step:
         return Step(sha, subject, "skip", why, measured=True)
     mark, why, verdict = judge_step(cell.id, verdicts, results, status, output)
     why = _unrooted(why, rootdir)
-    decision = verdict.ab.decision if verdict is not None and verdict.ab is not None else None
-    return Step(
-        sha,
-        subject,
-        mark,
-        why,
-        measured=True,
-        verdict=None if verdict is None else verdict.verdict.value,
-        ratio=None if decision is None else decision.ratio,
-        lo=None if decision is None else decision.lo,
-        hi=None if decision is None else decision.hi,
-        pairs=None if decision is None else decision.pairs,
-    )
+    word = None if verdict is None else verdict.verdict.value
+    return Step(sha, subject, mark, why, measured=True, verdict=word)
 
 
 def _record(work: Path, step: Step) -> int:
@@ -459,10 +451,6 @@ def _bisect_run(tree: Path, config_path: Path, work: Path, echo: Callable[[str],
     return "".join(out)
 
 
-def _summary(step: Step) -> str:
-    return f"{step.verdict}: {step.why}" if step.verdict else step.why
-
-
 def bisect(
     cwd: Path,
     good: str,
@@ -544,11 +532,11 @@ def bisect(
         what = "shows no regression" if step.mark == "good" else "could not be measured"
         echo(
             f"{STEP_PREFIX}no first bad commit: BAD {bad_sha[:12]} {what} against GOOD "
-            f"{good_sha[:12]} ({_summary(step)}); {tally}"
+            f"{good_sha[:12]} ({step.summary}); {tally}"
         )
         return 1
     echo(f"{STEP_PREFIX}first bad commit: {step.sha} {step.subject!r}")
-    echo(f"{STEP_PREFIX}  A/B against GOOD {good_sha[:12]}: {_summary(step)}")
+    echo(f"{STEP_PREFIX}  A/B against GOOD {good_sha[:12]}: {step.summary}")
     echo(f"{STEP_PREFIX}{tally}")
     return 0
 
