@@ -646,10 +646,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cell", required=True, metavar="ID", help="e.g. suites/x.yaml::name[cell]")
     p.add_argument("--allow-dirty", action="store_true", help="bisect with uncommitted changes")
     p.add_argument(
-        "pytest_args",
-        nargs="*",
-        metavar="-- PYTEST_ARG",
-        help="passed to each midpoint's pytest run, after `--` (e.g. -- -p no:xdist)",
+        "--pytest-args",
+        nargs=argparse.REMAINDER,
+        default=[],
+        metavar="ARG",
+        help="last: the rest is passed to each midpoint's pytest run (e.g. -p no:xdist)",
     )
 
     p = command(sub, "export", _cmd_export, "write results in another tool's format")

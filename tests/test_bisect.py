@@ -234,6 +234,21 @@ def test_a_range_without_a_regression_finds_nothing(
     assert "1 A/B run, 0 skipped" in out
 
 
+def test_pytest_args_reach_each_midpoint_s_pytest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo = new_repo(tmp_path / "repo")
+    good = commit(repo, "commit 1", ms=FAST_MS)
+    bad = commit(repo, "commit 2", ms=FAST_MS)
+    args = (good, bad, "--cell", CELL, "--pytest-args", "-p", "no:perfguard")  # pytest without us
+    status, out, err = run_bisect(repo, monkeypatch, capsys, *args)
+    assert status == 1, out + err
+    (line,) = steps(out)
+    assert f"{bad[:12]} 'commit 2': skip (pytest exited with status 4 without measuring" in line
+    assert "unrecognized arguments: --perfguard" in line
+    assert f"no first bad commit: BAD {bad[:12]} could not be measured against GOOD" in out
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
 def test_a_signal_while_a_midpoint_is_measured_leaves_the_checkout_as_it_was(
     tmp_path: Path, signum: int
