@@ -294,22 +294,6 @@ def _cmd_history(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_bisect(args: argparse.Namespace) -> int:
-    try:
-        return bisect(
-            Path.cwd(),
-            args.good,
-            args.bad,
-            args.cell,
-            args.pytest_args,
-            allow_dirty=args.allow_dirty,
-            echo=lambda line: print(line, flush=True),
-        )
-    except KeyboardInterrupt:
-        print("perfguard: bisect interrupted; its worktree is removed", file=sys.stderr)
-        return 130
-
-
 def _cmd_env(args: argparse.Namespace) -> int:
     env = collect_environment()
     if args.json:
@@ -407,6 +391,22 @@ def _cmd_merge(args: argparse.Namespace) -> int:
         gate=not args.no_gate,
         contention_limit=args.contention_limit,
     )
+
+
+def _cmd_bisect(args: argparse.Namespace) -> int:
+    try:
+        return bisect(
+            Path.cwd(),
+            args.good,
+            args.bad,
+            args.cell,
+            args.pytest_args,
+            allow_dirty=args.allow_dirty,
+            echo=lambda line: print(line, flush=True),
+        )
+    except KeyboardInterrupt:
+        print("perfguard: bisect interrupted; its worktree is removed", file=sys.stderr)
+        return 130
 
 
 def _cmd_keys(args: argparse.Namespace) -> int:
