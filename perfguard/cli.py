@@ -1,9 +1,10 @@
 """The ``perfguard`` command: compare stored runs, inspect the baseline archive, show history.
 
 Commands read what ``pytest --perfguard`` stored and never run a model (``init`` builds
-a factory's model once, to read its inputs). ``keys`` lists every suite key and ``init``
-writes a starter suite. Exit status: 0 ok, 1 ``compare`` found a regression, 2 an error
-(``perfguard: error: ...``) or bad usage.
+a factory's model once, to read its inputs; ``bisect`` runs pytest's same-run A/B at
+each midpoint). ``keys`` lists every suite key and ``init`` writes a starter suite. Exit
+status: 0 ok, 1 ``compare`` found a regression (``bisect``: found no first bad commit),
+2 an error (``perfguard: error: ...``) or bad usage.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from perfguard.ab.bisect import bisect
 from perfguard.baseline import git as gitinfo
 from perfguard.baseline.read import pooled_run, read_baseline_file
 from perfguard.baseline.store import (
@@ -460,6 +462,22 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     )
 
 
+def _cmd_bisect(args: argparse.Namespace) -> int:
+    try:
+        return bisect(
+            Path.cwd(),
+            args.good,
+            args.bad,
+            args.cell,
+            args.pytest_args,
+            allow_dirty=args.allow_dirty,
+            echo=lambda line: print(line, flush=True),
+        )
+    except KeyboardInterrupt:
+        print("perfguard: bisect interrupted; its worktree is removed", file=sys.stderr)
+        return 130
+
+
 def _cmd_keys(args: argparse.Namespace) -> int:
     rows = [row for row in grammar.walk() if row.path.startswith(args.prefix)]
     if not rows:
@@ -698,6 +716,20 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SHARE",
         help="a cell measured beside busier neighbours refuses --save (default: the "
         "limit the shards ran with)",
+    )
+
+    text = "find the first commit that regressed one cell: git bisect run, same-run A/B"
+    p = command(sub, "bisect", _cmd_bisect, text)
+    p.add_argument("good", metavar="GOOD", help="a commit without the slowdown")
+    p.add_argument("bad", metavar="BAD", help="a later commit with it (descends from GOOD)")
+    p.add_argument("--cell", required=True, metavar="ID", help="e.g. suites/x.yaml::name[cell]")
+    p.add_argument("--allow-dirty", action="store_true", help="bisect with uncommitted changes")
+    p.add_argument(
+        "--pytest-args",
+        nargs=argparse.REMAINDER,
+        default=[],
+        metavar="ARG",
+        help="last: the rest is passed to each midpoint's pytest run (e.g. -p no:xdist)",
     )
 
     p = command(sub, "export", _cmd_export, "write results in another tool's format")
