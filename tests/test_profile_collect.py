@@ -125,6 +125,10 @@ def test_a_planted_slowdown_is_the_top_contributor_by_layer(tmp_path: Path, back
         assert {n.name for n in planted.nodes} >= {"(model)", "layer2", "layer2/conv1", "head"}
     else:  # ONNX node names from the export carry the module scope
         assert top.key.startswith("/layer2/"), diff.nodes[:3]
+        # The new nodes are added up under their layer, which the headline names.
+        layer = diff.top_layer
+        assert layer is not None and layer.key == "/layer2", diff.layers[:3]
+        assert f"`{layer.key}`" in diff.headline()
         assert all(n.provider == "CPUExecutionProvider" for n in planted.nodes)
     assert (diff.change_ns or 0) > 0
     assert planted.profiler == ("torch.profiler" if backend == "torch" else "onnxruntime")
@@ -327,3 +331,34 @@ def test_a_planted_slowdown_is_the_top_contributor_on_the_gpu(tmp_path: Path, ba
     else:  # TensorRT layers keep the ONNX node names they were built from
         assert "layer2" in top.key and planted.profiler == "tensorrt"
     assert "traceEvents" in json.loads(trace.read_text())
+
+
+def test_events_read_from_the_trace_split_as_torchs_own_events_do(tmp_path: Path) -> None:
+    """On the CPU a pass reads its events back from the Chrome trace (ten times faster
+    than torch's function events): per request, the same nodes and op types, and the
+    same self times but for the trace's microsecond rounding."""
+    from perfguard.backends import torch_backend
+
+    sc = cnn_scenario(tmp_path, "torch", planted=2)
+    ctx = RunContext(rootdir=tmp_path, cache_dir=tmp_path / ".cache")
+    with open_session(sc, ctx) as (session, prepared, _batch):
+        pass_ = session.profiler(prepared)
+        pass_.request(record=False)
+        for _ in range(3):
+            pass_.request(record=True)
+        pass_._profile.__exit__(None, None, None)
+        pass_._unhook()
+        ranges = pass_._ranges
+        own = list(pass_._profile.function_events)
+        trace = torch_backend._chrome_trace(pass_._profile)
+    assert trace is not None
+    split = torch_backend.split_torch_events
+    by_torch = split(own, ranges, on_device=False)
+    by_trace = split(torch_backend.trace_events(trace), ranges, on_device=False)
+    assert by_trace[2] == by_torch[2]  # node -> module class
+    for ours, theirs in zip(by_trace[:2], by_torch[:2], strict=True):
+        assert len(ours) == len(theirs) == 3  # the recorded requests only
+        for mine, torchs in zip(ours, theirs, strict=True):
+            assert set(mine) == set(torchs)
+            for key, ns in torchs.items():
+                assert mine[key] == pytest.approx(ns, abs=50.0), key  # ns; trace rounds to ns

@@ -497,8 +497,10 @@ class OrtProfiler:
         events = json.loads(text)
         if isinstance(events, dict):
             events = events.get("traceEvents", [])
+            trace = text  # already a trace document
+        else:  # ORT writes a bare event list: wrapped as it is, not encoded again
+            trace = f'{{"traceEvents": {text.strip() or "[]"}, "displayTimeUnit": "ms"}}'
         nodes, op_types, info = split_ort_trace(events, self._recorded)
-        trace = json.dumps({"traceEvents": events, "displayTimeUnit": "ms"})
         return ProfiledRequests("onnxruntime", nodes, op_types, info, trace)
 
 
