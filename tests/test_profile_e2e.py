@@ -189,6 +189,10 @@ def test_a_planted_slowdown_is_named_by_layer_against_the_stored_profile(repo: R
     result.stdout.fnmatch_lines(
         ["*where the time went: +* ms per request, *% of it in *block2/extra*"]
     )
+    # The terminal summary repeats it per regressed cell, under the perfguard section.
+    summary = result.stdout.str().split("= perfguard =")[-1]
+    for cell in ("cnn[torch]", "cnn[onnxruntime]"):
+        assert f"{cell}: {where_line(found[cell]['message'])}" in summary
 
 
 def test_a_base_without_a_profile_says_so_and_names_where_the_time_goes(repo: Repo) -> None:

@@ -34,6 +34,10 @@ from perfguard.core.profile import OperatorProfile, diff_profiles
 from perfguard.core.results import ScenarioResult, Status, WordEnum
 from perfguard.judge.verdict import MetricVerdict, ScenarioVerdict, VerdictKind
 
+#: How a regressed cell's failure message (its result's ``message``) starts the line
+#: that says where the time went; the terminal summary repeats those lines.
+PROFILE_LINE = "where the time went: "
+
 
 def profile_line(base: OperatorProfile | None, current: OperatorProfile) -> str:
     """The line a regressed cell's failure message ends with: where the time went.
@@ -46,7 +50,7 @@ def profile_line(base: OperatorProfile | None, current: OperatorProfile) -> str:
     headline = diff_profiles(base, current).headline()
     if base is None:
         headline = f"base not profiled; {headline}"
-    return f"where the time went: {headline}"
+    return f"{PROFILE_LINE}{headline}"
 
 
 class Outcome(WordEnum):

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from perfguard.core.progress import ProgressEvent
-from perfguard.core.results import CommitInfo, Environment, ScenarioResult
+from perfguard.core.results import CommitInfo, Environment, ScenarioResult, Status
 from perfguard.core.text import one_line
-from perfguard.judge.outcome import Outcome, RunOutcome
+from perfguard.judge.outcome import PROFILE_LINE, Outcome, RunOutcome
 from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.report.github import annotation, in_github_actions
 from perfguard.report.runfiles import RunFiles
@@ -76,6 +76,10 @@ def write_summary(
     write(f"baseline: {one_line(baseline_how)}")
     for line in summary_lines(list(results), verdicts, outcome=outcome):
         write(line)
+    for result in results:  # a regression's failure message names its top contributor
+        for line in (result.message or "").splitlines():
+            if result.status is Status.FAILED and line.startswith(PROFILE_LINE):
+                write(f"{result.name}: {line}")
     loaded = load_lines(list(results))
     if loaded:
         write("under load (latency from the scheduled send time):")
