@@ -369,6 +369,25 @@ def test_merged_save_writes_one_launch_of_every_shard(
     assert status == 1 and "baseline NOT saved" in out
 
 
+def test_the_merged_run_holds_every_shards_traces(
+    repo: Repo, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo.commit(150, 150, "base")
+    monkeypatch.setenv("PERFGUARD_SHARD", "1/2")
+    repo.run("--perfguard-report-dir=shard-1", "--perfguard-profile", "suites/")
+    monkeypatch.setenv("PERFGUARD_SHARD", "2/2")
+    repo.run("--perfguard-report-dir=shard-2", "--perfguard-profile", "suites/")
+    monkeypatch.delenv("PERFGUARD_SHARD")
+    status, out = repo.merge("shard-1", "shard-2", "--out", "merged", capsys=capsys)
+    assert status == 0, out
+    (results,) = (repo.path / "merged").glob("*/results.json")
+    scenarios = _json(results)["scenarios"]
+    assert len(scenarios) == 6
+    for scenario in scenarios:  # each trace where its results point, from its shard
+        trace = results.parent / scenario["profile"]["trace"]
+        assert "traceEvents" in _json(trace), scenario["id"]
+
+
 def test_more_shards_than_cells_leaves_empty_shards_that_pass(
     repo: Repo, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 from perfguard.ab.run import ab_how, base_results
 from perfguard.baseline.read import pooled_run
 from perfguard.baseline.store import DirectoryStore
+from perfguard.core.atomicio import write_text_atomic
 from perfguard.core.errors import PerfguardError, ShardError
 from perfguard.core.policy import CONTENTION_LIMIT
 from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult, Status
@@ -32,7 +33,7 @@ from perfguard.judge.gatekeeper import SAVE_REFUSED_FIX, Gatekeeper, GateSetting
 from perfguard.judge.outcome import run_outcome
 from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.report.comparison import StoredComparison, comparison_path, read_comparison
-from perfguard.report.runfiles import BaseSide, RunFiles, write_run_files
+from perfguard.report.runfiles import TRACES_DIR, BaseSide, RunFiles, run_dir, write_run_files
 from perfguard.shard.plan import PLAN_FILENAME, ShardPlan, ShardSpec, read_plan
 
 #: How many cell ids a refusal names before "and N more".
@@ -387,7 +388,9 @@ def merge_command(
     with a shard missing. Raises ShardError (and the readers'
     ResultsError) when the outputs cannot be one run.
     """
-    merged = merge_outputs(find_outputs(dirs), shards=shards)
+    outputs = find_outputs(dirs)
+    merged = merge_outputs(outputs, shards=shards)
+    dirs_by_shard = {out.shard.index: out.folder for out in outputs}
     for line in merged.lines():
         say(f"perfguard: {line}")
     settings = GateSettings(
@@ -411,6 +414,9 @@ def merge_command(
         say(f"perfguard: no history in the report: {exc}")
         history = {}
     status = merged_outcome_status(merged, gate)
+    _gather_traces(
+        merged.present, dirs_by_shard, run_dir(Path(out_dir), merged.run.commit, merged.run.mode)
+    )
     files = RunFiles()
     written = write_run_files(
         merged.run,
@@ -436,6 +442,17 @@ def merge_command(
     )
     say(f"perfguard: {outcome.headline()}")
     return 1 if written or status else 0
+
+
+def _gather_traces(present: Sequence[int], folders: Mapping[int, Path], run_folder: Path) -> None:
+    """Each shard's operator-profile traces into the merged run's ``traces/``, where its
+    results' ``profile.trace`` paths point (a cell is measured by one shard only)."""
+    for index in present:
+        source = folders[index] / TRACES_DIR
+        if source.resolve() == (run_folder / TRACES_DIR).resolve():
+            continue
+        for trace in sorted(source.glob("*.json")):
+            write_text_atomic(run_folder / TRACES_DIR / trace.name, trace.read_text("utf-8"))
 
 
 def _limit(given: float | None, shards: float | None) -> float:
