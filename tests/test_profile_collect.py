@@ -362,3 +362,42 @@ def test_events_read_from_the_trace_split_as_torchs_own_events_do(tmp_path: Path
             assert set(mine) == set(torchs)
             for key, ns in torchs.items():
                 assert mine[key] == pytest.approx(ns, abs=50.0), key  # ns; trace rounds to ns
+
+
+def example_cnn(tmp_path: Path, backend: str, extra_conv: int) -> Scenario:
+    """The example suite's CNN (perfguard_examples.convnet), optionally with a planted
+    slowdown in its ``block2``: one more convolution of kernel ``extra_conv`` (``extra``)."""
+    model = ModelSpec(
+        name=f"convnet-{extra_conv}",
+        location=Location(tmp_path / "suite.yaml", 3),
+        base_dir=Path(__file__).resolve().parents[1],
+        factory="perfguard_examples.convnet:build",
+        factory_kwargs=(("seed", 0), ("extra_conv", extra_conv)),
+        inputs=(InputSpec("image", (4, 3, 64, 64), "float32", seed=0),),
+    )
+    return Scenario(
+        suite=tmp_path / "suite.yaml",
+        name="convnet",
+        cell_id=backend,
+        model=model,
+        location=Location(tmp_path / "suite.yaml", 9),
+        backend=backend,
+        device="cpu",
+        threads=1,
+    )
+
+
+@pytest.mark.parametrize("backend", ["torch", "onnxruntime"])
+def test_a_slowdown_planted_in_the_example_cnn_is_named_by_its_layer(
+    tmp_path: Path, backend: str
+) -> None:
+    base = profiled(tmp_path, example_cnn(tmp_path, backend, 0), requests=10)
+    planted = profiled(tmp_path, example_cnn(tmp_path, backend, 3), requests=10)
+    diff = diff_profiles(base, planted)
+    layer = diff.top_layer
+    assert layer is not None and layer.side == "current only", diff.layers[:3]
+    # torch: the module path; ONNX Runtime: the exported nodes' parent path.
+    assert layer.key == ("block2/extra" if backend == "torch" else "/block2/extra")
+    assert layer.op_type in ("Conv2d", "Conv")
+    assert layer.share > 0.5
+    assert f"`{layer.key}` (new)" in diff.headline()
