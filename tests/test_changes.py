@@ -96,7 +96,8 @@ def test_a_clear_step_is_found_exactly_at_any_scale(
     x = level * rng.lognormal(0.0, 0.01, N)
     x[at:] *= 1 + step
     shift = {s.index: s for s in find_shifts(x)}[at]
-    assert shift.after / shift.before - 1 == pytest.approx(step, abs=0.02)
+    # Each level is a median of as few as 4 points of 1% jitter: a few % either way.
+    assert shift.after / shift.before == pytest.approx(1 + step, rel=0.04)
 
 
 @settings(max_examples=40, deadline=None)

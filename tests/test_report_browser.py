@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from perfguard.report.plots import BASELINE_COLOR, CURRENT_COLOR
+from perfguard.report.profile import change_colour
 from tests.conftest import TINY_MODELS, run_git
 from tests.test_gate_e2e import Repo
 
@@ -202,6 +203,10 @@ def _layout_problems(page: Any) -> list[str]:
     return problems
 
 
+#: An icicle box without a base profile to compare with.
+ICICLE_GREY = change_colour(None, 1.0)
+
+
 def _caption_problems(figures: list[dict[str, str]]) -> list[str]:
     """Each claim of a caption checked against the SVG beside it."""
     problems = []
@@ -222,6 +227,13 @@ def _caption_problems(figures: list[dict[str, str]]) -> list[str]:
             ]
         elif f["kind"] in ("trend", "scatter"):
             claims.append(("in red", "in red" in caption, red))
+            marked = "changepoint" in svg or 'class="change"' in f["svg"]
+            claims.append(("change point", "change point" in caption, marked))
+        elif f["kind"] == "icicle":
+            # Grey only when there is no base profile; else boxes coloured by change.
+            fills = set(re.findall(r'fill="(#[0-9a-fA-F]{6})"', f["svg"]))
+            coloured = bool(fills - {ICICLE_GREY, "#ffffff", "#000000"})
+            claims.append(("all grey", "all grey" in caption, not coloured))
         else:
             problems.append(f"a figure of unknown kind {f['kind']!r}: {caption!r}")
         problems += [
