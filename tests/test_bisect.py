@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -33,31 +32,7 @@ from perfguard.cli import main
 from perfguard.core.errors import PerfguardError
 from perfguard.judge.verdict import ABDetail, Decision, DecisionKind, ScenarioVerdict
 from tests.conftest import run_git
-
-MODEL = textwrap.dedent(
-    """
-    import time
-
-    import torch
-    from torch import nn
-
-
-    class Sleepy(nn.Module):
-        def __init__(self, ms):
-            super().__init__()
-            self.ms = ms
-            self.lin = nn.Linear(8, 4)
-
-        def forward(self, x):
-            time.sleep(self.ms / 1000)
-            return self.lin(x)
-
-
-    def build():
-        torch.manual_seed(0)
-        return Sleepy(MS).eval()
-    """
-)
+from tests.test_ab_e2e import MODEL  # the sleeping model: its MS is what a commit plants
 
 SUITE = """\
 defaults:
