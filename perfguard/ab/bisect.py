@@ -45,7 +45,7 @@ from typing import Any
 import filelock
 
 import perfguard
-from perfguard.ab.worktree import base_worktree
+from perfguard.ab.worktree import base_worktree, is_ancestor
 from perfguard.baseline.git import git_error, is_dirty, repo_root, run_git
 from perfguard.core.errors import GitError, PerfguardError, ResultsError, SuiteError
 from perfguard.core.results import RunResult
@@ -365,14 +365,6 @@ def _commit(repo: Path, ref: str, what: str) -> str:
     return proc.stdout.strip()
 
 
-def _is_ancestor(repo: Path, ancestor: str, descendant: str) -> bool:
-    args = ("merge-base", "--is-ancestor", ancestor, descendant)
-    proc = run_git(repo, *args)
-    if proc.returncode in (0, 1) and not proc.stderr.strip():
-        return proc.returncode == 0
-    raise git_error(repo, args, proc)
-
-
 def _git(tree: Path, *args: str) -> str:
     proc = run_git(tree, *args, timeout=600.0)
     if proc.returncode != 0:
@@ -479,7 +471,7 @@ def bisect(
         )
     rel = cwd.relative_to(top.resolve()).as_posix()
     good_sha, bad_sha = _commit(top, good, "GOOD"), _commit(top, bad, "BAD")
-    if good_sha == bad_sha or not _is_ancestor(top, good_sha, bad_sha):
+    if good_sha == bad_sha or not is_ancestor(top, good_sha, bad_sha):
         same = good_sha == bad_sha
         raise GitError(
             f"GOOD {good} ({good_sha[:12]}) "

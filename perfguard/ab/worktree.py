@@ -53,6 +53,7 @@ __all__ = [
     "WORKTREE_PREFIX",
     "BaseRef",
     "base_worktree",
+    "is_ancestor",
     "resolve_base",
     "sweep_stale_worktrees",
 ]
@@ -92,7 +93,9 @@ def _kind(root: Path, ref: str) -> str:
     return "remote branch" if full.startswith("refs/remotes/") else "commit"
 
 
-def _is_ancestor(root: Path, ancestor: str, descendant: str) -> bool:
+def is_ancestor(root: Path, ancestor: str, descendant: str) -> bool:
+    """Whether ``ancestor`` is an ancestor of (or is) ``descendant`` in ``root``; GitError
+    when git cannot tell (an unknown commit, a broken repository)."""
     args = ("merge-base", "--is-ancestor", ancestor, descendant)
     proc = run_git(root, *args)
     if proc.returncode in (0, 1) and not proc.stderr.strip():
@@ -145,7 +148,7 @@ def resolve_base(repo: Path, ref: str, *, merge_base_with: str | None = None) ->
     kind = _kind(root, ref)
     head = resolve(root, "HEAD")
     dirty = is_dirty(root)
-    if _is_ancestor(root, sha, head):
+    if is_ancestor(root, sha, head):
         return BaseRef(ref=ref, sha=sha, how=f"{ref} ({kind})", dirty=dirty)
     if merge_base_with is None:
         raise GitError(
@@ -157,7 +160,7 @@ def resolve_base(repo: Path, ref: str, *, merge_base_with: str | None = None) ->
             ),
         )
     base = merge_base(root, sha, merge_base_with)
-    if base is None or not _is_ancestor(root, base, head):
+    if base is None or not is_ancestor(root, base, head):
         raise GitError(
             f"{flag}: `{ref}` and {merge_base_with} have no common ancestor on HEAD's history",
             expected="a base revision that shares history with HEAD",

@@ -18,6 +18,7 @@ to ``trace_path`` when one is given (it opens in Perfetto and ``chrome://tracing
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -102,15 +103,7 @@ def profile_session(
         trace = trace_path.name
     profile = summarize_profile(recorded, request_ns, trace=trace)
     wall = time.perf_counter_ns() - start
-    return OperatorProfile(
-        profiler=profile.profiler,
-        requests=profile.requests,
-        total_ns=profile.total_ns,
-        nodes=profile.nodes,
-        op_types=profile.op_types,
-        trace=profile.trace,
-        wall_ns=wall,
-    )
+    return dataclasses.replace(profile, wall_ns=wall)
 
 
 def _profiler(scenario: Scenario, session: Session, prepared: object) -> OperatorProfiler:
