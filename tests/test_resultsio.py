@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import sys
 import tempfile
 from dataclasses import fields
@@ -307,3 +308,15 @@ def test_uncommitted_run_round_trips(tmp_path: Path) -> None:
     path = write_results(run, tmp_path)
     assert path.parent.name == "uncommitted"
     assert read_results(path) == run
+
+
+def test_a_malformed_profile_names_the_file(tmp_path: Path) -> None:
+    profile = OperatorProfile("onnxruntime", 10, 1e6, (NodeTime("/a/Conv", "Conv", 5e5),), ())
+    run = a_run()
+    run = a_run(scenarios=(dataclasses.replace(run.scenarios[0], profile=profile),))
+    data = run.to_dict()
+    data["scenarios"][0]["profile"]["nodes"][0] = ["/a/Conv"]  # a row cut short
+    path = tmp_path / "results.json"
+    write_json_atomic(path, data)
+    with pytest.raises(ResultsError, match=f"{path}: a cell's operator profile is malformed"):
+        read_results(path)

@@ -230,7 +230,7 @@ class ScenarioResult:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ScenarioResult:
+    def from_dict(cls, data: dict[str, Any], *, source: str = "<results>") -> ScenarioResult:
         known = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in known}
         kwargs["status"] = Status(kwargs.get("status", Status.PASSED))
@@ -242,7 +242,7 @@ class ScenarioResult:
         if kwargs.get("load") is not None:
             kwargs["load"] = LoadFigures.from_dict(kwargs["load"])
         if kwargs.get("profile") is not None:
-            kwargs["profile"] = OperatorProfile.from_dict(kwargs["profile"])
+            kwargs["profile"] = OperatorProfile.from_dict(kwargs["profile"], source=source)
         kwargs["tags"] = tuple(kwargs.get("tags", ()))
         kwargs["samples_ns"] = tuple(int(s) for s in kwargs.get("samples_ns", ()))
         return cls(**kwargs)
@@ -305,7 +305,9 @@ class RunResult:
                 created_at=str(data["created_at"]),
                 commit=CommitInfo.from_dict(data["commit"]),
                 environment=Environment.from_dict(data["environment"]),
-                scenarios=tuple(ScenarioResult.from_dict(s) for s in data["scenarios"]),
+                scenarios=tuple(
+                    ScenarioResult.from_dict(s, source=source) for s in data["scenarios"]
+                ),
                 mode=str(data.get("mode", "plain")),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
