@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from perfguard.ab.run import base_results
 from perfguard.baseline.store import Baseline
@@ -33,7 +35,7 @@ from perfguard.judge.verdict import (
 from perfguard.report import render_html, render_index, render_markdown, write_report
 from perfguard.report.cli_report import report_command
 from perfguard.report.comparison import comparison_path, write_comparison
-from perfguard.report.markdown import MARKER
+from perfguard.report.markdown import COMMENT_LIMIT, MARKER
 from perfguard.report.model import ReportInput
 from perfguard.report.plots import BASELINE_COLOR, CURRENT_COLOR
 from perfguard.report.render import FULL_PLOT_BUDGET
@@ -484,6 +486,53 @@ def test_markdown_stays_small_for_500_scenarios() -> None:
     md = render_markdown(ReportInput(run=run_of([]), verdicts=verdicts))
     assert len(md.encode()) < 60_000
     assert "... and 210 more" in md and "250 new" in md
+
+
+def _escape_heavy_input(n: int, name_len: int, message: str) -> ReportInput:
+    """``n`` regressions and ``n`` improvements with long names and messages."""
+    verdicts = tuple(
+        p95_verdict(
+            f"s::{i:03d}-" + "n" * name_len,
+            VerdictKind.REGRESSION if i % 2 else VerdictKind.IMPROVEMENT,
+            1.5 if i % 2 else 0.5,
+            message,
+        )
+        for i in range(2 * n)
+    )
+    return ReportInput(run=run_of([]), verdicts=verdicts)
+
+
+def test_markdown_fits_githubs_comment_limit_after_escaping() -> None:
+    # Rows were cut before escaping: 300 characters of `&` become 1,500 of `&amp;`, and
+    # 40 such rows a table passed GitHub's limit, which then refused the comment.
+    md = render_markdown(
+        _escape_heavy_input(45, 180, "P95 latency regressed " + "&" * 400), link="report.html"
+    )
+    assert len(md) <= COMMENT_LIMIT
+    assert md.splitlines()[0] == MARKER
+    last = md.rstrip().splitlines()[-1]
+    assert last.startswith("**Summary cut at GitHub's comment limit: ")
+    assert "[full report](report.html)" in last
+    # Whole lines only: every table row that is left ends its row.
+    rows = [line for line in md.splitlines() if line.startswith("| `s::")]
+    assert rows and all(row.endswith(" |") for row in rows)
+
+
+def test_markdown_under_the_limit_is_not_cut() -> None:
+    md = render_markdown(_escape_heavy_input(3, 20, "P95 latency regressed & more"))
+    assert "comment limit" not in md and md.count("| `s::") == 6
+
+
+@given(
+    n=st.integers(0, 60),
+    name_len=st.integers(0, 400),
+    message=st.text(alphabet="&<>_x", min_size=100, max_size=600),
+)
+@settings(max_examples=25, deadline=None)
+def test_markdown_never_passes_the_comment_limit(n: int, name_len: int, message: str) -> None:
+    md = render_markdown(_escape_heavy_input(n, name_len, message), link="https://x/r.html")
+    assert len(md) <= COMMENT_LIMIT
+    assert md.splitlines()[0] == MARKER
 
 
 # --------------------------------------------------------------------------- files

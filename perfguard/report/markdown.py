@@ -5,8 +5,11 @@ heading tells the run's outcome (``perfguard.judge.outcome``: the same one pytes
 exit status, the terminal and the HTML report give) and the counts once; then one
 table per outcome worth reading (regressions, accuracy failures, errors and failed
 cells with their message, inconclusive cells, blind gates, improvements; repeated
-same-reason cells such as ``new`` are one line). It stays well under GitHub's comment
-limit for any number of scenarios by truncating each list.
+same-reason cells such as ``new`` are one line). Each list is truncated to
+``MAX_ROWS``, and the whole text, once escaped, is cut at whole lines to fit GitHub's
+comment limit (``COMMENT_LIMIT`` characters), ending with a line that says so and
+points at the full report: escaping can multiply a message's length (``&`` becomes
+``&amp;``), so only a cut after escaping bounds what GitHub receives.
 
 Everything that came from outside (scenario ids, commits, branch names, messages) is
 made inert: names become code spans (``md_code``), messages running text with no
@@ -31,6 +34,8 @@ MARKER = "<!-- perfguard-summary -->"
 MAX_ROWS = 40
 MAX_MESSAGE = 300
 MAX_NAME = 200
+#: GitHub refuses an issue or pull-request comment longer than this many characters.
+COMMENT_LIMIT = 65_536
 
 #: The tables, in order: (outcome, title). Outcomes not listed (passed, skipped, new,
 #: missing, incomparable) are one grouped line each under "Also".
@@ -169,4 +174,28 @@ def render_markdown(inp: ReportInput, *, link: str | None = None) -> str:
     lines += _load_table(inp.run.scenarios)
     lines += _uncaught(inp)
     lines += _also(outcome.cells)
-    return "\n".join(lines).rstrip() + "\n"
+    return _fit(lines, link)
+
+
+def _fit(lines: Sequence[str], link: str | None, limit: int = COMMENT_LIMIT) -> str:
+    """``lines`` as one text of at most ``limit`` characters, cut at a whole line.
+
+    The lines are already escaped, so the length counted is the length GitHub gets.
+    A cut drops the lines after the last one that fits (a table keeps its whole rows)
+    and ends with a line saying how many were left out and where the rest is."""
+    text = "\n".join(lines).rstrip() + "\n"
+    if len(text) <= limit:
+        return text
+    where = f"the [full report]({link})" if link else "`report.html` in the run's artifacts"
+    kept: list[str] = []
+    size = 0
+    for index, line in enumerate(lines):
+        note = (
+            f"\n**Summary cut at GitHub's comment limit: {len(lines) - index} more lines; "
+            f"see {where}.**\n"
+        )
+        if size + len(line) + 1 + len(note) > limit:
+            return "\n".join(kept).rstrip() + "\n" + note
+        kept.append(line)
+        size += len(line) + 1
+    return text  # unreachable: the whole text was over the limit
