@@ -22,8 +22,10 @@ from perfguard.core.policy import DEFAULT_GATES
 from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
 from perfguard.judge.compare import compare_scenario
 from perfguard.report.comparison import StoredComparison
+from perfguard.report.runfiles import TRACES_DIR
 from perfguard.shard.merge import (
     ShardOutput,
+    gather_traces,
     merge_outputs,
     merged_environment,
     merged_outcome_status,
@@ -535,3 +537,26 @@ def test_a_shard_under_xdist_writes_its_plan_once(
     plan = _json(run_dir / "shard.json")
     measured = [s["id"] for s in _json(run_dir / "results.json")["scenarios"]]
     assert sorted(measured) == sorted(plan["shards"][0]["cells"]) and plan["shard"] == 1
+
+
+def test_merge_copies_regular_trace_files_only(tmp_path: Path) -> None:
+    # A shard's folder is a downloaded artifact: a trace that links to a file outside it
+    # must not carry that file's contents into the merged report.
+    secret = tmp_path / "outside" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_text("not a trace", "utf-8")
+    shard = tmp_path / "shard-1"
+    traces = shard / TRACES_DIR
+    traces.mkdir(parents=True)
+    (traces / "cell.json").write_text('{"traceEvents": []}', "utf-8")
+    (traces / "leak.json").symlink_to(secret)
+    (traces / "dir.json").mkdir()
+    linked = tmp_path / "shard-2"
+    linked.mkdir()
+    (linked / TRACES_DIR).symlink_to(secret.parent, target_is_directory=True)
+    (secret.parent / "other.json").write_text("{}", "utf-8")
+    run_folder = tmp_path / "merged" / "abc"
+    skipped = gather_traces([1, 2], {1: shard, 2: linked}, run_folder)
+    copied = sorted(p.name for p in (run_folder / TRACES_DIR).iterdir())
+    assert copied == ["cell.json"]
+    assert sorted(p.name for p in skipped) == ["dir.json", "leak.json", TRACES_DIR]

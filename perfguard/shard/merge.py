@@ -414,9 +414,10 @@ def merge_command(
         say(f"perfguard: no history in the report: {exc}")
         history = {}
     status = merged_outcome_status(merged, gate)
-    _gather_traces(
+    for skipped in gather_traces(
         merged.present, dirs_by_shard, run_dir(Path(out_dir), merged.run.commit, merged.run.mode)
-    )
+    ):
+        say(f"perfguard: trace not copied: {skipped} is not a regular file (a link or folder)")
     files = RunFiles()
     written = write_run_files(
         merged.run,
@@ -444,15 +445,30 @@ def merge_command(
     return 1 if written or status else 0
 
 
-def _gather_traces(present: Sequence[int], folders: Mapping[int, Path], run_folder: Path) -> None:
+def gather_traces(
+    present: Sequence[int], folders: Mapping[int, Path], run_folder: Path
+) -> list[Path]:
     """Each shard's operator-profile traces into the merged run's ``traces/``, where its
-    results' ``profile.trace`` paths point (a cell is measured by one shard only)."""
+    results' ``profile.trace`` paths point (a cell is measured by one shard only).
+
+    A shard's folder is an artifact from elsewhere: only regular files are copied, never
+    what a link points to (a ``leak.json`` linking to a system file would put that
+    file's contents in the merged report), and a ``traces/`` that is itself a link is
+    not entered. Returns the entries left out, for the caller to name."""
+    skipped: list[Path] = []
     for index in present:
         source = folders[index] / TRACES_DIR
-        if source.resolve() == (run_folder / TRACES_DIR).resolve():
+        if source.is_symlink():
+            skipped.append(source)
+            continue
+        if not source.is_dir() or source.resolve() == (run_folder / TRACES_DIR).resolve():
             continue
         for trace in sorted(source.glob("*.json")):
+            if trace.is_symlink() or not trace.is_file():
+                skipped.append(trace)
+                continue
             write_text_atomic(run_folder / TRACES_DIR / trace.name, trace.read_text("utf-8"))
+    return skipped
 
 
 def _limit(given: float | None, shards: float | None) -> float:
