@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.conftest import FAST_DEFAULTS, write_suite
@@ -193,3 +195,48 @@ def test_missing_runtime_skips_with_install_hint(suite_writer: pytest.Pytester) 
     result = _run(suite_writer)
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["SKIPPED*perfguard?onnx?*"])
+
+
+EXITING_MODELS = """\
+import argparse
+import sys
+
+import torch
+
+
+def argparse_factory():
+    # A factory that reads the command line (pytest's arguments) exits with status 2.
+    argparse.ArgumentParser().parse_args(["--no-such-flag"])
+    return torch.nn.Linear(8, 8)
+
+
+class Exits(torch.nn.Module):
+    def forward(self, x):
+        sys.exit("model gave up")
+
+
+def exits():
+    return Exits()
+"""
+
+
+@pytest.mark.parametrize(
+    ("factory", "said"), [("argparse_factory", "SystemExit: 2"), ("exits", "model gave up")]
+)
+def test_system_exit_from_model_code_is_a_failed_cell_that_stays_listed(
+    suite_writer: pytest.Pytester, factory: str, said: str
+) -> None:
+    # SystemExit is no Exception: the cell vanished from results.json and the summary,
+    # so a baseline could be saved without it.
+    (suite_writer.path / "suites").mkdir(exist_ok=True)
+    (suite_writer.path / "suites" / "exiting.py").write_text(EXITING_MODELS)
+    write_suite(
+        suite_writer,
+        "s",
+        _one_model_suite(f"factory: exiting:{factory}\ninputs:\n  x: {{shape: [1, 8]}}"),
+    )
+    result = _run(suite_writer)
+    result.assert_outcomes(failed=1)
+    (results,) = suite_writer.path.glob("reports/*/results.json")
+    cells = {c["id"].split("::")[-1]: c for c in json.loads(results.read_text())["scenarios"]}
+    assert cells["bad"]["status"] == "error" and said in cells["bad"]["message"]

@@ -103,6 +103,17 @@ def unconfigure(config: pytest.Config) -> None:
         config.pluginmanager.unregister(session)
 
 
+#: What ends a cell without being its failure: the user's Ctrl-C, and pytest's own
+#: outcomes (skip, fail, xfail, exit), which pytest reports itself.
+_NOT_A_CELL_FAILURE: tuple[type[BaseException], ...] = (
+    KeyboardInterrupt,
+    pytest.skip.Exception,
+    pytest.fail.Exception,
+    pytest.xfail.Exception,
+    pytest.exit.Exception,
+)
+
+
 class PerfguardSession:
     """Holds the run's results; its methods are pytest hooks that delegate."""
 
@@ -306,7 +317,12 @@ class PerfguardSession:
             kept = exc.result if isinstance(exc.result, ScenarioResult) else None
             self.record(kept or self._unmeasured(item, Status.FAILED, str(exc)))
             raise
-        except Exception as exc:
+        except _NOT_A_CELL_FAILURE:
+            raise
+        except BaseException as exc:
+            # SystemExit too (a factory calling argparse, a model calling sys.exit): it is
+            # no Exception, and a cell it ended unrecorded vanished from every output and
+            # from the baseline a save wrote.
             self.record(self._unmeasured(item, Status.ERROR, f"{type(exc).__name__}: {exc}"))
             raise
         self.verdicts[verdict.scenario_id] = verdict
