@@ -8,6 +8,9 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
+from perfguard.core.profile import NodeTime, OperatorProfile, OpTypeTime
+from perfguard.core.results import ScenarioResult
+from perfguard.report.profile import profile_view
 from perfguard.report.runfiles import TRACES_DIR, trace_paths
 
 RUN = Path("reports") / "0123456789ab"
@@ -57,3 +60,24 @@ def test_trace_names_stay_readable_safe_and_short() -> None:
 def test_no_two_ids_share_a_trace_file(ids: list[str]) -> None:
     paths = [p.name.lower() for p in every_trace(*ids)]
     assert len(set(paths)) == len(paths)
+
+
+def profiled(trace: str) -> ScenarioResult:
+    """A cell whose operator profile's trace is ``trace``."""
+    profile = OperatorProfile(
+        profiler="onnxruntime",
+        requests=1,
+        total_ns=2.0,
+        nodes=(NodeTime("/Gemm", "Gemm", 1.0),),
+        op_types=(OpTypeTime("Gemm", 1.0),),
+        trace=trace,
+    )
+    return ScenarioResult("s::m", "s", "m", "onnxruntime", "cpu", "fp32", profile=profile)
+
+
+@given(st.text(max_size=300))
+def test_every_trace_is_one_the_report_links(sid: str) -> None:
+    # The report links only plain relative paths; `+` or `..` in a name showed as text.
+    for path in trace_paths(RUN, sid):
+        view = profile_view(profiled(f"{TRACES_DIR}/{path.name}"), None)
+        assert view is not None and view.trace_link, path.name

@@ -91,7 +91,8 @@ def trace_paths(run_folder: Path, scenario_id: str) -> tuple[Path, Path]:
     return folder / f"{name}.json", folder / f"{name}{BASE_TRACE_SUFFIX}.json"
 
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
+# What the report links as a trace (report.profile): letters, digits, ``_ . -``, no ``..``.
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+|\.\.+")
 # The readable part stays well under a file name's 255 bytes with the hash and suffix.
 _NAME_CHARS = 160
 # 64 bits of the id's sha256: no two cells of a run share them by chance.
