@@ -229,7 +229,7 @@ def test_a_planted_slowdown_is_named_by_layer_in_same_run_ab(repo: Repo) -> None
     result.assert_outcomes(failed=2)
     found = repo.results("-ab")
     traces = repo.run_folder("-ab") / "traces"
-    for cell, name in (("cnn[torch]", "torch"), ("cnn[onnxruntime]", "onnxruntime")):
+    for cell in ("cnn[torch]", "cnn[onnxruntime]"):
         message = found[cell]["message"]
         assert "measured in this run, interleaved" in message
         line = where_line(message)
