@@ -25,6 +25,7 @@ from perfguard.baseline.store import DirectoryStore
 from perfguard.core.profile import NodeTime, OperatorProfile, OpTypeTime
 from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
 from perfguard.plugin.measurement import regressed_in_time
+from perfguard.report.runfiles import trace_paths
 from tests.conftest import run_git
 from tests.test_store import FP, IDS, make_run, sha_of
 
@@ -159,12 +160,27 @@ def test_a_cell_with_profile_true_is_profiled_after_its_measurement(repo: Repo) 
     # Profiled after the timed loop, not inside it: the loop's samples are its own.
     assert len(profiled["samples_ns"]) == ITERATIONS == len(plain["samples_ns"])
     assert profiled["latency_ns"]["n"] == ITERATIONS
-    assert profile["trace"] == "traces/suites-s.yaml-cnn-torch.json"
+    own, _base = trace_paths(repo.run_folder(), "suites/s.yaml::cnn[torch]")
+    assert profile["trace"] == f"traces/{own.name}"
     trace = json.loads((repo.run_folder() / profile["trace"]).read_text())
     assert trace["traceEvents"]
-    assert sorted(p.name for p in (repo.run_folder() / "traces").iterdir()) == [
-        "suites-s.yaml-cnn-torch.json"
-    ]
+    assert sorted(p.name for p in (repo.run_folder() / "traces").iterdir()) == [own.name]
+
+
+def test_cells_whose_ids_read_alike_keep_a_trace_each(repo: Repo) -> None:
+    # `m-1` and `m[1]` made one file name, so the second cell's trace replaced the
+    # first's and both results pointed at it.
+    text = suite(cells="[torch]")
+    text += "  - name: m-1\n    model: cnn\n    profile: true\n"
+    text += "  - name: m\n    model: cnn\n    matrix:\n      threads: [1]\n    profile: true\n"
+    repo.commit(slow=False, text=text, message="two cells whose ids read alike")
+    repo.run().assert_outcomes(passed=3)
+    found = repo.results()
+    traces = {name: found[name]["profile"]["trace"] for name in ("m-1", "m[1]")}
+    assert len(set(traces.values())) == 2, traces
+    assert sorted(p.name for p in (repo.run_folder() / "traces").iterdir()) == sorted(
+        t.removeprefix("traces/") for t in traces.values()
+    )
 
 
 def test_a_planted_slowdown_is_named_by_layer_against_the_stored_profile(repo: Repo) -> None:
@@ -213,17 +229,16 @@ def test_a_planted_slowdown_is_named_by_layer_in_same_run_ab(repo: Repo) -> None
     result.assert_outcomes(failed=2)
     found = repo.results("-ab")
     traces = repo.run_folder("-ab") / "traces"
-    for cell, name in (("cnn[torch]", "torch"), ("cnn[onnxruntime]", "onnxruntime")):
+    for cell in ("cnn[torch]", "cnn[onnxruntime]"):
         message = found[cell]["message"]
         assert "measured in this run, interleaved" in message
         line = where_line(message)
         # Diffed against the base side's profile, taken in its own worker slot.
         assert "block2/extra" in line and "(new)" in line and "base not profiled" not in line
-        assert found[cell]["profile"]["trace"] == f"traces/suites-s.yaml-cnn-{name}.json"
-        assert json.loads((traces / f"suites-s.yaml-cnn-{name}.json").read_text())["traceEvents"]
-        assert json.loads((traces / f"suites-s.yaml-cnn-{name}-base.json").read_text())[
-            "traceEvents"
-        ]
+        own, base = trace_paths(traces.parent, f"suites/s.yaml::{cell}")
+        assert found[cell]["profile"]["trace"] == f"traces/{own.name}"
+        assert json.loads(own.read_text())["traceEvents"]
+        assert json.loads(base.read_text())["traceEvents"]
 
 
 def test_an_isolated_cell_and_a_load_cell_are_profiled_too(repo: Repo) -> None:

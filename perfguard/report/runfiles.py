@@ -9,6 +9,7 @@ run, while the others are still written and the terminal summary still printed.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -75,14 +76,27 @@ def run_dir(report_dir: Path, commit: CommitInfo, mode: str) -> Path:
 
 def trace_paths(run_folder: Path, scenario_id: str) -> tuple[Path, Path]:
     """Where a profiled cell's Chrome trace goes, and its A/B base side's:
-    ``traces/<safe cell name>.json`` and ``traces/<safe cell name>-base.json``."""
-    name = _UNSAFE.sub("-", scenario_id).strip("-.")[:_NAME_CHARS] or "cell"
+    ``traces/<readable name>-<hash>.json`` and ``traces/<readable name>-<hash>-base.json``.
+
+    The readable name is the id made file-safe and cut short, so two ids can share it
+    (``m-1`` and ``m[1]``; ``x/s.yaml`` and ``x-s.yaml``; a long common start; a case
+    that differs only in case); the hash is of the whole id, so two cells never share a
+    file. A cell's own name always ends in the hash's hex digits and a base side's in
+    ``BASE_TRACE_SUFFIX``, which is not hex, so neither is the other cell's.
+    """
+    digest = hashlib.sha256(scenario_id.encode("utf-8", "surrogatepass")).hexdigest()
+    readable = _UNSAFE.sub("-", scenario_id).strip("-.")[:_NAME_CHARS].rstrip("-.") or "cell"
+    name = f"{readable}-{digest[:_HASH_CHARS]}"
     folder = run_folder / TRACES_DIR
     return folder / f"{name}.json", folder / f"{name}{BASE_TRACE_SUFFIX}.json"
 
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
+# What the report links as a trace (report.profile): letters, digits, ``_ . -``, no ``..``.
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+|\.\.+")
+# The readable part stays well under a file name's 255 bytes with the hash and suffix.
 _NAME_CHARS = 160
+# 64 bits of the id's sha256: no two cells of a run share them by chance.
+_HASH_CHARS = 16
 
 
 @dataclass(frozen=True)
