@@ -58,6 +58,7 @@ from perfguard.plugin.measurement import CellMeasurer
 from perfguard.plugin.settings import RunSettings
 from perfguard.plugin.sharding import keep_shard, plan_items
 from perfguard.plugin.terminal import ProgressPrinter, header_line, write_summary
+from perfguard.plugin.threads import ThreadWatch
 from perfguard.plugin.upfront import first_problem
 from perfguard.report.runfiles import (
     WRITE_FAILED_EXIT,
@@ -66,7 +67,8 @@ from perfguard.report.runfiles import (
     run_dir,
     write_run_files,
 )
-from perfguard.shard.plan import ShardPlan, plan_path, write_plan
+from perfguard.report.runfolder import RunFolder
+from perfguard.shard.plan import PLAN_FILENAME, ShardPlan, plan_path, write_plan
 from perfguard.suite.files import is_suite_path
 
 STATE_KEY = pytest.StashKey["PerfguardSession"]()
@@ -99,6 +101,10 @@ def unconfigure(config: pytest.Config) -> None:
         session.progress.close()
         if session.ab is not None:
             session.ab.close()
+        if session.run_folder is not None:
+            session.run_folder.release()
+        # Threads model code left would hang the interpreter at exit: end without them.
+        session.threads.exit_without_them(session.exit_status)
         del config.stash[STATE_KEY]
         config.pluginmanager.unregister(session)
 
@@ -142,6 +148,11 @@ class PerfguardSession:
         # --perfguard-shard: who measures what (on an xdist controller, from a worker).
         self.plan: ShardPlan | None = None
         self._cell_started: int | None = None  # perf_counter_ns() as the current cell began
+        # Non-daemon threads cells leave running (reported; the exit does not wait).
+        self.threads = ThreadWatch()
+        # This run's claim on its report folder (the controller's, from sessionstart).
+        self.run_folder: RunFolder | None = None
+        self._session: pytest.Session | None = None
         # Live progress of long steps (export, quantization, A/B pairs) on the terminal.
         self.progress = contextlib.ExitStack()
         self._commit: CommitInfo | None = None
@@ -202,6 +213,9 @@ class PerfguardSession:
             )
         if refusal:
             raise pytest.UsageError(refusal)
+        self._session = session
+        if not self.is_worker and not self.config.option.collectonly:
+            self._claim_run_folder()
         if not self.is_worker:
             self.progress.enter_context(progress.sink(ProgressPrinter.for_config(self.config)))
         try:
@@ -213,6 +227,28 @@ class PerfguardSession:
             if self.ab is not None:
                 self.ab.close()
             raise pytest.UsageError(f"perfguard: {exc}") from exc
+
+    def _claim_run_folder(self) -> None:
+        """One run at a time writes the run folder; under xdist the workers measure
+        (and write traces) as soon as they start, so its old files go now."""
+        folder = run_dir(self.report_dir, self.commit, "ab" if self.ab is not None else "plain")
+        try:
+            self.run_folder = RunFolder.claim(folder, also=(PLAN_FILENAME,))
+        except OSError as exc:
+            raise pytest.UsageError(
+                f"perfguard: cannot create the run folder {folder}: "
+                f"{exc.strerror or type(exc).__name__}. Fix: make "
+                f"{self.report_dir} writable, or choose another with --perfguard-report-dir"
+            ) from exc
+        except PerfguardError as exc:
+            raise pytest.UsageError(f"perfguard: {exc}") from exc
+        if _distributed(self.config):
+            self.run_folder.clear()
+
+    @property
+    def exit_status(self) -> int:
+        """pytest's exit status of the session so far."""
+        return int(self._session.exitstatus) if self._session is not None else 0
 
     # -- collection -------------------------------------------------------------
     def is_suite(self, file_path: Path) -> bool:
@@ -286,8 +322,11 @@ class PerfguardSession:
         # What the cell costs, everything included, however it ends (``record``): the
         # cost a shard plan balances.
         self._cell_started = time.perf_counter_ns()
+        if self.run_folder is not None:
+            self.run_folder.clear()  # the previous run's report goes as this one measures
         try:
-            self._run_item(item)
+            with self.threads.cell(item.scenario.scenario_id(self.rootdir)):
+                self._run_item(item)
         finally:
             self._cell_started = None
 
@@ -376,6 +415,8 @@ class PerfguardSession:
 
         pytest-benchmark owns that loop, so there is no confirmation round.
         """
+        if self.run_folder is not None:
+            self.run_folder.clear()
         verdict = self.gatekeeper.judge(result, DEFAULT_GATES)
         self.verdicts[verdict.scenario_id] = verdict
         if verdict.failed and self.settings.judging.gate:
@@ -556,6 +597,8 @@ class PerfguardSession:
             outcome=outcome,
         )
         self._write_save_outcome(terminalreporter)
+        for line in self.threads.summary_lines():
+            terminalreporter.write_line(line, yellow=True)
 
     def _write_save_outcome(self, terminalreporter: Any) -> None:
         """One line per inconclusive cell that refused (or was marked in) the save."""
