@@ -94,7 +94,9 @@ class RunFolder:
         self.cleared = True
         removed = False
         for name in (*RUN_FILES, *self._also):
-            with contextlib.suppress(FileNotFoundError):
+            # Something else in a file's place (a folder) is left for the write at the
+            # end to name; measuring goes on.
+            with contextlib.suppress(OSError):
                 (self.folder / name).unlink()
                 removed = True
         traces = self.folder / TRACES_DIR
