@@ -170,17 +170,31 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 def _cmd_list(args: argparse.Namespace) -> int:
     store = DirectoryStore(args.dir)
-    problems = store.scan()
-    fingerprints = store.fingerprints()
+    every = store.fingerprints()
+    fingerprints = [args.fingerprint] if args.fingerprint in every else every
+    if args.fingerprint is not None and args.fingerprint not in every:
+        fix = f"pass one of: {', '.join(every)}" if every else "check --baseline-dir"
+        raise StoreError(
+            f"no baselines for environment {args.fingerprint} under {store.root}", fix=fix
+        )
     if not fingerprints:
         print(f"no baselines under {store.root}")
     here = collect_environment().fingerprint if fingerprints else ""
+    problems = []
     for fp in fingerprints:
-        found = _readable(store, fp)
+        # Headers only: a file's samples are read (and checked) by show, history and runs.
+        found, unreadable = store.headers(fp)
+        problems += unreadable
         mark = " (this machine)" if fp == here else ""
         print(f"environment {fp}{mark}: {len(found)} baseline{'s' if len(found) != 1 else ''}")
         rows = [
-            (b.sha[:12], _iso(b), str(len(b.launches)), str(len(b.scenario_ids()))) for b in found
+            (
+                h.sha[:12],
+                h.measured_at.isoformat(timespec="seconds"),
+                str(h.launches),
+                str(h.scenarios),
+            )
+            for h in found
         ]
         for line in _table(("commit", "created_at", "launches", "scenarios"), rows, left=2):
             print(f"  {line}")
@@ -665,7 +679,9 @@ def _parser() -> argparse.ArgumentParser:
     text = "inspect or prune the baseline archive"
     base = sub.add_parser("baseline", help=text, description=text)
     bsub = base.add_subparsers(dest="action", required=True, metavar="ACTION")
-    command(bsub, "list", _cmd_list, "list stored baselines", store=True)
+    text = "list stored baselines (reads each file's header, not its samples)"
+    p = command(bsub, "list", _cmd_list, text, store=True)
+    p.add_argument("--fingerprint", help="list only this environment (default: every one)")
     p = command(bsub, "show", _cmd_show, "show one baseline's figures", store=True, fp=True)
     p.add_argument("ref", metavar="REF", help="commit sha or git ref")
     p = command(bsub, "prune", _cmd_prune, "delete all but the newest N", store=True)

@@ -285,6 +285,33 @@ def test_baseline_list_and_a_corrupt_file_left_untouched(
     assert _snapshot(root) == before  # nothing written, the corrupt file byte-identical
 
 
+def test_baseline_list_reads_headers_and_filters_by_fingerprint(
+    tmp_path: Path, nogit: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "baselines"
+    store = DirectoryStore(root)
+    store.save(make_run(sha(1), seed=1, created_at=day(3), ids=(SID, OTHER)))
+    store.save(make_run(sha(2), fp=OTHER_FP, comparable=OTHER_COMPARABLE))
+    # Samples broken past the header: list shows the header; show reads the file whole.
+    path = store.path_for(FP, sha(1))
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text[: text.index('"samples_ns"')], encoding="utf-8")
+
+    status, out, _ = run_cli(capsys, "baseline", "list", "--dir", root, "--fingerprint", FP)
+    assert status == 0
+    lines = out.splitlines()
+    assert f"environment {FP}: 1 baseline" in lines
+    assert [sha(1)[:12], "2024-01-03T00:00:00+00:00", "1", "2"] in [ln.split() for ln in lines]
+    assert not any(OTHER_FP in line for line in lines)
+    assert "unreadable" not in out
+    status, _, err = run_cli(capsys, "baseline", "show", sha(1), "--dir", root, "--fingerprint", FP)
+    assert status == 2 and "corrupt or truncated" in err
+
+    status, _, err = run_cli(capsys, "baseline", "list", "--dir", root, "--fingerprint", "nope")
+    assert status == 2
+    assert "no baselines for environment nope" in err and FP in err and OTHER_FP in err
+
+
 def test_baseline_show_pooled_figures(
     tmp_path: Path, nogit: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -19,6 +19,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from perfguard.baseline import fileformat
 from perfguard.baseline.store import (
     Baseline,
     BaselineStore,
@@ -612,3 +613,83 @@ def test_pooled_load_cells_keep_the_launches_own_throughput() -> None:
     assert loaded is not None
     other = loaded.pooled(IDS[0])
     assert other is not None and other.throughput != 123.5  # recomputed from samples
+
+
+# -- headers: what `perfguard baseline list` reads -------------------------------------
+
+RECORDED = sorted((Path(__file__).parent / "fixtures" / "records" / "baselines").glob("*/*.json"))
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 4096])
+def test_a_header_says_what_the_whole_file_says(
+    tmp_path: Path, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Read one byte at a time too, so every boundary (inside a key, a number, a UTF-8
+    # character) is crossed; recorded files predate the summary and are read whole.
+    monkeypatch.setattr(fileformat, "_HEADER_CHUNK", chunk)
+    store = DirectoryStore(tmp_path / "baselines")
+    run = make_run(sha_of(1), seed=3)
+    branchy = dataclasses.replace(run.commit, branch="fé-ü/" + "x" * 5000)
+    store.save(dataclasses.replace(run, commit=branchy))
+    store.save(make_run(sha_of(1), seed=9, ids=IDS[:1]))
+    store.save(make_run(sha_of(2), seed=1, ids=IDS[1:]))
+    copies = tmp_path / "recorded"
+    for path in RECORDED:
+        (copies / path.parent.name).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, copies / path.parent.name / path.name)
+    for root in (store.root, copies):
+        archive = DirectoryStore(root)
+        for fp in archive.fingerprints():
+            headers, problems = archive.headers(fp)
+            assert problems == []
+            loaded = [archive.load(fp, h.sha) for h in headers]
+            assert [(h.sha, h.measured_at, h.launches, h.scenarios) for h in headers] == [
+                (b.sha, b.created_at, len(b.launches), len(b.scenario_ids()))
+                for b in loaded
+                if b is not None
+            ]
+            assert [h.commit for h in headers] == [b.commit for b in loaded if b is not None]
+
+
+def test_a_header_is_read_without_the_samples(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path / "baselines")
+    path = store.save(make_run(sha_of(1), samples=tuple(range(1, 200_000))))
+    assert path is not None
+    text = path.read_text(encoding="utf-8")
+    cut = text.index('"launches": [') + len('"launches": [') + 10
+    path.write_text(text[:cut], encoding="utf-8")  # the launches cut short
+    (header,), problems = store.headers(FP)
+    assert problems == []
+    assert (header.sha, header.launches, header.scenarios) == (sha_of(1), 1, len(IDS))
+    with pytest.raises(ResultsError, match="corrupt or truncated"):
+        store.load(FP, sha_of(1))  # the whole file is still checked where it is used
+
+
+def test_a_summary_its_launches_contradict_is_refused(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path / "baselines")
+    path = store.save(make_run(sha_of(1)))
+    assert path is not None
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc["summary"]["launches"] = 3
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(ResultsError, match=r"summary .* does not match its launches"):
+        store.load(FP, sha_of(1))
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ('{"schema_version": 1, "kind": "perfguard-baseline", "fing', "invalid JSON"),
+        ('{"schema_version": 1 "kind"', "expected one of ',}'"),
+        ('{"schema_version": 1, "kind": "perfguard-baseline"}', "fingerprint None"),
+        ("[1, 2]", "expected one of '{'"),
+    ],
+)
+def test_a_broken_header_is_a_problem_not_a_crash(tmp_path: Path, text: str, why: str) -> None:
+    store = DirectoryStore(tmp_path / "baselines")
+    path = store.path_for(FP, sha_of(1))
+    path.parent.mkdir(parents=True)
+    path.write_text(text, encoding="utf-8")
+    headers, (problem,) = store.headers(FP)
+    assert headers == []
+    assert "corrupt or truncated" in problem.message and why in problem.message

@@ -22,15 +22,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import stat
 import statistics
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import filelock
 
@@ -38,9 +39,12 @@ from perfguard.baseline import git as gitinfo
 from perfguard.baseline.fileformat import (
     FINGERPRINT_RE,
     MOVE_AWAY_FIX,
+    Header,
     decode_document,
     encode_document,
     encode_launch,
+    parse_time,
+    read_header,
 )
 from perfguard.core.atomicio import (
     TEMP_FILE_GLOB,
@@ -70,16 +74,6 @@ class StoreProblem:
     message: str
 
 
-def _parse_time(text: str) -> datetime:
-    """``created_at`` as an aware datetime; unparsable values sort oldest."""
-    try:
-        # Python 3.10's fromisoformat does not accept a trailing "Z".
-        value = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
-    except ValueError:
-        return datetime.min.replace(tzinfo=timezone.utc)
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-
-
 @dataclass(frozen=True)
 class Baseline:
     """The launches saved for one commit in one environment (oldest launch first)."""
@@ -97,7 +91,7 @@ class Baseline:
     @property
     def created_at(self) -> datetime:
         """When the newest launch was measured: how fresh this baseline is."""
-        return max(_parse_time(launch.created_at) for launch in self.launches)
+        return max(parse_time(launch.created_at) for launch in self.launches)
 
     def scenario_ids(self) -> list[str]:
         """Every scenario id in any launch, in first-seen order."""
@@ -182,6 +176,10 @@ class BaselineStore(ABC):
         """The stored bytes, or None when there is no such baseline."""
 
     @abstractmethod
+    def _header(self, fingerprint: str, sha: str) -> Header | None:
+        """The file's header (read_header), or None when there is no such baseline."""
+
+    @abstractmethod
     def _write_text(self, fingerprint: str, sha: str, text: str) -> Path | None:
         """Replace the baseline atomically; return its path (None when not on disk)."""
 
@@ -218,6 +216,22 @@ class BaselineStore(ABC):
         sha = _check_names(fingerprint, sha)
         raw = self._read_bytes(fingerprint, sha)
         return None if raw is None else self._parse(raw, fingerprint, sha)[0]
+
+    def headers(self, fingerprint: str) -> tuple[list[Header], list[StoreProblem]]:
+        """Every baseline's header, oldest first, and the files whose header cannot be
+        read: what ``perfguard baseline list`` shows, without reading any samples (a
+        file broken only past its header is found by load() or scan())."""
+        found, problems = [], []
+        for sha in self.commits(fingerprint):
+            try:
+                header = self._header(fingerprint, sha)
+            except ResultsError as exc:
+                path = self._path(fingerprint, sha)
+                problems.append(StoreProblem(fingerprint, sha, path, exc.message))
+                continue
+            if header is not None:
+                found.append(header)
+        return sorted(found, key=lambda h: (h.measured_at, h.sha)), problems
 
     def save(
         self,
@@ -383,9 +397,22 @@ class DirectoryStore(BaselineStore):
                 )
 
     def _read_bytes(self, fingerprint: str, sha: str) -> bytes | None:
+        with self._opened(fingerprint, sha) as stream:
+            return None if stream is None else stream.read()
+
+    def _header(self, fingerprint: str, sha: str) -> Header | None:
+        with self._opened(fingerprint, sha) as stream:
+            path = self._path(fingerprint, sha)
+            return None if stream is None else read_header(stream, fingerprint, sha, path)
+
+    @contextlib.contextmanager
+    def _opened(self, fingerprint: str, sha: str) -> Iterator[BinaryIO | None]:
+        """The baseline file open for reading; None when absent; ResultsError when it is
+        not a regular file or cannot be read (StoreError when it is a link)."""
         path = self._path(fingerprint, sha)
         self._refuse_links(path.parent, path)
         try:
+            # Checked before opening: opening a FIFO would block.
             if not stat.S_ISREG(path.stat().st_mode):
                 raise ResultsError(
                     "baseline is not a regular file",
@@ -393,16 +420,26 @@ class DirectoryStore(BaselineStore):
                     fix=f"{MOVE_AWAY_FIX} (perfguard saves into that path)",
                     location=Location(path),
                 )
-            return path.read_bytes()
+            stream = path.open("rb")
         except (FileNotFoundError, NotADirectoryError):
-            return None
+            yield None
+            return
         except OSError as exc:
-            raise ResultsError(
-                f"baseline cannot be read ({exc.strerror or exc})",
-                expected="a readable file",
-                fix="check that it is a file and that you may read it",
-                location=Location(path),
-            ) from exc
+            raise self._unreadable(path, exc) from exc
+        with stream:
+            try:
+                yield stream
+            except OSError as exc:
+                raise self._unreadable(path, exc) from exc
+
+    @staticmethod
+    def _unreadable(path: Path, exc: OSError) -> ResultsError:
+        return ResultsError(
+            f"baseline cannot be read ({exc.strerror or exc})",
+            expected="a readable file",
+            fix="check that it is a file and that you may read it",
+            location=Location(path),
+        )
 
     def _write_text(self, fingerprint: str, sha: str, text: str) -> Path:
         # Called by save() under the lock on (fingerprint, sha).
@@ -559,6 +596,11 @@ class MemoryStore(BaselineStore):
 
     def _read_bytes(self, fingerprint: str, sha: str) -> bytes | None:
         return self.files.get((fingerprint, sha))
+
+    def _header(self, fingerprint: str, sha: str) -> Header | None:
+        raw = self.files.get((fingerprint, sha))
+        where = Path(f"memory:{fingerprint}/{sha}.json")
+        return None if raw is None else read_header(io.BytesIO(raw), fingerprint, sha, where)
 
     def _write_text(self, fingerprint: str, sha: str, text: str) -> None:
         self.files[(fingerprint, sha)] = text.encode("utf-8")
