@@ -108,7 +108,7 @@ def old_list(root: Path) -> str:
 def new_list(root: Path, *extra: str) -> str:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        status = main(["baseline", "list", "--dir", str(root), *extra])
+        status = main(["baseline", "list", "--baseline-dir", str(root), *extra])
     assert status == 0, out.getvalue()[-2000:]
     return out.getvalue()
 

@@ -312,6 +312,29 @@ def test_baseline_list_reads_headers_and_filters_by_fingerprint(
     assert "no baselines for environment nope" in err and FP in err and OTHER_FP in err
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["baseline", "list"],
+        ["baseline", "show", sha(1), "--fingerprint", FP],
+        ["baseline", "prune", "--keep", "0", "--fingerprint", FP, "--dry-run"],
+        ["history", SID, "--fingerprint", FP],
+    ],
+    ids=lambda argv: "-".join(a for a in argv[:2] if not a.startswith("0")),
+)
+def test_every_archive_command_takes_baseline_dir_and_dir_is_a_deprecated_alias(
+    argv: list[str], tmp_path: Path, nogit: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "elsewhere"
+    DirectoryStore(root).save(make_run(sha(1), seed=1))
+    status, out, err = run_cli(capsys, *argv, "--baseline-dir", root)
+    assert status == 0, err
+    assert sha(1)[:12] in out and err == ""
+    status, old_out, err = run_cli(capsys, *argv, "--dir", root)
+    assert status == 0 and old_out == out
+    assert "perfguard: warning: --dir is deprecated" in err and "use --baseline-dir" in err
+
+
 def test_baseline_show_pooled_figures(
     tmp_path: Path, nogit: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
