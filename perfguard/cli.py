@@ -750,7 +750,11 @@ def _parser() -> argparse.ArgumentParser:
     p = command(sub, "report", _cmd_report, "render the HTML report of a stored run")
     p.add_argument("results", metavar="RESULTS", help="reports/<c>/results.json")
     p.add_argument("--baseline", help="results.json or baseline file to compare with")
-    p.add_argument("--out", help="directory for <commit12>/report.html (default: beside RESULTS)")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="write DIR/report.html and DIR/summary.md (default: beside RESULTS)",
+    )
     _judging_options(p)
 
     text = "merge the outputs of --perfguard-shard runs into one run's files; exit 1 if it fails"

@@ -555,3 +555,17 @@ def test_compare_shows_a_cell_that_failed_to_measure_as_failed(
     assert lines[1].startswith(f"unchanged    {OTHER}:")
     assert lines[-1] == "2 scenarios: 1 unchanged, 1 error"
     assert status == 0  # exit 1 is for a regression; the error is listed first
+
+
+def test_report_out_writes_where_its_help_says(
+    tmp_path: Path, nogit: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = write_results(make_run(sha(1)), tmp_path / "reports")
+    out_dir = tmp_path / "elsewhere"
+    status, out, err = run_cli(capsys, "report", results, "--out", out_dir)
+    assert status == 0, err
+    assert out.strip() == f"wrote {out_dir / 'report.html'}"
+    assert sorted(p.name for p in out_dir.iterdir()) == ["report.html", "summary.md"]
+    status, usage, _ = run_cli(capsys, "report", "--help")
+    text = " ".join(usage.split())
+    assert "--out DIR write DIR/report.html and DIR/summary.md (default: beside RESULTS)" in text
