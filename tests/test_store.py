@@ -693,3 +693,31 @@ def test_a_broken_header_is_a_problem_not_a_crash(tmp_path: Path, text: str, why
     headers, (problem,) = store.headers(FP)
     assert headers == []
     assert "corrupt or truncated" in problem.message and why in problem.message
+
+
+def test_auto_counts_commits_back_along_the_shortest_path_over_parents(tmp_path: Path) -> None:
+    repo = new_repo(tmp_path / "repo")
+    base = commit(repo, "base")
+    git(repo, "checkout", "-q", "-b", "feature")
+    f1, f2 = commit(repo, "f1"), commit(repo, "f2")
+    git(repo, "checkout", "-q", "main")
+    m = [commit(repo, f"m{i}") for i in range(3)]
+    git(repo, "merge", "-q", "--no-ff", "-m", "merge feature", "feature")
+    merge = git(repo, "rev-parse", "HEAD")
+    store = MemoryStore()
+    save_at(store, f1)  # HEAD -> f2 (its 2nd parent) -> f1
+    found, why = select_auto_baseline(store, FP, repo)
+    assert found is not None and found.sha == f1
+    assert why == f"nearest ancestor with a baseline: {f1[:7]} (2 commits back, via the 2nd parent)"
+    save_at(store, m[1])  # along first parents now: nearer in git's listing
+    found, why = select_auto_baseline(store, FP, repo)
+    assert found is not None and found.sha == m[1] and why.endswith("(2 commits back)")
+
+    # A merge below HEAD: the turn names that merge.
+    commit(repo, "after")
+    store = MemoryStore()
+    save_at(store, f2)
+    found, why = select_auto_baseline(store, FP, repo)
+    assert found is not None and found.sha == f2
+    assert why.endswith(f"(2 commits back, via the 2nd parent of {merge[:7]})")
+    assert base not in why

@@ -659,9 +659,7 @@ def select_auto_baseline(
             continue
         if how.startswith("merge-base") and found.sha != base:
             how = "below the " + how
-        back = chain.index(found.sha) if found.sha in chain else None
-        steps = f"{back} commit{'s' if back != 1 else ''} back" if back is not None else None
-        detail = ", ".join(part for part in (steps, how) if part)
+        detail = ", ".join(part for part in (_how_far(cwd, head, found.sha), how) if part)
         reason = f"nearest ancestor with a baseline: {found.sha[:7]} ({detail})"
         return found, reason + _skipped_note(store.problems[problems_before:])
 
@@ -677,6 +675,27 @@ def select_auto_baseline(
     if shallow:
         reason += f"; this is a shallow clone: {gitinfo.SHALLOW_FIX}"
     return None, reason
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _how_far(cwd: Path, head: str, sha: str) -> str | None:
+    """``sha``'s distance from ``head`` along the shortest path over parents, and the
+    merges' other parents that path takes: "2 commits back, via the 2nd parent"."""
+    with contextlib.suppress(GitError):
+        path = gitinfo.parent_path(cwd, head, sha)
+        if path is not None:
+            back = f"{len(path)} commit{'s' if len(path) != 1 else ''} back"
+            turns = [
+                f"the {_ordinal(n)} parent" + ("" if commit == head else f" of {commit[:7]}")
+                for commit, n in path
+                if n > 1
+            ]
+            return back + (f", via {', then '.join(turns)}" if turns else "")
+    return None
 
 
 def _skipped_note(skipped: Sequence[StoreProblem]) -> str:
