@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -21,12 +22,14 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from perfguard.baseline import fileformat
 from perfguard.baseline.store import (
+    LOCK_STEP,
     Baseline,
     BaselineStore,
     DirectoryStore,
     MemoryStore,
     select_auto_baseline,
 )
+from perfguard.core import progress
 from perfguard.core.codec import SAMPLES_ENCODING as ENCODING
 from perfguard.core.errors import ResultsError, StoreError
 from perfguard.core.figures import RuntimeInfo
@@ -721,3 +724,51 @@ def test_auto_counts_commits_back_along_the_shortest_path_over_parents(tmp_path:
     assert found is not None and found.sha == f2
     assert why.endswith(f"(2 commits back, via the 2nd parent of {merge[:7]})")
     assert base not in why
+
+
+_HOLDER = """
+import sys, time
+from pathlib import Path
+from perfguard.baseline.store import DirectoryStore
+root, fp, sha, ready = sys.argv[1:]
+with DirectoryStore(root)._locked(fp, sha):
+    Path(ready).write_text("held")
+    time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("listening", [True, False], ids=["progress-sink", "stderr"])
+def test_a_saver_waiting_for_the_lock_says_who_holds_it_and_for_how_long(
+    tmp_path: Path, listening: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, ready = tmp_path / "baselines", tmp_path / "ready"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(root), FP, sha_of(1), str(ready)], env=env
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and holder.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready.exists(), "the holder never took the lock"
+        store = DirectoryStore(root, lock_timeout_s=2.0, lock_report_s=0.5)
+        events: list[progress.ProgressEvent] = []
+        with (
+            progress.sink(events.append) if listening else contextlib.nullcontext(),
+            pytest.raises(StoreError) as raised,
+        ):
+            store.save(make_run(sha_of(1)))
+    finally:
+        holder.kill()
+        holder.wait()
+    who = f"pid {holder.pid} on "
+    assert who in raised.value.message and "for over 2 s" in raised.value.message
+    if listening:
+        lines = [e.line() for e in events]
+    else:
+        lines = [ln.removeprefix("perfguard: ") for ln in capsys.readouterr().err.splitlines()]
+    assert len(lines) >= 3, lines  # at once, then every lock_report_s
+    assert all(line.startswith(f"{LOCK_STEP} {sha_of(1)[:12]}: ") for line in lines)
+    assert all(f"/2 (held by {who}" in line for line in lines)
+    waited = [int(line.split(": ")[1].split("/")[0]) for line in lines]
+    assert waited[0] == 0 and waited == sorted(waited) and waited[-1] >= 1

@@ -23,13 +23,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import os
+import socket
 import stat
 import statistics
+import sys
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -46,6 +50,7 @@ from perfguard.baseline.fileformat import (
     parse_time,
     read_header,
 )
+from perfguard.core import progress
 from perfguard.core.atomicio import (
     TEMP_FILE_GLOB,
     dumps_json,
@@ -56,10 +61,15 @@ from perfguard.core.errors import GitError, Location, ResultsError, StoreError
 from perfguard.core.policy import STALE_TEMP_S
 from perfguard.core.results import CommitInfo, RunResult, ScenarioResult
 from perfguard.core.stats import summarize, throughput
+from perfguard.core.text import one_line
 
 DEFAULT_ROOT = Path("baselines")
 DEFAULT_MAX_LAUNCHES = 5
 LOCK_DIR = ".locks"
+# Beside each lock while it is held: "pid N on HOST since TIME", for whoever waits.
+HOLDER_SUFFIX = ".holder"
+# The progress step a saver waiting for another's lock reports.
+LOCK_STEP = "seconds waiting for the baseline lock"
 # The key that marks a cell saved although inconclusive (--perfguard-save-invalid).
 INCONCLUSIVE_KEY = "inconclusive"
 
@@ -365,10 +375,12 @@ class DirectoryStore(BaselineStore):
         *,
         max_launches: int = DEFAULT_MAX_LAUNCHES,
         lock_timeout_s: float = 120.0,
+        lock_report_s: float = 5.0,
     ) -> None:
         super().__init__(max_launches=max_launches)
         self.root = Path(root)
         self.lock_timeout_s = lock_timeout_s
+        self.lock_report_s = lock_report_s
         # Temporary files of killed savers removed by this store's saves.
         self.swept: list[Path] = []
 
@@ -498,18 +510,51 @@ class DirectoryStore(BaselineStore):
         ):
             f.write("*\n")
         lock = filelock.FileLock(lock_path, timeout=self.lock_timeout_s)
+        holder = lock_path.with_name(lock_path.name + HOLDER_SUFFIX)
+        self._refuse_links(holder)
+        self._acquire(lock, holder, sha)
         try:
-            lock.acquire()
-        except filelock.Timeout as exc:
-            raise StoreError(
-                f"another process held the lock on the baseline for {sha[:12]} "
-                f"for over {self.lock_timeout_s:.0f} s",
-                fix=f"wait for the other perfguard run to finish (lock: {lock.lock_file})",
-            ) from exc
-        try:
+            with contextlib.suppress(OSError):  # who holds it, for those who wait
+                who = f"pid {os.getpid()} on {socket.gethostname()}"
+                write_text_atomic(holder, f"{who} since {_now()}\n")
             yield
         finally:
+            with contextlib.suppress(OSError):
+                holder.unlink()
             lock.release()
+
+    def _acquire(self, lock: filelock.FileLock, holder: Path, sha: str) -> None:
+        """Take ``lock``, reporting every ``lock_report_s`` while another saver holds it
+        for how long, and who (from its holder file): to ``perfguard.core.progress``'s
+        sinks, or to stderr when none listens."""
+        start = time.monotonic()
+        while True:
+            waited = time.monotonic() - start
+            left = self.lock_timeout_s - waited
+            try:
+                # The first try does not wait, so a held lock is reported at once.
+                lock.acquire(timeout=0 if waited == 0 else max(0.0, min(self.lock_report_s, left)))
+                return
+            except filelock.Timeout:
+                waited = time.monotonic() - start
+                who = _holder(holder)
+                if waited >= self.lock_timeout_s:
+                    raise StoreError(
+                        f"another process ({who}) held the lock on the baseline for "
+                        f"{sha[:12]} for over {self.lock_timeout_s:.0f} s",
+                        fix=f"wait for the other perfguard run to finish (lock: {lock.lock_file})",
+                    ) from None
+                event = progress.ProgressEvent(
+                    LOCK_STEP, int(waited), int(self.lock_timeout_s), sha[:12], f"held by {who}"
+                )
+                if progress.listening():
+                    progress.report(
+                        event.step, event.done, event.total, cell=event.cell, detail=event.detail
+                    )
+                else:
+                    # A save at the end of a run, or in `perfguard merge`, comes after
+                    # the terminal's progress display has closed.
+                    print(f"perfguard: {event.line()}", file=sys.stderr, flush=True)
 
     def commits(self, fingerprint: str) -> list[str]:
         folder = self.root / fingerprint
@@ -550,6 +595,20 @@ class DirectoryStore(BaselineStore):
         # The emptied fingerprint folder stays: removing it would race with a
         # concurrent save into it, and listings ignore empty folders anyway.
         return True
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _holder(path: Path) -> str:
+    """What the holder file says (one short line), or that nobody said."""
+    try:
+        with path.open("rb") as f:
+            said = f.read(200).decode("utf-8", "replace").strip()
+    except OSError:
+        said = ""
+    return one_line(said) if said else "holder unknown"
 
 
 def _link_target(path: Path) -> str:
