@@ -121,7 +121,7 @@ def _fingerprint(store: DirectoryStore, chosen: str | None) -> str:
     if store.commits(fp):
         return fp
     whose, stored = "" if chosen else " (this machine)", ", ".join(store.fingerprints())
-    fix = f"pass --fingerprint with one of: {stored}" if stored else "check --dir"
+    fix = f"pass --fingerprint with one of: {stored}" if stored else "check --baseline-dir"
     raise StoreError(f"no baselines for environment {fp}{whose} under {store.root}", fix=fix)
 
 
@@ -169,18 +169,32 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    store = DirectoryStore(args.dir)
-    problems = store.scan()
-    fingerprints = store.fingerprints()
+    store = DirectoryStore(args.baseline_dir)
+    every = store.fingerprints()
+    fingerprints = [args.fingerprint] if args.fingerprint in every else every
+    if args.fingerprint is not None and args.fingerprint not in every:
+        fix = f"pass one of: {', '.join(every)}" if every else "check --baseline-dir"
+        raise StoreError(
+            f"no baselines for environment {args.fingerprint} under {store.root}", fix=fix
+        )
     if not fingerprints:
         print(f"no baselines under {store.root}")
     here = collect_environment().fingerprint if fingerprints else ""
+    problems = []
     for fp in fingerprints:
-        found = _readable(store, fp)
+        # Headers only: a file's samples are read (and checked) by show, history and runs.
+        found, unreadable = store.headers(fp)
+        problems += unreadable
         mark = " (this machine)" if fp == here else ""
         print(f"environment {fp}{mark}: {len(found)} baseline{'s' if len(found) != 1 else ''}")
         rows = [
-            (b.sha[:12], _iso(b), str(len(b.launches)), str(len(b.scenario_ids()))) for b in found
+            (
+                h.sha[:12],
+                h.measured_at.isoformat(timespec="seconds"),
+                str(h.launches),
+                str(h.scenarios),
+            )
+            for h in found
         ]
         for line in _table(("commit", "created_at", "launches", "scenarios"), rows, left=2):
             print(f"  {line}")
@@ -205,7 +219,7 @@ def _resolve_ref(ref: str, store: DirectoryStore, fp: str) -> str:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    store = DirectoryStore(args.dir)
+    store = DirectoryStore(args.baseline_dir)
     fp = _fingerprint(store, args.fingerprint)
     sha = _resolve_ref(args.ref, store, fp)
     baseline = store.load(fp, sha)
@@ -230,7 +244,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_prune(args: argparse.Namespace) -> int:
-    store = DirectoryStore(args.dir)
+    store = DirectoryStore(args.baseline_dir)
     fps = store.fingerprints() if args.all_fingerprints else [_fingerprint(store, args.fingerprint)]
     if not fps:
         print(f"no baselines under {store.root}")
@@ -270,7 +284,7 @@ def _cmd_history(args: argparse.Namespace) -> int:
             expected="perfguard history SCENARIO_ID, or --changes (every cell)",
             fix="see `perfguard baseline show <commit>` for the stored ids",
         )
-    store = DirectoryStore(args.dir)
+    store = DirectoryStore(args.baseline_dir)
     fp = _fingerprint(store, args.fingerprint)
     ancestors, how = _ancestry(Path.cwd())
     entries: list[dict[str, Any]] = []
@@ -321,7 +335,7 @@ def _first_parent(cwd: Path) -> tuple[list[str] | None, str]:
 
 def _history_changes(args: argparse.Namespace) -> int:
     """``history --changes``: the change points of one cell, or of every stored cell."""
-    store = DirectoryStore(args.dir)
+    store = DirectoryStore(args.baseline_dir)
     fp = _fingerprint(store, args.fingerprint)
     chain, how = _first_parent(Path.cwd())
     if args.scenario_id is not None:
@@ -638,6 +652,48 @@ def _cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
+class _DeprecatedAlias(argparse.Action):
+    """An option kept for old scripts: it sets its replacement's value, with a warning."""
+
+    def __init__(self, *args: Any, replacement: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.replacement = replacement
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        print(
+            f"perfguard: warning: {option_string} is deprecated and will be removed; "
+            f"use {self.replacement} (the same value)",
+            file=sys.stderr,
+        )
+        setattr(namespace, self.dest, values)
+
+
+def _baseline_dir_option(p: argparse.ArgumentParser, *, legacy: bool = True) -> None:
+    """``--baseline-dir``, as every command and pytest's ``--perfguard-baseline-dir`` name
+    the archive; ``legacy``: also the ``--dir`` the archive commands took first."""
+    p.add_argument(
+        "--baseline-dir",
+        default=str(DEFAULT_ROOT),
+        metavar="DIR",
+        help="the baseline archive (default: baselines)",
+    )
+    if legacy:
+        p.add_argument(
+            "--dir",
+            dest="baseline_dir",
+            action=_DeprecatedAlias,
+            replacement="--baseline-dir",
+            metavar="DIR",
+            help="deprecated spelling of --baseline-dir",
+        )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="perfguard", description="Compare stored perfguard runs and manage baselines."
@@ -651,7 +707,7 @@ def _parser() -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = owner.add_parser(name, help=text, description=text)
         p.set_defaults(func=func)
         if store:
-            p.add_argument("--dir", default=str(DEFAULT_ROOT), help="default: baselines")
+            _baseline_dir_option(p)
         if fp:
             p.add_argument("--fingerprint", help=fp_help)
         return p
@@ -665,7 +721,9 @@ def _parser() -> argparse.ArgumentParser:
     text = "inspect or prune the baseline archive"
     base = sub.add_parser("baseline", help=text, description=text)
     bsub = base.add_subparsers(dest="action", required=True, metavar="ACTION")
-    command(bsub, "list", _cmd_list, "list stored baselines", store=True)
+    text = "list stored baselines (reads each file's header, not its samples)"
+    p = command(bsub, "list", _cmd_list, text, store=True)
+    p.add_argument("--fingerprint", help="list only this environment (default: every one)")
     p = command(bsub, "show", _cmd_show, "show one baseline's figures", store=True, fp=True)
     p.add_argument("ref", metavar="REF", help="commit sha or git ref")
     p = command(bsub, "prune", _cmd_prune, "delete all but the newest N", store=True)
@@ -692,7 +750,11 @@ def _parser() -> argparse.ArgumentParser:
     p = command(sub, "report", _cmd_report, "render the HTML report of a stored run")
     p.add_argument("results", metavar="RESULTS", help="reports/<c>/results.json")
     p.add_argument("--baseline", help="results.json or baseline file to compare with")
-    p.add_argument("--out", help="directory for <commit12>/report.html (default: beside RESULTS)")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="write DIR/report.html and DIR/summary.md (default: beside RESULTS)",
+    )
     _judging_options(p)
 
     text = "merge the outputs of --perfguard-shard runs into one run's files; exit 1 if it fails"
@@ -707,7 +769,7 @@ def _parser() -> argparse.ArgumentParser:
         "--save-invalid", action="store_true", help="save with inconclusive cells marked"
     )
     p.add_argument("--allow-dirty", action="store_true", help="save a run of a dirty tree")
-    p.add_argument("--baseline-dir", default=str(DEFAULT_ROOT), help="default: baselines")
+    _baseline_dir_option(p, legacy=False)
     p.add_argument("--no-gate", action="store_true", help="exit 0 whatever the verdicts")
     p.add_argument(
         "--contention-limit",

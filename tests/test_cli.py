@@ -285,6 +285,56 @@ def test_baseline_list_and_a_corrupt_file_left_untouched(
     assert _snapshot(root) == before  # nothing written, the corrupt file byte-identical
 
 
+def test_baseline_list_reads_headers_and_filters_by_fingerprint(
+    tmp_path: Path, nogit: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "baselines"
+    store = DirectoryStore(root)
+    store.save(make_run(sha(1), seed=1, created_at=day(3), ids=(SID, OTHER)))
+    store.save(make_run(sha(2), fp=OTHER_FP, comparable=OTHER_COMPARABLE))
+    # Samples broken past the header: list shows the header; show reads the file whole.
+    path = store.path_for(FP, sha(1))
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text[: text.index('"samples_ns"')], encoding="utf-8")
+
+    status, out, _ = run_cli(capsys, "baseline", "list", "--dir", root, "--fingerprint", FP)
+    assert status == 0
+    lines = out.splitlines()
+    assert f"environment {FP}: 1 baseline" in lines
+    assert [sha(1)[:12], "2024-01-03T00:00:00+00:00", "1", "2"] in [ln.split() for ln in lines]
+    assert not any(OTHER_FP in line for line in lines)
+    assert "unreadable" not in out
+    status, _, err = run_cli(capsys, "baseline", "show", sha(1), "--dir", root, "--fingerprint", FP)
+    assert status == 2 and "corrupt or truncated" in err
+
+    status, _, err = run_cli(capsys, "baseline", "list", "--dir", root, "--fingerprint", "nope")
+    assert status == 2
+    assert "no baselines for environment nope" in err and FP in err and OTHER_FP in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["baseline", "list"],
+        ["baseline", "show", sha(1), "--fingerprint", FP],
+        ["baseline", "prune", "--keep", "0", "--fingerprint", FP, "--dry-run"],
+        ["history", SID, "--fingerprint", FP],
+    ],
+    ids=lambda argv: "-".join(a for a in argv[:2] if not a.startswith("0")),
+)
+def test_every_archive_command_takes_baseline_dir_and_dir_is_a_deprecated_alias(
+    argv: list[str], tmp_path: Path, nogit: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "elsewhere"
+    DirectoryStore(root).save(make_run(sha(1), seed=1))
+    status, out, err = run_cli(capsys, *argv, "--baseline-dir", root)
+    assert status == 0, err
+    assert sha(1)[:12] in out and err == ""
+    status, old_out, err = run_cli(capsys, *argv, "--dir", root)
+    assert status == 0 and old_out == out
+    assert "perfguard: warning: --dir is deprecated" in err and "use --baseline-dir" in err
+
+
 def test_baseline_show_pooled_figures(
     tmp_path: Path, nogit: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -505,3 +555,17 @@ def test_compare_shows_a_cell_that_failed_to_measure_as_failed(
     assert lines[1].startswith(f"unchanged    {OTHER}:")
     assert lines[-1] == "2 scenarios: 1 unchanged, 1 error"
     assert status == 0  # exit 1 is for a regression; the error is listed first
+
+
+def test_report_out_writes_where_its_help_says(
+    tmp_path: Path, nogit: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = write_results(make_run(sha(1)), tmp_path / "reports")
+    out_dir = tmp_path / "elsewhere"
+    status, out, err = run_cli(capsys, "report", results, "--out", out_dir)
+    assert status == 0, err
+    assert out.strip() == f"wrote {out_dir / 'report.html'}"
+    assert sorted(p.name for p in out_dir.iterdir()) == ["report.html", "summary.md"]
+    status, usage, _ = run_cli(capsys, "report", "--help")
+    text = " ".join(usage.split())
+    assert "--out DIR write DIR/report.html and DIR/summary.md (default: beside RESULTS)" in text

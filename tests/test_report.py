@@ -576,6 +576,32 @@ def test_write_report_and_index(tmp_path: Path) -> None:
     assert render_index(tmp_path) == tmp_path / "index.html"
 
 
+def test_the_index_links_only_the_report_of_the_run_beside_it(tmp_path: Path) -> None:
+    first = full_input()
+    write_results(first.run, tmp_path)
+    html = write_report(first, tmp_path)
+    link = f'href="{SHA[:12]}/report.html"'
+    assert link in (tmp_path / "index.html").read_text()
+
+    # A second run of the commit whose report.html could not be written (a full disk):
+    # its results.json landed, the first run's report.html is still there.
+    second = replace(first, run=replace(first.run, created_at="2026-01-03T00:00:00+00:00"))
+    write_results(second.run, tmp_path)
+    render_index(tmp_path)
+    index = (tmp_path / "index.html").read_text()
+    assert link not in index
+    assert f"{html} is not this run&#39;s report" in index and "not linked" in index
+
+    html.unlink()  # nothing there at all: no link, no complaint
+    render_index(tmp_path)
+    index = (tmp_path / "index.html").read_text()
+    assert link not in index and "not linked" not in index and "(no report)" in index
+
+    write_report(second, tmp_path)
+    index = (tmp_path / "index.html").read_text()
+    assert link in index and "not linked" not in index
+
+
 def test_report_command(tmp_path: Path) -> None:
     run = run_of([scenario("s::a", scale_ms=3.0), scenario("s::b")])
     results = write_results(run, tmp_path / "reports")

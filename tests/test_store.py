@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -19,13 +20,16 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from perfguard.baseline import fileformat
 from perfguard.baseline.store import (
+    LOCK_STEP,
     Baseline,
     BaselineStore,
     DirectoryStore,
     MemoryStore,
     select_auto_baseline,
 )
+from perfguard.core import progress
 from perfguard.core.codec import SAMPLES_ENCODING as ENCODING
 from perfguard.core.errors import ResultsError, StoreError
 from perfguard.core.figures import RuntimeInfo
@@ -612,3 +616,159 @@ def test_pooled_load_cells_keep_the_launches_own_throughput() -> None:
     assert loaded is not None
     other = loaded.pooled(IDS[0])
     assert other is not None and other.throughput != 123.5  # recomputed from samples
+
+
+# -- headers: what `perfguard baseline list` reads -------------------------------------
+
+RECORDED = sorted((Path(__file__).parent / "fixtures" / "records" / "baselines").glob("*/*.json"))
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 4096])
+def test_a_header_says_what_the_whole_file_says(
+    tmp_path: Path, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Read one byte at a time too, so every boundary (inside a key, a number, a UTF-8
+    # character) is crossed; recorded files predate the summary and are read whole.
+    monkeypatch.setattr(fileformat, "_HEADER_CHUNK", chunk)
+    store = DirectoryStore(tmp_path / "baselines")
+    run = make_run(sha_of(1), seed=3)
+    branchy = dataclasses.replace(run.commit, branch="fé-ü/" + "x" * 5000)
+    store.save(dataclasses.replace(run, commit=branchy))
+    store.save(make_run(sha_of(1), seed=9, ids=IDS[:1]))
+    store.save(make_run(sha_of(2), seed=1, ids=IDS[1:]))
+    copies = tmp_path / "recorded"
+    for path in RECORDED:
+        (copies / path.parent.name).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, copies / path.parent.name / path.name)
+    for root in (store.root, copies):
+        archive = DirectoryStore(root)
+        for fp in archive.fingerprints():
+            headers, problems = archive.headers(fp)
+            assert problems == []
+            loaded = [archive.load(fp, h.sha) for h in headers]
+            assert [(h.sha, h.measured_at, h.launches, h.scenarios) for h in headers] == [
+                (b.sha, b.created_at, len(b.launches), len(b.scenario_ids()))
+                for b in loaded
+                if b is not None
+            ]
+            assert [h.commit for h in headers] == [b.commit for b in loaded if b is not None]
+
+
+def test_a_header_is_read_without_the_samples(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path / "baselines")
+    path = store.save(make_run(sha_of(1), samples=tuple(range(1, 200_000))))
+    assert path is not None
+    text = path.read_text(encoding="utf-8")
+    cut = text.index('"launches": [') + len('"launches": [') + 10
+    path.write_text(text[:cut], encoding="utf-8")  # the launches cut short
+    (header,), problems = store.headers(FP)
+    assert problems == []
+    assert (header.sha, header.launches, header.scenarios) == (sha_of(1), 1, len(IDS))
+    with pytest.raises(ResultsError, match="corrupt or truncated"):
+        store.load(FP, sha_of(1))  # the whole file is still checked where it is used
+
+
+def test_a_summary_its_launches_contradict_is_refused(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path / "baselines")
+    path = store.save(make_run(sha_of(1)))
+    assert path is not None
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc["summary"]["launches"] = 3
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(ResultsError, match=r"summary .* does not match its launches"):
+        store.load(FP, sha_of(1))
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ('{"schema_version": 1, "kind": "perfguard-baseline", "fing', "invalid JSON"),
+        ('{"schema_version": 1 "kind"', "expected one of ',}'"),
+        ('{"schema_version": 1, "kind": "perfguard-baseline"}', "fingerprint None"),
+        ("[1, 2]", "expected one of '{'"),
+    ],
+)
+def test_a_broken_header_is_a_problem_not_a_crash(tmp_path: Path, text: str, why: str) -> None:
+    store = DirectoryStore(tmp_path / "baselines")
+    path = store.path_for(FP, sha_of(1))
+    path.parent.mkdir(parents=True)
+    path.write_text(text, encoding="utf-8")
+    headers, (problem,) = store.headers(FP)
+    assert headers == []
+    assert "corrupt or truncated" in problem.message and why in problem.message
+
+
+def test_auto_counts_commits_back_along_the_shortest_path_over_parents(tmp_path: Path) -> None:
+    repo = new_repo(tmp_path / "repo")
+    base = commit(repo, "base")
+    git(repo, "checkout", "-q", "-b", "feature")
+    f1, f2 = commit(repo, "f1"), commit(repo, "f2")
+    git(repo, "checkout", "-q", "main")
+    m = [commit(repo, f"m{i}") for i in range(3)]
+    git(repo, "merge", "-q", "--no-ff", "-m", "merge feature", "feature")
+    merge = git(repo, "rev-parse", "HEAD")
+    store = MemoryStore()
+    save_at(store, f1)  # HEAD -> f2 (its 2nd parent) -> f1
+    found, why = select_auto_baseline(store, FP, repo)
+    assert found is not None and found.sha == f1
+    assert why == f"nearest ancestor with a baseline: {f1[:7]} (2 commits back, via the 2nd parent)"
+    save_at(store, m[1])  # along first parents now: nearer in git's listing
+    found, why = select_auto_baseline(store, FP, repo)
+    assert found is not None and found.sha == m[1] and why.endswith("(2 commits back)")
+
+    # A merge below HEAD: the turn names that merge.
+    commit(repo, "after")
+    store = MemoryStore()
+    save_at(store, f2)
+    found, why = select_auto_baseline(store, FP, repo)
+    assert found is not None and found.sha == f2
+    assert why.endswith(f"(2 commits back, via the 2nd parent of {merge[:7]})")
+    assert base not in why
+
+
+_HOLDER = """
+import sys, time
+from pathlib import Path
+from perfguard.baseline.store import DirectoryStore
+root, fp, sha, ready = sys.argv[1:]
+with DirectoryStore(root)._locked(fp, sha):
+    Path(ready).write_text("held")
+    time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("listening", [True, False], ids=["progress-sink", "stderr"])
+def test_a_saver_waiting_for_the_lock_says_who_holds_it_and_for_how_long(
+    tmp_path: Path, listening: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, ready = tmp_path / "baselines", tmp_path / "ready"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(root), FP, sha_of(1), str(ready)], env=env
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and holder.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready.exists(), "the holder never took the lock"
+        store = DirectoryStore(root, lock_timeout_s=2.0, lock_report_s=0.5)
+        events: list[progress.ProgressEvent] = []
+        with (
+            progress.sink(events.append) if listening else contextlib.nullcontext(),
+            pytest.raises(StoreError) as raised,
+        ):
+            store.save(make_run(sha_of(1)))
+    finally:
+        holder.kill()
+        holder.wait()
+    who = f"pid {holder.pid} on "
+    assert who in raised.value.message and "for over 2 s" in raised.value.message
+    if listening:
+        lines = [e.line() for e in events]
+    else:
+        lines = [ln.removeprefix("perfguard: ") for ln in capsys.readouterr().err.splitlines()]
+    assert len(lines) >= 3, lines  # at once, then every lock_report_s
+    assert all(line.startswith(f"{LOCK_STEP} {sha_of(1)[:12]}: ") for line in lines)
+    assert all(f"/2 (held by {who}" in line for line in lines)
+    waited = [int(line.split(": ")[1].split("/")[0]) for line in lines]
+    assert waited[0] == 0 and waited == sorted(waited) and waited[-1] >= 1

@@ -232,6 +232,41 @@ def ancestors(cwd: Path, rev: str = "HEAD", limit: int = 200) -> list[str]:
     return result
 
 
+def parent_path(cwd: Path, descendant: str, ancestor: str) -> list[tuple[str, int]] | None:
+    """The shortest way from ``descendant`` back to ``ancestor`` over parent links: one
+    ``(commit, parent number)`` per step (1: the first parent), preferring first
+    parents among paths of one length; ``[]`` when they are the same commit, None when
+    ``ancestor`` is not one (or this clone lacks the commits between them)."""
+    if descendant == ancestor:
+        return []
+    # Only the commits on some path between the two: --ancestry-path bounds the walk.
+    listing = run_git(cwd, "rev-list", "--parents", "--ancestry-path", f"{ancestor}..{descendant}")
+    if listing.returncode != 0:
+        return None
+    parents = {}
+    for line in listing.stdout.split("\n"):
+        if line.strip():
+            commit, *its = line.split()
+            parents[commit] = its
+    came_from: dict[str, tuple[str, int]] = {}
+    frontier = [descendant]
+    while frontier and ancestor not in came_from:
+        following = []
+        for commit in frontier:
+            for number, parent in enumerate(parents.get(commit, ()), start=1):
+                if parent not in came_from and parent != descendant:
+                    came_from[parent] = (commit, number)
+                    following.append(parent)
+        frontier = following
+    if ancestor not in came_from:
+        return None
+    steps, here = [], ancestor
+    while here != descendant:
+        here, number = came_from[here]
+        steps.append((here, number))
+    return steps[::-1]
+
+
 def is_dirty(cwd: Path) -> bool:
     """Whether tracked files differ from HEAD (untracked files do not count)."""
     return bool(_ok(cwd, "status", "--porcelain", "--untracked-files=no"))

@@ -22,15 +22,20 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
+import os
+import socket
 import stat
 import statistics
+import sys
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import filelock
 
@@ -38,10 +43,14 @@ from perfguard.baseline import git as gitinfo
 from perfguard.baseline.fileformat import (
     FINGERPRINT_RE,
     MOVE_AWAY_FIX,
+    Header,
     decode_document,
     encode_document,
     encode_launch,
+    parse_time,
+    read_header,
 )
+from perfguard.core import progress
 from perfguard.core.atomicio import (
     TEMP_FILE_GLOB,
     dumps_json,
@@ -52,10 +61,15 @@ from perfguard.core.errors import GitError, Location, ResultsError, StoreError
 from perfguard.core.policy import STALE_TEMP_S
 from perfguard.core.results import CommitInfo, RunResult, ScenarioResult
 from perfguard.core.stats import summarize, throughput
+from perfguard.core.text import one_line
 
 DEFAULT_ROOT = Path("baselines")
 DEFAULT_MAX_LAUNCHES = 5
 LOCK_DIR = ".locks"
+# Beside each lock while it is held: "pid N on HOST since TIME", for whoever waits.
+HOLDER_SUFFIX = ".holder"
+# The progress step a saver waiting for another's lock reports.
+LOCK_STEP = "seconds waiting for the baseline lock"
 # The key that marks a cell saved although inconclusive (--perfguard-save-invalid).
 INCONCLUSIVE_KEY = "inconclusive"
 
@@ -68,16 +82,6 @@ class StoreProblem:
     sha: str
     path: Path | None
     message: str
-
-
-def _parse_time(text: str) -> datetime:
-    """``created_at`` as an aware datetime; unparsable values sort oldest."""
-    try:
-        # Python 3.10's fromisoformat does not accept a trailing "Z".
-        value = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
-    except ValueError:
-        return datetime.min.replace(tzinfo=timezone.utc)
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,7 @@ class Baseline:
     @property
     def created_at(self) -> datetime:
         """When the newest launch was measured: how fresh this baseline is."""
-        return max(_parse_time(launch.created_at) for launch in self.launches)
+        return max(parse_time(launch.created_at) for launch in self.launches)
 
     def scenario_ids(self) -> list[str]:
         """Every scenario id in any launch, in first-seen order."""
@@ -182,6 +186,10 @@ class BaselineStore(ABC):
         """The stored bytes, or None when there is no such baseline."""
 
     @abstractmethod
+    def _header(self, fingerprint: str, sha: str) -> Header | None:
+        """The file's header (read_header), or None when there is no such baseline."""
+
+    @abstractmethod
     def _write_text(self, fingerprint: str, sha: str, text: str) -> Path | None:
         """Replace the baseline atomically; return its path (None when not on disk)."""
 
@@ -218,6 +226,22 @@ class BaselineStore(ABC):
         sha = _check_names(fingerprint, sha)
         raw = self._read_bytes(fingerprint, sha)
         return None if raw is None else self._parse(raw, fingerprint, sha)[0]
+
+    def headers(self, fingerprint: str) -> tuple[list[Header], list[StoreProblem]]:
+        """Every baseline's header, oldest first, and the files whose header cannot be
+        read: what ``perfguard baseline list`` shows, without reading any samples (a
+        file broken only past its header is found by load() or scan())."""
+        found, problems = [], []
+        for sha in self.commits(fingerprint):
+            try:
+                header = self._header(fingerprint, sha)
+            except ResultsError as exc:
+                path = self._path(fingerprint, sha)
+                problems.append(StoreProblem(fingerprint, sha, path, exc.message))
+                continue
+            if header is not None:
+                found.append(header)
+        return sorted(found, key=lambda h: (h.measured_at, h.sha)), problems
 
     def save(
         self,
@@ -351,10 +375,12 @@ class DirectoryStore(BaselineStore):
         *,
         max_launches: int = DEFAULT_MAX_LAUNCHES,
         lock_timeout_s: float = 120.0,
+        lock_report_s: float = 5.0,
     ) -> None:
         super().__init__(max_launches=max_launches)
         self.root = Path(root)
         self.lock_timeout_s = lock_timeout_s
+        self.lock_report_s = lock_report_s
         # Temporary files of killed savers removed by this store's saves.
         self.swept: list[Path] = []
 
@@ -383,9 +409,22 @@ class DirectoryStore(BaselineStore):
                 )
 
     def _read_bytes(self, fingerprint: str, sha: str) -> bytes | None:
+        with self._opened(fingerprint, sha) as stream:
+            return None if stream is None else stream.read()
+
+    def _header(self, fingerprint: str, sha: str) -> Header | None:
+        with self._opened(fingerprint, sha) as stream:
+            path = self._path(fingerprint, sha)
+            return None if stream is None else read_header(stream, fingerprint, sha, path)
+
+    @contextlib.contextmanager
+    def _opened(self, fingerprint: str, sha: str) -> Iterator[BinaryIO | None]:
+        """The baseline file open for reading; None when absent; ResultsError when it is
+        not a regular file or cannot be read (StoreError when it is a link)."""
         path = self._path(fingerprint, sha)
         self._refuse_links(path.parent, path)
         try:
+            # Checked before opening: opening a FIFO would block.
             if not stat.S_ISREG(path.stat().st_mode):
                 raise ResultsError(
                     "baseline is not a regular file",
@@ -393,16 +432,26 @@ class DirectoryStore(BaselineStore):
                     fix=f"{MOVE_AWAY_FIX} (perfguard saves into that path)",
                     location=Location(path),
                 )
-            return path.read_bytes()
+            stream = path.open("rb")
         except (FileNotFoundError, NotADirectoryError):
-            return None
+            yield None
+            return
         except OSError as exc:
-            raise ResultsError(
-                f"baseline cannot be read ({exc.strerror or exc})",
-                expected="a readable file",
-                fix="check that it is a file and that you may read it",
-                location=Location(path),
-            ) from exc
+            raise self._unreadable(path, exc) from exc
+        with stream:
+            try:
+                yield stream
+            except OSError as exc:
+                raise self._unreadable(path, exc) from exc
+
+    @staticmethod
+    def _unreadable(path: Path, exc: OSError) -> ResultsError:
+        return ResultsError(
+            f"baseline cannot be read ({exc.strerror or exc})",
+            expected="a readable file",
+            fix="check that it is a file and that you may read it",
+            location=Location(path),
+        )
 
     def _write_text(self, fingerprint: str, sha: str, text: str) -> Path:
         # Called by save() under the lock on (fingerprint, sha).
@@ -461,18 +510,51 @@ class DirectoryStore(BaselineStore):
         ):
             f.write("*\n")
         lock = filelock.FileLock(lock_path, timeout=self.lock_timeout_s)
+        holder = lock_path.with_name(lock_path.name + HOLDER_SUFFIX)
+        self._refuse_links(holder)
+        self._acquire(lock, holder, sha)
         try:
-            lock.acquire()
-        except filelock.Timeout as exc:
-            raise StoreError(
-                f"another process held the lock on the baseline for {sha[:12]} "
-                f"for over {self.lock_timeout_s:.0f} s",
-                fix=f"wait for the other perfguard run to finish (lock: {lock.lock_file})",
-            ) from exc
-        try:
+            with contextlib.suppress(OSError):  # who holds it, for those who wait
+                who = f"pid {os.getpid()} on {socket.gethostname()}"
+                write_text_atomic(holder, f"{who} since {_now()}\n")
             yield
         finally:
+            with contextlib.suppress(OSError):
+                holder.unlink()
             lock.release()
+
+    def _acquire(self, lock: filelock.FileLock, holder: Path, sha: str) -> None:
+        """Take ``lock``, reporting every ``lock_report_s`` while another saver holds it
+        for how long, and who (from its holder file): to ``perfguard.core.progress``'s
+        sinks, or to stderr when none listens."""
+        start = time.monotonic()
+        while True:
+            waited = time.monotonic() - start
+            left = self.lock_timeout_s - waited
+            try:
+                # The first try does not wait, so a held lock is reported at once.
+                lock.acquire(timeout=0 if waited == 0 else max(0.0, min(self.lock_report_s, left)))
+                return
+            except filelock.Timeout:
+                waited = time.monotonic() - start
+                who = _holder(holder)
+                if waited >= self.lock_timeout_s:
+                    raise StoreError(
+                        f"another process ({who}) held the lock on the baseline for "
+                        f"{sha[:12]} for over {self.lock_timeout_s:.0f} s",
+                        fix=f"wait for the other perfguard run to finish (lock: {lock.lock_file})",
+                    ) from None
+                event = progress.ProgressEvent(
+                    LOCK_STEP, int(waited), int(self.lock_timeout_s), sha[:12], f"held by {who}"
+                )
+                if progress.listening():
+                    progress.report(
+                        event.step, event.done, event.total, cell=event.cell, detail=event.detail
+                    )
+                else:
+                    # A save at the end of a run, or in `perfguard merge`, comes after
+                    # the terminal's progress display has closed.
+                    print(f"perfguard: {event.line()}", file=sys.stderr, flush=True)
 
     def commits(self, fingerprint: str) -> list[str]:
         folder = self.root / fingerprint
@@ -513,6 +595,20 @@ class DirectoryStore(BaselineStore):
         # The emptied fingerprint folder stays: removing it would race with a
         # concurrent save into it, and listings ignore empty folders anyway.
         return True
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _holder(path: Path) -> str:
+    """What the holder file says (one short line), or that nobody said."""
+    try:
+        with path.open("rb") as f:
+            said = f.read(200).decode("utf-8", "replace").strip()
+    except OSError:
+        said = ""
+    return one_line(said) if said else "holder unknown"
 
 
 def _link_target(path: Path) -> str:
@@ -559,6 +655,11 @@ class MemoryStore(BaselineStore):
 
     def _read_bytes(self, fingerprint: str, sha: str) -> bytes | None:
         return self.files.get((fingerprint, sha))
+
+    def _header(self, fingerprint: str, sha: str) -> Header | None:
+        raw = self.files.get((fingerprint, sha))
+        where = Path(f"memory:{fingerprint}/{sha}.json")
+        return None if raw is None else read_header(io.BytesIO(raw), fingerprint, sha, where)
 
     def _write_text(self, fingerprint: str, sha: str, text: str) -> None:
         self.files[(fingerprint, sha)] = text.encode("utf-8")
@@ -617,9 +718,7 @@ def select_auto_baseline(
             continue
         if how.startswith("merge-base") and found.sha != base:
             how = "below the " + how
-        back = chain.index(found.sha) if found.sha in chain else None
-        steps = f"{back} commit{'s' if back != 1 else ''} back" if back is not None else None
-        detail = ", ".join(part for part in (steps, how) if part)
+        detail = ", ".join(part for part in (_how_far(cwd, head, found.sha), how) if part)
         reason = f"nearest ancestor with a baseline: {found.sha[:7]} ({detail})"
         return found, reason + _skipped_note(store.problems[problems_before:])
 
@@ -635,6 +734,27 @@ def select_auto_baseline(
     if shallow:
         reason += f"; this is a shallow clone: {gitinfo.SHALLOW_FIX}"
     return None, reason
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _how_far(cwd: Path, head: str, sha: str) -> str | None:
+    """``sha``'s distance from ``head`` along the shortest path over parents, and the
+    merges' other parents that path takes: "2 commits back, via the 2nd parent"."""
+    with contextlib.suppress(GitError):
+        path = gitinfo.parent_path(cwd, head, sha)
+        if path is not None:
+            back = f"{len(path)} commit{'s' if len(path) != 1 else ''} back"
+            turns = [
+                f"the {_ordinal(n)} parent" + ("" if commit == head else f" of {commit[:7]}")
+                for commit, n in path
+                if n > 1
+            ]
+            return back + (f", via {', then '.join(turns)}" if turns else "")
+    return None
 
 
 def _skipped_note(skipped: Sequence[StoreProblem]) -> str:

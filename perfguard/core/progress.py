@@ -91,6 +91,11 @@ def report(
                 _sinks.remove(fn)
 
 
+def listening() -> bool:
+    """Whether any sink is installed (a step with no other way to be seen may print)."""
+    return bool(_sinks)
+
+
 @contextlib.contextmanager
 def sink(fn: Sink) -> Iterator[None]:
     """Send progress events to ``fn`` inside the ``with`` block."""
@@ -103,4 +108,4 @@ def sink(fn: Sink) -> Iterator[None]:
             _sinks.remove(fn)
 
 
-__all__ = ["EVERY_S", "ProgressEvent", "Sink", "Throttle", "report", "sink"]
+__all__ = ["EVERY_S", "ProgressEvent", "Sink", "Throttle", "listening", "report", "sink"]

@@ -8,12 +8,11 @@ from pathlib import Path
 
 from perfguard.core.atomicio import write_text_atomic
 from perfguard.core.resultsio import run_dir_name
-from perfguard.report.index import INDEX_FILENAME, render_index
+from perfguard.report.index import INDEX_FILENAME, REPORT_FILENAME, render_index
 from perfguard.report.markdown import render_markdown
 from perfguard.report.model import ReportInput
 from perfguard.report.render import render_html
 
-REPORT_FILENAME = "report.html"
 SUMMARY_FILENAME = "summary.md"
 
 

@@ -7,6 +7,7 @@ pytest exit status, stored in ``comparison.json``, was non-zero) never reads "ok
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -14,13 +15,17 @@ from urllib.parse import quote
 
 from perfguard.core.atomicio import write_text_atomic
 from perfguard.core.errors import PerfguardError
+from perfguard.core.results import RunResult
 from perfguard.core.resultsio import RESULTS_FILENAME, read_results
 from perfguard.judge.outcome import OUTCOMES, run_outcome
 from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.report.comparison import comparison_path, read_comparison
-from perfguard.report.render import environment
+from perfguard.report.render import environment, run_token
 
 INDEX_FILENAME = "index.html"
+REPORT_FILENAME = "report.html"  # named here: the index links it
+_TOKEN_RE = re.compile(rb'<meta name="perfguard-run" content="([0-9a-f]+)">')
+_HEAD_BYTES = 4096
 
 
 @dataclass
@@ -47,15 +52,34 @@ def _when(text: str) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
 
+def _own_report(directory: Path, run: RunResult) -> tuple[str | None, str | None]:
+    """The link to ``directory``'s report.html when it is ``run``'s (see ``run_token``),
+    else None and why it is not linked (None when there is no report at all)."""
+    html = directory / REPORT_FILENAME
+    try:
+        with html.open("rb") as f:
+            head = f.read(_HEAD_BYTES)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"{html} cannot be read ({exc.strerror or exc}): not linked"
+    found = _TOKEN_RE.search(head)
+    if found is None or found.group(1).decode() != run_token(run):
+        return None, (
+            f"{html} is not this run's report (left by an earlier run; this run's could "
+            "not be written): not linked"
+        )
+    return f"{quote(directory.name)}/{REPORT_FILENAME}", None
+
+
 def _entry(directory: Path) -> Entry:
     entry = Entry(name=directory.name)
-    if (directory / "report.html").is_file():
-        entry.href = f"{quote(directory.name)}/report.html"
     try:
         run = read_results(directory / RESULTS_FILENAME)
     except PerfguardError as exc:
         entry.problem = str(exc)
         return entry
+    entry.href, entry.problem = _own_report(directory, run)
     entry.created_at = run.created_at
     entry.sha = (run.commit.sha or "")[:12]
     entry.branch = run.commit.branch or ""

@@ -9,6 +9,8 @@ autoescape; only the SVGs made by ``perfguard.report.plots`` and the icicle of
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import math
 import statistics
 from collections.abc import Collection, Mapping, Sequence
@@ -19,7 +21,7 @@ import jinja2
 from markupsafe import Markup
 
 from perfguard.core.accuracyfigures import AccuracyFigures, AccuracyReport
-from perfguard.core.results import ScenarioResult
+from perfguard.core.results import RunResult, ScenarioResult
 from perfguard.core.text import plain
 from perfguard.judge import changes
 from perfguard.judge.outcome import OUTCOMES, CellOutcome, Outcome, blind_note
@@ -517,6 +519,14 @@ def build_rows(inp: ReportInput) -> list[Row]:
     return rows
 
 
+def run_token(run: RunResult) -> str:
+    """Which run a report shows: a digest of the run as its ``results.json`` holds it, kept
+    in ``report.html``'s head so the index links a report only beside its own results (a
+    report left by an earlier run, whose rewrite failed, is not this run's)."""
+    text = json.dumps(run.to_dict(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
 def render_html(inp: ReportInput) -> str:
     """The self-contained HTML report (inline CSS, SVG and JS; no external URL)."""
     plots.reset_ids()
@@ -527,6 +537,7 @@ def render_html(inp: ReportInput) -> str:
     base_env = inp.baseline_environment
     context = {
         "run": inp.run,
+        "run_token": run_token(inp.run),
         "commit": inp.run.commit,
         "gate": inp.gate,
         "baseline_commit": info.get("commit")
