@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from perfguard.ab import worktree
+from perfguard.ab.owner import OWNER_FILE, Owner, read_owner
 from perfguard.ab.worktree import (
     DIRTY_NOTE,
     WORKTREE_PREFIX,
@@ -339,3 +341,100 @@ def _rmtree(path: Path) -> None:
     import shutil
 
     shutil.rmtree(path)
+
+
+# --------------------------------------------------------------------------- owners
+
+
+def _hold_worktree(repo: Repo, tmp_root: Path) -> tuple[subprocess.Popen[str], Path]:
+    """A run in another process, inside ``base_worktree`` (it sleeps there)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(repo.path), repo.c1, str(tmp_root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert child.stdout is not None
+    line = child.stdout.readline().strip()
+    if not line:  # pragma: no cover - only when the test fails
+        child.kill()
+        pytest.fail(child.communicate()[1])
+    return child, Path(line)
+
+
+def test_a_worktree_whose_run_was_killed_is_swept_at_once(repo: Repo, tmp_root: Path) -> None:
+    """kill -9 runs no clean-up: the owner file tells the next run that nobody owns it."""
+    child, path = _hold_worktree(repo, tmp_root)
+    owner = read_owner(path.parent)
+    assert owner is not None and owner.pid == child.pid and owner.alive() is True
+    child.kill()
+    child.communicate()
+    assert owner.alive() is False
+    assert repo.worktrees() == [str(repo.path), str(path)]  # left behind, a minute old
+    assert sweep_stale_worktrees(repo.path, temp_root=tmp_root) == [path]
+    assert repo.worktrees() == [str(repo.path)]
+    assert list(tmp_root.iterdir()) == []
+
+
+def test_a_live_runs_worktree_is_kept_however_old(repo: Repo, tmp_root: Path) -> None:
+    child, path = _hold_worktree(repo, tmp_root)
+    try:
+        days_ago = time.time() - 3 * worktree.STALE_AFTER_S
+        os.utime(path.parent, (days_ago, days_ago))
+        assert sweep_stale_worktrees(repo.path, temp_root=tmp_root) == []
+        assert (path / "model.py").is_file()
+        assert repo.worktrees() == [str(repo.path), str(path)]
+    finally:
+        child.send_signal(signal.SIGTERM)
+        child.communicate(timeout=60)
+    assert repo.worktrees() == [str(repo.path)]
+
+
+def _owned(folder: Path, **changes: object) -> Path:
+    """``folder`` made, with an owner file: this process's, with ``changes``."""
+    folder.mkdir()
+    (folder / "base").mkdir()
+    data = {**Owner.current().to_dict(), **changes}
+    (folder / OWNER_FILE).write_text(json.dumps(data))
+    return folder
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_orphan_temp_folders_go_only_when_their_owner_is_gone(repo: Repo, tmp_root: Path) -> None:
+    """Folders no worktree holds (a run killed before `git worktree add`, or another
+    repository's): removed when their owner is provably gone, else kept."""
+    dead = _owned(tmp_root / f"{WORKTREE_PREFIX}dead", pid=_dead_pid())
+    reused = _owned(tmp_root / f"{WORKTREE_PREFIX}reused", started="another-boot:1")
+    live = _owned(tmp_root / f"{WORKTREE_PREFIX}live")
+    elsewhere = _owned(tmp_root / f"{WORKTREE_PREFIX}elsewhere", host="another-host", pid=1)
+    unowned = tmp_root / f"{WORKTREE_PREFIX}unowned"
+    unowned.mkdir()
+    not_ours = _owned(tmp_root / "someone-else", pid=_dead_pid())
+    removed = sweep_stale_worktrees(repo.path, temp_root=tmp_root)
+    assert sorted(removed) == sorted([dead / "base", reused / "base"])
+    assert sorted(tmp_root.iterdir()) == sorted([live, elsewhere, unowned, not_ours])
+
+
+def test_an_owner_on_another_host_falls_back_to_the_age_rule(repo: Repo, tmp_root: Path) -> None:
+    young = _leave_behind(repo, tmp_root, "young")
+    old = _leave_behind(repo, tmp_root, "old")
+    for path in (young, old):
+        data = {**Owner.current().to_dict(), "host": "another-host"}
+        (path.parent / OWNER_FILE).write_text(json.dumps(data))
+    day_ago = time.time() - 2 * worktree.STALE_AFTER_S
+    os.utime(old.parent, (day_ago, day_ago))
+    assert sweep_stale_worktrees(repo.path, temp_root=tmp_root) == [old]
+    assert repo.worktrees() == [str(repo.path), str(young)]
+
+
+def test_base_worktree_writes_its_owner(repo: Repo, tmp_root: Path) -> None:
+    with base_worktree(repo.path, repo.c1, parent=tmp_root) as path:
+        assert read_owner(path.parent) == Owner.current()
+        assert Owner.current().alive() is True

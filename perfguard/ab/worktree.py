@@ -16,8 +16,11 @@ as SIGTERM would have (``perfguard.worker.signals``, shared with the workers).
 Only the main thread can install signal handlers; elsewhere SIGTERM keeps its
 default and a killed run leaves a worktree behind.
 A worktree left by a run that was killed outright (SIGKILL, power loss) is
-swept by the next run: ``sweep_stale_worktrees`` removes those of perfguard
-whose temporary directory is gone or older than a day (never a live run's).
+swept by the next run: each temporary directory holds an owner file (pid,
+start time, host: :mod:`perfguard.ab.owner`), and ``sweep_stale_worktrees``
+removes those of perfguard whose owner is gone, whose temporary directory is
+gone, or, where the owner cannot be judged (another host, no owner file), that
+are older than a day; never a live run's.
 
 Submodules are not checked out in the base worktree (git does not do that for
 ``worktree add``); Git LFS files are, through the user's own git config.
@@ -34,6 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from perfguard.ab.owner import read_owner, write_owner
 from perfguard.baseline.git import (
     SHALLOW_FIX,
     git_error,
@@ -204,29 +208,66 @@ def _remove(repo: Path, path: Path) -> None:
         log.warning("git worktree prune failed: %s", exc)
 
 
-def sweep_stale_worktrees(repo: Path, *, older_than_s: float = STALE_AFTER_S) -> list[Path]:
+def sweep_stale_worktrees(
+    repo: Path, *, older_than_s: float = STALE_AFTER_S, temp_root: Path | None = None
+) -> list[Path]:
     """Remove perfguard's worktrees left by killed runs; returns their paths.
 
     A worktree counts as left over when its temporary directory no longer
-    exists (a temp cleaner got there first) or is older than ``older_than_s``
-    (a day). A younger one may belong to a run still going in another process,
-    even one whose ``base`` directory is missing: git registers a worktree just
-    before it creates the directory.
+    exists (a temp cleaner got there first), when its owner file
+    (:mod:`perfguard.ab.owner`) names a process of this host that is gone, or,
+    without an owner it can judge (an older perfguard's folder, another host's),
+    when the directory is older than ``older_than_s`` (a day). One whose owner
+    lives is never removed, however old. A younger one without an owner file may
+    belong to a run still going in another process, even one whose ``base``
+    directory is missing: git registers a worktree just before it creates the
+    directory.
+
+    Then the temporary folders in ``temp_root`` (the system's by default) that no
+    worktree of this repository holds and whose owner is gone are removed too (a
+    run killed before ``git worktree add`` or after its removal, or one of another
+    repository, whose own next run prunes git's entry).
     """
     stale: list[Path] = []
     now = time.time()
     for path in _worktrees(repo):
         if not _is_ours(path):
             continue
-        try:
-            age = now - path.parent.stat().st_mtime
-        except FileNotFoundError:
-            age = None
-        if age is None or age > older_than_s:
+        if _left_over(path.parent, now, older_than_s):
             stale.append(path)
     for path in stale:
         _remove(repo, path)
-    return stale
+    return stale + _sweep_orphan_folders(temp_root)
+
+
+def _left_over(folder: Path, now: float, older_than_s: float) -> bool:
+    """Whether the temporary ``folder`` of one of our worktrees was left by a dead run."""
+    try:
+        age = now - folder.stat().st_mtime
+    except FileNotFoundError:
+        return True
+    owner = read_owner(folder)
+    alive = owner.alive() if owner is not None else None
+    if alive is not None:
+        return not alive
+    return age > older_than_s
+
+
+def _sweep_orphan_folders(temp_root: Path | None) -> list[Path]:
+    """Remove ``WORKTREE_PREFIX`` folders in ``temp_root`` whose owner is provably gone
+    (never one without an owner file: it may be a live run's, still writing it)."""
+    root = Path(tempfile.gettempdir() if temp_root is None else temp_root)
+    removed: list[Path] = []
+    try:
+        folders = sorted(root.glob(f"{WORKTREE_PREFIX}*"))
+    except OSError:
+        return removed
+    for folder in folders:
+        owner = read_owner(folder)
+        if folder.is_dir() and owner is not None and owner.alive() is False:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder / "base")
+    return removed
 
 
 @contextmanager
@@ -238,7 +279,7 @@ def base_worktree(repo: Path, sha: str, *, parent: Path | None = None) -> Iterat
     GitError when the checkout fails. See the module docstring for cleanup.
     """
     repo = Path(repo).resolve()
-    sweep_stale_worktrees(repo)
+    sweep_stale_worktrees(repo, temp_root=parent)
     tmp: Path | None = None
 
     def remove_on_terminate() -> None:
@@ -252,6 +293,7 @@ def base_worktree(repo: Path, sha: str, *, parent: Path | None = None) -> Iterat
                     prefix=WORKTREE_PREFIX, dir=None if parent is None else Path(parent).resolve()
                 )
             )
+            write_owner(tmp)  # the next run removes the folder once this process is gone
             path = tmp / "base"
             args = ("worktree", "add", "--detach", "--quiet", str(path), sha)
             proc = run_git(repo, *args, timeout=CHECKOUT_TIMEOUT_S, new_session=True)
