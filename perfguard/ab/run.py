@@ -64,9 +64,10 @@ from perfguard.ab.stats import (
     progress_text,
 )
 from perfguard.ab.worktree import BaseRef, base_worktree, resolve_base
+from perfguard.baseline.git import repo_root, run_git
 from perfguard.core import progress
 from perfguard.core.blame import first_line
-from perfguard.core.errors import LoadError, SuiteError
+from perfguard.core.errors import GitError, LoadError, SuiteError
 from perfguard.core.figures import RuntimeInfo
 from perfguard.core.loadfigures import LoadFigures
 from perfguard.core.paths import under_root
@@ -136,6 +137,9 @@ class ABConfig:
     ref: str
     python: str | None = None  # the base worker's interpreter; None: this one
     seed: int = 0
+    #: pytest's ``pythonpath`` ini entries as this run resolved them (absolute, in the
+    #: working tree): each side puts them, mapped into its own tree, on ``sys.path``.
+    pythonpath: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -359,6 +363,19 @@ def _profile_slot(side: Slot, trace: Path | None, timeout_s: float) -> OperatorP
     return take_profile(take, trace)
 
 
+def checkouts(repo: Path) -> tuple[Path, ...]:
+    """Every checkout of ``repo``'s repository: the main one and each linked worktree
+    (what a side's imports must not read from but its own); empty when git cannot say."""
+    try:
+        proc = run_git(repo, "worktree", "list", "--porcelain")
+    except GitError:
+        return ()
+    if proc.returncode != 0:
+        return ()
+    paths = [Path(line[9:]) for line in proc.stdout.splitlines() if line.startswith("worktree ")]
+    return tuple(p for p in paths if p.is_dir())
+
+
 def worker_env() -> dict[str, str]:
     """The environment of both A/B workers.
 
@@ -396,6 +413,7 @@ class ABRun:
         self.config = config
         self.base: BaseRef | None = None
         self.worktree: Path | None = None
+        self.checkouts: tuple[Path, ...] = ()
         self._stack = contextlib.ExitStack()
         self._suites: dict[Path, dict[str, Scenario] | SuiteError] = {}
         # The base side's operator profile of each profiled A/B cell (the report's base).
@@ -406,6 +424,22 @@ class ABRun:
         # replaced by its merge base with HEAD: what this change was built on.
         self.base = resolve_base(self.rootdir, self.config.ref, merge_base_with="HEAD")
         self.worktree = self._stack.enter_context(base_worktree(self.rootdir, self.base.sha))
+        self.checkouts = checkouts(self.rootdir)
+
+    def code(self, side: str) -> dict[str, Any]:
+        """The ``code`` field of a side's ``open``: its tree, the repository's other
+        checkouts (whose paths it maps into its own) and pytest's ``pythonpath``."""
+        assert self.worktree is not None and self.base is not None
+        if side == "a":
+            root, label = self.worktree, f"the base revision {self.base.sha[:7]} (side A)"
+        else:
+            root, label = repo_root(self.rootdir) or self.rootdir, "the working tree (side B)"
+        return {
+            "root": str(root),
+            "others": [str(p) for p in (*self.checkouts, self.worktree, self.rootdir)],
+            "label": label,
+            "pythonpath": list(self.config.pythonpath),
+        }
 
     def close(self) -> None:
         self._stack.close()
@@ -498,18 +532,16 @@ class ABRun:
                     ),
                     "main",
                 )
-                code: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
             else:
                 worker = stack.enter_context(
                     WorkerProcess(cwd=self.rootdir, name="A/B worker", env=worker_env())
                 )
                 a, b = Slot(worker, "a"), Slot(worker, "b")
-                code = (
-                    {"path_first": str(self.worktree), "forget_under": []},
-                    {"path_first": str(self.rootdir), "forget_under": [str(self.worktree)]},
-                )
             opened: dict[str, Any] = {}
-            for side, root, switch in ((a, self.worktree, code[0]), (b, self.rootdir, code[1])):
+            # Each side's imports read its own tree, whatever the layout (the `code`
+            # switch: perfguard.worker.codetree), and its factory modules are checked
+            # to come from there (perfguard.models.origin).
+            for side, root, name in ((a, self.worktree, "a"), (b, self.rootdir, "b")):
                 opened = side.request(
                     "open",
                     timeout_s=ctx.worker_open_limit_s,
@@ -517,7 +549,7 @@ class ABRun:
                     cell=scenario.item_name,
                     rootdir=str(root),
                     cache_dir=str(ctx.cache_dir),
-                    **switch,
+                    code=self.code(name),
                 )
             yield a, b, opened  # B's open reply: batch, runtime
 

@@ -22,8 +22,9 @@ removes those of perfguard whose owner is gone, whose temporary directory is
 gone, or, where the owner cannot be judged (another host, no owner file), that
 are older than a day; never a live run's.
 
-Submodules are not checked out in the base worktree (git does not do that for
-``worktree add``); Git LFS files are, through the user's own git config.
+Submodules are checked out in the base worktree from the user's checkout, without
+the network (:mod:`perfguard.ab.submodules`); Git LFS files are, through the user's
+own git config.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from perfguard.ab.owner import read_owner, write_owner
+from perfguard.ab.submodules import drop_submodules, init_submodules
 from perfguard.baseline.git import (
     SHALLOW_FIX,
     git_error,
@@ -192,6 +194,7 @@ def _worktrees(repo: Path) -> list[Path]:
 
 def _remove(repo: Path, path: Path) -> None:
     """Remove our worktree at ``path`` and its temporary parent; best effort, never raises."""
+    drop_submodules(path)  # git refuses to remove a worktree holding submodules
     try:
         proc = run_git(
             repo, "worktree", "remove", "--force", "--force", str(path), new_session=True
@@ -299,6 +302,7 @@ def base_worktree(repo: Path, sha: str, *, parent: Path | None = None) -> Iterat
             proc = run_git(repo, *args, timeout=CHECKOUT_TIMEOUT_S, new_session=True)
             if proc.returncode != 0:
                 raise git_error(repo, args, proc)
+            init_submodules(repo, path)
             yield path
         finally:
             if tmp is not None:

@@ -4,6 +4,9 @@ A factory is ``module:function``; the module is imported with the suite's
 directory (``ModelSpec.base_dir``) first on ``sys.path``, so a ``models.py``
 beside the suite file is found without installing anything.
 
+In same-run A/B each side checks, after the import and after the build, that no module
+came from another checkout of the repository (:mod:`perfguard.models.origin`).
+
 A factory model is built once per process and session, not once per cell: the
 last one built is kept (pristine, never handed out) and every caller gets a deep
 copy of it, so a cell may ``eval()``, ``half()``, quantize, compile or move its
@@ -31,6 +34,7 @@ from typing import TYPE_CHECKING, Any, cast
 from perfguard.core.blame import blame
 from perfguard.core.errors import InputError, Location, ModelError, PerfguardError
 from perfguard.core.scenario import ModelSpec
+from perfguard.models.origin import check_origins
 
 if TYPE_CHECKING:
     import torch
@@ -121,6 +125,7 @@ def load_factory(model: ModelSpec) -> torch.nn.Module:
                 return copy.deepcopy(built.module)
         _built.clear()  # before building: two models' weights are never kept at once
         result = _call_factory(function, model)
+        check_origins(module_name, model.location)  # what the factory imported as it ran
     try:
         handed_out = copy.deepcopy(result)
     except Exception:  # a model that cannot be copied is built per call
@@ -214,7 +219,7 @@ def _import_module(module_name: str, entry: str, location: Location) -> ModuleTy
     try:
         importlib.invalidate_caches()
         forget_shadowed(module_name, Path(entry))
-        return importlib.import_module(module_name)
+        module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         missing = exc.name or ""
         if missing and (module_name == missing or module_name.startswith(missing + ".")):
@@ -239,6 +244,9 @@ def _import_module(module_name: str, entry: str, location: Location) -> ModuleTy
             fix="fix the error in the module (its line is the last one of the traceback below)",
             location=location,
         ) from exc
+    # In A/B, a side must run its own tree's code (perfguard.models.origin).
+    check_origins(module_name, location)
+    return module
 
 
 # Files that mark a project's root (where pytest's ini usually sits): the search for a

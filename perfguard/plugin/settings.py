@@ -78,7 +78,11 @@ class RunSettings:
             isolate=bool(config.getoption("perfguard_isolate")),
             profile=_profile(config),
             ab=(
-                ABConfig(ref=str(ab_ref), python=config.getoption("perfguard_ab_python"))
+                ABConfig(
+                    ref=str(ab_ref),
+                    python=config.getoption("perfguard_ab_python"),
+                    pythonpath=_ini_pythonpath(config),
+                )
                 if ab_ref
                 else None
             ),
@@ -226,3 +230,12 @@ def _explicit_args(config: pytest.Config) -> frozenset[Path]:
         path = Path(arg.split("::", 1)[0])
         found.add((path if path.is_absolute() else base / path).resolve())
     return frozenset(found)
+
+
+def _ini_pythonpath(config: pytest.Config) -> tuple[str, ...]:
+    """pytest's ``pythonpath`` ini entries, absolute (A/B maps them into each side's tree)."""
+    try:
+        entries = config.getini("pythonpath")
+    except ValueError:  # a pytest without the setting
+        return ()
+    return tuple(str(Path(p).resolve()) for p in entries or ())

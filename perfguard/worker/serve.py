@@ -8,7 +8,9 @@ Ops (fields of the request -> fields of the ``ok: true`` reply):
 
 * ``hello`` -> ``pid``, ``python``, ``perfguard``, ``protocol``, ``cwd``,
   ``executable``, ``perfguard_path`` (where the worker imported perfguard from).
-* ``open`` ``suite``, ``cell``, ``rootdir``, ``cache_dir`` -> ``scenario_id``,
+* ``open`` ``suite``, ``cell``, ``rootdir``, ``cache_dir`` [, ``code``: the side's
+  tree, ``{"root", "others", "label", "pythonpath"}``, switched to before the suite
+  loads (:mod:`perfguard.worker.codetree`)] -> ``scenario_id``,
   ``batch``, ``runtime``, ``backend``, ``device``, ``precision`` (an open cell
   is closed first; a failed ``open`` leaves none open).
 * ``warmup`` ``iterations``, ``seconds`` [, ``max_seconds``: the cap, default
@@ -65,6 +67,7 @@ from perfguard.measure.profile import PROFILE_REQUESTS, profile_session
 from perfguard.measure.runner import ScenarioRun, check_outputs, run_loop
 from perfguard.measure.timing import warm_up
 from perfguard.suite.loader import load_suite
+from perfguard.worker.codetree import parse_tree, switch_to
 from perfguard.worker.protocol import (
     OPS,
     PROTOCOL_VERSION,
@@ -466,32 +469,11 @@ def _slot(request: dict[str, Any]) -> str:
 
 
 def _switch_code(request: dict[str, Any]) -> None:
-    """Before opening a cell: forget the user modules imported from another tree and
-    put this cell's tree first on ``sys.path`` (``forget_under``, ``path_first``).
-
-    Modules already used by an open cell stay alive through that cell's objects;
-    only their ``sys.modules`` entries go, so the next import reads this tree.
-    """
-    forget = request.get("forget_under") or []
-    roots = [Path(str(p)).resolve() for p in forget]
-    if roots:
-        for name, module in list(sys.modules.items()):
-            file = getattr(module, "__file__", None)
-            if not file:
-                continue
-            path = Path(file).resolve()
-            if any(path.is_relative_to(root) for root in roots):
-                del sys.modules[name]
-        sys.path[:] = [
-            p
-            for p in sys.path
-            if not any(Path(p or ".").resolve().is_relative_to(r) for r in roots)
-        ]
-    first = request.get("path_first")
-    if isinstance(first, str) and first:
-        if first in sys.path:
-            sys.path.remove(first)
-        sys.path.insert(0, first)
+    """Before opening a cell: switch the import system to its side's tree when the
+    request says which (``code``; :mod:`perfguard.worker.codetree`)."""
+    if request.get("code") is not None:
+        tree, pythonpath = parse_tree(request["code"])
+        switch_to(tree, pythonpath)
 
 
 def _bad_request(problem: str, line: bytes) -> ProtocolError:
