@@ -68,11 +68,10 @@ def init_submodules(source: Path, tree: Path) -> list[str]:
         try:
             proc = run_git(tree, *args, timeout=SUBMODULE_TIMEOUT_S, new_session=True)
         except GitError as exc:
-            proc = None
-            why = f"{path}: {exc}"
+            failed, why = True, f"{path}: {exc}"
         else:
-            why = f"{path}: {proc.stderr.strip()}"
-        if proc is None or proc.returncode != 0:
+            failed, why = proc.returncode != 0, f"{path}: {proc.stderr.strip()}"
+        if failed:
             log.warning("submodule %s left empty in %s", why, tree)
             empty.append(why)
             continue

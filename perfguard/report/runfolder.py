@@ -31,9 +31,9 @@ import filelock
 from perfguard.core.atomicio import read_json, write_json_atomic
 from perfguard.core.errors import PerfguardError, ResultsError
 from perfguard.core.resultsio import RESULTS_FILENAME
-from perfguard.report import REPORT_FILENAME, SUMMARY_FILENAME
+from perfguard.report import SUMMARY_FILENAME
 from perfguard.report.comparison import COMPARISON_FILENAME
-from perfguard.report.index import render_index
+from perfguard.report.index import REPORT_FILENAME, render_index
 from perfguard.report.runfiles import TRACES_DIR
 
 #: The lock a run holds on its folder while it runs.
