@@ -1,7 +1,9 @@
-"""The content-hashed ONNX cache: export once per key, quantize once per file."""
+"""The content-addressed ONNX cache: exports named by their bytes, variants keyed on them."""
 
 from __future__ import annotations
 
+import hashlib
+import sys
 import threading
 import time
 from pathlib import Path
@@ -12,13 +14,16 @@ import pytest
 
 from perfguard.core.errors import CellError, InputError, Location, ModelError
 from perfguard.core.scenario import ModelSpec, QuantSpec
-from perfguard.models.cache import cache_key_of, export_key, export_onnx
+from perfguard.models.cache import cache_key_of, export_onnx
 from perfguard.models.quantize import convert_fp16, quantize_int8
 
 pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 
 import torch  # noqa: E402  (after the skip: perfguard itself works without torch)
+
+# Extra tanh rounds MLP.forward runs: code the module's repr and state_dict do not show.
+EXTRA_ROUNDS = 0
 
 
 class MLP(torch.nn.Module):
@@ -29,7 +34,10 @@ class MLP(torch.nn.Module):
         self.fc2 = torch.nn.Linear(width, 4)
 
     def forward(self, x: Any) -> Any:
-        return self.fc2(self.act(self.fc1(x)))
+        y = self.act(self.fc1(x))
+        for _ in range(EXTRA_ROUNDS):
+            y = torch.tanh(y)
+        return self.fc2(y)
 
 
 class TwoInputs(torch.nn.Module):
@@ -75,13 +83,12 @@ def forbid_export(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.onnx, "export", no_export)
 
 
-def test_export_writes_a_runnable_model_named_by_key(tmp_path: Path) -> None:
+def test_export_writes_a_runnable_model_named_by_its_bytes(tmp_path: Path) -> None:
     cache = tmp_path / ".perfguard" / "cache"
     module = mlp()
     path = export_onnx(module, FEEDS, model_spec(tmp_path), cache)
     assert path.parent == cache and path.is_file()
-    key = export_key(module, FEEDS, model_spec(tmp_path))
-    assert cache_key_of(path) == key[:16]
+    assert cache_key_of(path) == hashlib.sha256(path.read_bytes()).hexdigest()[:16]
     assert path.name.startswith("tiny_mlp-")
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     assert [i.name for i in session.get_inputs()] == ["x"]
@@ -94,32 +101,65 @@ def test_export_writes_a_runnable_model_named_by_key(tmp_path: Path) -> None:
     assert not list(cache.glob(".*tmp*"))
 
 
-def test_second_export_is_a_cache_hit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_equal_model_exports_to_the_file_already_there(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     first = export_onnx(mlp(), FEEDS, model_spec(tmp_path), cache)
     mtime = first.stat().st_mtime_ns
-    forbid_export(monkeypatch)
     second = export_onnx(mlp(), FEEDS, model_spec(tmp_path), cache)  # equal, fresh module
     assert second == first
-    assert second.stat().st_mtime_ns == mtime
+    assert second.stat().st_mtime_ns == mtime  # left as it was: derived files keep their source
+    assert [p.name for p in cache.iterdir()] == [first.name]
 
 
-def test_key_changes_with_weights_opset_shape_outputs_and_architecture(tmp_path: Path) -> None:
-    base = export_key(mlp(), FEEDS, model_spec(tmp_path))
-    assert export_key(mlp(), FEEDS, model_spec(tmp_path)) == base
+def test_a_forward_change_without_new_weights_is_another_graph(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The old key (repr, state_dict, shapes, opset) could not see code: the head reused
+    the base's graph. Here repr and weights are equal and only what forward runs differs."""
+    cache = tmp_path / "cache"
+    before = export_onnx(mlp(), FEEDS, model_spec(tmp_path), cache)
+    monkeypatch.setattr(sys.modules[__name__], "EXTRA_ROUNDS", 3)
+    changed = mlp()
+    assert repr(changed) == repr(mlp()) and changed.state_dict().keys() == mlp().state_dict().keys()
+    after = export_onnx(changed, FEEDS, model_spec(tmp_path), cache)
+    assert after != before
+    import onnx
+
+    ops = [node.op_type for node in onnx.load(str(after)).graph.node]
+    assert ops.count("Tanh") == 3
+    with torch.no_grad():
+        expected = changed(torch.from_numpy(FEEDS["x"])).numpy()
+    np.testing.assert_allclose(run_onnx(after, FEEDS)[0], expected, rtol=1e-4, atol=1e-5)
+    # Its int8 variant is another file too: derived files follow the graph.
+    assert quantize_int8(after, cache) != quantize_int8(before, cache)
+
+
+def test_graph_changes_with_weights_opset_shape_outputs_and_architecture(
+    tmp_path: Path,
+) -> None:
+    cache = tmp_path / "cache"
+
+    def path_of(module: MLP, feeds: dict[str, np.ndarray] = FEEDS, **spec: Any) -> Path:
+        return export_onnx(module, feeds, model_spec(tmp_path, **spec), cache)
+
+    base = path_of(mlp())
+    assert path_of(mlp()) == base
     changed = mlp()
     with torch.no_grad():
         changed.fc2.bias[0] += 1e-3
-    assert export_key(changed, FEEDS, model_spec(tmp_path)) != base
-    assert export_key(mlp(), FEEDS, model_spec(tmp_path, opset=18)) != base
-    assert export_key(mlp(), {"x": np.zeros((3, 8), np.float32)}, model_spec(tmp_path)) != base
-    assert export_key(mlp(), {"x": FEEDS["x"].astype(np.float64)}, model_spec(tmp_path)) != base
-    assert export_key(mlp(), FEEDS, model_spec(tmp_path, output_names=("z",))) != base
+    others = [
+        path_of(changed),
+        path_of(mlp(), opset=18),
+        path_of(mlp(), {"x": np.zeros((3, 8), np.float32)}),
+        path_of(mlp().double(), {"x": FEEDS["x"].astype(np.float64)}),
+        path_of(mlp(), output_names=("z",)),
+    ]
     # Same weights and state_dict names, different architecture (no-parameter activation).
     other = mlp()
     other.act = torch.nn.Tanh()
     assert list(other.state_dict()) == list(mlp().state_dict())
-    assert export_key(other, FEEDS, model_spec(tmp_path)) != base
+    others.append(path_of(other))
+    assert len({base, *others}) == len(others) + 1
 
 
 def test_changed_weights_or_opset_export_again(
@@ -140,7 +180,7 @@ def test_changed_weights_or_opset_export_again(
     again = export_onnx(mlp(seed=0), FEEDS, model_spec(tmp_path), cache)
     assert len({first, by_weights, by_opset}) == 3
     assert again == first
-    assert calls == [17, 17, 18]
+    assert calls == [17, 17, 18, 17]  # exported every time: only the bytes name the file
     assert not np.allclose(run_onnx(first, FEEDS)[0], run_onnx(by_weights, FEEDS)[0])
 
 
@@ -159,7 +199,7 @@ def test_inputs_are_named_in_forward_order_whatever_the_suite_order(tmp_path: Pa
     np.testing.assert_allclose(session.run(None, feeds)[0], expected.numpy(), rtol=1e-5)
 
 
-def test_concurrent_exports_export_each_key_once(
+def test_concurrent_exports_of_one_graph_leave_one_whole_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cache = tmp_path / "cache"
@@ -189,9 +229,11 @@ def test_concurrent_exports_export_each_key_once(
     for thread in threads:
         thread.join()
     assert not errors, [repr(e.__cause__) for e in errors]
-    assert len(calls) == 2 and all(".tmp" in call for call in calls)  # temp name, then rename
+    assert len(calls) == 4 and all(".tmp" in call for call in calls)  # temp name, then rename
     assert results[0] == results[1] == results[2] != results[3]
     assert all(path.is_file() for path in results.values())
+    assert sorted(p.name for p in cache.iterdir()) == sorted({p.name for p in results.values()})
+    np.testing.assert_allclose(run_onnx(results[0], FEEDS)[0], run_onnx(results[1], FEEDS)[0])
 
 
 def test_export_failure_is_a_model_error_and_leaves_nothing(
@@ -473,7 +515,6 @@ scenarios:
 
 def test_a_factory_model_is_built_once_for_the_cells_that_need_it(tmp_path: Path) -> None:
     import dataclasses
-    import sys
 
     from perfguard.measure.cell import RunContext, open_session
     from perfguard.models.factory import forget_factory_models, load_factory
@@ -518,7 +559,6 @@ def test_later_cells_reuse_the_session_export_without_copying_or_hashing_the_mod
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import dataclasses
-    import sys
 
     from perfguard.models import cache
     from perfguard.models.factory import forget_factory_models

@@ -29,7 +29,7 @@ from perfguard.backends.tensorrt_build import Engine, EngineSpec, Shape
 from perfguard.backends.torch_backend import parse_torch_device
 from perfguard.core.errors import BackendUnavailable, CellError, InputError, ModelError
 from perfguard.core.scenario import Scenario
-from perfguard.models.cache import onnx_file_of
+from perfguard.models.cache import file_sha256, onnx_file_of
 
 __all__ = [
     "UNKNOWN_LAYER_TYPE",
@@ -221,7 +221,7 @@ class TensorRTSession:
         path, from_factory = self._model_file(scenario, feeds, cache_dir)
         batching = scenario.load.batching if scenario.load is not None else None
         spec = EngineSpec(
-            onnx_sha256=build.file_sha256(path),
+            onnx_sha256=file_sha256(path).hexdigest(),
             tensorrt=str(trt.__version__),
             gpu=cuda.name(),
             capability=cuda.capability(),

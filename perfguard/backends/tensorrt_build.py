@@ -40,7 +40,6 @@ __all__ = [
     "Shape",
     "calibration_digest",
     "dtype_name",
-    "file_sha256",
     "load_engine",
     "make_calibrator",
     "outside_profile",
@@ -211,14 +210,6 @@ def outside_profile(
         f"{list(shape)}; the engine is rebuilt for the new profile",
         location=location,
     )
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def calibration_digest(samples: Sequence[Feeds]) -> str:

@@ -1,13 +1,18 @@
-"""A content-hashed cache of exported, quantized and fp16-converted ONNX models.
+"""A content-addressed cache of exported, quantized and fp16-converted ONNX models.
 
-Files live under ``<rootdir>/.perfguard/cache`` and are named
-``<model>-<key>.onnx``; the key is a sha256 over everything that changes the
-exported graph (weights, architecture, input signature, opset, output names,
-torch version), so a model is exported again only when one of those changes.
-Writes go to a temporary name in the same folder and are renamed into place
-under a file lock: concurrent pytest workers never export the same key twice
-and never see a half-written file. The int8 and fp16 variants are made in
-``perfguard.models.quantize`` and cached the same way.
+Files live under ``<rootdir>/.perfguard/cache``. A factory's model is exported
+to ONNX once per session (once per model, opset, outputs and input signature:
+every cell of the model shares it) and the file is named by its own bytes,
+``<model>-<sha256[:16]>.onnx``. Nothing is keyed on a guess at what the model
+runs: the name *is* the graph ONNX Runtime will run, so a change to any code
+``forward`` reaches (a loop, a helper in another module, a monkeypatched
+function, a library upgrade) gives another name, and the int8/fp16 variants
+(``perfguard.models.quantize``) and TensorRT engines, which are keyed on the
+source file's bytes, are built again from it. An unchanged model exports to the
+same bytes (the TorchScript exporter is deterministic), so its derived files
+stay cache hits. Exports go to a temporary name in the cache folder and are
+renamed into place: concurrent workers never see a half-written file, and two
+that export the same graph write the same name.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import inspect
 import logging
 import os
 import re
+import tempfile
 import threading
 import time
 import warnings
@@ -48,8 +54,9 @@ __all__ = [
     "build_once",
     "make_cache_folder",
     "safe_name",
+    "source_digest",
     "cache_key_of",
-    "export_key",
+    "file_sha256",
     "export_onnx",
     "ordered_input_names",
     "quiet",
@@ -114,53 +121,6 @@ def ordered_input_names(module: torch.nn.Module, names: list[str]) -> list[str]:
     return sorted(names, key=lambda name: (position.get(name, len(params)), names.index(name)))
 
 
-def export_key(
-    module: torch.nn.Module,
-    feeds: Mapping[str, np.ndarray],
-    model: ModelSpec,
-    dynamic_batch: bool = False,
-) -> str:
-    """The sha256 (hex) that names ``module``'s export for these inputs."""
-    import torch
-
-    digest = hashlib.sha256()
-
-    def add(*parts: object) -> None:
-        for part in parts:
-            digest.update(str(part).encode())
-            digest.update(b"\0")
-
-    add("perfguard-export-v1", torch.__version__, model.opset, tuple(model.output_names))
-    if dynamic_batch:  # added only when set, so existing cache keys stay valid
-        add("dynamic-batch")
-    for name, array in feeds.items():
-        add("input", name, tuple(np.shape(array)), np.asarray(array).dtype.str)
-    add("architecture", repr(module))
-    for name, value in module.state_dict().items():
-        if isinstance(value, torch.Tensor):
-            add("tensor", name, value.dtype, tuple(value.shape))
-            digest.update(_tensor_bytes(value))
-        else:
-            add("extra", name, repr(value))
-    return digest.hexdigest()
-
-
-def _tensor_bytes(tensor: torch.Tensor) -> bytes | memoryview:
-    import torch
-
-    data = tensor.detach()
-    if data.is_quantized:
-        data = data.int_repr()
-    data = data.to("cpu").contiguous().reshape(-1)
-    if data.dtype == torch.bool:
-        data = data.to(torch.uint8)
-    try:
-        raw: np.ndarray = data.view(torch.uint8).numpy()
-        return raw.data  # no copy: hashlib reads the buffer
-    except (RuntimeError, TypeError):  # exotic dtypes: fall back to the printed values
-        return repr(data.tolist()).encode()
-
-
 def cache_key_of(path: Path) -> str | None:
     """The key part of a cached file's name, ``None`` for a file outside the cache."""
     match = _KEY_IN_NAME.search(Path(path).name)
@@ -175,30 +135,82 @@ def export_onnx(
     *,
     dynamic_batch: bool = False,
 ) -> Path:
-    """The cached ONNX export of ``module`` for ``feeds``; exported only on a key change.
+    """Export ``module`` for ``feeds`` and return the cache file holding that graph.
 
-    ``dynamic_batch`` makes axis 0 of every input (and named output) symbolic,
-    so one session serves the batches a dynamic batcher forms.
+    The module is exported on every call and the file named by the export's
+    sha256, so the cached graph is always the one this code produces: see the
+    module docstring. ``dynamic_batch`` makes axis 0 of every input (and named
+    output) symbolic, so one session serves the batches a dynamic batcher forms.
     """
-    key = export_key(module, feeds, model, dynamic_batch)
-    target = Path(cache_dir) / f"{safe_name(model.name)}-{key[:KEY_CHARS]}.onnx"
-
-    def write(tmp: Path) -> None:
-        # Export may take a minute for a large model: say so on the terminal.
-        started = time.monotonic()
-        progress.report("export", 0, cell=model.name, detail=f"to ONNX, opset {model.opset}")
-        try:
-            _export(module, feeds, model, tmp, dynamic_batch)
-        except BaseException:
-            elapsed = time.monotonic() - started
-            progress.report(
-                "export", 0, cell=model.name, detail=f"failed after {elapsed:.1f} s", final=True
+    folder = Path(cache_dir)
+    make_cache_folder(folder, model.location, "model cache")
+    stem = safe_name(model.name)
+    handle, name = tempfile.mkstemp(prefix=f".{stem}.", suffix=".tmp.onnx", dir=folder)
+    os.close(handle)
+    tmp = Path(name)
+    try:
+        _timed_export(module, feeds, model, tmp, dynamic_batch)
+        if not tmp.is_file() or tmp.stat().st_size == 0:
+            raise ModelError(
+                f"the export of factory {model.factory} wrote no file",
+                expected=f"an ONNX file at {tmp}",
+                fix="check the disk space and permissions of the cache folder",
+                location=model.location,
             )
-            raise
-        elapsed = time.monotonic() - started
-        progress.report("export", 1, cell=model.name, detail=f"done in {elapsed:.1f} s", final=True)
+        digest = source_digest(tmp, model.location, f"the export of factory {model.factory}")
+        target = folder / f"{stem}-{digest.hexdigest()[:KEY_CHARS]}.onnx"
+        # Same name, same bytes: an earlier export of this graph stays as it is, so
+        # sessions and engines built from it keep their file.
+        if not (target.is_file() and target.stat().st_size == tmp.stat().st_size):
+            tmp.replace(target)  # atomic: same folder
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    return target
 
-    return build_once(target, write, model.location, f"export of factory {model.factory}")
+
+def file_sha256(path: Path) -> hashlib._Hash:
+    """The sha256 of a file's bytes, read a MiB at a time (the caller adds to it)."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest
+
+
+def source_digest(path: Path, location: Location | None, what: str) -> hashlib._Hash:
+    """``file_sha256`` of an ONNX file a cache entry derives from; ModelError if unreadable."""
+    try:
+        return file_sha256(path)
+    except OSError as exc:
+        raise ModelError(
+            f"{what} cannot read {path}: {exc}",
+            expected="a readable ONNX file",
+            fix="check the path and its permissions (for `onnx:`, the suite's path)",
+            location=location,
+        ) from exc
+
+
+def _timed_export(
+    module: torch.nn.Module,
+    feeds: Mapping[str, np.ndarray],
+    model: ModelSpec,
+    tmp: Path,
+    dynamic_batch: bool,
+) -> None:
+    """``_export``, said on the terminal: a large model's export may take a minute."""
+    started = time.monotonic()
+    progress.report("export", 0, cell=model.name, detail=f"to ONNX, opset {model.opset}")
+    try:
+        _export(module, feeds, model, tmp, dynamic_batch)
+    except BaseException:
+        elapsed = time.monotonic() - started
+        progress.report(
+            "export", 0, cell=model.name, detail=f"failed after {elapsed:.1f} s", final=True
+        )
+        raise
+    elapsed = time.monotonic() - started
+    progress.report("export", 1, cell=model.name, detail=f"done in {elapsed:.1f} s", final=True)
 
 
 def onnx_file_of(
@@ -211,9 +223,8 @@ def onnx_file_of(
         return check_onnx_file(model.base_dir / model.onnx, model.location), False
     dynamic = scenario.load is not None and scenario.load.batching is not None
     # Cells of one model share its build; once it was exported for these inputs, later
-    # cells neither copy the model nor hash its weights again.
-    # Everything export_key hashes besides the weights, and the file's name: two models
-    # of one factory may differ in opset or outputs.
+    # cells neither copy the model nor export it again. Everything an export depends on
+    # besides the module: two models of one factory may differ in opset or outputs.
     signature = (
         "onnx-export",
         str(cache_dir),

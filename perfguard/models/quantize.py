@@ -41,6 +41,7 @@ from perfguard.models.cache import (
     build_once,
     quiet,
     safe_name,
+    source_digest,
 )
 
 if TYPE_CHECKING:
@@ -137,30 +138,10 @@ def require_calibration(
     )
 
 
-def _file_digest(path: Path) -> hashlib._Hash:
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest
-
-
 def _add(digest: hashlib._Hash, *parts: object) -> None:
     for part in parts:
         digest.update(b"\0")
         digest.update(str(part).encode())
-
-
-def _source_digest(onnx_path: Path, location: Location | None, what: str) -> hashlib._Hash:
-    try:
-        return _file_digest(onnx_path)
-    except OSError as exc:
-        raise ModelError(
-            f"{what} cannot read {onnx_path}: {exc}",
-            expected="a readable ONNX file",
-            fix="check the `onnx:` path and its permissions",
-            location=location,
-        ) from exc
 
 
 def quantize_key(
@@ -176,7 +157,7 @@ def quantize_key(
     """
     import onnxruntime
 
-    digest = _source_digest(onnx_path, location, f"int8 quantization of {onnx_path}")
+    digest = source_digest(onnx_path, location, f"int8 quantization of {onnx_path}")
     settings = json.dumps(quant_settings(quant), sort_keys=True)
     _add(digest, "perfguard-int8-v2", onnxruntime.__version__, settings)
     for index, feed in enumerate(calibration_samples(quant, calibration) or ()):
@@ -275,7 +256,7 @@ def convert_fp16(onnx_path: Path, cache_dir: Path, location: Location | None = N
     import onnxruntime
 
     what = f"fp16 conversion of {onnx_path}"
-    digest = _source_digest(onnx_path, location, what)
+    digest = source_digest(onnx_path, location, what)
     _add(digest, "perfguard-fp16-v1", onnxruntime.__version__, _FP16_SETTINGS)
     target = _target(onnx_path, cache_dir, "fp16", digest.hexdigest())
 
