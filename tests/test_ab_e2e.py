@@ -326,3 +326,99 @@ def test_ab_under_xdist_each_worker_pairs_its_own_cells(repo: pytest.Pytester) -
     # Cells gone since the base are judged under xdist too.
     assert verdicts["suites/s.yaml::gone"]["verdict"] == "missing"
     assert len(worktrees(repo.path)) == 1  # every worker's base worktree is gone
+
+
+# A model whose head commit changes only what forward runs: same class, same weights,
+# same repr. The export cache once keyed on those alone, so the head reused the base's
+# ONNX graph and an ONNX Runtime cell compared the base with itself.
+LOOPED = textwrap.dedent(
+    """
+    import torch
+    from torch import nn
+
+    ROUNDS = RR
+
+
+    class Looped(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(64, 64)
+
+        def forward(self, x):
+            y = x
+            for _ in range(ROUNDS):
+                y = torch.tanh(self.lin(y))
+            return y
+
+
+    def build():
+        torch.manual_seed(0)
+        return Looped().eval()
+    """
+)
+
+LOOPED_SUITE = """\
+defaults:
+  warmup: {iterations: 5, seconds: 0}
+  measure: {iterations: 100, seconds: 0}
+  threads: 1
+models:
+  looped:
+    factory: loopmodel:build
+    inputs:
+      x: {shape: [1, 64], dtype: float32}
+scenarios:
+  - name: m
+    model: looped
+    matrix:
+      backend: [torch, onnxruntime]
+"""
+
+
+def write_looped(repo: Path, rounds: int) -> None:
+    (repo / "suites").mkdir(exist_ok=True)
+    (repo / "suites" / "loopmodel.py").write_text(LOOPED.replace("RR", str(rounds)))
+    (repo / "suites" / "s.yaml").write_text(LOOPED_SUITE)
+
+
+def test_a_forward_change_without_new_weights_fails_an_onnxruntime_cell(
+    repo: pytest.Pytester,
+) -> None:
+    write_looped(repo.path, 1)
+    run_git(repo.path, "add", "-A")
+    run_git(repo.path, "commit", "-qm", "one round")
+    write_looped(repo.path, 300)
+    run_git(repo.path, "commit", "-qam", "300 rounds, no new parameters")
+    result = repo.runpytest("--perfguard", "-v", "--perfguard-ab=HEAD~1")
+    result.assert_outcomes(failed=2)
+    verdicts = {v["scenario_id"]: v for v in comparison(repo.path)["verdicts"]}
+    for backend in ("torch", "onnxruntime"):
+        verdict = verdicts[f"suites/s.yaml::m[{backend}]"]
+        assert verdict["mode"] == "ab" and verdict["verdict"] == "regression", verdict
+        assert verdict["ab"]["decision"]["lo"] > 2  # 300 rounds against one
+    # Each side exported its own graph: two files in the cache, one per side.
+    cached = sorted((repo.path / ".perfguard" / "cache").glob("*.onnx"))
+    assert len(cached) == 2, cached
+
+
+def test_a_plain_rerun_after_editing_forward_runs_the_new_graph(
+    suite_writer: pytest.Pytester,
+) -> None:
+    def onnx_cell() -> dict:
+        (path,) = (suite_writer.path / "reports").glob("*/results.json")
+        cells = json.loads(path.read_text())["scenarios"]
+        (cell,) = [c for c in cells if c["id"].endswith("[onnxruntime]")]
+        return cell
+
+    write_looped(suite_writer.path, 1)
+    suite_writer.runpytest("--perfguard", "--perfguard-baseline=none").assert_outcomes(passed=2)
+    before = onnx_cell()["runtime"]["cache_key"]
+    write_looped(suite_writer.path, 300)  # edited, not committed: the next run measures it
+    suite_writer.runpytest("--perfguard", "--perfguard-baseline=none").assert_outcomes(passed=2)
+    after = onnx_cell()["runtime"]["cache_key"]
+    assert before != after
+    (exported,) = (suite_writer.path / ".perfguard" / "cache").glob(f"*-{after}.onnx")
+    import onnx
+
+    ops = [node.op_type for node in onnx.load(str(exported)).graph.node]
+    assert ops.count("Tanh") == 300
