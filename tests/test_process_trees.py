@@ -178,11 +178,15 @@ def test_isolated_cells_leave_no_process_behind(suite_writer: pytest.Pytester) -
         _kill_leftovers(suites)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize(
+    "signum", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=["SIGTERM", "SIGINT", "SIGKILL"]
+)
 def test_a_signal_to_the_session_kills_the_worker_and_its_children(
     suite_writer: pytest.Pytester, signum: int
 ) -> None:
-    """What CI's cancel (SIGTERM) and Ctrl-C do to an isolated run without A/B."""
+    """What CI's cancel (SIGTERM), Ctrl-C and an outright kill (``kill -9``, the OOM
+    killer: no handler runs) do to an isolated run without A/B. After SIGKILL the busy
+    worker ends itself and its children through its lifeline: it used to sleep on."""
     suites = _suite(suite_writer, {"hangs": "spawns hang: true"})
     # SIGINT's handler explicitly: a job started in the background of a shell inherits
     # SIGINT ignored, and Python keeps an ignored SIGINT ignored.
@@ -208,8 +212,8 @@ def test_a_signal_to_the_session_kills_the_worker_and_its_children(
         (child,) = _pids(suites, "child")
         session.send_signal(signum)
         output, _ = session.communicate(timeout=120)
-        if signum == signal.SIGTERM:  # dies of the signal, as without perfguard
-            assert session.returncode == -signal.SIGTERM, output
+        if signum in (signal.SIGTERM, signal.SIGKILL):  # dies of it, as without perfguard
+            assert session.returncode == -signum, output
         else:  # pytest's KeyboardInterrupt: "Interrupted", exit status 2
             assert session.returncode == pytest.ExitCode.INTERRUPTED, output
             assert "KeyboardInterrupt" in output

@@ -16,6 +16,7 @@ import signal
 import sys
 
 from perfguard.worker.serve import Server
+from perfguard.worker.signals import LIFELINE_ENV, watch_parent
 
 
 def _take_protocol_fds() -> tuple[int, int]:
@@ -40,11 +41,15 @@ def _write_all(fd: int, data: bytes) -> None:
 def main() -> int:
     requests_fd, replies_fd = _take_protocol_fds()
     # A segfault in native code leaves a Python traceback in stderr (the parent
-    # quotes its tail), then the signal kills the process as it would have.
-    faulthandler.enable(file=sys.stderr)
+    # quotes its tail), then the signal kills the process as it would have. The
+    # crashing thread's only: idle threads (the lifeline's) would push it out of the tail.
+    faulthandler.enable(file=sys.stderr, all_threads=False)
     if hasattr(faulthandler, "register"):  # the parent's timeout asks for the stacks
         faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
 
+    # A parent killed outright (SIGKILL, OOM) ends this worker and its children at once,
+    # even mid-request; the variable is not passed on to the processes a model starts.
+    watch_parent(os.environ.pop(LIFELINE_ENV, None))
     server = Server()
     try:
         with os.fdopen(requests_fd, "rb") as requests:

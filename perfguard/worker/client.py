@@ -43,7 +43,13 @@ from perfguard.worker.protocol import (
     error_from_reply,
     timeout_error,
 )
-from perfguard.worker.signals import kill_group, track_group, untrack_group
+from perfguard.worker.signals import (
+    LIFELINE_ENV,
+    kill_group,
+    open_lifeline,
+    track_group,
+    untrack_group,
+)
 
 __all__ = ["DEFAULT_TIMEOUT_S", "OPEN_TIMEOUT_S", "WorkerProcess"]
 
@@ -102,6 +108,9 @@ class WorkerProcess:
         self._failure: WorkerError | None = None
         self._closed = False
         self._stopped = False
+        # The write end of the worker's lifeline (signals.watch_parent): held, never
+        # written, closed with the worker; the worker ends itself if this process dies.
+        self._lifeline = -1
 
     # --- life cycle ----------------------------------------------------------
 
@@ -142,6 +151,10 @@ class WorkerProcess:
             env["PYTHONPATH"] = os.pathsep.join(p for p in (str(self.pythonpath_first), rest) if p)
         # Closed in close(), which start() calls on every failure.
         self._stderr = tempfile.TemporaryFile(prefix=f"perfguard-worker-{self.name}-")  # noqa: SIM115
+        lifeline = open_lifeline()
+        if lifeline is not None:
+            env[LIFELINE_ENV] = f"{lifeline[0]}:{os.getpid()}"
+            self._lifeline = lifeline[1]
         try:
             self._proc = subprocess.Popen(
                 self.command,
@@ -152,6 +165,7 @@ class WorkerProcess:
                 env=env,
                 bufsize=0,
                 close_fds=True,
+                pass_fds=lifeline[:1] if lifeline is not None else (),
                 **_OWN_GROUP,
             )
         except OSError as exc:
@@ -162,6 +176,9 @@ class WorkerProcess:
                 fix="check the interpreter path and the working directory",
                 worker=self.name,
             ) from None
+        finally:
+            if lifeline is not None:
+                os.close(lifeline[0])  # the worker's end: only the worker holds it now
         track_group(self._proc.pid, self.name)
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self._in_fd = self._proc.stdin.fileno()
@@ -203,6 +220,9 @@ class WorkerProcess:
             if self._stderr is not None:
                 self._stderr.close()
                 self._stderr = None
+            if self._lifeline >= 0:
+                os.close(self._lifeline)
+                self._lifeline = -1
 
     def _reap(self, wait_s: float) -> None:
         """Give the worker ``wait_s`` to exit, then stop its whole group (``_stop``)."""

@@ -22,8 +22,12 @@ only then, handlers for SIGTERM and SIGINT are installed:
 
 Only the main thread can install signal handlers; elsewhere a worker still gets
 its group killed on close and at exit, but a signal keeps its current handling.
-A process killed outright (SIGKILL) runs none of this: its worker sees the end
-of its request pipe and exits once idle, but the children of a busy one stay.
+A process killed outright (SIGKILL) runs none of this. Its workers notice by
+themselves (``watch_parent``): each holds the read end of a *lifeline* pipe whose
+only write end is the parent's, and a thread of the worker blocked on it wakes at
+the parent's death (end of file), even while the worker is busy measuring, and
+kills the worker's whole group at once. The thread never wakes otherwise, so it
+costs a measurement nothing.
 
 ``SignalHandlers`` and ``deferred_signals`` are the building blocks: the first
 installs handlers while active, the second holds SIGTERM and SIGINT back during
@@ -36,6 +40,7 @@ import atexit
 import contextlib
 import logging
 import os
+import select
 import signal
 import sys
 import threading
@@ -48,10 +53,19 @@ __all__ = [
     "deferred_signals",
     "guarded",
     "kill_group",
+    "LIFELINE_ENV",
     "on_terminate",
+    "open_lifeline",
     "track_group",
     "untrack_group",
+    "watch_parent",
 ]
+
+#: The worker's environment variable naming its lifeline: "<read fd>:<parent pid>".
+LIFELINE_ENV = "PERFGUARD_LIFELINE"
+# A fork of the parent (model code forking) holds a copy of the write end: the
+# parent's pid is checked this often as well, so such a copy delays the end by this.
+_PARENT_CHECK_S = 5.0
 
 log = logging.getLogger(__name__)
 
@@ -252,3 +266,55 @@ def on_terminate(cleanup: Callable[[], None]) -> Iterator[None]:
         yield
     finally:
         _GUARD.remove_cleanup(token)
+
+
+def open_lifeline() -> tuple[int, int] | None:
+    """A lifeline pipe for a worker about to start: (read fd, write fd), or ``None``
+    where there are no inheritable pipes (not POSIX).
+
+    The parent passes the read end to the worker (``pass_fds``, and ``LIFELINE_ENV``
+    names it), closes its own copy of the read end once the worker runs, and keeps
+    the write end open, never writing to it, for as long as the worker should live.
+    """
+    if os.name != "posix":
+        return None
+    return os.pipe()  # both ends non-inheritable: no other child of the parent gets one
+
+
+def watch_parent(value: str | None) -> threading.Thread | None:
+    """In a worker: end the worker's process group when the parent dies.
+
+    ``value`` is ``LIFELINE_ENV``'s ("<fd>:<parent pid>"); ``None`` or a malformed
+    value watches nothing (a worker started by hand). Returns the daemon thread.
+    """
+    try:
+        fd_text, pid_text = (value or "").split(":")
+        fd, parent = int(fd_text), int(pid_text)
+        os.set_inheritable(fd, False)  # the processes a model starts need no lifeline
+    except (ValueError, OSError):
+        return None
+    # The process that started this one (the parent, or a wrapper it ran): a change
+    # means it is gone, whatever holds a copy of the lifeline's write end.
+    starter = os.getppid()
+
+    def watch() -> None:
+        while True:
+            try:
+                ready, _, _ = select.select([fd], [], [], _PARENT_CHECK_S)
+                gone = bool(ready) and os.read(fd, 1) == b""
+            except OSError:
+                gone = True
+            if gone or os.getppid() != starter:
+                break
+        with contextlib.suppress(Exception):
+            sys.stderr.write(
+                f"perfguard worker {os.getpid()}: parent process {parent} is gone; "
+                "ending this worker and every process it started\n"
+            )
+            sys.stderr.flush()
+        kill_group(os.getpgrp())  # the worker leads its group: itself and its children
+        os._exit(1)  # no group of its own (started by hand): still end the worker
+
+    thread = threading.Thread(target=watch, name="perfguard-lifeline", daemon=True)
+    thread.start()
+    return thread
