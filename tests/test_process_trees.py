@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FAST_DEFAULTS
+from tests.conftest import FAST_DEFAULTS, run_git
 from tests.test_worker import alive, gone
 
 ISOLATE = ("--perfguard-isolate", "-p", "no:cacheprovider")
@@ -249,3 +249,64 @@ def test_a_bad_open_timeout_is_a_usage_error(
             "Fix: set --perfguard-open-timeout or ini perfguard_open_timeout*"
         ]
     )
+
+
+# --------------------------------------------------------------------------- xdist + A/B
+
+
+def test_sigterm_to_the_xdist_controller_alone_leaves_no_worktree(
+    suite_writer: pytest.Pytester,
+) -> None:
+    """``docker stop`` signals the container's first process only: the controller. Its
+    xdist workers each hold an A/B base worktree. They used to notice only through
+    execnet, which SIGINTs a worker 5 s after its controller went and ends it with
+    ``os._exit`` 10 s later, often before its worktree was removed; now the kernel
+    sends each SIGTERM as the controller dies, and the worktrees go within a moment
+    (4 s allowed, before execnet's own attempt could start)."""
+    repo = suite_writer.path
+    suites = repo / "suites"
+    suites.mkdir()
+    (suites / "procmodels.py").write_text(MODELS)
+    # The forward sleeps: both workers stay busy in their cell's warm-up.
+    body = FAST_DEFAULTS + (
+        "models:\n  m: {factory: 'procmodels:slow_forward', inputs: {x: {shape: [2, 8]}}}\n"
+        "scenarios:\n  - {name: a, model: m}\n  - {name: b, model: m}\n"
+    )
+    (suites / "s.yaml").write_text(body)
+    (repo / ".gitignore").write_text("reports/\n.perfguard/\n__pycache__/\ntmp/\n")
+    run_git(repo, "init", "-q", "-b", "main")
+    run_git(repo, "add", "-A")
+    run_git(repo, "commit", "-qm", "base")
+    run_git(repo, "commit", "-q", "--allow-empty", "-m", "head")
+    tmp = repo / "tmp"
+    tmp.mkdir()
+    log = (repo / "session.log").open("w")
+    session = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "--perfguard", "-p", "xdist", "-n", "2",
+         "--perfguard-ab=HEAD~1", "-p", "no:cacheprovider"],
+        cwd=repo,
+        env={**os.environ, "TMPDIR": str(tmp)},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+    def worktrees() -> int:
+        return len(run_git(repo, "worktree", "list").splitlines())
+
+    try:
+        end = time.monotonic() + 180
+        while worktrees() < 3:  # both xdist workers hold a base worktree
+            assert session.poll() is None, (repo / "session.log").read_text()
+            assert time.monotonic() < end, "the workers never checked the base out"
+            time.sleep(0.2)
+        session.send_signal(signal.SIGTERM)
+        assert session.wait(timeout=120) == -signal.SIGTERM
+        end = time.monotonic() + 4
+        while worktrees() > 1 or list(tmp.glob("perfguard-ab-*")):
+            assert time.monotonic() < end, run_git(repo, "worktree", "list")
+            time.sleep(0.1)
+    finally:
+        if session.poll() is None:  # pragma: no cover - only when the test fails
+            session.kill()
+            session.wait()
+        log.close()

@@ -33,6 +33,7 @@ from perfguard.machine.placement import (
     visible_devices,
 )
 from perfguard.suite.loader import load_suite
+from perfguard.worker.signals import end_with_parent
 
 __all__ = ["ModelGroups", "apply", "configure", "model_group", "recorded"]
 
@@ -49,6 +50,8 @@ def configure(config: pytest.Config) -> None:
     """Plan (controller) or place (worker); nothing outside a pytest-xdist run."""
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:
+        # Signalled alone, the controller would leave this worker's A/B worktree behind.
+        end_with_parent()
         plan = workerinput.get(_PLAN_KEY)
         if plan is not None:
             config.pluginmanager.register(_Worker(config, plan), "perfguard-xdist-worker")

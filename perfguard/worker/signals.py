@@ -29,6 +29,12 @@ the parent's death (end of file), even while the worker is busy measuring, and
 kills the worker's whole group at once. The thread never wakes otherwise, so it
 costs a measurement nothing.
 
+A pytest-xdist worker is not one of ours: execnet starts it, with no lifeline.
+When only its controller is signalled (``docker stop`` sends SIGTERM to the
+container's first process alone), ``end_with_parent`` has the kernel send the
+xdist worker SIGTERM as the controller dies, so its own handler above removes its
+A/B worktree and kills its workers instead of leaving them behind.
+
 ``SignalHandlers`` and ``deferred_signals`` are the building blocks: the first
 installs handlers while active, the second holds SIGTERM and SIGINT back during
 a clean-up that must not be cut short and delivers them afterwards.
@@ -51,6 +57,7 @@ from typing import Any
 __all__ = [
     "SignalHandlers",
     "deferred_signals",
+    "end_with_parent",
     "guarded",
     "kill_group",
     "LIFELINE_ENV",
@@ -318,3 +325,29 @@ def watch_parent(value: str | None) -> threading.Thread | None:
     thread = threading.Thread(target=watch, name="perfguard-lifeline", daemon=True)
     thread.start()
     return thread
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def end_with_parent(signum: int = signal.SIGTERM) -> bool:
+    """Have the kernel send this process ``signum`` when its parent dies (Linux).
+
+    For a process perfguard did not start (a pytest-xdist worker): its SIGTERM
+    handling then runs as if the signal had been sent to it. Returns whether the
+    request took (False elsewhere than Linux, or where ``prctl`` is refused).
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    if os.getppid() != parent:  # the parent died before the request: act on it now
+        os.kill(os.getpid(), signum)
+    return True
