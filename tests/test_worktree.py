@@ -11,6 +11,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -438,3 +439,46 @@ def test_base_worktree_writes_its_owner(repo: Repo, tmp_root: Path) -> None:
     with base_worktree(repo.path, repo.c1, parent=tmp_root) as path:
         assert read_owner(path.parent) == Owner.current()
         assert Owner.current().alive() is True
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Any:
+    """A 256 KiB tmpfs: a real full disk (root in a container that allows mounts)."""
+    folder = tmp_path / "small"
+    folder.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(folder)],
+        capture_output=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def test_a_full_temporary_disk_is_named_with_its_free_space(repo: Repo, small_disk: Path) -> None:
+    (repo.path / "weights.bin").write_bytes(os.urandom(2 * 1024 * 1024))
+    run_git(repo.path, "add", "weights.bin")
+    run_git(repo.path, "commit", "-q", "-m", "2 MiB of weights")
+    head = run_git(repo.path, "rev-parse", "HEAD")
+    with pytest.raises(GitError) as info, base_worktree(repo.path, head, parent=small_disk):
+        pass
+    text = str(info.value)
+    # git alone said "fatal: Could not reset index file to revision ..." or the like.
+    assert f"A/B cannot check the base {head[:12]} out in {small_disk}: no space left" in text
+    assert "MiB free there" in text and "about 2 MiB of tracked files" in text
+    assert "TMPDIR" in text
+    assert repo.worktrees() == [str(repo.path)]
+    assert list(small_disk.iterdir()) == []
+
+
+def test_an_unwritable_temporary_folder_is_not_called_full(repo: Repo, tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    with pytest.raises(GitError) as info, base_worktree(repo.path, repo.c1, parent=blocker):
+        pass
+    assert f"cannot create its base checkout's folder in {blocker}" in str(info.value)
+    assert "no space" not in str(info.value)

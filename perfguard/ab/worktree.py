@@ -29,6 +29,8 @@ own git config.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import shutil
 import tempfile
@@ -289,18 +291,27 @@ def base_worktree(repo: Path, sha: str, *, parent: Path | None = None) -> Iterat
         if tmp is not None:
             _remove(repo, tmp / "base")
 
+    root = Path(tempfile.gettempdir() if parent is None else Path(parent).resolve())
     with on_terminate(remove_on_terminate):
         try:
-            tmp = Path(
-                tempfile.mkdtemp(
-                    prefix=WORKTREE_PREFIX, dir=None if parent is None else Path(parent).resolve()
-                )
-            )
-            write_owner(tmp)  # the next run removes the folder once this process is gone
+            try:
+                tmp = Path(tempfile.mkdtemp(prefix=WORKTREE_PREFIX, dir=root))
+                write_owner(tmp)  # the next run removes the folder once this process is gone
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise GitError(
+                        f"A/B cannot create its base checkout's folder in {root}: {exc}",
+                        expected="a writable temporary folder",
+                        fix="make it writable, or point TMPDIR at a folder that is",
+                    ) from exc
+                raise _checkout_error(repo, sha, root, "no space left") from exc
             path = tmp / "base"
             args = ("worktree", "add", "--detach", "--quiet", str(path), sha)
             proc = run_git(repo, *args, timeout=CHECKOUT_TIMEOUT_S, new_session=True)
             if proc.returncode != 0:
+                full = _full_disk(repo, sha, root)
+                if full is not None:
+                    raise full
                 raise git_error(repo, args, proc)
             init_submodules(repo, path)
             yield path
@@ -310,3 +321,59 @@ def base_worktree(repo: Path, sha: str, *, parent: Path | None = None) -> Iterat
                 with deferred_signals():
                     _remove(repo, tmp / "base")
                     tmp = None
+
+
+# Free space below this (or below the checkout's size) reads as "the disk is full":
+# git's own message then is "Could not reset index file" or "unable to write file".
+_FULL_BELOW_BYTES = 64 * 1024 * 1024
+
+
+def _checkout_size(repo: Path, sha: str) -> int | None:
+    """The bytes of ``sha``'s tracked files (what a checkout writes), if git says."""
+    proc = run_git(repo, "ls-tree", "-r", "-l", "--full-tree", sha)
+    if proc.returncode != 0:
+        return None
+    sizes = (line.split(None, 4)[3] for line in proc.stdout.splitlines() if line.count(" ") >= 3)
+    return sum(int(size) for size in sizes if size.isdigit())
+
+
+def _full_disk(repo: Path, sha: str, root: Path) -> GitError | None:
+    """The explained error when the base checkout failed for want of disk space."""
+    needed = _checkout_size(repo, sha)
+    for folder in (root, repo / ".git"):
+        try:
+            free = shutil.disk_usage(folder).free
+        except OSError:
+            continue
+        if free < max(_FULL_BELOW_BYTES, needed or 0):
+            return _checkout_error(repo, sha, folder, "no space left", free=free, needed=needed)
+    return None
+
+
+def _checkout_error(
+    repo: Path,
+    sha: str,
+    folder: Path,
+    detail: str,
+    *,
+    free: int | None = None,
+    needed: int | None = None,
+) -> GitError:
+    """The base checkout could not be written in ``folder``: say where, how full, the fix."""
+    if free is None:
+        with contextlib.suppress(OSError):
+            free = shutil.disk_usage(folder).free
+    if needed is None:
+        needed = _checkout_size(repo, sha)
+    mib = 1024 * 1024
+    space = f"; {free / mib:.0f} MiB free there" if free is not None else ""
+    size = f" (about {needed / mib:.0f} MiB of tracked files)" if needed is not None else ""
+    temp = folder != repo / ".git"
+    return GitError(
+        f"A/B cannot check the base {sha[:12]} out in {folder}: {detail}{space}",
+        expected=f"room for the base's checkout{size} in "
+        + ("the temporary folder" if temp else "the repository's .git folder"),
+        fix="free space there, or point TMPDIR at a disk with room (e.g. TMPDIR=$PWD/.tmp)"
+        if temp
+        else "free space on the repository's disk (git records the worktree in .git)",
+    )
