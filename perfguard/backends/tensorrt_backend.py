@@ -11,6 +11,7 @@ is implicit quantization calibrated on the accuracy inputs (deprecated by Tensor
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import importlib.util
 import json
@@ -30,6 +31,7 @@ from perfguard.backends.torch_backend import parse_torch_device
 from perfguard.core.errors import BackendUnavailable, CellError, InputError, ModelError
 from perfguard.core.scenario import Scenario
 from perfguard.models.cache import file_sha256, onnx_file_of
+from perfguard.models.quantize import convert_fp16, quantize_int8
 
 __all__ = [
     "UNKNOWN_LAYER_TYPE",
@@ -212,13 +214,20 @@ class TensorRTSession:
         except ImportError as exc:
             raise BackendUnavailable(_INSTALL_HINT, location=scenario.location) from exc
         self._trt = trt
-        major = build.trt_major(str(trt.__version__))
-        self._check_precision(trt, scenario, calibration)
+        caps = build.capabilities(trt)
+        plan = build.precision_plan(
+            caps,
+            scenario.precision,
+            user_graph=scenario.model.onnx is not None,
+            location=scenario.location,
+        )
+        self._check_calibration(scenario, calibration)
         self._cuda = cuda = _load_cuda(scenario)
         cuda.activate()
         options = scenario.gpu.tensorrt
         samples = self._samples(scenario, feeds, calibration)
         path, from_factory = self._model_file(scenario, feeds, cache_dir)
+        path = self._typed_graph(scenario, plan, path, cache_dir, samples)
         batching = scenario.load.batching if scenario.load is not None else None
         spec = EngineSpec(
             onnx_sha256=file_sha256(path).hexdigest(),
@@ -233,10 +242,14 @@ class TensorRTSession:
             ),
             input_shapes=tuple((name, tuple(np.shape(a))) for name, a in feeds.items()),
             batch_multiplier=batching.max_batch if batching is not None else 1,
-            calibration=build.calibration_digest(samples) if samples else None,
+            calibration=build.calibration_digest(samples) if plan.calibrator else None,
+            typing=plan.typing,
+            profiling_verbosity="DETAILED" if caps.detailed_profiling else "",
         )
         calibrator = (
-            build.make_calibrator(trt, samples, cuda.upload, cuda.synchronize) if samples else None
+            build.make_calibrator(trt, samples, cuda.upload, cuda.synchronize)
+            if plan.calibrator
+            else None
         )
         self._engine: Engine | None = build.load_engine(
             trt,
@@ -278,6 +291,7 @@ class TensorRTSession:
             "compute_capability": ".".join(map(str, spec.capability)),
             "device": scenario.device,
             "precision": scenario.precision,
+            "precision_build": plan.describe(),
             "engine_path": str(self._engine.path),
             "cache_key": self._engine.key[:16],
             "built": self._engine.built,
@@ -289,12 +303,18 @@ class TensorRTSession:
             "onnx_sha256": spec.onnx_sha256[:16],
             "model_source": "factory export" if from_factory else "onnx file",
         }
-        if samples:
+        if plan.calibrator:
             self.runtime_info["int8"] = {
                 "calibrator": "IInt8EntropyCalibrator2",
                 "calibration_inputs": len(samples),
                 "calibration_sha256": (spec.calibration or "")[:16],
-                "quantization": "implicit" + (" (TensorRT 10.1+ deprecates it)" * (major >= 10)),
+                "quantization": "implicit (deprecated since TensorRT 10.1, gone in 11)",
+            }
+        elif plan.graph == "int8-qdq":
+            self.runtime_info["int8"] = {
+                "calibration_inputs": len(samples),
+                "quantization": "explicit Q/DQ (onnxruntime static quantization, symmetric, "
+                f"per channel, {scenario.quantization.calibration})",
             }
         if unused:
             self.runtime_info["unused_inputs"] = unused
@@ -329,28 +349,10 @@ class TensorRTSession:
             )
 
     @staticmethod
-    def _check_precision(
-        trt: Any, scenario: Scenario, calibration: Sequence[Mapping[str, np.ndarray]] | None
+    def _check_calibration(
+        scenario: Scenario, calibration: Sequence[Mapping[str, np.ndarray]] | None
     ) -> None:
-        version = trt.__version__
-        if scenario.precision == "bf16" and not hasattr(trt.BuilderFlag, "BF16"):
-            raise CellError(
-                f"precision bf16 needs BuilderFlag.BF16, which TensorRT {version} lacks",
-                expected="TensorRT 9 or newer for bf16",
-                fix="upgrade TensorRT (pip install -U tensorrt) or run this cell at fp16",
-                location=scenario.location,
-            )
-        if scenario.precision != "int8":
-            return
-        if not hasattr(trt, "IInt8EntropyCalibrator2"):
-            raise CellError(
-                f"TensorRT {version} has no IInt8EntropyCalibrator2 (implicit int8 calibration)",
-                expected="a TensorRT with implicit int8 quantization (8.x-10.x)",
-                fix="quantize the model explicitly (Q/DQ nodes), point `onnx:` at it and use "
-                "`precision: fp16` or `fp32`",
-                location=scenario.location,
-            )
-        if not calibration:
+        if scenario.precision == "int8" and not calibration:
             raise CellError(
                 "precision int8 on the tensorrt backend calibrates on the scenario's accuracy "
                 "inputs, but this scenario has none",
@@ -359,6 +361,31 @@ class TensorRTSession:
                 "calibration data), or run this cell at fp16",
                 location=scenario.location,
             )
+
+    @staticmethod
+    def _typed_graph(
+        scenario: Scenario,
+        plan: build.PrecisionPlan,
+        path: Path,
+        cache_dir: Path,
+        samples: Sequence[Mapping[str, np.ndarray]],
+    ) -> Path:
+        """The graph a strongly typed network is built from: ``path`` converted to the
+        plan's precision (cached by content), or ``path`` itself."""
+        location = scenario.model.location
+        if plan.graph == "fp16":
+            return convert_fp16(path, cache_dir, location, keep_fp32=build.KEEP_FP32_OPS)
+        if plan.graph == "int8-qdq":
+            quant = dataclasses.replace(
+                scenario.quantization,
+                mode="static",
+                per_channel=True,
+                weight_type="qint8",
+                activation_type="qint8",
+                symmetric=True,
+            )
+            return quantize_int8(path, cache_dir, location, quant=quant, calibration=samples)
+        return path
 
     @staticmethod
     def _samples(

@@ -7,6 +7,17 @@ sidecar of those fields, under a file lock and renamed into place, so workers
 never build a key twice nor read half an engine. An engine whose sidecar names
 another TensorRT or GPU (or is unreadable) is never deserialized: it is rebuilt.
 The timing cache is one file per (TensorRT version, GPU), loaded into each build.
+
+How a precision reaches the network is read off the TensorRT module itself
+(:func:`capabilities`), never from its version string: where ``BuilderFlag``
+has the precision's flag (TensorRT 10 and older) the network is weakly typed and
+the flag set; where it does not (TensorRT 11 removed them) the network is
+strongly typed and the precision comes from the graph: an fp16 graph converted
+from the ONNX export (``LayerNormalization`` kept in fp32), or an int8 graph of
+Q/DQ nodes from ONNX Runtime's static quantization on the calibration data
+(:func:`precision_plan`). Every engine is built with detailed profiling
+verbosity where the module has it, so the engine inspector names each layer's
+type; it changes only the layer information an engine carries.
 """
 
 from __future__ import annotations
@@ -30,19 +41,32 @@ import numpy as np
 from filelock import FileLock
 
 from perfguard.core.atomicio import read_json, write_json_atomic
-from perfguard.core.errors import CellError, InputError, Location, ModelError, PerfguardError
+from perfguard.core.errors import (
+    BackendUnavailable,
+    CellError,
+    InputError,
+    Location,
+    ModelError,
+    PerfguardError,
+)
 from perfguard.models.cache import KEY_CHARS, make_cache_folder, safe_name
 
 __all__ = [
+    "Capabilities",
     "Engine",
     "EngineSpec",
+    "KEEP_FP32_OPS",
+    "OPTIONAL_MEMBERS",
+    "PrecisionPlan",
     "Profile",
     "Shape",
     "calibration_digest",
+    "capabilities",
     "dtype_name",
     "load_engine",
     "make_calibrator",
     "outside_profile",
+    "precision_plan",
     "trt_logger",
     "trt_major",
 ]
@@ -53,7 +77,16 @@ Profile = dict[str, tuple[Shape, Shape, Shape]]
 Feeds = Mapping[str, np.ndarray]
 
 _LOG_TAIL = 20
+#: The ``BuilderFlag`` member of each reduced precision (weakly typed networks).
 _FLAGS = {"fp16": "FP16", "bf16": "BF16", "int8": "INT8"}
+#: Members of ``tensorrt`` that perfguard names directly (``trt.X``) although a
+#: supported TensorRT lacks them, each with the :class:`Capabilities` field that is
+#: False there, so the code never reaches it; every other ``trt.X`` must exist in
+#: TensorRT 10 and 11 alike (tests/test_tensorrt_conformance.py reads the sources).
+OPTIONAL_MEMBERS = {"IInt8EntropyCalibrator2": "implicit_int8"}
+#: Op types an fp16 graph keeps in fp32 for a strongly typed network: normalisation
+#: accumulates in a range fp16 overflows (NVIDIA's mixed-precision guidance).
+KEEP_FP32_OPS = ("LayerNormalization",)
 _LOGGERS: dict[int, Any] = {}
 _LOGGERS_LOCK = threading.Lock()
 
@@ -62,6 +95,99 @@ def trt_major(version: str) -> int:
     """The major number of a ``tensorrt.__version__`` string (0 when unreadable)."""
     match = re.match(r"\d+", version)
     return int(match.group(0)) if match else 0
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a ``tensorrt`` module offers for building, read off its names."""
+
+    version: str
+    #: Precisions with a ``BuilderFlag`` member (weak typing): TensorRT 10 and older.
+    precision_flags: frozenset[str]
+    #: Implicit int8 calibration (``IInt8EntropyCalibrator2``): TensorRT 8-10.
+    implicit_int8: bool
+    #: ``NetworkDefinitionCreationFlag.STRONGLY_TYPED``: TensorRT 9.1+; always on in 11.
+    strongly_typed: bool
+    #: ``ProfilingVerbosity.DETAILED``: layer types in the engine inspector.
+    detailed_profiling: bool
+
+
+def capabilities(trt: Any) -> Capabilities:
+    """The :class:`Capabilities` of the imported ``tensorrt`` module ``trt``."""
+    flags = getattr(trt, "BuilderFlag", None)
+    creation = getattr(trt, "NetworkDefinitionCreationFlag", None)
+    verbosity = getattr(trt, "ProfilingVerbosity", None)
+    return Capabilities(
+        version=str(getattr(trt, "__version__", "unknown")),
+        precision_flags=frozenset(p for p, name in _FLAGS.items() if hasattr(flags, name)),
+        implicit_int8=hasattr(trt, "IInt8EntropyCalibrator2") and hasattr(flags, "INT8"),
+        strongly_typed=hasattr(creation, "STRONGLY_TYPED"),
+        detailed_profiling=hasattr(verbosity, "DETAILED"),
+    )
+
+
+@dataclass(frozen=True)
+class PrecisionPlan:
+    """How one cell's precision reaches its TensorRT network."""
+
+    precision: str
+    #: "weak" (builder flags choose kernels) or "strong" (the graph's own types).
+    typing: str
+    #: The ``BuilderFlag`` member to set (weak typing), if any.
+    builder_flag: str | None = None
+    #: The conversion of the ONNX graph a strongly typed network needs first:
+    #: "fp16" (float16 conversion), "int8-qdq" (static Q/DQ quantization) or None.
+    graph: str | None = None
+    #: Implicit int8 calibration through an ``IInt8EntropyCalibrator2``.
+    calibrator: bool = False
+
+    def describe(self) -> str:
+        if self.typing == "weak":
+            return f"BuilderFlag.{self.builder_flag}" if self.builder_flag else "fp32"
+        how = {"fp16": "graph converted to fp16", "int8-qdq": "graph quantized to Q/DQ int8"}
+        return "strongly typed network, " + how.get(self.graph or "", "the graph's own types")
+
+
+def precision_plan(
+    caps: Capabilities, precision: str, *, user_graph: bool, location: Location | None
+) -> PrecisionPlan:
+    """How ``precision`` is built on TensorRT with ``caps``; CellError where it cannot be.
+
+    ``user_graph``: the model is the suite's ``onnx:`` file, whose own types a strongly
+    typed network can take as they are (a bf16 graph, say).
+    """
+    version = caps.version
+    if precision == "fp32":
+        return PrecisionPlan(precision, "weak")
+    if precision == "int8" and caps.implicit_int8:
+        return PrecisionPlan(precision, "weak", builder_flag="INT8", calibrator=True)
+    if precision in ("fp16", "bf16") and precision in caps.precision_flags:
+        return PrecisionPlan(precision, "weak", builder_flag=_FLAGS[precision])
+    if not caps.strongly_typed:
+        other = next((p for p in ("fp16", "bf16") if p in caps.precision_flags), "fp32")
+        raise CellError(
+            f"precision {precision} needs BuilderFlag.{_FLAGS[precision]} or a strongly "
+            f"typed network, and TensorRT {version} has neither",
+            expected="TensorRT 10 (builder flags) or 11 (strongly typed networks)",
+            fix=f"upgrade TensorRT (pip install -U tensorrt) or run this cell at {other}",
+            location=location,
+        )
+    if precision == "fp16":
+        return PrecisionPlan(precision, "strong", graph="fp16")
+    if precision == "int8":
+        return PrecisionPlan(precision, "strong", graph="int8-qdq")
+    if user_graph:  # bf16 from the suite's own graph: its types are the precision
+        return PrecisionPlan(precision, "strong")
+    raise CellError(
+        f"TensorRT {version} takes bf16 from the graph (strongly typed networks only; "
+        "BuilderFlag.BF16 is gone), and perfguard converts exported graphs to fp16 only",
+        expected="a bf16 ONNX graph for a strongly typed network, or TensorRT 10's "
+        "BuilderFlag.BF16",
+        fix="convert the graph yourself (NVIDIA ModelOpt AutoCast, low_precision_type bf16) "
+        "and point `onnx:` at it, run this cell at `precision: fp16`, or use TensorRT 10 "
+        "(pip install 'tensorrt-cu12==10.*')",
+        location=location,
+    )
 
 
 def dtype_name(dtype: Any) -> str:
@@ -125,6 +251,10 @@ class EngineSpec:
     #: Dynamic batching's ``max_batch``: a dynamic axis 0 reaches this many times the batch.
     batch_multiplier: int = 1
     calibration: str | None = None  # sha256 of the int8 calibration feeds
+    #: PrecisionPlan.typing: "weak" (builder flags) or "strong" (the graph's types).
+    typing: str = "weak"
+    #: The engine's layer information (``ProfilingVerbosity``); "" where TensorRT has none.
+    profiling_verbosity: str = "DETAILED"
 
     def fields(self) -> dict[str, Any]:
         return {
@@ -139,11 +269,13 @@ class EngineSpec:
             "input_shapes": [[n, list(s)] for n, s in self.input_shapes],
             "batch_multiplier": self.batch_multiplier,
             "calibration_sha256": self.calibration,
+            "typing": self.typing,
+            "profiling_verbosity": self.profiling_verbosity,
         }
 
     @property
     def key(self) -> str:
-        text = json.dumps(["perfguard-tensorrt-engine-v1", self.fields()], sort_keys=True)
+        text = json.dumps(["perfguard-tensorrt-engine-v2", self.fields()], sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()
 
     def resolve_profile(
@@ -359,10 +491,8 @@ def _build(
     location: Location | None,
 ) -> tuple[bytes, Profile, float]:
     mark = logger.mark()
-    builder = trt.Builder(logger)
-    # TensorRT 10 networks are always explicit-batch (the flag is deprecated there).
-    explicit = 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
-    network = builder.create_network(0 if trt_major(spec.tensorrt) >= 10 else explicit)
+    builder = _builder(trt, logger, spec, mark)
+    network = builder.create_network(_network_flags(trt, spec))
     parser = trt.OnnxParser(network, logger)
     parsed = parser.parse(Path(onnx_path).read_bytes(), str(onnx_path))  # path: external data
     errors = [str(parser.get_error(i)) for i in range(parser.num_errors)]
@@ -385,8 +515,10 @@ def _build(
                 location=location,
             )
         config.builder_optimization_level = spec.optimization_level
-    if spec.precision in _FLAGS:
+    if spec.typing == "weak" and spec.precision in _FLAGS:
         config.set_flag(getattr(trt.BuilderFlag, _FLAGS[spec.precision]))
+    if spec.profiling_verbosity:  # layer types for "where the time went"
+        config.profiling_verbosity = getattr(trt.ProfilingVerbosity, spec.profiling_verbosity)
     optimization = builder.create_optimization_profile()
     for name, (lo, opt, hi) in profile.items():
         optimization.set_shape(name, lo, opt, hi)
@@ -411,6 +543,46 @@ def _build(
     if cache is not None and timing is not None:
         _save_timing_cache(cache, timing)
     return bytes(memoryview(serialized)), profile, build_s
+
+
+def _builder(trt: Any, logger: Any, spec: EngineSpec, mark: int) -> Any:
+    """``trt.Builder(logger)``, or BackendUnavailable with TensorRT's own reason.
+
+    TensorRT returns no builder where it cannot use the GPU (no device, a driver too
+    old, its libraries missing); the Python bindings then raise a bare TypeError
+    ("factory function returned nullptr") and the reason is only in the log.
+    """
+    try:
+        builder = trt.Builder(logger)
+    except TypeError as exc:
+        builder, problem = None, f"{exc}"
+    else:
+        problem = "it returned no builder"
+    if builder is not None:
+        return builder
+    tail = logger.tail(mark)
+    said = "; TensorRT logged:\n  " + "\n  ".join(tail) if tail else "; TensorRT logged nothing"
+    raise BackendUnavailable(
+        f"TensorRT {spec.tensorrt} cannot create a builder on {spec.gpu} ({problem}){said}",
+        expected="a CUDA GPU and driver TensorRT can use",
+        fix="check `nvidia-smi` and the driver version TensorRT "
+        f"{spec.tensorrt} needs (scripts/gpu-check diagnoses a runner)",
+    )
+
+
+def _network_flags(trt: Any, spec: EngineSpec) -> int:
+    """``create_network``'s flags: strong typing, or explicit batch before TensorRT 10.
+
+    TensorRT 10 ignores EXPLICIT_BATCH (deprecated: every network is explicit batch);
+    TensorRT 11 has no such member and every network is strongly typed.
+    """
+    creation = trt.NetworkDefinitionCreationFlag
+    if spec.typing == "strong":
+        return 1 << int(creation.STRONGLY_TYPED)
+    explicit = getattr(creation, "EXPLICIT_BATCH", None)
+    if explicit is None or trt_major(spec.tensorrt) >= 10:
+        return 0
+    return 1 << int(explicit)
 
 
 def _build_error(

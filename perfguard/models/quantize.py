@@ -82,6 +82,8 @@ def quant_settings(quant: QuantSpec) -> dict[str, Any]:
         settings["activation_type"] = quant.activation_type
         settings["calibration"] = quant.calibration
         settings["calibration_samples"] = quant.calibration_samples
+        if quant.symmetric:  # only when set, so existing cache keys stay valid
+            settings["symmetric"] = True
     return settings
 
 
@@ -251,13 +253,25 @@ def quantize_torch_int8(
         ) from exc
 
 
-def convert_fp16(onnx_path: Path, cache_dir: Path, location: Location | None = None) -> Path:
-    """A float16 copy of ``onnx_path`` (inputs/outputs stay float32), cached by content."""
+def convert_fp16(
+    onnx_path: Path,
+    cache_dir: Path,
+    location: Location | None = None,
+    *,
+    keep_fp32: Sequence[str] = (),
+) -> Path:
+    """A float16 copy of ``onnx_path`` (inputs/outputs stay float32), cached by content.
+
+    ``keep_fp32``: op types (``LayerNormalization``) left in float32 beside
+    ``onnxruntime.transformers.float16``'s own block list.
+    """
     import onnxruntime
 
     what = f"fp16 conversion of {onnx_path}"
     digest = source_digest(onnx_path, location, what)
     _add(digest, "perfguard-fp16-v1", onnxruntime.__version__, _FP16_SETTINGS)
+    if keep_fp32:  # only when set, so existing cache keys stay valid
+        _add(digest, "keep-fp32", *sorted(keep_fp32))
     target = _target(onnx_path, cache_dir, "fp16", digest.hexdigest())
 
     def write(tmp: Path) -> None:
@@ -265,10 +279,16 @@ def convert_fp16(onnx_path: Path, cache_dir: Path, location: Location | None = N
 
         try:
             with _silent():
-                from onnxruntime.transformers.float16 import convert_float_to_float16
+                from onnxruntime.transformers.float16 import (
+                    DEFAULT_OP_BLOCK_LIST,
+                    convert_float_to_float16,
+                )
 
                 model = onnx.load(str(onnx_path))
-                converted = convert_float_to_float16(model, keep_io_types=True)
+                blocked = [*DEFAULT_OP_BLOCK_LIST, *keep_fp32] if keep_fp32 else None
+                converted = convert_float_to_float16(
+                    model, keep_io_types=True, op_block_list=blocked
+                )
                 onnx.save_model(converted, str(tmp))
         except Exception as exc:
             raise ModelError(
@@ -414,4 +434,7 @@ def _static(
         activation_type=getattr(QuantType, _QUANT_TYPES[quant.activation_type]),
         weight_type=getattr(QuantType, _QUANT_TYPES[quant.weight_type]),
         calibrate_method=getattr(CalibrationMethod, _CALIBRATIONS[quant.calibration]),
+        extra_options=(
+            {"ActivationSymmetric": True, "WeightSymmetric": True} if quant.symmetric else None
+        ),
     )

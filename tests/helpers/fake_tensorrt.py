@@ -100,6 +100,7 @@ class Config:
         self.int8_calibrator: Any = None
         self.calibration_profile: Profile | None = None
         self.timing_cache: TimingCache | None = None
+        self.profiling_verbosity: Any = None
 
     def set_flag(self, flag: Any) -> None:
         self.flags.add(flag.name)
@@ -110,9 +111,6 @@ class Config:
     def add_optimization_profile(self, profile: Profile) -> None:
         self.profiles.append(profile)
 
-    def set_calibration_profile(self, profile: Profile) -> None:
-        self.calibration_profile = profile
-
     def create_timing_cache(self, data: bytes) -> TimingCache:
         return TimingCache(bytes(data))
 
@@ -120,6 +118,13 @@ class Config:
         assert ignore_mismatch is False
         self.timing_cache = cache
         return not cache.data.startswith(b"bad")
+
+
+class CalibratingConfig(Config):
+    """A TensorRT 10 (or older) builder config: implicit int8 calibration, gone in 11."""
+
+    def set_calibration_profile(self, profile: Profile) -> None:
+        self.calibration_profile = profile
 
 
 class IProfiler:
@@ -212,22 +217,40 @@ class Engine:
         return self.contexts[-1]
 
 
+#: NetworkDefinitionCreationFlag members by major version, with TensorRT's own values.
+_CREATION_FLAGS = {
+    8: [("EXPLICIT_BATCH", 0)],
+    10: [("EXPLICIT_BATCH", 0), ("STRONGLY_TYPED", 1)],
+    11: [("STRONGLY_TYPED", 0)],
+}
+
+
 def fake_trt(version: str = "10.3.0", bf16: bool = True) -> Any:
-    """A ``tensorrt`` module: scripted by its attributes, recording what was asked of it."""
+    """A ``tensorrt`` module: scripted by its attributes, recording what was asked of it.
+
+    Shaped as its major version is: TensorRT 11 has no precision builder flags, no
+    implicit int8 calibration and no EXPLICIT_BATCH (tests/test_tensorrt_conformance.py
+    checks each shape against the real bindings of its major).
+    """
+    major = int(version.split(".")[0])
     trt: Any = types.ModuleType("tensorrt")
     trt.__version__ = version
     trt.ILogger = ILogger
     trt.DataType = DataType
     trt.TensorIOMode = TensorIOMode
-    trt.IInt8EntropyCalibrator2 = IInt8EntropyCalibrator2
+    if major <= 10:
+        trt.IInt8EntropyCalibrator2 = IInt8EntropyCalibrator2
     trt.IProfiler = IProfiler
     make_enum: Any = enum.Enum
-    trt.BuilderFlag = make_enum("BuilderFlag", "FP16 INT8 BF16" if bf16 else "FP16 INT8")
+    precision_flags = ("FP16 INT8 BF16" if bf16 else "FP16 INT8") if major <= 10 else ""
+    trt.BuilderFlag = make_enum("BuilderFlag", f"{precision_flags} TF32 REFIT".strip())
     trt.MemoryPoolType = make_enum("MemoryPoolType", "WORKSPACE")
     trt.LayerInformationFormat = make_enum("LayerInformationFormat", "ONELINE JSON")
+    trt.ProfilingVerbosity = make_enum("ProfilingVerbosity", "LAYER_NAMES_ONLY NONE DETAILED")
     int_enum: Any = enum.IntEnum  # TensorRT's enums convert with int()
     trt.NetworkDefinitionCreationFlag = int_enum(
-        "NetworkDefinitionCreationFlag", [("EXPLICIT_BATCH", 0)]
+        "NetworkDefinitionCreationFlag",
+        _CREATION_FLAGS[11 if major >= 11 else 10 if major == 10 else 8],
     )
     # The script: the parsed network's IO, parser errors, build failure and log lines.
     trt.inputs = [Tensor(name="x", shape=(-1, 8), dtype=DataType.FLOAT)]
@@ -272,7 +295,7 @@ def fake_trt(version: str = "10.3.0", bf16: bool = True) -> Any:
             return Network()
 
         def create_builder_config(self) -> Config:
-            return Config()
+            return CalibratingConfig() if major <= 10 else Config()
 
         def create_optimization_profile(self) -> Profile:
             return Profile()
