@@ -601,3 +601,27 @@ def test_later_cells_reuse_the_session_export_without_copying_or_hashing_the_mod
     finally:
         forget_factory_models()
         sys.modules.pop("counting_models", None)
+
+
+def test_symmetric_static_quantization_has_zero_points_of_zero(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    source = mlp_onnx(tmp_path)
+    static = QuantSpec(mode="static", activation_type="qint8")
+    plain = quantize_int8(source, cache, quant=static, calibration=CALIBRATION)
+    symmetric = quantize_int8(
+        source, cache, quant=QuantSpec(mode="static", activation_type="qint8", symmetric=True),
+        calibration=CALIBRATION,
+    )  # fmt: skip
+    assert cache_key_of(plain) != cache_key_of(symmetric)
+
+    import onnx
+    from onnx import numpy_helper
+
+    def zero_points(path: Path) -> list[np.ndarray]:
+        model = onnx.load(str(path))
+        inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+        return [inits[n.input[2]] for n in model.graph.node if n.op_type == "QuantizeLinear"]
+
+    assert zero_points(symmetric) and not any(z.any() for z in zero_points(symmetric))
+    assert any(z.any() for z in zero_points(plain))  # the default is asymmetric
+    np.testing.assert_allclose(run_onnx(symmetric, FEEDS)[0], run_onnx(source, FEEDS)[0], atol=0.1)

@@ -96,8 +96,8 @@ class QuantSpec:
     activation_type: str = "quint8"  # static only: qint8 | quint8
     calibration: str = "minmax"  # static only: minmax | entropy | percentile
     calibration_samples: int | None = None  # None: all accuracy inputs
-    #: Static only: zero points of 0 for activations and weights, as TensorRT's Q/DQ
-    #: networks require (set by the TensorRT backend, not a suite key).
+    #: Static only: zero points of 0 for activations and weights (TensorRT's Q/DQ
+    #: networks require it; its backend sets it).
     symmetric: bool = False
 
 

@@ -99,7 +99,7 @@ QUANTIZATION = "quantization"  # scenario key and matrix axis
 ACCURACY = "accuracy"  # scenario key
 PRESETS = "quantizations"  # top-level key
 _CUSTOM = "custom"  # the name of an inline `quantization:` mapping
-_STATIC_ONLY = ("activation_type", "calibration", "calibration_samples")
+_STATIC_ONLY = ("activation_type", "calibration", "calibration_samples", "symmetric")
 _QUANT_CHOICES = grammar.QUANT.choice_keys
 _REF_CHOICES = grammar.REFERENCE.choice_keys
 # fmt: off

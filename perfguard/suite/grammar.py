@@ -414,6 +414,13 @@ QUANT = Section(
             "accuracy inputs calibrated on (static only)",
             default_text="all accuracy inputs",
         ),
+        Key(
+            "symmetric",
+            _BOOL,
+            "zero points of 0 for activations and weights (static only; TensorRT's Q/DQ "
+            "int8 sets it itself)",
+            _default(QuantSpec, "symmetric"),
+        ),
     ),
     title="quantization",
 )
