@@ -21,6 +21,7 @@ from perfguard.backends.onnxruntime_backend import OnnxRuntimeBackend, OnnxRunti
 from perfguard.backends.ort_gpu import DISABLE_CPU_FALLBACK, GpuPlan, Placement
 from perfguard.core.errors import CellError, Location, ModelError, ProviderFallbackError
 from perfguard.core.scenario import GpuSpec, InputSpec, ModelSpec, QuantSpec, Scenario
+from perfguard.machine import native
 from perfguard.models.inputs import make_inputs
 
 onnx = pytest.importorskip("onnx")
@@ -254,6 +255,8 @@ def fake_ort(monkeypatch: pytest.MonkeyPatch) -> Any:
     def install(**script: Any) -> FakeOrt:
         fake = FakeOrt(**script)
         monkeypatch.setitem(sys.modules, "onnxruntime", fake.module)
+        # The fake is a machine with a GPU: its driver loads (it has no provider files).
+        monkeypatch.setattr(native, "driver_problem", lambda: None)
         return fake
 
     return install

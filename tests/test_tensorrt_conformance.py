@@ -241,3 +241,29 @@ def test_each_fake_offers_only_what_the_real_tensorrt_of_its_major_has(
         assert "set_calibration_profile" in surface["IBuilderConfig"] or major >= 11
         problems = probe(by_major[major], _SURFACE.format(wanted=json.dumps(surface)))
         assert not problems, f"the fake of TensorRT {version}: {problems}"
+
+
+_IMPORT = """
+from perfguard.backends.tensorrt_backend import import_problem
+try:
+    import tensorrt_bindings
+except ImportError as exc:
+    print(json.dumps(str(import_problem(exc))))
+else:
+    print(json.dumps("imported"))
+"""
+
+
+def test_bindings_whose_parser_library_is_missing_say_so(
+    reals: list[RealTensorRT], tmp_path: Path
+) -> None:
+    """It used to say "TensorRT is not installed" for a missing libnvonnxparser."""
+    for real in reals:
+        partial = tmp_path / real.version
+        partial.mkdir()
+        for lib in real.stubs.glob("*.so.*"):
+            if not lib.name.startswith("libnvonnxparser"):
+                (partial / lib.name).symlink_to(lib)
+        text = probe(real, _IMPORT, stubs=partial)
+        assert text.startswith("TensorRT is installed but does not import: "), text
+        assert f"libnvonnxparser.so.{real.major}" in text

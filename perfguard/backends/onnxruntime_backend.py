@@ -19,8 +19,10 @@ so the measured session is never altered.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
 import importlib.util
+import io
 import json
 import shutil
 import tempfile
@@ -33,6 +35,7 @@ import numpy as np
 from perfguard.backends.base import ProfiledRequests
 from perfguard.backends.ort_gpu import Bound, BoundIO, GpuPlan
 from perfguard.core.errors import (
+    BackendUnavailable,
     CellError,
     InputError,
     ModelError,
@@ -40,6 +43,7 @@ from perfguard.core.errors import (
     ProviderFallbackError,
 )
 from perfguard.core.scenario import Scenario
+from perfguard.machine import native
 from perfguard.models.cache import cache_key_of, onnx_file_of
 from perfguard.models.quantize import (
     calibration_samples,
@@ -106,6 +110,27 @@ class OnnxRuntimeBackend:
     ) -> OnnxRuntimeSession:
         """``calibration``: the feeds static int8 quantization calibrates on (accuracy inputs)."""
         return OnnxRuntimeSession(scenario, feeds, cache_dir, calibration=calibration)
+
+
+def _provider_problem(ort: Any, provider: str) -> str | None:
+    """Why ``provider``'s native library cannot load here (the loader's words), or None.
+
+    onnxruntime-gpu lists its GPU providers whatever the machine has; a provider that
+    cannot load makes onnxruntime fall back to the CPU with the reason on stderr only.
+    """
+    preload = getattr(ort, "preload_dlls", None)
+    if callable(preload):  # NVIDIA's pip wheels of CUDA and cuDNN, where installed
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(Exception):
+            preload()
+    problem = native.driver_problem()
+    if problem is not None:
+        return problem
+    where = getattr(ort, "__file__", None)
+    library = native.ort_provider_library(where, provider) if where else None
+    if library is None:
+        return None
+    loaded = native.load_problem(library)
+    return None if loaded is None else f"its library {library.name} does not load ({loaded})"
 
 
 def ort_device_index(scenario: Scenario) -> int | None:
@@ -188,6 +213,18 @@ class OnnxRuntimeSession:
                 fix=_GPU_FIX,
                 location=scenario.location,
             )
+        if plan is not None:
+            problem = _provider_problem(ort, requested)
+            if problem is not None:
+                raise BackendUnavailable(
+                    f"{requested} is listed by onnxruntime {ort.__version__}, but {problem}",
+                    expected="an NVIDIA driver and the CUDA (and cuDNN, TensorRT) libraries "
+                    "this onnxruntime was built for, loadable here",
+                    fix="install the libraries it names: pip install 'onnxruntime-gpu[cuda,cudnn]' "
+                    "(NVIDIA's wheels, found by onnxruntime.preload_dlls()) or put them on "
+                    "LD_LIBRARY_PATH; on a machine without a GPU this cell is skipped",
+                    location=scenario.location,
+                )
 
         from_factory = model.onnx is None
         path, key = self._model_file(scenario, feeds, cache_dir)

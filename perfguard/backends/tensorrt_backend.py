@@ -28,8 +28,15 @@ from perfguard.backends import tensorrt_build as build
 from perfguard.backends.base import ProfiledRequests
 from perfguard.backends.tensorrt_build import Engine, EngineSpec, Shape
 from perfguard.backends.torch_backend import parse_torch_device
-from perfguard.core.errors import BackendUnavailable, CellError, InputError, ModelError
+from perfguard.core.errors import (
+    BackendUnavailable,
+    CellError,
+    InputError,
+    Location,
+    ModelError,
+)
 from perfguard.core.scenario import Scenario
+from perfguard.machine import native
 from perfguard.models.cache import file_sha256, onnx_file_of
 from perfguard.models.quantize import convert_fp16, quantize_int8
 
@@ -66,6 +73,24 @@ def _load_cuda(scenario: Scenario) -> TorchCuda:
     return TorchCuda(parse_torch_device(scenario))
 
 
+def import_problem(exc: ImportError, location: Location | None = None) -> BackendUnavailable:
+    """The skip for a failed ``import tensorrt``: not installed, or its libraries missing.
+
+    The bindings import only where ``libnvinfer.so.<major>`` and friends load; their
+    ImportError names the library the loader could not find.
+    """
+    if isinstance(exc, ModuleNotFoundError) and exc.name in ("tensorrt", "tensorrt_bindings"):
+        return BackendUnavailable(_INSTALL_HINT, location=location)
+    return BackendUnavailable(
+        f"TensorRT is installed but does not import: {exc}",
+        expected="the TensorRT libraries its Python bindings link (libnvinfer, "
+        "libnvinfer_plugin, libnvonnxparser of the same major), loadable here",
+        fix="install the matching libraries (pip install the tensorrt package of the same "
+        "version, which brings tensorrt-cu*-libs) or put them on LD_LIBRARY_PATH",
+        location=location,
+    )
+
+
 def _module_missing(name: str) -> bool:
     return importlib.util.find_spec(name) is None
 
@@ -75,6 +100,8 @@ def _cuda_problem() -> str | None:
 
     if torch.cuda.is_available():
         return None
+    if torch.version.cuda and (driver := native.driver_problem()) is not None:
+        return f"the TensorRT backend needs an NVIDIA GPU, but {driver}"
     return (
         "the TensorRT backend needs an NVIDIA GPU, but torch.cuda.is_available() is False "
         f"(torch {torch.__version__}, built with CUDA {torch.version.cuda or 'none'})"
@@ -212,7 +239,7 @@ class TensorRTSession:
         try:
             trt = _load_tensorrt()
         except ImportError as exc:
-            raise BackendUnavailable(_INSTALL_HINT, location=scenario.location) from exc
+            raise import_problem(exc, scenario.location) from exc
         self._trt = trt
         caps = build.capabilities(trt)
         plan = build.precision_plan(

@@ -110,20 +110,21 @@ def real_tensorrts() -> list[RealTensorRT]:
     return found
 
 
-def probe(real: RealTensorRT, code: str) -> Any:
+def probe(real: RealTensorRT, code: str, *, stubs: Path | None = None) -> Any:
     """Run ``code`` with ``trt`` the real bindings of ``real``; what it prints, as JSON.
 
     ``code`` sees ``trt``, ``json`` and perfguard (the repository is on the path) and
-    must print one JSON document.
+    must print one JSON document. ``stubs``: another folder of stand-in libraries (one
+    left out, say); the bindings are then not imported up front.
     """
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(
-        filter(None, [str(real.stubs), env.get("LD_LIBRARY_PATH")])
+        filter(None, [str(stubs or real.stubs), env.get("LD_LIBRARY_PATH")])
     )
     env["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(real.site), str(ROOT), env.get("PYTHONPATH")])
     )
-    script = "import json\nimport tensorrt_bindings as trt\n" + code
+    script = "import json\n" + ("" if stubs else "import tensorrt_bindings as trt\n") + code
     done = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False
     )
