@@ -59,6 +59,7 @@ __all__ = [
     "OnnxRuntimeSession",
     "OrtProfiler",
     "ort_device_index",
+    "provider_problem",
     "split_ort_trace",
 ]
 
@@ -112,7 +113,7 @@ class OnnxRuntimeBackend:
         return OnnxRuntimeSession(scenario, feeds, cache_dir, calibration=calibration)
 
 
-def _provider_problem(ort: Any, provider: str) -> str | None:
+def provider_problem(ort: Any, provider: str) -> str | None:
     """Why ``provider``'s native library cannot load here (the loader's words), or None.
 
     onnxruntime-gpu lists its GPU providers whatever the machine has; a provider that
@@ -214,7 +215,7 @@ class OnnxRuntimeSession:
                 location=scenario.location,
             )
         if plan is not None:
-            problem = _provider_problem(ort, requested)
+            problem = provider_problem(ort, requested)
             if problem is not None:
                 raise BackendUnavailable(
                     f"{requested} is listed by onnxruntime {ort.__version__}, but {problem}",
