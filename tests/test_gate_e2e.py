@@ -206,3 +206,23 @@ def test_project_hook_adds_comparable_environment_fields(repo: Repo) -> None:
     result = repo.run(f"--perfguard-baseline={kept}")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*incomparable: suites/s.yaml::spin*image*"])
+
+
+@pytest.mark.parametrize("stop", ["-x", "--maxfail=1"])
+def test_a_session_stopped_early_saves_no_baseline(repo: Repo, stop: str) -> None:
+    """-x stopped the session after its first failure; the save used to archive a
+    baseline of the cells run so far, as if the suite had only those."""
+    (repo.path / "suites" / "a.yaml").write_text(suite_text(50, scenarios="first"))
+    # Collected between the two suites (a.yaml, test_b.py, u.yaml): fails, and stops.
+    (repo.path / "suites" / "test_b.py").write_text("def test_fails():\n    assert False\n")
+    (repo.path / "suites" / "u.yaml").write_text(suite_text(50, scenarios="never_run"))
+    repo.commit(50, "three files, two suites")
+    result = repo.run("--perfguard-save", stop)
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(
+        ["*baseline NOT saved: the session stopped early (*)*Fix: run the whole suite*"]
+    )
+    assert not list((repo.path / "baselines").rglob("*.json"))
+    ran = json.loads(next((repo.path / "reports").glob("*/results.json")).read_text())
+    ids = [s["id"] for s in ran["scenarios"]]
+    assert "suites/a.yaml::first" in ids and "suites/u.yaml::never_run" not in ids

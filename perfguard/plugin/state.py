@@ -145,6 +145,8 @@ class PerfguardSession:
         self.suite_files = 0
         self.other_yaml: list[Path] = []  # YAML files seen that matched no suite pattern
         self.outcome: RunOutcome | None = None
+        #: Why ``--perfguard-save`` saved nothing because the session stopped early.
+        self.save_stopped: str | None = None
         # --perfguard-shard: who measures what (on an xdist controller, from a worker).
         self.plan: ShardPlan | None = None
         self._cell_started: int | None = None  # perf_counter_ns() as the current cell began
@@ -507,6 +509,9 @@ class PerfguardSession:
             {k: v for k, v in gatekeeper.verdicts.items() if k not in self.verdicts}
         )
         run = self.run_result()
+        self.save_stopped = (
+            stopped_early(session, exitstatus) if self.settings.judging.save else None
+        )
         ab_base = (self.ab.base.sha, self.ab.how) if self.ab and self.ab.base else None
         status = write_run_files(
             run,
@@ -523,6 +528,7 @@ class PerfguardSession:
             ),
             files=self.files,
             exit_status=int(exitstatus),
+            save_stopped=self.save_stopped,
         )
         if shard is not None and plan is not None and self.files.results is not None:
             run_dir = self.files.results.parent
@@ -603,6 +609,13 @@ class PerfguardSession:
     def _write_save_outcome(self, terminalreporter: Any) -> None:
         """One line per inconclusive cell that refused (or was marked in) the save."""
         gatekeeper = self.gatekeeper
+        if self.save_stopped is not None:
+            terminalreporter.write_line(
+                f"perfguard: baseline NOT saved: {self.save_stopped}; a baseline saved now "
+                "would lack the cells that did not run. Fix: run the whole suite to its end "
+                "(without -x or --maxfail) with --perfguard-save",
+                red=True,
+            )
         for sid, why in gatekeeper.save_refused.items():
             terminalreporter.write_line(
                 f"perfguard: baseline NOT saved: {sid} is inconclusive: {why}", red=True
@@ -613,6 +626,16 @@ class PerfguardSession:
             terminalreporter.write_line(
                 f"perfguard: baseline saved with {sid} marked inconclusive: {why}", yellow=True
             )
+
+
+def stopped_early(session: pytest.Session, exitstatus: int) -> str | None:
+    """How the session stopped before running every item (Ctrl-C, -x, --maxfail), or None."""
+    if exitstatus == pytest.ExitCode.INTERRUPTED:
+        return "the session was interrupted (Ctrl-C or a signal)"
+    for reason in (session.shouldfail, session.shouldstop):
+        if reason:
+            return f"the session stopped early ({reason})"
+    return None
 
 
 def inconclusive_reasons(verdict: ScenarioVerdict) -> list[str]:
