@@ -369,6 +369,19 @@ def test_merged_save_writes_one_launch_of_every_shard(
     # With a shard missing, nothing is saved.
     status, out = repo.merge("shard-1", "--shards", "2", "--save", "--out", "m2", capsys=capsys)
     assert status == 1 and "baseline NOT saved" in out
+    # Nor with a shard that ran but lost a planned cell from its results (its shard.json
+    # still lists it): the merge used to report one cell fewer and save.
+    (results,) = (repo.path / "shard-2").rglob("results.json")
+    doc = _json(results)
+    lost = doc["scenarios"].pop()["id"]
+    results.write_text(json.dumps(doc))
+    for old in (repo.path / "baselines").rglob("*.json"):
+        old.unlink()
+    status, out = repo.merge("shard-1", "shard-2", "--save", "--out", "m3", capsys=capsys)
+    assert status == 1, out
+    assert "ran but left no result for 1 of its planned cells" in out and lost in out
+    assert "baseline NOT saved" in out
+    assert not list((repo.path / "baselines").rglob(f"{head}.json"))
 
 
 def test_the_merged_run_holds_every_shards_traces(
@@ -522,6 +535,18 @@ def test_merging_any_subset_of_shards_accounts_for_every_cell(
     assert merged.run.environment.recorded["hostname"] == ", ".join(
         f"runner-{i}" for i in sorted(present)
     )
+
+
+def test_a_cell_a_present_shard_left_out_is_an_error_and_the_merge_not_whole() -> None:
+    plan = _plan()
+    dropped = plan.cells(2)[0]
+    kept = tuple(c for c in plan.cells(2) if c != dropped)
+    merged = merge_outputs([_output(plan, 1), _output(plan, 2, cells=kept), _output(plan, 3)])
+    assert merged.lost == {2: (dropped,)} and not merged.missing and not merged.whole
+    (record,) = [r for r in merged.run.scenarios if r.id == dropped]
+    assert record.status.value == "error" and "ran but left no result" in (record.message or "")
+    assert merged_outcome_status(merged, gate=True) == 1
+    assert merge_outputs([_output(plan, i) for i in (1, 2, 3)]).whole
 
 
 def test_a_shard_under_xdist_writes_its_plan_once(

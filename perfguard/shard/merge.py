@@ -67,6 +67,13 @@ class MergedRun:
     missing: dict[int, tuple[str, ...]]
     exit_status: int
     contention_limit: float | None = None  # the shards' (None: not recorded)
+    #: Cells a shard that ran left no result for, though its plan lists them.
+    lost: dict[int, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def whole(self) -> bool:
+        """Whether every planned cell has its shard's result (a merged save needs it)."""
+        return not self.missing and not self.lost
 
     def lines(self) -> list[str]:
         """What the terminal says about the shards."""
@@ -79,6 +86,11 @@ class MergedRun:
             out.append(
                 f"shard {index}/{total} left no output: its {len(cells)} cells were not "
                 f"measured ({_named(cells)}). Fix: {RERUN_FIX}"
+            )
+        for index, cells in sorted(self.lost.items()):
+            out.append(
+                f"shard {index}/{total} ran but left no result for {len(cells)} of its planned "
+                f"cells ({_named(cells)}). Fix: {RERUN_FIX}"
             )
         return out
 
@@ -221,11 +233,19 @@ def merge_outputs(outputs: Sequence[ShardOutput], *, shards: int | None = None) 
             owner.setdefault(verdict.scenario_id, index)
             verdicts[verdict.scenario_id] = verdict
     missing = {i: plan.cells(i) for i in range(1, plan.total + 1) if i not in by_index}
+    lost = {
+        i: cells
+        for i in sorted(by_index)
+        if (cells := tuple(c for c in plan.cells(i) if c not in results))
+    }
     first = by_index[min(by_index)]
     reference = {r.id: r for out in outputs for r in out.run.scenarios}
     for index, cells in missing.items():
         for cid in cells:
             results[cid] = _unmeasured(cid, index, plan.total, reference.get(cid))
+    for index, cells in lost.items():
+        for cid in cells:
+            results[cid] = _unmeasured(cid, index, plan.total, None, ran=True)
     planned = set(plan.all_cells)
     ordered = [results[cid] for cid in plan.all_cells if cid in results]
     ordered += [r for cid, r in results.items() if cid not in planned]
@@ -247,6 +267,7 @@ def merge_outputs(outputs: Sequence[ShardOutput], *, shards: int | None = None) 
         missing=missing,
         exit_status=max(statuses, default=0),
         contention_limit=first.contention_limit,
+        lost=lost,
     )
 
 
@@ -268,8 +289,11 @@ def _check_cell(cid: str, out: ShardOutput, plan: ShardPlan, owner: Mapping[str,
         )
 
 
-def _unmeasured(cid: str, index: int, total: int, known: ScenarioResult | None) -> ScenarioResult:
-    """The record of a cell whose shard left no output: an error, so the run fails."""
+def _unmeasured(
+    cid: str, index: int, total: int, known: ScenarioResult | None, *, ran: bool = False
+) -> ScenarioResult:
+    """The record of a cell whose shard left no output (``ran``: left no result for it):
+    an error, so the run fails."""
     suite, _, name = cid.partition("::")
     return ScenarioResult(
         id=cid,
@@ -280,8 +304,12 @@ def _unmeasured(cid: str, index: int, total: int, known: ScenarioResult | None) 
         precision=known.precision if known else "-",
         status=Status.ERROR,
         message=(
-            f"not measured: shard {index}/{total}, which the plan gave this cell, left no "
-            f"output (its job failed before writing, or its artifact is missing). "
+            f"not measured: shard {index}/{total}, which the plan gave this cell, ran but "
+            "left no result for it (deselected, or lost by the shard's session). "
+            f"Fix: {RERUN_FIX}"
+            if ran
+            else f"not measured: shard {index}/{total}, which the plan gave this cell, left "
+            f"no output (its job failed before writing, or its artifact is missing). "
             f"Fix: {RERUN_FIX}"
         ),
     )
@@ -395,7 +423,7 @@ def merge_command(
         say(f"perfguard: {line}")
     settings = GateSettings(
         baseline_dir=Path(baseline_dir),
-        save=save and not merged.missing,
+        save=save and merged.whole,
         allow_dirty=allow_dirty,
         gate=gate,
         save_invalid=save_invalid,
@@ -405,8 +433,8 @@ def merge_command(
         refusal = check_can_save(dataclasses.replace(settings, save=True), merged.run.commit)
         if refusal:
             raise ShardError(refusal, fix="merge the shards of a clean commit")
-        if merged.missing:
-            say("perfguard: baseline NOT saved: a merged save needs every shard's cells")
+        if not merged.whole:
+            say("perfguard: baseline NOT saved: a merged save needs every planned cell's result")
     gatekeeper = Gatekeeper(settings, Path(rootdir or Path.cwd()), merged.run.environment)
     try:
         history = {r.id: gatekeeper.history_results(r.id) for r in merged.run.scenarios}
