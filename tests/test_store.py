@@ -31,7 +31,7 @@ from perfguard.baseline.store import (
 )
 from perfguard.core import progress
 from perfguard.core.codec import SAMPLES_ENCODING as ENCODING
-from perfguard.core.errors import ResultsError, StoreError
+from perfguard.core.errors import GitError, ResultsError, StoreError
 from perfguard.core.figures import RuntimeInfo
 from perfguard.core.loadfigures import LoadFigures
 from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
@@ -576,9 +576,14 @@ def test_auto_shallow_clone_says_how_to_fetch_history(tmp_path: Path) -> None:
     git(tmp_path, "clone", "-q", "--depth", "1", f"file://{repo}", str(clone))
     store = MemoryStore()
     save_at(store, c[0])
-    found, why = select_auto_baseline(store, FP, clone)
+    found, why = select_auto_baseline(store, FP, clone, environ={})
     assert found is None
     assert "shallow clone" in why and "fetch-depth: 0" in why
+    # In CI the same is a failure: every cell would pass as `new`.
+    for ci in ({"CI": "true"}, {"GITHUB_ACTIONS": "true"}):
+        with pytest.raises(GitError, match="a shallow clone in CI found no baseline") as info:
+            select_auto_baseline(store, FP, clone, environ=ci)
+        assert "fetch-depth: 0" in str(info.value.fix)
 
 
 def test_auto_notes_a_skipped_unreadable_baseline(tmp_path: Path) -> None:

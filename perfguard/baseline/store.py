@@ -682,14 +682,20 @@ class MemoryStore(BaselineStore):
 
 
 def select_auto_baseline(
-    store: BaselineStore, fingerprint: str, cwd: Path, target_branch: str = "main"
+    store: BaselineStore,
+    fingerprint: str,
+    cwd: Path,
+    target_branch: str = "main",
+    environ: Mapping[str, str] | None = None,
 ) -> tuple[Baseline | None, str]:
     """Pick the baseline for ``--perfguard-baseline=auto`` and say how it was chosen.
 
     HEAD itself is skipped (it is the commit being measured). On a branch off
     ``target_branch`` the merge-base and its ancestors come first: a change is
     judged against what it will merge into, not against its own earlier commits;
-    the branch's own commits are the fallback.
+    the branch's own commits are the fallback. A shallow clone that finds no baseline
+    is a hint locally, but a GitError in CI (``environ``: CI or GITHUB_ACTIONS is
+    "true"): there every cell would pass as ``new``, a gate that never gated.
     """
     if gitinfo.repo_root(cwd) is None:
         return None, f"{cwd} is not inside a git checkout, so it has no ancestors to compare with"
@@ -732,6 +738,14 @@ def select_auto_baseline(
         reason = f"no baseline for environment {fingerprint} among {searched} ancestors of HEAD"
     reason += _skipped_note(store.problems[problems_before:])
     if shallow:
+        env = os.environ if environ is None else environ
+        if "true" in (env.get("CI"), env.get("GITHUB_ACTIONS")):
+            raise GitError(
+                f"a shallow clone in CI found no baseline: {reason}",
+                expected="the history the baselines were saved along (every cell would "
+                "otherwise pass as `new`)",
+                fix=gitinfo.SHALLOW_FIX,
+            )
         reason += f"; this is a shallow clone: {gitinfo.SHALLOW_FIX}"
     return None, reason
 
