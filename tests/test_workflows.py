@@ -463,3 +463,21 @@ def test_lock_digest_follows_the_dependency_sections() -> None:
         lock.dependency_digest(pyproject.replace('"nvidia-ml-py>=12.535"', '"nvidia-ml-py"'), ())
         == merge
     )
+
+
+def test_baselines_unpack_into_a_folder_the_step_makes(
+    workflows: dict[str, dict[Any, Any]],
+) -> None:
+    """A repository copying the workflow need not track baselines/: ``tar -C baselines``
+    failed on a checkout without the folder."""
+    unpacking = 0
+    for workflow in workflows.values():
+        for job in workflow["jobs"].values():
+            for step in job.get("steps", []):
+                script = step.get("run", "")
+                at = script.find("tar -x -C baselines")
+                if at < 0:
+                    continue
+                unpacking += 1
+                assert "mkdir -p baselines" in script[:at], step.get("name")
+    assert unpacking >= 4
