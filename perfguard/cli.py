@@ -31,7 +31,7 @@ from perfguard.baseline.store import (
     MemoryStore,
     StoreProblem,
 )
-from perfguard.core.atomicio import write_text_atomic
+from perfguard.core.atomicio import read_stored_bytes, write_text_atomic
 from perfguard.core.errors import (
     GitError,
     Location,
@@ -252,8 +252,10 @@ def _cmd_prune(args: argparse.Namespace) -> int:
     for fp in fps:
         commits, problems = store.commits(fp), store.scan(fp)
         memory = MemoryStore()  # a dry run applies the same rule to a copy of the bytes
+        unreadable = {bad.sha for bad in problems}  # never pruned; not read again (size cap)
         for sha in commits if args.dry_run else ():
-            memory.files[(fp, sha)] = store.path_for(fp, sha).read_bytes()
+            if sha not in unreadable:
+                memory.files[(fp, sha)] = read_stored_bytes(store.path_for(fp, sha))
         doomed = (memory if args.dry_run else store).prune(fp, args.keep)
         kept = len(commits) - len(problems) - len(doomed)
         print(f"environment {fp}: {verb} {len(doomed)}, kept {kept} (--keep {args.keep})")
@@ -456,6 +458,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         Path(args.results),
         Path(args.baseline) if args.baseline else None,
         Path(args.out) if args.out else None,
+        baseline_dir=Path(args.baseline_dir),
         **_judging(args),
     )
     print(f"wrote {html}")
@@ -755,6 +758,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="write DIR/report.html and DIR/summary.md (default: beside RESULTS)",
     )
+    _baseline_dir_option(p, legacy=False)
     _judging_options(p)
 
     text = "merge the outputs of --perfguard-shard runs into one run's files; exit 1 if it fails"

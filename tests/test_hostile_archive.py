@@ -30,7 +30,7 @@ import pytest
 from perfguard import cli
 from perfguard.baseline import read as baseline_read
 from perfguard.baseline import store as store_mod
-from perfguard.core import codec, resultsio
+from perfguard.core import codec, policy, resultsio
 from perfguard.core.errors import PerfguardError, ResultsError, StoreError
 from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
 from perfguard.core.resultsio import read_results, write_results
@@ -355,6 +355,141 @@ def test_a_stored_scenario_id_never_reads_a_suite_outside_the_rootdir(tmp_path: 
     root = tmp_path / "project"
     root.mkdir()
     assert judge_stored.suite_gates(["../outside.yaml::x[torch-cpu-fp32]"], root) == {}
+
+
+# -- paths and sizes a stored file names (issue 24) -------------------------------------------
+
+
+def comparison_naming(tmp_path: Path, baseline: Path) -> tuple[Path, Path]:
+    """A run whose comparison.json names ``baseline`` as the file it was judged against."""
+    current, path = a_comparison(tmp_path)
+    edit_json(path, lambda d: d["baseline"].update(path=str(baseline)))
+    return current, path
+
+
+def spy_on_baseline_reads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The baseline files ``perfguard report`` reads, as it reads them."""
+    read: list[Path] = []
+
+    def reading(path: Path) -> Any:
+        read.append(Path(path))
+        return baseline_read.read_baseline_file(path)
+
+    monkeypatch.setattr(cli_report, "read_baseline_file", reading)
+    return read
+
+
+def test_report_never_follows_a_stored_baseline_path_out_of_the_archive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # comparison.json travels as a CI artifact: its baseline.path may name any file of the
+    # user's, which `perfguard report` used to read whole.
+    monkeypatch.chdir(tmp_path)
+    read = spy_on_baseline_reads(monkeypatch)
+    elsewhere = baseline_file(tmp_path / "elsewhere")
+    current, comparison = comparison_naming(tmp_path, elsewhere)
+    with pytest.raises(ResultsError) as info:
+        cli_report.report_command(current, None, None)
+    message = str(info.value)
+    assert str(comparison) in message and str(elsewhere) in message
+    assert "outside the baseline archive" in message
+    assert str(Path("baselines")) in message  # what was expected
+    assert "--baseline-dir" in message and "--baseline FILE" in message  # the fix
+    one_error_line(capsys, ["report", str(current)], str(comparison))
+    assert read == []
+    # The fix works: named, the archive it is in is the archive in use, and it is read.
+    assert cli.main(["report", str(current), "--baseline-dir", str(tmp_path / "elsewhere")]) == 0
+    assert read == [elsewhere]
+
+
+def test_a_link_in_the_archive_does_not_carry_a_stored_path_out_of_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    outside = baseline_file(tmp_path / "elsewhere")
+    (tmp_path / "baselines").mkdir()
+    link = tmp_path / "baselines" / "b.json"
+    link.symlink_to(outside)
+    read = spy_on_baseline_reads(monkeypatch)
+    current, _ = comparison_naming(tmp_path, link)
+    with pytest.raises(ResultsError, match="outside the baseline archive") as info:
+        cli_report.report_command(current, None, None)
+    assert str(outside) in str(info.value)  # where the link leads
+    assert read == []
+
+
+def sparse_file(path: Path, size: int) -> Path:
+    """A file of ``size`` bytes that takes no disk space (and no time) to make."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as f:
+        f.truncate(size)
+    return path
+
+
+def just_too_big() -> int:
+    """One byte over the stored-file cap (looked up when a test runs: see the docstring)."""
+    return int(policy.MAX_STORED_FILE_BYTES) + 1
+
+
+def assert_too_large(info: pytest.ExceptionInfo[ResultsError], path: Path) -> None:
+    message = str(info.value)
+    assert str(path) in message, message
+    assert f"{just_too_big()} bytes" in message, message
+    assert str(policy.MAX_STORED_FILE_BYTES) in message, message
+    assert "Fix:" in message
+
+
+STORED_READERS: dict[str, Callable[[Path], object]] = {
+    "results.json": read_results,
+    "comparison.json": read_comparison,
+    "a baseline or results file": baseline_read.read_baseline_file,
+}
+
+
+@pytest.mark.parametrize("reader", list(STORED_READERS.values()), ids=list(STORED_READERS))
+def test_a_stored_file_over_the_size_cap_is_refused_without_reading_it(
+    tmp_path: Path, reader: Callable[[Path], object]
+) -> None:
+    big = sparse_file(tmp_path / "big.json", just_too_big())
+    tracemalloc.start()
+    try:
+        with pytest.raises(ResultsError) as info:
+            reader(big)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert_too_large(info, big)
+    assert peak < 32 << 20, f"peak {peak / 2**20:.0f} MiB: the file was read"
+
+
+def test_an_archived_baseline_over_the_size_cap_is_refused_by_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "baselines"
+    path = baseline_file(root)
+    sparse_file(path, just_too_big())  # the file grew to 1 GiB and a byte
+    with pytest.raises(ResultsError) as info:
+        store_mod.DirectoryStore(root).load(FP, SHA_A)
+    assert_too_large(info, path)
+    assert [p.sha for p in store_mod.DirectoryStore(root).scan(FP)] == [SHA_A]
+    one_error_line(capsys, ["compare", str(path), str(results_file(tmp_path))], str(path))
+
+
+def test_report_with_a_huge_stored_baseline_renders_without_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The issue's case: a 6 GB file named by comparison.json ended in a MemoryError.
+    monkeypatch.chdir(tmp_path)
+    big = sparse_file(tmp_path / "baselines" / FP / f"{SHA_A}.json", 6 * 1024**3)
+    current, _ = comparison_naming(tmp_path, big)
+    tracemalloc.start()
+    try:
+        html = cli_report.report_command(current, None, None)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert html.is_file()
+    assert peak < 256 << 20, f"peak {peak / 2**20:.0f} MiB: the file was read"
 
 
 # -- the save target, checked before measuring ---------------------------------------------

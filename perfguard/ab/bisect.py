@@ -47,6 +47,7 @@ import filelock
 import perfguard
 from perfguard.ab.worktree import base_worktree, is_ancestor
 from perfguard.baseline.git import git_error, is_dirty, repo_root, run_git
+from perfguard.core.atomicio import read_json
 from perfguard.core.errors import GitError, PerfguardError, ResultsError, SuiteError
 from perfguard.core.results import RunResult
 from perfguard.core.resultsio import read_results
@@ -153,7 +154,7 @@ class BisectConfig:
 
     @classmethod
     def read(cls, path: Path) -> BisectConfig:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json(path)
         data["pytest_args"] = tuple(data["pytest_args"])
         return cls(**data)
 
@@ -185,7 +186,7 @@ def find_cell(rootdir: Path, cell: Cell) -> Scenario | str:
 def _verdicts(reports: Path) -> list[ScenarioVerdict]:
     found: list[ScenarioVerdict] = []
     for path in sorted(reports.glob("*/comparison.json")):
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json(path)
         found.extend(ScenarioVerdict.from_dict(v) for v in data.get("verdicts", ()))
     return found
 

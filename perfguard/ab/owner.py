@@ -16,13 +16,13 @@ guess: ``None`` (cannot tell) leaves the decision to the age rule.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfguard.core.atomicio import write_json_atomic
+from perfguard.core.atomicio import read_json, write_json_atomic
+from perfguard.core.errors import ResultsError
 
 __all__ = ["OWNER_FILE", "Owner", "process_start", "read_owner", "write_owner"]
 
@@ -119,8 +119,8 @@ def read_owner(folder: Path) -> Owner | None:
     """The owner recorded in ``folder``; None when there is no readable owner file
     (a folder of an older perfguard, or one whose run is still writing it)."""
     path = Path(folder) / OWNER_FILE
-    with contextlib.suppress(OSError, ValueError):
-        data = json.loads(path.read_text(encoding="utf-8"))
+    with contextlib.suppress(OSError, ValueError, ResultsError):
+        data = read_json(path)
         if isinstance(data, dict):
             pid, started = data.get("pid"), data.get("started")
             host, namespace = data.get("host"), data.get("pid_namespace")

@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from perfguard.baseline.git import FULL_SHA_RE
-from perfguard.core.atomicio import loads_json
+from perfguard.core.atomicio import loads_json, read_capped, too_large
 from perfguard.core.codec import decode_samples, encode_samples
 from perfguard.core.errors import Location, ResultsError, check_schema_version
+from perfguard.core.policy import MAX_STORED_FILE_BYTES
 from perfguard.core.results import CommitInfo, RunResult
 from perfguard.core.resultsio import check_stored
 
@@ -159,14 +160,17 @@ def _top_level_until_launches(stream: BinaryIO, where: Path) -> tuple[dict[str, 
     """The top-level fields before ``launches``, read a chunk at a time, and whether
     ``launches`` was reached (False: the object ended without it)."""
     decoder = json.JSONDecoder()
-    text, pos, done = "", 0, False
+    text, pos, done, taken = "", 0, False, 0
     utf8 = codecs.getincrementaldecoder("utf-8-sig")()
 
     def more() -> bool:
-        nonlocal text, done
+        nonlocal text, done, taken
         if done:
             return False
         chunk = stream.read(_HEADER_CHUNK)
+        taken += len(chunk)
+        if taken > MAX_STORED_FILE_BYTES:  # a header that never ends (the one cap)
+            raise too_large(where, None)
         try:
             text += utf8.decode(chunk, final=not chunk)
         except UnicodeDecodeError as exc:
@@ -265,7 +269,7 @@ def read_header(stream: BinaryIO, fingerprint: str, sha: str, where: Path) -> He
 
 def _rest(stream: BinaryIO, where: Path) -> str:
     stream.seek(0)
-    raw = stream.read()
+    raw = read_capped(stream, where)
     try:
         return str(raw.decode("utf-8-sig"))
     except UnicodeDecodeError as exc:

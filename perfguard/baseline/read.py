@@ -12,7 +12,7 @@ from typing import Any
 
 from perfguard.baseline.fileformat import BASELINE_KIND, decode_document
 from perfguard.baseline.store import Baseline
-from perfguard.core.atomicio import read_json
+from perfguard.core.atomicio import read_json, read_stored_bytes
 from perfguard.core.errors import ResultsError
 from perfguard.core.results import RunResult
 from perfguard.core.resultsio import results_from_dict
@@ -33,7 +33,7 @@ def read_baseline_file(path: Path) -> Baseline:
         commit = data.get("commit")
         stated = data.get("fingerprint"), commit.get("sha") if isinstance(commit, dict) else None
         fingerprint, sha = (v if isinstance(v, str) else "" for v in stated)
-        info, launches, _ = decode_document(path.read_bytes(), fingerprint, sha, path)
+        info, launches, _ = decode_document(read_stored_bytes(path), fingerprint, sha, path)
         return Baseline(fingerprint, info, tuple(launches), path)
     run = results_from_dict(data, path)
     return Baseline(run.environment.fingerprint, run.commit, (run,), path)

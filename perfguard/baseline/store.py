@@ -54,6 +54,7 @@ from perfguard.core import progress
 from perfguard.core.atomicio import (
     TEMP_FILE_GLOB,
     dumps_json,
+    read_capped,
     sweep_temp_files,
     write_text_atomic,
 )
@@ -410,7 +411,7 @@ class DirectoryStore(BaselineStore):
 
     def _read_bytes(self, fingerprint: str, sha: str) -> bytes | None:
         with self._opened(fingerprint, sha) as stream:
-            return None if stream is None else stream.read()
+            return None if stream is None else read_capped(stream, self._path(fingerprint, sha))
 
     def _header(self, fingerprint: str, sha: str) -> Header | None:
         with self._opened(fingerprint, sha) as stream:

@@ -10,6 +10,7 @@ the target with ``os.replace``.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import math
 import os
@@ -19,9 +20,10 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from perfguard.core.errors import Location, ResultsError
+from perfguard.core.policy import MAX_STORED_FILE_BYTES
 
 _CORRUPT_FIX = "the file is corrupt or was cut short; restore it from git or delete it"
 _HOSTILE_FIX = (
@@ -38,6 +40,8 @@ MAX_JSON_DEPTH = 64
 TEMP_FILE_RE = re.compile(r"\.(?P<target>.+)\.[A-Za-z0-9_]{8}\.tmp")
 #: The gitignore pattern matching every such temporary file.
 TEMP_FILE_GLOB = ".*.tmp"
+#: Bytes per read where a stored file's size is not known up front.
+_READ_CHUNK = 1024 * 1024
 
 
 def _default_mode() -> int:
@@ -288,15 +292,59 @@ def loads_json(text: str, where: Path | str, *, fix: str = _CORRUPT_FIX) -> Any:
     return data
 
 
-def read_json(path: Path) -> Any:
-    """Parse the JSON file at ``path``; never modifies it.
+def _size_text(size: int) -> str:
+    return f"{size / 1024**3:.1f} GiB" if size >= 1024**3 else f"{size / 1024**2:.1f} MiB"
 
-    Raises ResultsError when it is missing, not a regular file (a FIFO would block
-    the read forever), unreadable, or not valid JSON (with the line and column where
-    parsing stopped; see ``loads_json``).
+
+def too_large(where: Path, size: int | None) -> ResultsError:
+    """The error for a stored file over ``MAX_STORED_FILE_BYTES`` (``size``: None when
+    only known to be larger)."""
+    found = f"{size} bytes ({_size_text(size)})" if size is not None else "larger than that"
+    return ResultsError(
+        f"the file is {found}, over perfguard's limit of {MAX_STORED_FILE_BYTES} bytes "
+        f"({_size_text(MAX_STORED_FILE_BYTES)}) for a stored file; it was not read",
+        expected=f"a file written by perfguard, at most {_size_text(MAX_STORED_FILE_BYTES)}",
+        fix="this is not a file perfguard wrote (or it was appended to); move it away, "
+        "or restore it from git",
+        location=Location(where),
+    )
+
+
+def read_capped(stream: BinaryIO, where: Path | str) -> bytes:
+    """The rest of ``stream`` (an open stored file); ResultsError naming ``where`` when it
+    holds more than ``MAX_STORED_FILE_BYTES`` (policy: one cap for every stored file).
+
+    A file's size is checked before anything is read, so a huge file costs nothing; the
+    read itself stops one byte past the cap (a file that grows meanwhile, or a stream
+    without a size).
     """
+    path = Path(where)
+    left: int | None = None
+    with contextlib.suppress(OSError, AttributeError, io.UnsupportedOperation):
+        info = os.fstat(stream.fileno())
+        if stat.S_ISREG(info.st_mode):
+            left = max(0, info.st_size - stream.tell())
+    if left is not None and left > MAX_STORED_FILE_BYTES:
+        raise too_large(path, left)
+    # One read of the size the file has (read(n) allocates n bytes up front), then
+    # small ones to see whether it grew; without a size, small reads up to the cap.
+    chunks = [stream.read(left + 1)] if left is not None else []
+    total = sum(len(c) for c in chunks)
+    while total <= MAX_STORED_FILE_BYTES and (not chunks or chunks[-1]):
+        chunks.append(stream.read(min(_READ_CHUNK, MAX_STORED_FILE_BYTES + 1 - total)))
+        total += len(chunks[-1])
+    if total > MAX_STORED_FILE_BYTES:
+        raise too_large(path, None)
+    filled = [c for c in chunks if c]
+    return filled[0] if len(filled) == 1 else b"".join(filled)  # no copy of a whole file
+
+
+def read_stored_bytes(path: Path) -> bytes:
+    """The bytes of the stored file at ``path``, read under the one size cap
+    (``read_capped``). Raises ResultsError when it is missing, not a regular file (a FIFO
+    would block the read forever), unreadable or too large."""
     path = Path(path)
-    with contextlib.suppress(OSError):  # a missing file is reported by the read below
+    with contextlib.suppress(OSError):  # a missing file is reported by the open below
         if not stat.S_ISREG(path.stat().st_mode):
             raise ResultsError(
                 f"{path}: not a regular file",
@@ -304,25 +352,39 @@ def read_json(path: Path) -> Any:
                 fix="pass the path of a results or baseline file",
             )
     try:
-        # utf-8-sig: tolerate a byte-order mark added by a Windows editor.
-        text = path.read_text(encoding="utf-8-sig")
+        with path.open("rb") as stream:
+            return read_capped(stream, path)
     except FileNotFoundError as exc:
         raise ResultsError(
             f"{path}: not found",
             expected="a JSON file written by perfguard",
             fix="check the path, or create it by running `pytest --perfguard`",
         ) from exc
-    except UnicodeDecodeError as exc:
-        raise ResultsError(
-            f"{path}: not valid UTF-8 text (byte {exc.start})",
-            expected="a UTF-8 JSON file",
-            fix=_CORRUPT_FIX,
-        ) from exc
     except OSError as exc:
         raise ResultsError(
             f"{path}: cannot be read ({exc.strerror or exc})",
             expected="a readable JSON file",
             fix="check that it is a file and that you may read it",
+        ) from exc
+
+
+def read_json(path: Path) -> Any:
+    """Parse the JSON file at ``path``; never modifies it.
+
+    Raises ResultsError when it is missing, not a regular file, unreadable, over the
+    stored-file size cap (see ``read_stored_bytes``), or not valid JSON (with the line
+    and column where parsing stopped; see ``loads_json``).
+    """
+    path = Path(path)
+    raw = read_stored_bytes(path)
+    try:
+        # utf-8-sig: tolerate a byte-order mark added by a Windows editor.
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ResultsError(
+            f"{path}: not valid UTF-8 text (byte {exc.start})",
+            expected="a UTF-8 JSON file",
+            fix=_CORRUPT_FIX,
         ) from exc
     if not text.strip():
         raise ResultsError(

@@ -343,6 +343,12 @@ def threads_limit() -> int:
 MAX_STORED_SAMPLES = 10_000_000
 #: Bytes of one archived golden-output array once decompressed.
 MAX_ARCHIVED_ARRAY_BYTES = 256 * 1024 * 1024
+#: Bytes of one stored JSON file (results.json, comparison.json, shard.json, a baseline
+#: archive file), checked before it is read: a baseline of five launches of a large
+#: suite is tens of MB, so 1 GiB is far above what perfguard writes, while a larger file
+#: (a 6 GB file named by a hand-made comparison.json) would be read whole into memory
+#: and end in a MemoryError. Every reader goes through ``core.atomicio``'s bounded reads.
+MAX_STORED_FILE_BYTES = 1024 * 1024 * 1024
 #: Seconds after which a temporary file left by a killed baseline saver is swept by
 #: the next save (a live saver writes its temporary file in well under a second, and
 #: only under the same lock).

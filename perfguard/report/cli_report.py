@@ -14,7 +14,9 @@ from typing import Any
 
 from perfguard.ab.run import base_results
 from perfguard.baseline.read import pooled_run, read_baseline_file
-from perfguard.core.errors import ResultsError
+from perfguard.baseline.store import DEFAULT_ROOT
+from perfguard.core.errors import Location, ResultsError
+from perfguard.core.paths import under_root
 from perfguard.core.policy import CONFIDENCE, CONTENTION_LIMIT, NORMALISE
 from perfguard.core.results import RunResult, ScenarioResult
 from perfguard.core.resultsio import read_results, run_dir_name
@@ -33,11 +35,44 @@ def _load_baseline(path: Path) -> tuple[RunResult, dict[str, ScenarioResult], st
     return run, {s.id: s for s in run.scenarios}, run.commit.sha or ""
 
 
+def _run_folders(results: Path, run: RunResult) -> list[Path]:
+    """The folders of the run's own files: its folder and, when that is the usual
+    ``<report_dir>/<commit12>``, the report directory (an earlier run's results.json
+    given to ``--perfguard-baseline``)."""
+    folder = results.parent
+    if folder.name == run_dir_name(run.commit, run.mode):
+        return [folder, folder.parent]
+    return [folder]
+
+
+def _confined(stored: Path, comparison: Path, folders: list[Path], baseline_dir: Path) -> Path:
+    """``stored`` (comparison.json's ``baseline.path``) when it lies under the baseline
+    archive in use or the run's folders, links followed; ResultsError otherwise.
+
+    comparison.json travels as a CI artifact and may name any file; following it
+    anywhere would let a hand-made one make the report read a file of the user's.
+    """
+    places = [baseline_dir, *folders]
+    if any(under_root(stored, place) is not None for place in places):
+        return stored
+    named = stored.resolve()
+    resolved = "" if named == stored else f" (it resolves to {named})"
+    raise ResultsError(
+        f"its baseline path {str(stored)!r}{resolved} lies outside the baseline archive "
+        "and the run's folders; it was not read",
+        expected="a baseline file under " + " or ".join(str(p) for p in places),
+        fix="name the archive it is in with `perfguard report --baseline-dir DIR`, or "
+        "compare with that file afresh with `--baseline FILE`",
+        location=Location(comparison),
+    )
+
+
 def report_command(
     results: Path,
     baseline: Path | None,
     out_dir: Path | None,
     *,
+    baseline_dir: Path = DEFAULT_ROOT,
     rootdir: Path | None = None,
     confidence: float = CONFIDENCE,
     normalise: bool = NORMALISE,
@@ -47,6 +82,8 @@ def report_command(
 
     Files go to ``out_dir``, else beside ``results``; when that directory is the
     usual ``<report_dir>/<commit12>``, ``<report_dir>/index.html`` is refreshed.
+    The baseline ``comparison.json`` names is read only from under ``baseline_dir``
+    (the archive in use) or the run's folders.
 
     Raises ResultsError (naming the file and the fix) when an input is missing
     or corrupt.
@@ -71,8 +108,9 @@ def report_command(
     stored = info.get("path")
     if baseline is None and isinstance(stored, str) and Path(stored).is_file():
         # The stored comparison's baseline, for the overlaid distributions only.
+        where = _confined(Path(stored), comparison, _run_folders(results, run), baseline_dir)
         try:
-            base_run, base_by_id, _sha = _load_baseline(Path(stored))
+            base_run, base_by_id, _sha = _load_baseline(where)
             base_env = base_run.environment
         except ResultsError:
             base_by_id = {}
