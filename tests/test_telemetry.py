@@ -1,7 +1,14 @@
-"""NVML telemetry against a scripted stand-in for pynvml (no GPU, no timing assertions)."""
+"""NVML telemetry against a scripted stand-in for pynvml (no GPU, no timing assertions).
+
+The stand-in is checked against the real module (``nvidia-ml-py``, a test dependency):
+it raises pynvml's own exception classes, copies pynvml's constants, and offers no
+name pynvml lacks (``test_the_fakes_offer_only_what_pynvml_has``). What needs no GPU
+(NVML without a driver) is tested against the real module itself.
+"""
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import threading
@@ -9,14 +16,18 @@ import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import pynvml as real
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from perfguard.machine import telemetry
 from perfguard.machine.telemetry import (
+    CLOCK_REASON_CALLS,
     INSTALL_HINT,
     KNOWN_REASONS,
     POWER_REASONS,
+    PROCESS_CALLS,
     THERMAL_REASONS,
     TelemetrySampler,
     decode_reasons,
@@ -25,8 +36,13 @@ from perfguard.machine.telemetry import (
     static_info,
 )
 
-# nvml.h's values.
-NOT_SUPPORTED, NO_PERMISSION, DRIVER_NOT_LOADED = 3, 4, 9
+NOT_SUPPORTED, NO_PERMISSION = real.NVML_ERROR_NOT_SUPPORTED, real.NVML_ERROR_NO_PERMISSION
+DRIVER_NOT_LOADED, FUNCTION_NOT_FOUND = (
+    real.NVML_ERROR_DRIVER_NOT_LOADED,
+    real.NVML_ERROR_FUNCTION_NOT_FOUND,
+)
+GPU_IS_LOST, INVALID_ARGUMENT = real.NVML_ERROR_GPU_IS_LOST, real.NVML_ERROR_INVALID_ARGUMENT
+# nvml.h's bit values (pynvml's constants are checked against them below).
 BITS = {
     "GpuIdle": 0x1,
     "ApplicationsClocksSetting": 0x2,
@@ -42,56 +58,70 @@ SHORT = dict(zip(BITS, KNOWN_REASONS, strict=True))
 SW_POWER_CAP, HW_SLOWDOWN, SW_THERMAL, GPU_IDLE = 0x4, 0x8, 0x20, 0x1
 OTHER_PID = os.getpid() + 100_000
 MIB = 1024 * 1024
+EVENT_REASONS, THROTTLE_REASONS = CLOCK_REASON_CALLS
+V3, V2, UNVERSIONED = PROCESS_CALLS
+#: What a pynvml from before NVML's rename (and before the _v3 process call) lacks.
+OLD_PYNVML = frozenset(
+    {EVENT_REASONS, V3, *(n for n in dir(real) if n.startswith("nvmlClocksEventReason"))}
+)
 
 
-class FakeNVMLError(Exception):
-    """pynvml's NVMLError: carries the nvmlReturn_t in ``value``."""
-
-    def __init__(self, value: int) -> None:
-        super().__init__(value)
-        self.value = value
-
-    def __str__(self) -> str:
-        return {3: "Not Supported", 4: "Insufficient Permissions", 9: "Driver Not Loaded"}.get(
-            self.value, f"NVML error {self.value}"
-        )
+def nvml_error(code: int) -> Exception:
+    """What pynvml raises for an nvmlReturn_t: its own NVMLError_* subclass."""
+    error: Exception = real.NVMLError(code)
+    return error
 
 
 class FakeNvml:
     """The slice of pynvml that perfguard.machine.telemetry calls, with scripted answers.
 
     ``script[name]`` lists the answers of successive calls (the last repeats); an
-    exception in it is raised. ``counts`` counts calls; ``on_call`` is invoked
-    after each one (the tests use it to wake on the n-th read).
+    exception in it is raised. ``counts`` counts calls by script name, ``calls`` lists
+    the NVML functions called; ``on_call`` is invoked after each answer (the tests use
+    it to wake on the n-th read). ``pynvml_lacks``: names this "pynvml" does not have
+    (an older nvidia-ml-py); ``driver_lacks``: functions the driver's NVML does not
+    have, which raise as pynvml does then (``NVMLError_FunctionNotFound``, and
+    ``NVMLLibraryMismatchError`` from the unversioned process call over a missing _v3).
     """
 
-    NVMLError = FakeNVMLError
-    NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 1, 2, 0
-    NVML_FEATURE_DISABLED, NVML_FEATURE_ENABLED = 0, 1
-    NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_NO_PERMISSION = NOT_SUPPORTED, NO_PERMISSION
+    NVMLError = real.NVMLError
+    NVMLLibraryMismatchError = real.NVMLLibraryMismatchError
 
-    def __init__(self, *, event_names: bool = True, **script: Any) -> None:
-        # Only one generation of names exists in a given pynvml.
-        generation = "Event" if event_names else "Throttle"
-        for suffix, bit in BITS.items():
-            setattr(self, f"nvmlClocks{generation}Reason{suffix}", bit)
-        reasons_fn = f"nvmlDeviceGetCurrentClocks{generation}Reasons"
-        self.script: dict[str, list[Any]] = {reasons_fn: script.pop("reasons", [0])}
-        setattr(self, reasons_fn, lambda handle: self._answer(reasons_fn))
-        self.script.update(
-            {
-                "sm": [1980],
-                "mem": [2619],
-                "temperature": [45],
-                "power_mw": [300_000],
-                "memory_used": [1024 * MIB],
-                "processes": [[]],
-            }
-        )
+    def __init__(
+        self,
+        *,
+        pynvml_lacks: Iterable[str] = (),
+        driver_lacks: Iterable[str] = (),
+        **script: Any,
+    ) -> None:
+        self.pynvml_lacks = frozenset(pynvml_lacks)
+        self.driver_lacks = frozenset(driver_lacks)
+        self.script: dict[str, list[Any]] = {
+            "reasons": [0],
+            "sm": [1980],
+            "mem": [2619],
+            "temperature": [45],
+            "power_mw": [300_000],
+            "memory_used": [1024 * MIB],
+            "processes": [[]],
+        }
         self.script.update(script)
         self.counts: dict[str, int] = {}
+        self.calls: list[str] = []
         self.on_call: Callable[[str, int], None] = lambda name, count: None
         self.lock = threading.Lock()
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in object.__getattribute__(self, "pynvml_lacks"):
+            raise AttributeError(f"module 'pynvml' has no attribute {name!r}")
+        return object.__getattribute__(self, name)
+
+    def _driver(self, function: str) -> None:
+        """Note the call; raise as pynvml does when the driver's NVML lacks ``function``."""
+        with self.lock:
+            self.calls.append(function)
+        if function in self.driver_lacks:
+            raise nvml_error(FUNCTION_NOT_FOUND)
 
     def _answer(self, name: str) -> Any:
         with self.lock:
@@ -117,8 +147,8 @@ class FakeNvml:
             self._answer("handle")
         return ("gpu", index)
 
-    def nvmlDeviceGetClockInfo(self, handle: Any, clock: int) -> int:
-        return int(self._answer("sm" if clock == self.NVML_CLOCK_SM else "mem"))
+    def nvmlDeviceGetClockInfo(self, handle: Any, type: int) -> int:
+        return int(self._answer("sm" if type == self.NVML_CLOCK_SM else "mem"))
 
     def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
         assert sensor == self.NVML_TEMPERATURE_GPU
@@ -131,9 +161,39 @@ class FakeNvml:
         used = self._answer("memory_used")
         return types.SimpleNamespace(total=80 * 1024 * MIB, used=used, free=0)
 
-    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
+        self._driver(EVENT_REASONS)
+        return int(self._answer("reasons"))
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Any) -> int:
+        self._driver(THROTTLE_REASONS)
+        return int(self._answer("reasons"))
+
+    def _processes(self, function: str) -> list[Any]:
+        self._driver(function)
         found = self._answer("processes")
         return [types.SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in found]
+
+    def nvmlDeviceGetComputeRunningProcesses_v3(self, handle: Any) -> list[Any]:
+        return self._processes(V3)
+
+    def nvmlDeviceGetComputeRunningProcesses_v2(self, handle: Any) -> list[Any]:
+        return self._processes(V2)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
+        # pynvml's unversioned call is _v3 behind @throwOnVersionMismatch.
+        try:
+            return self._processes(V3)
+        except real.NVMLError_FunctionNotFound:
+            raise real.NVMLLibraryMismatchError("Unversioned function called ...") from None
+
+
+# pynvml's own constants: clock domains, sensors, features, error codes, reason bits.
+for _name in dir(real):
+    if _name.startswith(
+        ("NVML_CLOCK_", "NVML_TEMPERATURE_", "NVML_FEATURE_", "NVML_ERROR_", "nvmlClocks")
+    ):
+        setattr(FakeNvml, _name, getattr(real, _name))
 
 
 class StaticNvml(FakeNvml):
@@ -187,6 +247,50 @@ def install(monkeypatch: pytest.MonkeyPatch, module: Any) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", module)
 
 
+# --- the fakes and the code against the real pynvml ------------------------
+
+#: The fakes' own plumbing, not pynvml's.
+PLUMBING = {"script", "counts", "calls", "on_call", "lock", "pynvml_lacks", "driver_lacks", "facts"}
+
+
+def _public(cls: type) -> list[str]:
+    return [n for n in dir(cls) if not n.startswith("_") and n not in PLUMBING]
+
+
+@pytest.mark.parametrize("fake", ["FakeNvml", "StaticNvml"])
+def test_the_fakes_offer_only_what_pynvml_has(fake: str) -> None:
+    cls = globals()[fake]
+    for name in _public(cls):
+        assert hasattr(real, name), f"{fake}.{name} is not in pynvml {real.__name__}"
+        ours, theirs = getattr(cls, name), getattr(real, name)
+        if isinstance(theirs, type | int):
+            assert ours is theirs or ours == theirs, name
+        elif callable(theirs):
+            # A call the fake answers must be one pynvml answers: same required arguments.
+            mine = list(inspect.signature(ours).parameters)[1:]  # without self
+            inspect.signature(theirs).bind(*mine)  # raises TypeError on a mismatch
+
+
+def test_every_nvml_name_perfguard_uses_is_in_pynvml() -> None:
+    import re
+
+    from perfguard.machine import env, placement
+
+    names: set[str] = set()
+    for module in (telemetry, env, placement):
+        source = inspect.getsource(module)
+        names |= set(re.findall(r"\b(nvml[A-Z]\w*|NVML_[A-Z_]+[A-Z]|NVMLError_\w+)\b", source))
+    # Prefixes of names made from a table (checked below), and nvml.h's type in prose.
+    names -= {"nvmlClocksEventReason", "nvmlClocksThrottleReason", "nvmlReturn_t"}
+    assert {"nvmlDeviceGetCurrentClocksEventReasons", "NVML_ERROR_NO_PERMISSION"} <= names
+    missing = sorted(n for n in names if not hasattr(real, n))
+    assert not missing, f"not in nvidia-ml-py: {missing}"
+    for name, value, _ in telemetry._FIXES:
+        assert getattr(real, name) == value, name
+    assert real.NVML_ERROR_FUNCTION_NOT_FOUND == telemetry._FUNCTION_NOT_FOUND
+    assert real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH == telemetry._ARGUMENT_VERSION_MISMATCH
+
+
 # --- loading ---------------------------------------------------------------
 
 
@@ -204,32 +308,76 @@ def test_load_nvml_initialises(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_load_nvml_init_failure(monkeypatch: pytest.MonkeyPatch) -> None:
-    install(monkeypatch, FakeNvml(init=[FakeNVMLError(DRIVER_NOT_LOADED)]))
+    install(monkeypatch, FakeNvml(init=[nvml_error(DRIVER_NOT_LOADED)]))
     nvml, reason = load_nvml()
     assert nvml is None
-    assert reason == "NVML could not initialise: Driver Not Loaded (no NVIDIA driver?)"
+    assert reason == (
+        "NVML could not start: Driver Not Loaded. Fix: load the NVIDIA kernel module "
+        "(`nvidia-smi` must work; reboot after installing the driver)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("code", "fix"),
+    [
+        (real.NVML_ERROR_LIBRARY_NOT_FOUND, "install the NVIDIA driver (it ships libnvidia-ml"),
+        (real.NVML_ERROR_LIB_RM_VERSION_MISMATCH, "reboot after the driver update"),
+        (GPU_IS_LOST, "Xid errors"),
+        (NO_PERMISSION, "read access to /dev/nvidia*"),
+        (real.NVML_ERROR_UNKNOWN, "check that `nvidia-smi` works"),
+    ],
+)
+def test_load_nvml_says_what_failed_and_the_fix_for_it(
+    monkeypatch: pytest.MonkeyPatch, code: int, fix: str
+) -> None:
+    install(monkeypatch, FakeNvml(init=[nvml_error(code)]))
+    _, reason = load_nvml()
+    assert reason is not None
+    assert reason.startswith(f"NVML could not start: {nvml_error(code)}. Fix: ")
+    assert fix in reason
 
 
 def test_load_nvml_init_failure_that_is_not_an_nvml_error(monkeypatch: pytest.MonkeyPatch) -> None:
     install(monkeypatch, FakeNvml(init=[OSError("libnvidia-ml.so.1: cannot open")]))
     nvml, reason = load_nvml()
     assert nvml is None and reason is not None
-    assert reason.startswith("NVML could not initialise: libnvidia-ml.so.1")
+    assert reason.startswith("NVML could not start: libnvidia-ml.so.1")
 
 
-def test_load_nvml_no_permission(monkeypatch: pytest.MonkeyPatch) -> None:
-    install(monkeypatch, FakeNvml(init=[FakeNVMLError(NO_PERMISSION)]))
+def _real_nvml_error() -> Exception:
+    """What the real pynvml's nvmlInit raises on this machine (skip where it starts)."""
+    try:
+        real.nvmlInit()
+    except real.NVMLError as error:
+        found: Exception = error
+        return found
+    real.nvmlShutdown()
+    pytest.skip("NVML starts on this machine: the no-driver path needs a machine without one")
+
+
+def test_the_real_pynvml_without_a_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    # No fake: the real module on a machine without the NVIDIA driver (CI, laptops).
+    error = _real_nvml_error()
+    install(monkeypatch, real)
     nvml, reason = load_nvml()
-    assert nvml is None and reason is not None
-    assert reason.startswith("no permission to query NVML: Insufficient Permissions")
+    assert nvml is None
+    assert reason == f"NVML could not start: {error}. Fix: {telemetry.nvml_fix(error, real)}"
+    if isinstance(error, real.NVMLError_LibraryNotFound):  # no libnvidia-ml.so.1 at all
+        assert reason.startswith("NVML could not start: NVML Shared Library Not Found. Fix: ")
+        assert "install the NVIDIA driver" in reason
+    with TelemetrySampler(0, interval_s=0.001) as sampler:
+        pass
+    result = sampler.result()
+    assert result["available"] is False and result["reason"] == reason
+    assert result["processes_available"] is False and result["processes_error"] == reason
 
 
 @pytest.mark.parametrize(
     ("module", "expected"),
     [
         (None, INSTALL_HINT),
-        (FakeNvml(init=[FakeNVMLError(DRIVER_NOT_LOADED)]), "NVML could not initialise"),
-        (FakeNvml(init=[FakeNVMLError(NO_PERMISSION)]), "no permission"),
+        (FakeNvml(init=[nvml_error(DRIVER_NOT_LOADED)]), "NVML could not start: Driver"),
+        (FakeNvml(init=[nvml_error(NO_PERMISSION)]), "NVML could not start: Insufficient"),
     ],
     ids=["not-installed", "init-failure", "no-permission"],
 )
@@ -252,7 +400,7 @@ def test_sampler_without_nvml_is_unavailable_and_measures_on(
 
 
 def test_sampler_without_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
-    fake = FakeNvml(handle=[FakeNVMLError(2)])
+    fake = FakeNvml(handle=[nvml_error(2)])
     install(monkeypatch, fake)
     with TelemetrySampler(3) as sampler:
         pass
@@ -293,10 +441,10 @@ def test_static_info() -> None:
 
 def test_static_info_leaves_out_refused_fields() -> None:
     nvml = StaticNvml(
-        power_limit_mw=FakeNVMLError(NOT_SUPPORTED),
-        persistence=FakeNVMLError(NO_PERMISSION),
-        app_sm=FakeNVMLError(NOT_SUPPORTED),
-        app_mem=FakeNVMLError(NOT_SUPPORTED),
+        power_limit_mw=nvml_error(NOT_SUPPORTED),
+        persistence=nvml_error(NO_PERMISSION),
+        app_sm=nvml_error(NOT_SUPPORTED),
+        app_mem=nvml_error(NOT_SUPPORTED),
         cuda=12080,
     )
     info = static_info(0, nvml)
@@ -335,7 +483,7 @@ def test_static_info_loads_and_shuts_down(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_static_info_without_the_device() -> None:
-    assert static_info(7, FakeNvml(handle=[FakeNVMLError(2)])) == {}
+    assert static_info(7, FakeNvml(handle=[nvml_error(2)])) == {}
 
 
 # --- reasons ---------------------------------------------------------------
@@ -343,7 +491,7 @@ def test_static_info_without_the_device() -> None:
 
 @pytest.mark.parametrize("suffix", list(BITS))
 def test_decode_each_known_bit(suffix: str) -> None:
-    for nvml in (None, FakeNvml(), FakeNvml(event_names=False)):
+    for nvml in (None, FakeNvml(), FakeNvml(pynvml_lacks=OLD_PYNVML)):
         assert decode_reasons(BITS[suffix], nvml) == [SHORT[suffix]]
 
 
@@ -396,7 +544,7 @@ def test_decode_any_subset_of_known_bits(subset: set[str], unknown_shift: int) -
         mask |= BITS[suffix]
     names = [SHORT[suffix] for suffix in BITS if suffix in subset]
     assert decode_reasons(mask) == names
-    assert decode_reasons(mask, FakeNvml(event_names=False)) == names
+    assert decode_reasons(mask, FakeNvml(pynvml_lacks=OLD_PYNVML)) == names
     unknown = 1 << unknown_shift
     assert decode_reasons(mask | unknown) == [*names, f"unknown_{unknown:#x}"]
 
@@ -457,7 +605,7 @@ def test_throttle_only_mid_run_is_caught() -> None:
 
 def test_older_throttle_reason_function_is_used() -> None:
     sampler = TelemetrySampler(
-        0, nvml=FakeNvml(event_names=False, reasons=[SW_THERMAL]), background=False
+        0, nvml=FakeNvml(pynvml_lacks=OLD_PYNVML, reasons=[SW_THERMAL]), background=False
     )
     with sampler:
         pass
@@ -466,11 +614,11 @@ def test_older_throttle_reason_function_is_used() -> None:
 
 
 def test_errors_in_reads_mark_fields_unavailable() -> None:
-    refused = FakeNVMLError(NOT_SUPPORTED)
+    refused = nvml_error(NOT_SUPPORTED)
     sampler = scripted(
         temperature=[refused],
         power_mw=[refused, 250_000, RuntimeError("ctypes said no")],
-        reasons=[FakeNVMLError(NO_PERMISSION), SW_THERMAL, ValueError("bad")],
+        reasons=[nvml_error(NO_PERMISSION), SW_THERMAL, ValueError("bad")],
         processes=[refused],
     )
     with sampler:
@@ -489,7 +637,7 @@ def test_errors_in_the_background_thread_do_not_propagate() -> None:
     # An exception escaping the thread would fail this test through pytest's
     # threadexception warning (warnings are errors here).
     wake = threading.Event()
-    nvml = FakeNvml(sm=[1500, FakeNVMLError(15), RuntimeError("gone")], temperature=[KeyError("x")])
+    nvml = FakeNvml(sm=[1500, nvml_error(15), RuntimeError("gone")], temperature=[KeyError("x")])
 
     def on_call(name: str, count: int) -> None:
         if name == "sm" and count >= 6:
@@ -509,7 +657,7 @@ def test_background_thread_catches_a_mid_run_throttle_and_stop_joins() -> None:
     nvml = FakeNvml(reasons=[0, 0, 0, SW_POWER_CAP, 0])
 
     def on_call(name: str, count: int) -> None:
-        if name == "nvmlDeviceGetCurrentClocksEventReasons" and count >= 5:
+        if name == "reasons" and count >= 5:
             wake.set()
 
     nvml.on_call = on_call
@@ -563,6 +711,111 @@ def test_result_before_start() -> None:
     result = TelemetrySampler(1).result()
     assert result["available"] is False and result["reason"]
     assert result["device_index"] == 1 and result["samples"] == 0
+
+
+# --- older drivers: the calls fall back, and what cannot be read is said ----
+
+
+def test_a_driver_without_the_event_reasons_call_falls_back_once_per_device() -> None:
+    # pynvml 12+ offers nvmlDeviceGetCurrentClocksEventReasons; a driver before the rename
+    # raises FunctionNotFound for it. The old throttle-reasons call must be read instead.
+    nvml = FakeNvml(driver_lacks={EVENT_REASONS}, reasons=[0, SW_THERMAL, 0])
+    sampler = TelemetrySampler(0, nvml=nvml, background=False)
+    with sampler:
+        sampler.sample_once()
+    result = sampler.result()
+    assert result["reasons_seen"] == ["sw_thermal_slowdown"]
+    assert result["reasons_read"] == 3 and result["reasons_error"] is None
+    assert result["throttled"]["thermal"] is True
+    assert invalid_reason(result, allow_throttle=False, exclusive=False) is not None
+    reason_calls = [c for c in nvml.calls if c in CLOCK_REASON_CALLS]
+    assert reason_calls == [EVENT_REASONS, THROTTLE_REASONS, THROTTLE_REASONS, THROTTLE_REASONS]
+    with TelemetrySampler(0, nvml=nvml, background=False):  # remembered for GPU 0
+        pass
+    assert nvml.calls.count(EVENT_REASONS) == 1
+    with TelemetrySampler(1, nvml=nvml, background=False):  # another GPU is asked anew
+        pass
+    assert nvml.calls.count(EVENT_REASONS) == 2
+
+
+def test_no_clock_reason_call_at_all_is_said_with_the_fix() -> None:
+    nvml = FakeNvml(driver_lacks=set(CLOCK_REASON_CALLS), reasons=[SW_POWER_CAP])
+    with TelemetrySampler(0, nvml=nvml, background=False) as sampler:
+        pass
+    result = sampler.result()
+    assert result["available"] is True and result["reasons_read"] == 0
+    assert result["reasons_error"] == (
+        f"this NVML answers none of {EVENT_REASONS}, {THROTTLE_REASONS} "
+        f"({EVENT_REASONS}: Function Not Found; {THROTTLE_REASONS}: Function Not Found). "
+        "Fix: update the NVIDIA driver, or install the nvidia-ml-py of the driver's branch"
+    )
+
+
+def test_a_refused_clock_reason_read_is_not_a_version_gap() -> None:
+    nvml = FakeNvml(reasons=[nvml_error(NOT_SUPPORTED), SW_POWER_CAP])
+    with TelemetrySampler(0, nvml=nvml, background=False) as sampler:
+        pass
+    result = sampler.result()
+    # The refusal is that read's answer (the old call asks the same driver); the next
+    # read still uses the newer call, and sees the throttle.
+    assert THROTTLE_REASONS not in nvml.calls
+    assert result["reasons_seen"] == ["sw_power_cap"] and result["reasons_read"] == 1
+    assert result["reasons_error"] == (
+        f"{EVENT_REASONS}: Not Supported. Fix: none here: this GPU or driver does not report it"
+    )
+
+
+@pytest.mark.parametrize(
+    ("pynvml_lacks", "driver_lacks", "used"),
+    [
+        ((), (), [V3]),
+        ((), {V3}, [V3, V2]),  # a driver older than _v3 (pynvml's unversioned call raises)
+        ({V3}, (), [V2]),  # an older pynvml
+        ({V3, V2}, (), [V3]),  # a pynvml with only the unversioned call (it calls _v3)
+    ],
+    ids=["v3", "driver-without-v3", "pynvml-without-v3", "unversioned-only"],
+)
+def test_the_process_list_falls_back_to_the_calls_this_nvml_has(
+    pynvml_lacks: set[str], driver_lacks: set[str], used: list[str]
+) -> None:
+    nvml = FakeNvml(
+        pynvml_lacks=pynvml_lacks, driver_lacks=driver_lacks, processes=[[(OTHER_PID, 64 * MIB)]]
+    )
+    with TelemetrySampler(0, nvml=nvml, background=False) as sampler:
+        pass
+    result = sampler.result()
+    assert result["processes_available"] is True and result["processes_error"] is None
+    assert result["other_processes"] == [{"pid": OTHER_PID, "used_mib": 64.0}]
+    process_calls = [c for c in nvml.calls if c in PROCESS_CALLS]
+    assert process_calls == [*used, used[-1]]  # at start (finding it) and at stop
+    assert invalid_reason(result, allow_throttle=False, exclusive=True) is not None
+
+
+def test_a_process_list_no_call_gives_is_unavailable_with_the_fix() -> None:
+    nvml = FakeNvml(driver_lacks={V3, V2}, processes=[[(OTHER_PID, 64 * MIB)]])
+    with TelemetrySampler(0, nvml=nvml, background=False) as sampler:
+        pass
+    result = sampler.result()
+    assert result["processes_available"] is False and result["other_processes"] == []
+    error = result["processes_error"]
+    assert error.startswith(f"this NVML answers none of {V3}, {V2}, {UNVERSIONED} (")
+    assert "Unversioned function called" in error and "update the NVIDIA driver" in error
+
+
+def test_every_read_refused_is_telemetry_unavailable() -> None:
+    refused = nvml_error(NOT_SUPPORTED)
+    nvml = FakeNvml(
+        sm=[refused], mem=[refused], temperature=[refused], power_mw=[refused],
+        memory_used=[refused], reasons=[refused],
+    )  # fmt: skip
+    with TelemetrySampler(0, nvml=nvml, background=False) as sampler:
+        pass
+    result = sampler.result()
+    assert result["available"] is False and result["samples"] == 2
+    assert result["reason"] == (
+        "NVML refused every read of GPU 0 (sm_clock_mhz: Not Supported. "
+        "Fix: none here: this GPU or driver does not report it)"
+    )
 
 
 # --- invalid_reason --------------------------------------------------------
