@@ -23,12 +23,15 @@ from hypothesis import strategies as st
 
 from perfguard.machine import telemetry
 from perfguard.machine.telemetry import (
+    BENIGN_REASONS,
     CLOCK_REASON_CALLS,
     INSTALL_HINT,
     KNOWN_REASONS,
+    POLICY_REASONS,
     POWER_REASONS,
     PROCESS_CALLS,
     THERMAL_REASONS,
+    THROTTLE_REASONS,
     TelemetrySampler,
     decode_reasons,
     invalid_reason,
@@ -53,16 +56,18 @@ BITS = {
     "HwThermalSlowdown": 0x40,
     "HwPowerBrakeSlowdown": 0x80,
     "DisplayClockSetting": 0x100,
+    "BoardLimit": 0x200,
+    "Reliability": 0x400,
 }
 SHORT = dict(zip(BITS, KNOWN_REASONS, strict=True))
 SW_POWER_CAP, HW_SLOWDOWN, SW_THERMAL, GPU_IDLE = 0x4, 0x8, 0x20, 0x1
 OTHER_PID = os.getpid() + 100_000
 MIB = 1024 * 1024
-EVENT_REASONS, THROTTLE_REASONS = CLOCK_REASON_CALLS
+EVENT_CALL, THROTTLE_CALL = CLOCK_REASON_CALLS
 V3, V2, UNVERSIONED = PROCESS_CALLS
 #: What a pynvml from before NVML's rename (and before the _v3 process call) lacks.
 OLD_PYNVML = frozenset(
-    {EVENT_REASONS, V3, *(n for n in dir(real) if n.startswith("nvmlClocksEventReason"))}
+    {EVENT_CALL, V3, *(n for n in dir(real) if n.startswith("nvmlClocksEventReason"))}
 )
 
 
@@ -162,11 +167,11 @@ class FakeNvml:
         return types.SimpleNamespace(total=80 * 1024 * MIB, used=used, free=0)
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
-        self._driver(EVENT_REASONS)
+        self._driver(EVENT_CALL)
         return int(self._answer("reasons"))
 
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Any) -> int:
-        self._driver(THROTTLE_REASONS)
+        self._driver(THROTTLE_CALL)
         return int(self._answer("reasons"))
 
     def _processes(self, function: str) -> list[Any]:
@@ -291,6 +296,14 @@ def test_every_nvml_name_perfguard_uses_is_in_pynvml() -> None:
     assert real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH == telemetry._ARGUMENT_VERSION_MISMATCH
 
 
+def test_the_reason_bits_are_pynvmls() -> None:
+    for short, suffix, value in telemetry._REASONS:
+        assert getattr(real, f"nvmlClocksThrottleReason{suffix}") == value, short
+        event = getattr(real, f"nvmlClocksEventReason{suffix}", value)
+        assert event == value, short
+    assert decode_reasons(real.nvmlClocksThrottleReasonAll, real) == list(KNOWN_REASONS)
+
+
 # --- loading ---------------------------------------------------------------
 
 
@@ -394,7 +407,7 @@ def test_sampler_without_nvml_is_unavailable_and_measures_on(
     for key in ("sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_w", "memory_used_mib"):
         assert result[key] is None
     assert result["reasons_seen"] == [] and result["other_processes"] == []
-    assert result["throttled"] == {"power": False, "thermal": False}
+    assert result["throttled"] == {"power": False, "thermal": False, "policy": False}
     assert invalid_reason(result, allow_throttle=False, exclusive=True) is None
     assert static_info(0) == {}
 
@@ -506,18 +519,27 @@ def test_decode_reason_names() -> None:
         "hw_thermal_slowdown",
         "hw_power_brake_slowdown",
         "display_clock_setting",
+        "board_limit",
+        "reliability",
     )
     assert decode_reasons(0) == []
     assert decode_reasons(SW_POWER_CAP | GPU_IDLE) == ["gpu_idle", "sw_power_cap"]
 
 
 def test_decode_unknown_bits() -> None:
-    assert decode_reasons(0x200) == ["unknown_0x200"]
-    assert decode_reasons(0x8000000000000000 | 0x400 | SW_THERMAL) == [
+    assert decode_reasons(0x800) == ["unknown_0x800"]
+    assert decode_reasons(0x8000000000000000 | 0x1000 | SW_THERMAL) == [
         "sw_thermal_slowdown",
-        "unknown_0x400",
+        "unknown_0x1000",
         "unknown_0x8000000000000000",
     ]
+
+
+def test_the_bits_new_in_nvidia_ml_py_13_are_named() -> None:
+    # 0x200 and 0x400 have only the old generation of names in pynvml 13.
+    assert not hasattr(real, "nvmlClocksEventReasonBoardLimit")
+    assert decode_reasons(0x200 | 0x400, real) == ["board_limit", "reliability"]
+    assert decode_reasons(0x200 | 0x400) == ["board_limit", "reliability"]
 
 
 def test_decode_uses_the_modules_constants() -> None:
@@ -527,17 +549,20 @@ def test_decode_uses_the_modules_constants() -> None:
     assert decode_reasons(0x4, nvml) == ["unknown_0x4"]
 
 
-def test_power_and_thermal_sets() -> None:
+def test_power_thermal_and_policy_sets() -> None:
     assert {"sw_power_cap", "hw_power_brake_slowdown"} <= POWER_REASONS
     assert {"sw_thermal_slowdown", "hw_thermal_slowdown"} <= THERMAL_REASONS
+    assert {"board_limit", "reliability"} == POLICY_REASONS
     # NVML sets hw_slowdown for thermal, power-brake and fast-trigger events alike.
     assert "hw_slowdown" in POWER_REASONS & THERMAL_REASONS
     benign = {"gpu_idle", "applications_clocks_setting", "sync_boost", "display_clock_setting"}
-    assert not benign & (POWER_REASONS | THERMAL_REASONS)
-    assert POWER_REASONS | THERMAL_REASONS | benign == set(KNOWN_REASONS)
+    assert benign == BENIGN_REASONS
+    assert POWER_REASONS | THERMAL_REASONS | POLICY_REASONS == THROTTLE_REASONS
+    assert not BENIGN_REASONS & THROTTLE_REASONS
+    assert set(KNOWN_REASONS) == BENIGN_REASONS | THROTTLE_REASONS
 
 
-@given(st.sets(st.sampled_from(list(BITS))), st.integers(min_value=9, max_value=63))
+@given(st.sets(st.sampled_from(list(BITS))), st.integers(min_value=len(BITS), max_value=63))
 def test_decode_any_subset_of_known_bits(subset: set[str], unknown_shift: int) -> None:
     mask = 0
     for suffix in subset:
@@ -578,7 +603,7 @@ def test_sampler_statistics_from_scripted_values() -> None:
     assert result["power_w"] == {"min": 100.0, "max": 400.0, "mean": 250.0}
     assert result["memory_used_mib"] == {"min": 512.0, "max": 2048.0, "mean": 1280.0}
     assert result["reasons_seen"] == []
-    assert result["throttled"] == {"power": False, "thermal": False}
+    assert result["throttled"] == {"power": False, "thermal": False, "policy": False}
 
 
 def test_sampler_result_is_plain_json() -> None:
@@ -600,7 +625,7 @@ def test_throttle_only_mid_run_is_caught() -> None:
     result = sampler.result()
     assert result["samples"] == 5
     assert result["reasons_seen"] == ["gpu_idle", "hw_slowdown", "sw_power_cap"]
-    assert result["throttled"] == {"power": True, "thermal": True}
+    assert result["throttled"] == {"power": True, "thermal": True, "policy": False}
 
 
 def test_older_throttle_reason_function_is_used() -> None:
@@ -610,7 +635,7 @@ def test_older_throttle_reason_function_is_used() -> None:
     with sampler:
         pass
     assert sampler.result()["reasons_seen"] == ["sw_thermal_slowdown"]
-    assert sampler.result()["throttled"] == {"power": False, "thermal": True}
+    assert sampler.result()["throttled"] == {"power": False, "thermal": True, "policy": False}
 
 
 def test_errors_in_reads_mark_fields_unavailable() -> None:
@@ -719,7 +744,7 @@ def test_result_before_start() -> None:
 def test_a_driver_without_the_event_reasons_call_falls_back_once_per_device() -> None:
     # pynvml 12+ offers nvmlDeviceGetCurrentClocksEventReasons; a driver before the rename
     # raises FunctionNotFound for it. The old throttle-reasons call must be read instead.
-    nvml = FakeNvml(driver_lacks={EVENT_REASONS}, reasons=[0, SW_THERMAL, 0])
+    nvml = FakeNvml(driver_lacks={EVENT_CALL}, reasons=[0, SW_THERMAL, 0])
     sampler = TelemetrySampler(0, nvml=nvml, background=False)
     with sampler:
         sampler.sample_once()
@@ -729,13 +754,13 @@ def test_a_driver_without_the_event_reasons_call_falls_back_once_per_device() ->
     assert result["throttled"]["thermal"] is True
     assert invalid_reason(result, allow_throttle=False, exclusive=False) is not None
     reason_calls = [c for c in nvml.calls if c in CLOCK_REASON_CALLS]
-    assert reason_calls == [EVENT_REASONS, THROTTLE_REASONS, THROTTLE_REASONS, THROTTLE_REASONS]
+    assert reason_calls == [EVENT_CALL, THROTTLE_CALL, THROTTLE_CALL, THROTTLE_CALL]
     with TelemetrySampler(0, nvml=nvml, background=False):  # remembered for GPU 0
         pass
-    assert nvml.calls.count(EVENT_REASONS) == 1
+    assert nvml.calls.count(EVENT_CALL) == 1
     with TelemetrySampler(1, nvml=nvml, background=False):  # another GPU is asked anew
         pass
-    assert nvml.calls.count(EVENT_REASONS) == 2
+    assert nvml.calls.count(EVENT_CALL) == 2
 
 
 def test_no_clock_reason_call_at_all_is_said_with_the_fix() -> None:
@@ -745,8 +770,8 @@ def test_no_clock_reason_call_at_all_is_said_with_the_fix() -> None:
     result = sampler.result()
     assert result["available"] is True and result["reasons_read"] == 0
     assert result["reasons_error"] == (
-        f"this NVML answers none of {EVENT_REASONS}, {THROTTLE_REASONS} "
-        f"({EVENT_REASONS}: Function Not Found; {THROTTLE_REASONS}: Function Not Found). "
+        f"this NVML answers none of {EVENT_CALL}, {THROTTLE_CALL} "
+        f"({EVENT_CALL}: Function Not Found; {THROTTLE_CALL}: Function Not Found). "
         "Fix: update the NVIDIA driver, or install the nvidia-ml-py of the driver's branch"
     )
 
@@ -758,10 +783,10 @@ def test_a_refused_clock_reason_read_is_not_a_version_gap() -> None:
     result = sampler.result()
     # The refusal is that read's answer (the old call asks the same driver); the next
     # read still uses the newer call, and sees the throttle.
-    assert THROTTLE_REASONS not in nvml.calls
+    assert THROTTLE_CALL not in nvml.calls
     assert result["reasons_seen"] == ["sw_power_cap"] and result["reasons_read"] == 1
     assert result["reasons_error"] == (
-        f"{EVENT_REASONS}: Not Supported. Fix: none here: this GPU or driver does not report it"
+        f"{EVENT_CALL}: Not Supported. Fix: none here: this GPU or driver does not report it"
     )
 
 
@@ -853,6 +878,16 @@ def test_thermal_throttle_invalidates() -> None:
     assert "cool" in message
 
 
+@pytest.mark.parametrize(("bit", "name"), [(0x200, "board_limit"), (0x400, "reliability")])
+def test_the_board_limit_and_reliability_policies_invalidate(bit: int, name: str) -> None:
+    result = run([0, bit])
+    assert result["reasons_seen"] == [name]
+    assert result["throttled"] == {"power": False, "thermal": False, "policy": True}
+    message = invalid_reason(result, allow_throttle=False, exclusive=False)
+    assert message is not None and name in message and "nvidia-smi -q -d PERFORMANCE" in message
+    assert invalid_reason(result, allow_throttle=True, exclusive=False) is None
+
+
 def test_idle_and_clock_settings_are_valid() -> None:
     benign = GPU_IDLE | 0x2 | 0x10 | 0x100
     assert invalid_reason(run([benign]), allow_throttle=False, exclusive=False) is None
@@ -860,7 +895,7 @@ def test_idle_and_clock_settings_are_valid() -> None:
 
 def test_allow_throttle() -> None:
     result = run([SW_POWER_CAP | HW_SLOWDOWN | SW_THERMAL])
-    assert result["throttled"] == {"power": True, "thermal": True}
+    assert result["throttled"] == {"power": True, "thermal": True, "policy": False}
     assert invalid_reason(result, allow_throttle=True, exclusive=False) is None
     assert invalid_reason(result, allow_throttle=False, exclusive=False) is not None
 

@@ -28,13 +28,22 @@ Design constraints, and why:
   process. A reading that no call can give is said in the result (``reasons_error``,
   ``processes_error``, each with its fix), never silently empty.
 
+Which reasons invalidate a run (``THROTTLE_REASONS``): those where the GPU lowered its
+clocks on its own, against the work's demand, for a cause that changes from run to run:
+power (``POWER_REASONS``), temperature (``THERMAL_REASONS``) and the board's limit or
+reliability policy (``POLICY_REASONS``: ``board_limit`` 0x200 and ``reliability`` 0x400,
+named in nvidia-ml-py 13's ``nvmlClocksThrottleReason*``). Those that reflect a choice
+or no demand do not (``BENIGN_REASONS``): ``gpu_idle``, ``applications_clocks_setting``
+(clocks set on purpose), ``sync_boost`` (clocks held to a group's) and
+``display_clock_setting``. A bit this table does not know is kept as ``unknown_0x...``
+in ``reasons_seen`` and does not invalidate a run: nothing says what it means.
+
 ``hw_slowdown`` is in *both* ``POWER_REASONS`` and ``THERMAL_REASONS``: NVML sets
 it for a too-high temperature, an external power brake and the power-draw
 fast trigger alike, and GPUs older than the specific ``hw_thermal_slowdown`` /
 ``hw_power_brake_slowdown`` bits set only it. It cuts the clocks by half or
 more, so it invalidates the run whatever the cause; ``reasons_seen`` keeps the
-exact bits. ``gpu_idle``, ``applications_clocks_setting`` (clocks set on
-purpose), ``sync_boost`` and ``display_clock_setting`` are not throttling.
+exact bits.
 """
 
 from __future__ import annotations
@@ -62,12 +71,18 @@ _REASONS: tuple[tuple[str, str, int], ...] = (
     ("hw_thermal_slowdown", "HwThermalSlowdown", 0x40),
     ("hw_power_brake_slowdown", "HwPowerBrakeSlowdown", 0x80),
     ("display_clock_setting", "DisplayClockSetting", 0x100),
+    ("board_limit", "BoardLimit", 0x200),
+    ("reliability", "Reliability", 0x400),
 )
 #: The figures sampled, each summarised as {min, max, mean} in ``result()``.
 SERIES = ("sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_w", "memory_used_mib")
 KNOWN_REASONS: tuple[str, ...] = tuple(name for name, _, _ in _REASONS)
 POWER_REASONS = frozenset({"sw_power_cap", "hw_power_brake_slowdown", "hw_slowdown"})
 THERMAL_REASONS = frozenset({"sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown"})
+POLICY_REASONS = frozenset({"board_limit", "reliability"})
+#: The reasons that invalidate a run (unless ``allow_throttle``), and those that do not.
+THROTTLE_REASONS = POWER_REASONS | THERMAL_REASONS | POLICY_REASONS
+BENIGN_REASONS = frozenset(KNOWN_REASONS) - THROTTLE_REASONS
 
 #: Each reading's NVML calls, newest first (see "Both generations of calls" above).
 CLOCK_REASON_CALLS = (
@@ -466,7 +481,7 @@ class TelemetrySampler:
         with the fix), ``device_index``, ``interval_s``, ``samples``, ``{min, max, mean}``
         or None per name in ``SERIES``, ``reasons_seen`` (sorted, from any sample),
         ``reasons_read`` (samples whose clock-event reasons NVML gave) and
-        ``reasons_error`` (the first refusal), ``throttled: {power, thermal}``,
+        ``reasons_error`` (the first refusal), ``throttled: {power, thermal, policy}``,
         ``other_processes: [{pid, used_mib}]`` (at start or stop; ``used_mib`` None where
         NVML cannot tell), ``processes_available`` (every process-list read answered) and
         ``processes_error``.
@@ -501,6 +516,7 @@ class TelemetrySampler:
             "throttled": {
                 "power": bool(POWER_REASONS.intersection(reasons)),
                 "thermal": bool(THERMAL_REASONS.intersection(reasons)),
+                "policy": bool(POLICY_REASONS.intersection(reasons)),
             },
             "other_processes": [{"pid": pid, "used_mib": mib} for pid, mib in processes],
             "processes_available": process_tries > 0 and process_reads == process_tries,
@@ -523,7 +539,7 @@ def invalid_reason(
 ) -> str | None:
     """Why a run must be marked invalid, or None.
 
-    Invalid: power or thermal throttle reasons set during the measurement
+    Invalid: a reason of ``THROTTLE_REASONS`` set during the measurement
     (unless ``allow_throttle``), or other processes on the GPU (when
     ``exclusive``). Unavailable telemetry, or a process list NVML would not
     give, proves nothing either way: None.
@@ -532,7 +548,7 @@ def invalid_reason(
         return None
     problems: list[str] = []
     seen = telemetry.get("reasons_seen") or []
-    throttles = [name for name in seen if name in POWER_REASONS | THERMAL_REASONS]
+    throttles = [name for name in seen if name in THROTTLE_REASONS]
     if throttles and not allow_throttle:
         facts = [", ".join(throttles)]
         for key, text, ranged in _FIGURES:
@@ -542,7 +558,8 @@ def invalid_reason(
                 facts.append(text.format(f"{low}-{high}" if ranged and low != high else high))
         problems.append(
             f"the GPU throttled its clocks during the measurement ({'; '.join(facts)}). "
-            "Let the GPU cool / check the power limit, lock clocks with `nvidia-smi -lgc`, "
+            "Let the GPU cool / check the power limit (`nvidia-smi -q -d PERFORMANCE` names "
+            "the active limit), lock clocks with `nvidia-smi -lgc`, "
             "or set `gpu: {allow_throttle: true}`"
         )
     others = telemetry.get("other_processes") or []
