@@ -51,7 +51,7 @@ from __future__ import annotations
 import importlib
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any, TypeVar
 
@@ -523,6 +523,29 @@ class TelemetrySampler:
             "processes_error": errors.get("processes")
             or (reason if self._handle is None else None),
         }
+
+
+def telemetry_gap(telemetry: Mapping[str, Any] | None) -> str | None:
+    """What a GPU cell's telemetry (``result()``, as stored) could not see, with the
+    reason and its fix, or None: the line the terminal, ``summary.md`` and the report
+    show once for all cells it concerns.
+
+    Telemetry that was off (no NVML, NVML could not start, no such GPU, every read
+    refused) saw neither throttling nor other processes; clock-event reasons that no
+    sample could read saw no throttling. A result from before these fields says nothing.
+    """
+    if not isinstance(telemetry, Mapping):
+        return None
+    if not telemetry.get("available"):
+        reason = telemetry.get("reason") or "telemetry was not started"
+        return (
+            "GPU telemetry was off, so throttling and other processes on the GPU went "
+            f"unchecked: {reason}"
+        )
+    if telemetry.get("reasons_read") == 0 and telemetry.get("samples"):
+        why = telemetry.get("reasons_error") or "NVML gave no clock-event reasons"
+        return f"GPU throttling could not be seen (no clock-event reasons): {why}"
+    return None
 
 
 # (figure, label, whether its range tells more than its maximum) for the message.
