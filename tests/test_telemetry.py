@@ -408,7 +408,10 @@ def test_sampler_without_nvml_is_unavailable_and_measures_on(
         assert result[key] is None
     assert result["reasons_seen"] == [] and result["other_processes"] == []
     assert result["throttled"] == {"power": False, "thermal": False, "policy": False}
-    assert invalid_reason(result, allow_throttle=False, exclusive=True) is None
+    assert invalid_reason(result, allow_throttle=False, exclusive=False) is None
+    # `exclusive` cannot pass unchecked without NVML.
+    message = invalid_reason(result, allow_throttle=False, exclusive=True)
+    assert message is not None and "processes on it could not be listed" in message
     assert static_info(0) == {}
 
 
@@ -838,8 +841,8 @@ def test_every_read_refused_is_telemetry_unavailable() -> None:
     result = sampler.result()
     assert result["available"] is False and result["samples"] == 2
     assert result["reason"] == (
-        "NVML refused every read of GPU 0 (sm_clock_mhz: Not Supported. "
-        "Fix: none here: this GPU or driver does not report it)"
+        "NVML refused every read of GPU 0 (sm_clock_mhz: Not Supported). "
+        "Fix: none here: this GPU or driver does not report it"
     )
 
 
@@ -910,6 +913,20 @@ def test_exclusive_with_other_processes() -> None:
     assert f"pid {OTHER_PID + 1} (memory unknown)" in message
     assert f"pid {own} " not in message
     assert "drop `exclusive`" in message
+
+
+def test_exclusive_with_a_process_list_lost_at_the_end_is_invalid() -> None:
+    # Read at start, refused at stop: the measurement's end went unchecked.
+    result = run(processes=[[], nvml_error(NO_PERMISSION)])
+    assert result["processes_available"] is False and result["other_processes"] == []
+    assert invalid_reason(result, allow_throttle=False, exclusive=False) is None
+    message = invalid_reason(result, allow_throttle=False, exclusive=True)
+    assert message == (
+        "the suite asks for GPU 0 alone (`gpu: {exclusive: true}`), but the processes on "
+        f"it could not be listed: {V3}: Insufficient Permissions. Fix: give the user read "
+        "access to /dev/nvidia* (in a container, start it with the NVIDIA Container "
+        "Toolkit), or drop `exclusive` to measure without that check"
+    )
 
 
 def test_exclusive_alone_on_the_gpu() -> None:

@@ -157,6 +157,8 @@ _FIXES: tuple[tuple[str, int, str], ...] = (
     ),
 )
 _DEFAULT_FIX = "check that `nvidia-smi` works on this machine"
+#: How a telemetry reason joins what was found and its fix (``split_fix`` parts them).
+_FIX = ". Fix: "
 
 
 def nvml_fix(error: BaseException, nvml: Any = None) -> str:
@@ -220,12 +222,12 @@ def read_first(
             if _version_gap(error, nvml):
                 gaps.append(f"{name}: {error}")
                 continue
-            return None, f"{name}: {error}. Fix: {nvml_fix(error, nvml)}"
+            return None, f"{name}: {error}{_FIX}{nvml_fix(error, nvml)}"
         with _CHOSEN_LOCK:
             _CHOSEN[key] = (nvml, name, "")
         return value, None
     why = (
-        f"this NVML answers none of {', '.join(calls)} ({'; '.join(gaps)}). Fix: {_VERSION_GAP_FIX}"
+        f"this NVML answers none of {', '.join(calls)} ({'; '.join(gaps)}){_FIX}{_VERSION_GAP_FIX}"
     )
     with _CHOSEN_LOCK:
         _CHOSEN[key] = (nvml, None, why)
@@ -245,7 +247,7 @@ def load_nvml() -> tuple[Any | None, str | None]:
     try:
         nvml.nvmlInit()
     except Exception as error:
-        return None, f"NVML could not start: {error}. Fix: {nvml_fix(error, nvml)}"
+        return None, f"NVML could not start: {error}{_FIX}{nvml_fix(error, nvml)}"
     return nvml, None
 
 
@@ -379,7 +381,7 @@ class TelemetrySampler:
             self._handle = nvml.nvmlDeviceGetHandleByIndex(self.device_index)
         except Exception as error:
             self._reason = (
-                f"NVML has no GPU {self.device_index}: {error}. Fix: {nvml_fix(error, nvml)}"
+                f"NVML has no GPU {self.device_index}: {error}{_FIX}{nvml_fix(error, nvml)}"
             )
             self._close()
             return self
@@ -414,11 +416,11 @@ class TelemetrySampler:
             try:
                 values[key] = read()
             except Exception as error:  # NotSupported/NoPermission/GpuIsLost, ctypes
-                errors[key] = f"{error}. Fix: {nvml_fix(error, nvml)}"
+                errors[key] = f"{error}{_FIX}{nvml_fix(error, nvml)}"
         raw, why = read_first(nvml, self.device_index, CLOCK_REASON_CALLS, handle)
         mask = _try(lambda: int(raw)) if why is None else None
         if why is None and mask is None:
-            why = f"clock-event reasons {raw!r} are not a bit mask. Fix: {_DEFAULT_FIX}"
+            why = f"clock-event reasons {raw!r} are not a bit mask{_FIX}{_DEFAULT_FIX}"
         if why is not None:
             errors["reasons"] = why
         with self._lock:
@@ -501,8 +503,10 @@ class TelemetrySampler:
         if self._handle is None:
             reason = self._reason or "telemetry was not started"
         elif samples and not reads:
-            first = next(f"{k}: {errors[k]}" for k in (*SERIES, "reasons") if k in errors)
-            reason = f"NVML refused every read of GPU {self.device_index} ({first})"
+            key = next(k for k in (*SERIES, "reasons") if k in errors)
+            what, fix = split_fix(errors[key])
+            reason = f"NVML refused every read of GPU {self.device_index} ({key}: {what})"
+            reason += f"{_FIX}{fix}" if fix else ""
         return {
             "available": reason is None,
             "reason": reason,
@@ -548,6 +552,25 @@ def telemetry_gap(telemetry: Mapping[str, Any] | None) -> str | None:
     return None
 
 
+def split_fix(text: str) -> tuple[str, str | None]:
+    """A telemetry reason (``what. Fix: how``) as ``(what, how)``; ``how`` None without one."""
+    what, sep, fix = text.partition(_FIX)
+    return (what, fix) if sep else (text, None)
+
+
+def unlisted_processes(telemetry: Mapping[str, Any]) -> tuple[str, str]:
+    """``(what, fix)`` for a GPU whose process list NVML would not give, so that
+    ``exclusive: true`` could not be checked."""
+    why = telemetry.get("processes_error") or telemetry.get("reason") or "NVML gave no answer"
+    what, fix = split_fix(str(why))
+    index = telemetry.get("device_index", 0)
+    return (
+        f"the suite asks for GPU {index} alone (`gpu: {{exclusive: true}}`), but the "
+        f"processes on it could not be listed: {what}",
+        f"{fix + ', or ' if fix else ''}drop `exclusive` to measure without that check",
+    )
+
+
 # (figure, label, whether its range tells more than its maximum) for the message.
 _FIGURES = (
     ("sm_clock_mhz", "SM clock {} MHz", True),
@@ -563,14 +586,13 @@ def invalid_reason(
     """Why a run must be marked invalid, or None.
 
     Invalid: a reason of ``THROTTLE_REASONS`` set during the measurement
-    (unless ``allow_throttle``), or other processes on the GPU (when
-    ``exclusive``). Unavailable telemetry, or a process list NVML would not
-    give, proves nothing either way: None.
+    (unless ``allow_throttle``), or, when ``exclusive``, other processes on the GPU
+    or a process list NVML would not give (at start or at stop: ``exclusive`` never
+    passes unchecked). Unavailable telemetry proves nothing about throttling: the
+    outputs say it was off (``telemetry_gap``), the run is not invalid for it.
     """
-    if not telemetry.get("available"):
-        return None
     problems: list[str] = []
-    seen = telemetry.get("reasons_seen") or []
+    seen = (telemetry.get("reasons_seen") or []) if telemetry.get("available") else []
     throttles = [name for name in seen if name in THROTTLE_REASONS]
     if throttles and not allow_throttle:
         facts = [", ".join(throttles)]
@@ -585,6 +607,9 @@ def invalid_reason(
             "the active limit), lock clocks with `nvidia-smi -lgc`, "
             "or set `gpu: {allow_throttle: true}`"
         )
+    if exclusive and not telemetry.get("processes_available"):
+        what, fix = unlisted_processes(telemetry)
+        problems.append(f"{what}{_FIX}{fix}")
     others = telemetry.get("other_processes") or []
     if exclusive and others:
         listed = ", ".join(
