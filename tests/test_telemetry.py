@@ -850,7 +850,8 @@ def test_every_read_refused_is_telemetry_unavailable() -> None:
 
 
 def run(
-    reasons: Iterable[int] = (0,), processes: Iterable[list[tuple[int, int | None]]] = ([],)
+    reasons: Iterable[int] = (0,),
+    processes: Iterable[list[tuple[int, int | None]] | Exception] = ([],),
 ) -> dict[str, Any]:
     sampler = scripted(
         reasons=list(reasons),
