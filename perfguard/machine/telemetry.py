@@ -12,7 +12,8 @@ Design constraints, and why:
   ``interval_s`` (50 ms) from a daemon thread; pynvml's ctypes calls release
   the GIL and take tens of microseconds. Nothing is ever set on the GPU.
 * **Never raises into the measurement.** No pynvml, no driver, no permission:
-  the result says ``available: False`` and why, and the run is still measured.
+  the result says ``available: False`` and why (with the fix), the run is still
+  measured, and the outputs say it once (``telemetry_gap``).
   A refused read (``NotSupported`` on a consumer card, ``NoPermission`` in a
   container) marks that one field unavailable.
 * **Samples at both ends.** One sample at start and one at stop, so even a
@@ -24,8 +25,8 @@ Design constraints, and why:
   version ``NVMLError_ArgumentVersionMismatch``). Each reading tries its calls newest
   first (``CLOCK_REASON_CALLS``: "clocks event reasons", then the older "clocks
   throttle reasons"; ``PROCESS_CALLS``: ``_v3``, ``_v2``, unversioned) and remembers,
-  per device, the first that answers, so the fallback costs one failed call per
-  process. A reading that no call can give is said in the result (``reasons_error``,
+  per device, the first that answers, so the fallback costs one failed call per GPU
+  and process. A reading that no call can give is said in the result (``reasons_error``,
   ``processes_error``, each with its fix), never silently empty.
 
 Which reasons invalidate a run (``THROTTLE_REASONS``): those where the GPU lowered its
