@@ -385,6 +385,9 @@ def _cmd_env(args: argparse.Namespace) -> int:
         print(json.dumps(env.to_dict(), indent=2))
         return 0
     print(f"fingerprint {env.fingerprint}")
+    absent = env.recorded.get("gpu_absent")
+    if absent:
+        print(f"no GPU in the fingerprint: {absent}")
     for title, fields in (("comparable", env.comparable), ("recorded", env.recorded)):
         print(title + (" (must match to compare runs):" if fields is env.comparable else ":"))
         for line in _table(("field", "value"), sorted(fields.items()), left=2)[1:]:

@@ -515,6 +515,19 @@ def test_env_json_is_this_machines_fingerprint(capsys: pytest.CaptureFixture[str
     assert out.splitlines()[0] == f"fingerprint {data['fingerprint']}"
 
 
+def test_env_says_why_no_gpu_is_in_the_fingerprint(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # not installed
+    monkeypatch.setenv("PATH", "")
+    status, out, _ = run_cli(capsys, "env")
+    assert status == 0
+    assert out.splitlines()[1] == (
+        "no GPU in the fingerprint: nvidia-ml-py is not installed "
+        "(pip install 'perfguard[gpu]'); nvidia-smi: not on PATH"
+    )
+
+
 def test_compare_refuses_a_same_run_ab_run_naming_the_file_and_the_fix(
     tmp_path: Path, nogit: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -284,6 +284,77 @@ def test_failing_nvidia_smi_means_no_gpu(bin_dir: Path) -> None:
     assert not GPU_KEYS & set(collect_environment().comparable)
 
 
+def test_the_fake_pynvml_offers_only_what_pynvml_has() -> None:
+    real = pytest.importorskip("pynvml")
+    fake = fake_pynvml()
+    names = [n for n in vars(fake) if n.startswith("nvml")]
+    assert len(names) >= 8
+    assert [n for n in names if not hasattr(real, n)] == []
+
+
+@pytest.mark.usefixtures("no_gpu")
+def test_no_gpu_in_the_fingerprint_says_why() -> None:
+    environment = collect_environment()
+    assert not GPU_KEYS & set(environment.comparable)
+    assert environment.recorded["gpu_absent"] == (
+        "nvidia-ml-py is not installed (pip install 'perfguard[gpu]'); nvidia-smi: not on PATH"
+    )
+
+
+def test_a_driver_that_is_not_loaded_is_named(
+    bin_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = pytest.importorskip("pynvml")
+    error = real.NVMLError(real.NVML_ERROR_DRIVER_NOT_LOADED)
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(init_error=error))
+    fake_nvidia_smi(
+        bin_dir,
+        # (\\047: printf's apostrophe; the script quotes its text in '...')
+        "\\nNVIDIA-SMI has failed because it couldn\\047t communicate with the NVIDIA driver. "
+        "Make sure that the latest NVIDIA driver is installed and running.\\n",
+        rc=9,
+    )
+    environment = collect_environment()
+    assert not GPU_KEYS & set(environment.comparable)
+    assert environment.recorded["gpu_absent"] == (
+        "NVML could not start: Driver Not Loaded. Fix: load the NVIDIA kernel module "
+        "(`nvidia-smi` must work; reboot after installing the driver); nvidia-smi: exit "
+        "status 9: NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA "
+        "driver. Make sure that the latest NVIDIA driver is installed and running."
+    )
+
+
+def test_the_real_pynvml_without_a_driver_is_named(
+    bin_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = pytest.importorskip("pynvml")
+    try:
+        real.nvmlInit()
+    except real.NVMLError as error:
+        found = str(error)
+    else:
+        real.nvmlShutdown()
+        pytest.skip("NVML starts on this machine")
+    monkeypatch.setitem(sys.modules, "pynvml", real)
+    absent = collect_environment().recorded["gpu_absent"]
+    assert absent.startswith(f"NVML could not start: {found}. Fix: ")
+    assert absent.endswith("; nvidia-smi: not on PATH")
+
+
+def test_nvml_without_devices_and_a_gpu_found_say_so(
+    bin_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(count=0))
+    fake_nvidia_smi(bin_dir, "")
+    assert env.probe_gpu() == (
+        {},
+        "NVML started but sees no GPU (nvmlDeviceGetCount is 0); nvidia-smi: listed no GPU",
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
+    assert "gpu_absent" not in collect_environment().recorded
+    assert env.probe_gpu()[1] is None
+
+
 def test_diff_comparable() -> None:
     a = Environment("a" * 12, {"cpu_model": "x", "torch": "2.3.0", "gpu_model": "L4"}, {})
     b = Environment("b" * 12, {"cpu_model": "x", "torch": "2.4.0"}, {"hostname": "h"})

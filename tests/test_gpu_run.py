@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,8 @@ QUIET = {
     "reasons_seen": ["gpu_idle"],
     "throttled": {"power": False, "thermal": False},
     "other_processes": [],
+    "processes_available": True,
+    "processes_error": None,
 }
 HOT = {
     **QUIET,
@@ -171,6 +174,62 @@ def test_exclusive_refuses_to_start_while_others_use_the_gpu(
     assert "loop" not in session.calls
     with GpuWatch(scenario(), FakeSession()):  # not exclusive: measured, others reported
         pass
+
+
+def test_exclusive_refuses_to_start_when_the_process_list_cannot_be_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    unlisted = {
+        **QUIET,
+        "device_index": 1,
+        "processes_available": False,
+        "processes_error": "this NVML answers none of nvmlDeviceGetComputeRunningProcesses_v3, "
+        "... (...). Fix: update the NVIDIA driver",
+    }
+    monkeypatch.setattr(gpu, "TelemetrySampler", fake_sampler(unlisted, []))
+    session = FakeSession()
+    with (
+        pytest.raises(RunInvalid) as info,
+        GpuWatch(scenario(exclusive=True), session),
+    ):
+        session.calls.append("loop")
+    assert "loop" not in session.calls
+    message = str(info.value)
+    assert message.startswith(
+        "s.yaml:7: m on cuda:1: the suite asks for GPU 1 alone (`gpu: {exclusive: true}`), "
+        "but the processes on it could not be listed: this NVML answers none of"
+    )
+    assert "so this run was refused" in message
+    assert message.endswith(
+        "Fix: update the NVIDIA driver, or drop `exclusive` to measure without that check"
+    )
+    with GpuWatch(scenario(), FakeSession()) as watch:  # not exclusive: measured
+        pass
+    assert watch.check(result_of(scenario())).status == "passed"
+
+
+def test_exclusive_without_a_driver_is_refused_for_real(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The real pynvml and the real sampler on a machine where NVML cannot start.
+    real = pytest.importorskip("pynvml")
+    try:
+        real.nvmlInit()
+    except real.NVMLError:
+        pass
+    else:
+        real.nvmlShutdown()
+        pytest.skip("NVML starts on this machine")
+    monkeypatch.setitem(sys.modules, "pynvml", real)
+    session = FakeSession()
+    with pytest.raises(RunInvalid) as info, GpuWatch(scenario(exclusive=True), session):
+        session.calls.append("loop")
+    assert "loop" not in session.calls
+    message = str(info.value)
+    assert "the processes on it could not be listed: NVML could not start: " in message
+    assert "or drop `exclusive` to measure without that check" in message
+    with GpuWatch(scenario(), session) as watch:  # not exclusive: measured, telemetry off
+        session.calls.append("loop")
+    assert watch.telemetry is not None and watch.telemetry["available"] is False
+    assert watch.check(result_of(scenario())).status == "passed"
 
 
 def test_device_index_and_oom_classification() -> None:

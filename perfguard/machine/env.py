@@ -8,13 +8,15 @@ that change from run to run without changing speed in a systematic way
 Nothing here imports torch, onnxruntime or tensorrt: importing them costs
 seconds and may initialise a GPU; their installed versions come from package
 metadata instead. GPU facts come from NVML (``pynvml``) or, failing that, from
-``nvidia-smi``; a machine without a GPU simply has no GPU fields.
+``nvidia-smi``; a machine without a GPU has no GPU fields, and ``recorded`` says why
+(``gpu_absent``: NVML's reason with its fix, and nvidia-smi's), so a GPU runner whose
+driver is down does not pass for a CPU machine in silence.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import importlib
 import json
 import os
 import platform
@@ -31,7 +33,7 @@ from typing import Any
 from perfguard import __version__ as perfguard_version
 from perfguard.core.results import Environment
 from perfguard.machine.placement import nvml_index
-from perfguard.machine.telemetry import static_info
+from perfguard.machine.telemetry import load_nvml, nvml_fix, static_info
 
 ABSENT = "absent"
 
@@ -41,6 +43,8 @@ MEMINFO_PATH = Path("/proc/meminfo")
 GOVERNOR_PATH = Path("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
 
 NVIDIA_SMI_TIMEOUT_S = 10.0
+#: A helper program's first line of output is cut to this many characters in a reason.
+_SAID_MAX = 200
 
 #: Runtime packages whose version changes measured speed; each is looked up under
 #: the distribution names it ships as (the GPU builds are separate distributions).
@@ -87,6 +91,12 @@ def _cpu_model() -> str:
 
 def _run_quiet(args: list[str], timeout: float) -> str | None:
     """stdout of a helper program, or None when it is missing, fails or hangs."""
+    return _run(args, timeout)[0]
+
+
+def _run(args: list[str], timeout: float) -> tuple[str | None, str]:
+    """``(stdout, "")`` of a helper program that succeeded, or ``(None, why)``: its exit
+    status and first line of output, or why it did not run."""
     try:
         proc = subprocess.run(
             args,
@@ -98,9 +108,17 @@ def _run_quiet(args: list[str], timeout: float) -> str | None:
             check=False,
             timeout=timeout,
         )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return proc.stdout if proc.returncode == 0 else None
+    except subprocess.TimeoutExpired:
+        return None, f"gave no answer in {timeout:g} s"
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"could not run: {exc}"
+    if proc.returncode == 0:
+        return proc.stdout, ""
+    said = next(
+        (line.strip() for line in (proc.stdout + "\n" + proc.stderr).splitlines() if line.strip()),
+        "",
+    )
+    return None, f"exit status {proc.returncode}" + (f": {said[:_SAID_MAX]}" if said else "")
 
 
 def package_version(names: tuple[str, ...], *, report_all: bool = False) -> str:
@@ -129,39 +147,54 @@ def _decode(value: object) -> str:
     return str(value).strip()
 
 
-def _gpu_from_nvml() -> dict[str, str]:
-    """Device 0's name, driver and CUDA driver version via NVML; raises on any failure.
+def _gpu_from_nvml(pynvml: Any) -> dict[str, str]:
+    """Device 0's name, driver and CUDA driver version from an initialised NVML (the
+    caller shuts it down); empty when NVML sees no GPU; raises on any failure.
 
     Device 0 as CUDA numbers it: under ``CUDA_VISIBLE_DEVICES`` (a pytest-xdist worker
     bound to GPU 1) that GPU's facts, not physical GPU 0's. The index itself is never
     a fact: identical GPUs give one fingerprint and share baselines.
     """
-    pynvml: Any = importlib.import_module("pynvml")
-    pynvml.nvmlInit()
+    count = int(pynvml.nvmlDeviceGetCount())
+    if count < 1:
+        return {}
+    index = nvml_index(0)
+    handle = pynvml.nvmlDeviceGetHandleByIndex(index if index < count else 0)
+    facts = {
+        "gpu_model": _decode(pynvml.nvmlDeviceGetName(handle)),
+        "gpu_driver": _decode(pynvml.nvmlSystemGetDriverVersion()),
+        "gpu_count": str(count),
+    }
     try:
-        count = int(pynvml.nvmlDeviceGetCount())
-        if count < 1:
-            return {}
-        index = nvml_index(0)
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index if index < count else 0)
-        facts = {
-            "gpu_model": _decode(pynvml.nvmlDeviceGetName(handle)),
-            "gpu_driver": _decode(pynvml.nvmlSystemGetDriverVersion()),
-            "gpu_count": str(count),
-        }
-        try:
-            total = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
-        except Exception:  # an NVML without the call, or one that refuses it
-            total = 0
-        if total > 0:
-            facts["gpu_memory_gib"] = _gib(total)
-        # An int such as 12040 for CUDA 12.4.
-        cuda = int(pynvml.nvmlSystemGetCudaDriverVersion())
-        if cuda > 0:
-            facts["cuda_major"] = str(cuda // 1000)
-        return facts
+        total = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
+    except Exception:  # an NVML without the call, or one that refuses it
+        total = 0
+    if total > 0:
+        facts["gpu_memory_gib"] = _gib(total)
+    # An int such as 12040 for CUDA 12.4.
+    cuda = int(pynvml.nvmlSystemGetCudaDriverVersion())
+    if cuda > 0:
+        facts["cuda_major"] = str(cuda // 1000)
+    return facts
+
+
+def _nvml_probe() -> tuple[dict[str, str], str | None]:
+    """``(facts, None)`` from NVML, or ``({}, why)``: NVML's reason, with its fix."""
+    pynvml, why = load_nvml()
+    if pynvml is None:
+        return {}, why
+    try:
+        facts = _gpu_from_nvml(pynvml)
+    except Exception as error:  # a driver that answers the start but not the reads
+        fix = nvml_fix(error, pynvml)
+        return {}, f"NVML could not read the GPU: {error}. Fix: {fix}"
     finally:
-        pynvml.nvmlShutdown()
+        # NVML counts starts; a failed shutdown changes no fact.
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+    if not facts.get("gpu_model"):
+        return {}, "NVML started but sees no GPU (nvmlDeviceGetCount is 0)"
+    return facts, None
 
 
 _CUDA_VERSION_RE = re.compile(r"CUDA Version\s*:\s*(\d+)")
@@ -174,22 +207,23 @@ def _gib(total_bytes: int) -> str:
     return str(round(total_bytes / 2**30))
 
 
-def _gpu_from_nvidia_smi() -> dict[str, str]:
-    """The same facts from ``nvidia-smi``, for machines without ``nvidia-ml-py``."""
+def _gpu_from_nvidia_smi() -> tuple[dict[str, str], str | None]:
+    """The same facts from ``nvidia-smi``, for machines without ``nvidia-ml-py``:
+    ``(facts, None)``, or ``({}, why)``."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
-        return {}
-    out = _run_quiet(
+        return {}, "not on PATH"
+    out, why = _run(
         [exe, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
         timeout=NVIDIA_SMI_TIMEOUT_S,
     )
-    lines = [line for line in (out or "").splitlines() if line.strip()]
-    if not lines:
-        return {}
+    if out is None:
+        return {}, why
+    lines = [line for line in out.splitlines() if line.strip()]
     # The name may itself contain a comma; memory and driver are the last two fields.
-    fields = lines[0].rsplit(",", 2)
+    fields = lines[0].rsplit(",", 2) if lines else []
     if len(fields) != 3 or not fields[0].strip():
-        return {}
+        return {}, "listed no GPU"
     name, memory, driver = (f.strip() for f in fields)
     facts = {"gpu_model": name, "gpu_driver": driver, "gpu_count": str(len(lines))}
     mib = _MIB_RE.match(memory)
@@ -201,19 +235,26 @@ def _gpu_from_nvidia_smi() -> dict[str, str]:
     match = _CUDA_VERSION_RE.search(banner)
     if match:
         facts["cuda_major"] = match.group(1)
-    return facts
+    return facts, None
+
+
+def probe_gpu() -> tuple[dict[str, str], str | None]:
+    """``(gpu_facts(), None)`` where a GPU was found, else ``({}, why)``: what NVML and
+    ``nvidia-smi`` each said (``NVML could not start: Driver Not Loaded. Fix: ...;
+    nvidia-smi: exit status 9: NVIDIA-SMI has failed ...``)."""
+    facts, nvml_why = _nvml_probe()
+    if facts:
+        return facts, None
+    facts, smi_why = _gpu_from_nvidia_smi()
+    if facts:
+        return facts, None
+    return {}, f"{nvml_why}; nvidia-smi: {smi_why}"
 
 
 def gpu_facts() -> dict[str, str]:
     """``gpu_model``, ``gpu_memory_gib``, ``gpu_driver``, ``gpu_count`` and ``cuda_major``;
-    empty without a GPU."""
-    try:
-        facts = _gpu_from_nvml()
-    except Exception:  # no pynvml, no driver, no permission: all mean "try the CLI"
-        facts = {}
-    if not facts.get("gpu_model"):
-        facts = _gpu_from_nvidia_smi()
-    return facts
+    empty without a GPU (``probe_gpu`` says why)."""
+    return probe_gpu()[0]
 
 
 def _meminfo_bytes(field: str) -> int | None:
@@ -288,7 +329,7 @@ def cuda_libraries() -> dict[str, str]:
 
 def collect_environment(extra: Mapping[str, str] | None = None) -> Environment:
     """Fingerprint this machine. ``extra`` adds comparable fields and wins on a clash."""
-    gpu = gpu_facts()
+    gpu, gpu_absent = probe_gpu()
     comparable: dict[str, str] = {
         "cpu_model": _cpu_model(),
         "cpu_count": str(os.cpu_count() or 0),
@@ -319,6 +360,8 @@ def collect_environment(extra: Mapping[str, str] | None = None) -> Environment:
         "perfguard": perfguard_version,
         "gpu_driver": gpu.get("gpu_driver"),
         "gpu_count": gpu.get("gpu_count"),
+        # Why the fingerprint has no GPU: NVML's and nvidia-smi's own words.
+        "gpu_absent": gpu_absent,
         "cpu_governor": (_read_text(GOVERNOR_PATH) or "").strip() or None,
         "cpu_affinity_count": _affinity_count(),
         "load_average": _load_average(),

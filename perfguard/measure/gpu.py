@@ -7,8 +7,10 @@
   is *invalid* (the item is skipped with the reason, the result is recorded as
   ``skipped`` and never becomes a baseline) unless ``gpu.allow_throttle``. With
   ``gpu.exclusive`` a run is refused up front while other processes use the
-  GPU. Without NVML (not installed, no permission) the telemetry is marked
-  unavailable and the run is still measured.
+  GPU, and also when NVML cannot list them (no NVML, no driver, a call the driver
+  lacks): the check never passes unchecked. Without NVML (not installed, no
+  permission) the telemetry is marked unavailable and the run is still measured;
+  the outputs say so (``perfguard.machine.telemetry.telemetry_gap``).
 * **Device time** from CUDA events, per request, where the session offers it
   (torch): ``RuntimeInfo.gpu.device_latency_ns``, beside the host wall time that is
   gated.
@@ -33,7 +35,7 @@ from perfguard.core.results import ScenarioResult, Status
 from perfguard.core.scenario import Scenario
 from perfguard.core.stats import summarize
 from perfguard.machine.placement import nvml_index
-from perfguard.machine.telemetry import TelemetrySampler, invalid_reason
+from perfguard.machine.telemetry import TelemetrySampler, invalid_reason, unlisted_processes
 
 __all__ = ["GpuWatch", "cuda_unavailable", "device_index", "is_out_of_memory"]
 
@@ -123,21 +125,38 @@ class GpuWatch:
         self._sampler = TelemetrySampler(nvml_index(device_index(self.scenario.device)))
         self._sampler.start()
         if self.scenario.gpu.exclusive:
-            others = self._sampler.result().get("other_processes") or []
-            if others:
-                self._sampler.stop()
-                pids = ", ".join(str(p.get("pid")) for p in others)
-                raise RunInvalid(
-                    f"{self.scenario.item_name}: other processes use "
-                    f"{self.scenario.device} (pid {pids}); the suite asks for the GPU alone "
-                    "(`gpu: {exclusive: true}`), so this run was refused",
-                    expected="no other compute process on the GPU",
-                    fix="stop them, or drop `exclusive`",
-                    location=self.scenario.location,
-                )
+            self._refuse_unless_alone()
         if self._device_timing:
             self.session.start_device_timing()
         return self
+
+    def _refuse_unless_alone(self) -> None:
+        """``exclusive``: refuse the run (``RunInvalid``, before the timed loop) while
+        other processes use the GPU, or when NVML cannot list them: the suite asked for a
+        check, and an unchecked run must not pass as a checked one."""
+        seen = self._sampler.result()
+        others = seen.get("other_processes") or []
+        if others:
+            self._sampler.stop()
+            pids = ", ".join(str(p.get("pid")) for p in others)
+            raise RunInvalid(
+                f"{self.scenario.item_name}: other processes use "
+                f"{self.scenario.device} (pid {pids}); the suite asks for the GPU alone "
+                "(`gpu: {exclusive: true}`), so this run was refused",
+                expected="no other compute process on the GPU",
+                fix="stop them, or drop `exclusive`",
+                location=self.scenario.location,
+            )
+        if not seen.get("processes_available"):
+            self._sampler.stop()
+            what, fix = unlisted_processes(seen)
+            raise RunInvalid(
+                f"{self.scenario.item_name} on {self.scenario.device}: {what}; so this run "
+                "was refused",
+                expected="a process list from NVML (nvidia-ml-py and a driver it can read)",
+                fix=fix,
+                location=self.scenario.location,
+            )
 
     def __exit__(
         self,
@@ -181,10 +200,11 @@ class GpuWatch:
         )
         if why is None:
             return result
+        # Each problem in ``why`` carries its own fix.
         problem = RunInvalid(
             f"{self.scenario.item_name}: {why}",
-            expected="a GPU that kept its clocks through the measurement",
-            fix="re-run once the GPU is cool and idle, or set `gpu: {allow_throttle: true}`",
+            expected="a GPU that kept its clocks (and, with `exclusive`, that NVML showed "
+            "free of other processes) through the measurement",
             location=self.scenario.location,
         )
         problem.result = dataclasses.replace(result, status=Status.SKIPPED, message=str(problem))

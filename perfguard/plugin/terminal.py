@@ -18,7 +18,13 @@ from perfguard.judge.outcome import PROFILE_LINE, Outcome, RunOutcome
 from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.report.github import annotation, in_github_actions
 from perfguard.report.runfiles import RunFiles
-from perfguard.report.tables import accuracy_lines, load_lines, outcome_lines, summary_lines
+from perfguard.report.tables import (
+    accuracy_lines,
+    load_lines,
+    outcome_lines,
+    summary_lines,
+    telemetry_lines,
+)
 
 
 def header_line(commit: CommitInfo, environment: Environment, report_dir: Path) -> str:
@@ -87,6 +93,8 @@ def write_summary(
         write(line)
     for line in accuracy_lines(list(results)):
         write(f"accuracy: {line}")
+    for line in telemetry_lines(results):
+        write(f"telemetry: {line}", yellow=True)
     for line, failed in outcome_lines(outcome):
         write(line, **({"red": True} if failed else {"yellow": True}))
     for line in github_annotations(results, locations, outcome):

@@ -5,7 +5,8 @@ heading tells the run's outcome (``perfguard.judge.outcome``: the same one pytes
 exit status, the terminal and the HTML report give) and the counts once; then one
 table per outcome worth reading (regressions, accuracy failures, errors and failed
 cells with their message, inconclusive cells, blind gates, improvements; repeated
-same-reason cells such as ``new`` are one line). Each list is truncated to
+same-reason cells such as ``new`` are one line). What GPU telemetry could not see
+(NVML off, throttling unreadable) is said once, before the tables. Each list is truncated to
 ``MAX_ROWS``, and the whole text, once escaped, is cut at whole lines to fit GitHub's
 comment limit (``COMMENT_LIMIT`` characters), ending with a line that says so and
 points at the full report: escaping can multiply a message's length (``&`` becomes
@@ -27,7 +28,13 @@ from perfguard.judge.changes import ChangePoint, archive_changes, uncaught
 from perfguard.judge.outcome import CellOutcome, Outcome
 from perfguard.report.model import ReportInput
 from perfguard.report.profile import markdown_headline
-from perfguard.report.tables import load_figures, load_notes, ordered_load_results
+from perfguard.report.tables import (
+    cells_named,
+    load_figures,
+    load_notes,
+    ordered_load_results,
+    telemetry_gaps,
+)
 
 MARKER = "<!-- perfguard-summary -->"
 #: Rows per list before "... and N more"; messages are cut to this many characters.
@@ -115,6 +122,16 @@ def _load_table(results: Sequence[ScenarioResult]) -> list[str]:
     return [*lines, ""]
 
 
+def _telemetry(results: Sequence[ScenarioResult]) -> list[str]:
+    """A line per thing GPU telemetry could not see (its cells, the reason and the fix)."""
+    gaps = telemetry_gaps(results)
+    lines = []
+    for gap, ids in gaps[:MAX_ROWS]:
+        named = cells_named([md_code(i, MAX_NAME, in_table=False) for i in ids])
+        lines.append(f"- {named}: {md_text(gap, 2 * MAX_MESSAGE)}")
+    return ["**GPU telemetry**", "", *lines, ""] if lines else []
+
+
 def _uncaught_line(c: ChangePoint) -> str:
     unit = f" {c.unit}" if c.unit else ""
     look = f"git log {c.previous[:12]}..{c.commit[:12]}"
@@ -167,6 +184,7 @@ def render_markdown(inp: ReportInput, *, link: str | None = None) -> str:
     lines = [MARKER, head, "", outcome.counts_line(), ""]
     if link:
         lines += [f"[Full report]({link})", ""]
+    lines += _telemetry(inp.run.scenarios)
     for kind, title in TABLES:
         cells = outcome.of(kind)
         profiles = _where_the_time_went(inp, cells) if kind is Outcome.REGRESSION else None

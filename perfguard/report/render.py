@@ -31,6 +31,7 @@ from perfguard.report import plots
 from perfguard.report.load import load_context, load_fact
 from perfguard.report.model import ReportInput
 from perfguard.report.profile import ProfileView, profile_view
+from perfguard.report.tables import cells_named, telemetry_gaps
 
 #: Scenarios (in table order: regressions first) drawn as full matplotlib figures;
 #: the rest get sparklines, so a 500-scenario report stays fast and small
@@ -559,6 +560,9 @@ def render_html(inp: ReportInput) -> str:
             "backend": sorted({r.backend for r in rows}),
             "device": sorted({r.device for r in rows}),
         },
+        "telemetry_gaps": [
+            (gap, cells_named(ids)) for gap, ids in telemetry_gaps(inp.run.scenarios)
+        ],
         "environment": inp.run.environment,
         "baseline_environment": base_env,
         **load_context(inp, {r.sid: r.anchor for r in rows}),

@@ -17,6 +17,7 @@ from perfguard.core.results import ScenarioResult
 from perfguard.core.text import one_line
 from perfguard.judge.outcome import CellOutcome, RunOutcome, grouped, run_outcome
 from perfguard.judge.verdict import ScenarioVerdict
+from perfguard.machine.telemetry import telemetry_gap
 
 _HEADERS = (
     "scenario",
@@ -111,6 +112,31 @@ def outcome_lines(outcome: RunOutcome) -> list[tuple[str, bool]]:
         tail = f": {reason}" if reason else ""
         lines.append((one_line(f"{who}{tail}"), failed))
     return lines
+
+
+def telemetry_gaps(results: Sequence[ScenarioResult]) -> list[tuple[str, list[str]]]:
+    """What GPU telemetry could not see in this run: each gap once (its reason and fix,
+    ``perfguard.machine.telemetry.telemetry_gap``) with the ids of the cells it concerns,
+    in the order first met. The terminal, ``summary.md`` and the report show these."""
+    groups: dict[str, list[str]] = {}
+    for result in results:
+        gpu = result.runtime.gpu
+        gap = telemetry_gap(gpu.telemetry if gpu is not None else None)
+        if gap is not None:
+            groups.setdefault(gap, []).append(result.id)
+    return list(groups.items())
+
+
+def cells_named(ids: Sequence[str], shown: int = 5) -> str:
+    """``1 GPU cell (a)``, ``7 GPU cells (a, b, c, d, e and 2 more)``."""
+    more = f" and {len(ids) - shown} more" if len(ids) > shown else ""
+    plural = "s" if len(ids) != 1 else ""
+    return f"{len(ids)} GPU cell{plural} ({', '.join(ids[:shown])}{more})"
+
+
+def telemetry_lines(results: Sequence[ScenarioResult]) -> list[str]:
+    """One terminal line per telemetry gap: the cells, then what was not seen and the fix."""
+    return [one_line(f"{cells_named(ids)}: {gap}") for gap, ids in telemetry_gaps(results)]
 
 
 def accuracy_lines(results: Sequence[ScenarioResult]) -> list[str]:
