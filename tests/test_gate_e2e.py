@@ -134,6 +134,34 @@ def test_save_refused_on_dirty_tree(repo: Repo) -> None:
     assert list((repo.path / "baselines").glob("*/*.json"))
 
 
+def test_untracked_files_where_the_model_comes_from_refuse_the_save(repo: Repo) -> None:
+    """An untracked package beside the tracked factory module shadows it: the run
+    measured code no commit has, and used to be archived as the commit's baseline."""
+    repo.commit(200, "base")
+    package = repo.path / "suites" / "spinmodel"
+    package.mkdir()
+    (package / "__init__.py").write_text((repo.path / "suites" / "spinmodel.py").read_text())
+    result = repo.run("--perfguard-save")
+    assert result.ret == 1  # the refused save fails the run; the cell itself passed
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*baseline NOT saved: untracked files under the suites' and factories' folders "
+            "(suites/spinmodel/__init__.py)*Fix: commit them*--perfguard-allow-dirty*"
+        ]
+    )
+    assert not list((repo.path / "baselines").rglob("*.json"))
+    # The run is dirty in its results, so `perfguard merge --save` refuses its shard too.
+    commit = json.loads(next((repo.path / "reports").glob("*/results.json")).read_text())[
+        "commit"
+    ]
+    assert commit["dirty"] is True and "suites/spinmodel/__init__.py" in commit["note"]
+    # Ignored, or allowed: saved.
+    (repo.path / ".git" / "info" / "exclude").write_text("suites/spinmodel/\n")
+    repo.run("--perfguard-save").assert_outcomes(passed=1)
+    assert len(list((repo.path / "baselines").rglob("*.json"))) == 1
+
+
 def test_baseline_none_and_explicit_results_file(repo: Repo) -> None:
     repo.commit(200, "base")
     repo.run().assert_outcomes(passed=1)

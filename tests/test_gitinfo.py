@@ -18,6 +18,7 @@ from perfguard.baseline.git import (
     merge_base,
     repo_root,
     resolve,
+    untracked_files,
 )
 from perfguard.core.errors import GitError
 
@@ -152,6 +153,33 @@ def test_dirty_tracks_tracked_files_only(repo: Path) -> None:
     assert commit_info(repo).dirty is True
     git(repo, "add", "file.txt")  # staged changes count too
     assert is_dirty(repo) is True
+
+
+def test_untracked_files_lists_only_what_a_commit_lacks_where_asked(repo: Path) -> None:
+    suites = repo / "suites"
+    (suites / "tiny").mkdir(parents=True)
+    (suites / "tiny.py").write_text("x = 1\n")
+    git(repo, "add", "suites/tiny.py")
+    git(repo, "commit", "-qm", "tiny")
+    (suites / "tiny" / "__init__.py").write_text("x = 2\n")  # shadows tiny.py
+    (suites / "__pycache__").mkdir()
+    (suites / "__pycache__" / "tiny.cpython-311.pyc").write_bytes(b"\0")
+    (suites / "scratch.log").write_text("ignored\n")
+    (repo / ".gitignore").write_text("*.log\n")
+    (suites / "reports").mkdir()
+    (suites / "reports" / "results.json").write_text("{}")
+    (repo / "elsewhere.py").write_text("y = 1\n")
+
+    found = untracked_files(repo, [suites], exclude=[suites / "reports"])
+    assert found == ("suites/tiny/__init__.py",)
+    # Outside the folders asked about, outside the work tree: not looked at.
+    assert untracked_files(repo, [repo / "nowhere"]) == ()
+    assert untracked_files(repo, [Path("/usr/lib")]) == ()
+    assert "elsewhere.py" in untracked_files(repo, [repo])
+    # A file asked about by name, tracked or not.
+    assert untracked_files(repo, [suites / "tiny.py", repo / "elsewhere.py"]) == (
+        "elsewhere.py",
+    )
 
 
 def test_branch_name_with_slash(repo: Path) -> None:

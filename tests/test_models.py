@@ -13,7 +13,7 @@ import pytest
 from perfguard.core.blame import failure_text
 from perfguard.core.errors import Location, ModelError
 from perfguard.core.scenario import ModelSpec
-from perfguard.models.factory import check_onnx_file, load_factory
+from perfguard.models.factory import check_onnx_file, code_paths, load_factory
 
 MODELS = textwrap.dedent(
     """
@@ -315,3 +315,26 @@ def test_forward_parameters() -> None:
     assert forward_parameters(_Sig.OneRequired()) == (["a", "b"], ["a"], False)  # type: ignore[arg-type]
     assert forward_parameters(_Sig.PosOnly()) == ([], ["x"], False)  # type: ignore[arg-type]
     assert forward_parameters(_Sig.Kw()) == (["x"], ["x"], True)  # type: ignore[arg-type]
+
+
+def test_code_paths_name_where_a_factory_would_be_imported_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found without importing: the suite folder's module, a package beside it that
+    shadows it, and a src-layout package reached through sys.path."""
+    suites, src = tmp_path / "suites", tmp_path / "src" / "mylib"
+    suites.mkdir()
+    src.mkdir(parents=True)
+    (suites / "tinypg.py").write_text("raise SystemExit('imported')\n")
+    (src / "__init__.py").write_text("raise SystemExit('imported')\n")
+    loc = Location(suites / "s.yaml", 3)
+    alone = ModelSpec("m", loc, suites, "tinypg:build", onnx=suites / "m.onnx")
+    assert code_paths(alone) == (suites, suites / "m.onnx", suites / "tinypg.py")
+    (suites / "tinypg").mkdir()
+    (suites / "tinypg" / "__init__.py").write_text("")
+    assert suites / "tinypg" in code_paths(alone)
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))
+    packaged = ModelSpec("m", loc, suites, "mylib.model:build")
+    assert code_paths(packaged) == (suites, src, src / "__init__.py")
+    assert "mylib" not in sys.modules and "tinypg" not in sys.modules
+    assert code_paths(ModelSpec("m", loc, suites, "nosuchmod_pg:build")) == (suites,)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from perfguard.core.errors import GitError
@@ -270,6 +270,46 @@ def parent_path(cwd: Path, descendant: str, ancestor: str) -> list[tuple[str, in
 def is_dirty(cwd: Path) -> bool:
     """Whether tracked files differ from HEAD (untracked files do not count)."""
     return bool(_ok(cwd, "status", "--porcelain", "--untracked-files=no"))
+
+
+#: Never a run's input: what Python writes beside the modules it imports.
+_BYTECODE = (":(exclude,glob)**/__pycache__/**", ":(exclude,glob)**/*.py[co]")
+
+
+def untracked_files(
+    cwd: Path, paths: Iterable[Path], *, exclude: Iterable[Path] = ()
+) -> tuple[str, ...]:
+    """Untracked, not ignored files at or under ``paths`` (folders or files), as paths
+    relative to the work tree's top, sorted, leaving out Python's bytecode and the
+    ``exclude`` folders (the run's own outputs: reports, baselines, caches). Paths
+    outside the work tree (site-packages, another checkout) are not looked at; none
+    inside gives ``()`` without running git.
+
+    Such a file is in no commit yet can change what a run measures (an untracked
+    ``suites/tiny/__init__.py`` shadows the tracked ``suites/tiny.py``), so a run that
+    saw one does not describe its commit.
+    """
+    top = repo_root(cwd)
+    if top is None:
+        return ()
+    top = top.resolve()
+
+    def spec(path: Path, magic: str) -> str | None:
+        try:
+            rel = Path(path).resolve().relative_to(top)
+        except ValueError:
+            return None
+        return f":({magic})" + (rel.as_posix() if rel.parts else ".")
+
+    inside = [s for s in (spec(p, "literal") for p in paths) if s]
+    if not inside:
+        return ()
+    inside += [s for s in (spec(p, "exclude,literal") for p in exclude) if s]
+    inside += _BYTECODE
+    listing = _ok(
+        top, "ls-files", "--others", "--exclude-standard", "-z", "--", *dict.fromkeys(inside)
+    )
+    return tuple(sorted({name for name in listing.split("\0") if name}))
 
 
 def _ci_branch(environ: Mapping[str, str]) -> tuple[str | None, str | None]:

@@ -107,12 +107,34 @@ def check_can_save(settings: GateSettings, commit: CommitInfo) -> str | None:
             f"{commit.note or 'no commit'}; commit first, or run inside a git checkout"
         )
     if commit.dirty and not settings.allow_dirty:
+        said = f" ({commit.note})" if commit.note else ""
         return (
-            "--perfguard-save refused: the working tree has uncommitted changes, so the "
+            f"--perfguard-save refused: the working tree has uncommitted changes{said}, so the "
             f"baseline would not describe commit {commit.sha[:12]}; commit or stash them, "
             "or pass --perfguard-allow-dirty"
         )
     return None
+
+
+#: Untracked files named in a refused save, at most (then how many more).
+_UNTRACKED_SHOWN = 5
+
+
+def untracked_refusal(untracked: Sequence[str], sha: str | None) -> str | None:
+    """Why ``--perfguard-save`` saves nothing when untracked files lie where the run's
+    code and suites come from, or None when there are none."""
+    if not untracked:
+        return None
+    shown = ", ".join(untracked[:_UNTRACKED_SHOWN])
+    more = len(untracked) - _UNTRACKED_SHOWN
+    also = f" and {more} more" if more > 0 else ""
+    commit = f"commit {sha[:12]}" if sha else "the commit"
+    return (
+        f"untracked files under the suites' and factories' folders ({shown}{also}) can "
+        f"change what this run measured but are in no commit, so the baseline would not describe "
+        f"{commit}. Fix: commit them (git add), delete them or list them in .gitignore, "
+        f"then run again; or pass --perfguard-allow-dirty"
+    )
 
 
 class Gatekeeper:

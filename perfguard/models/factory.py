@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import difflib
 import importlib
+import importlib.util
 import inspect
 import os
 import sys
@@ -203,6 +204,28 @@ def _call_factory(function: Callable[..., Any], model: ModelSpec) -> torch.nn.Mo
             location=model.location,
         )
     return result
+
+
+def code_paths(model: ModelSpec) -> tuple[Path, ...]:
+    """The files and folders whose contents decide what ``model`` runs, found without
+    importing anything: its suite's folder (where factory modules are imported from),
+    its ONNX and inputs files, and the factory's top-level package folder or module
+    file as Python would find it from there. A saved baseline must describe them all
+    (:func:`perfguard.baseline.git.untracked_files`)."""
+    found = [model.base_dir, *(p for p in (model.onnx, model.inputs_file) if p is not None)]
+    if model.factory:
+        top = model.factory.partition(":")[0].partition(".")[0]
+        with on_sys_path(str(model.base_dir)):
+            try:
+                importlib.invalidate_caches()
+                spec = importlib.util.find_spec(top)
+            except (ImportError, ValueError):  # unfindable: the run itself said so
+                spec = None
+        if spec is not None:
+            found.extend(Path(p) for p in spec.submodule_search_locations or ())
+            if spec.has_location and spec.origin:
+                found.append(Path(spec.origin))
+    return tuple(dict.fromkeys(found))
 
 
 @contextmanager

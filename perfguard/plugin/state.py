@@ -23,12 +23,13 @@ import pytest
 
 from perfguard import __version__
 from perfguard.ab.run import ABRun
-from perfguard.baseline.git import commit_info
+from perfguard.baseline.git import commit_info, untracked_files
 from perfguard.core import progress
 from perfguard.core.errors import (
     AccuracyFailure,
     BackendUnavailable,
     GateFailure,
+    GitError,
     InconclusiveFailure,
     InconclusiveWarning,
     PerfguardError,
@@ -45,12 +46,13 @@ from perfguard.judge.gatekeeper import (
     Gatekeeper,
     check_can_save,
     failure_message,
+    untracked_refusal,
 )
 from perfguard.judge.outcome import RunOutcome, profile_line, run_outcome
 from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
 from perfguard.machine.env import collect_environment
 from perfguard.measure.cell import RunContext
-from perfguard.models.factory import forget_factory_models
+from perfguard.models.factory import code_paths, forget_factory_models
 from perfguard.models.inputs import check_input_sizes
 from perfguard.plugin import pinning, xdist_transport
 from perfguard.plugin.items import ScenarioItem, SuiteFile, junit_properties
@@ -70,6 +72,7 @@ from perfguard.report.runfiles import (
 from perfguard.report.runfolder import RunFolder
 from perfguard.shard.plan import PLAN_FILENAME, ShardPlan, plan_path, write_plan
 from perfguard.suite.files import is_suite_path
+from perfguard.suite.loader import load_suite
 
 STATE_KEY = pytest.StashKey["PerfguardSession"]()
 INCONCLUSIVE_FIX = (
@@ -145,8 +148,11 @@ class PerfguardSession:
         self.suite_files = 0
         self.other_yaml: list[Path] = []  # YAML files seen that matched no suite pattern
         self.outcome: RunOutcome | None = None
-        #: Why ``--perfguard-save`` saved nothing because the session stopped early.
-        self.save_stopped: str | None = None
+        #: Why ``--perfguard-save`` saved nothing: the session stopped early, or
+        #: untracked files lie where the suites and factories come from.
+        self.save_withheld: str | None = None
+        #: Why the run is dirty for saving by its untracked files (with the fix).
+        self.untracked_problem: str | None = None
         # --perfguard-shard: who measures what (on an xdist controller, from a worker).
         self.plan: ShardPlan | None = None
         self._cell_started: int | None = None  # perf_counter_ns() as the current cell began
@@ -508,10 +514,9 @@ class PerfguardSession:
         self.verdicts.update(
             {k: v for k, v in gatekeeper.verdicts.items() if k not in self.verdicts}
         )
+        self._note_untracked()
         run = self.run_result()
-        self.save_stopped = (
-            stopped_early(session, exitstatus) if self.settings.judging.save else None
-        )
+        self.save_withheld = self._save_withheld(session, exitstatus)
         ab_base = (self.ab.base.sha, self.ab.how) if self.ab and self.ab.base else None
         status = write_run_files(
             run,
@@ -528,7 +533,7 @@ class PerfguardSession:
             ),
             files=self.files,
             exit_status=int(exitstatus),
-            save_stopped=self.save_stopped,
+            save_withheld=self.save_withheld,
         )
         if shard is not None and plan is not None and self.files.results is not None:
             run_dir = self.files.results.parent
@@ -554,6 +559,74 @@ class PerfguardSession:
             exit_status=status,
             gate=self.settings.judging.gate,
         )
+
+    def _save_withheld(self, session: pytest.Session, exitstatus: int) -> str | None:
+        """Why ``--perfguard-save`` must save nothing now that every cell has run, with
+        the fix; None to save (or when not saving)."""
+        if not self.settings.judging.save:
+            return None
+        stopped = stopped_early(session, exitstatus)
+        if stopped is not None:
+            return (
+                f"{stopped}; a baseline saved now would lack the cells that did not run. "
+                "Fix: run the whole suite to its end (without -x or --maxfail) with "
+                "--perfguard-save"
+            )
+        if self.settings.judging.allow_dirty:
+            return None
+        return self.untracked_problem
+
+    def _note_untracked(self) -> None:
+        """A run that saw untracked files where its suites and models come from is a
+        dirty run (so ``perfguard merge --save`` refuses its shard too), and a save of
+        it is withheld with the files named (``untracked_problem``)."""
+        commit = self.commit
+        if commit.sha is None:
+            return
+        untracked: tuple[str, ...]
+        try:
+            untracked = untracked_files(
+                self.rootdir,
+                self._code_paths(),
+                exclude=(
+                    self.settings.report_dir,
+                    self.settings.cache_dir,
+                    self.settings.judging.baseline_dir,
+                    self.rootdir / ".pytest_cache",
+                ),
+            )
+        except GitError as exc:  # unknown counts as dirty, as in commit_info
+            problem: str | None = (
+                f"could not list the untracked files: {exc.problem}. Fix: {exc.fix}"
+            )
+            untracked = ()
+        else:
+            problem = untracked_refusal(untracked, commit.sha)
+        if problem is None:
+            return
+        self.untracked_problem = problem
+        shown = ", ".join(untracked[:3]) + (" ..." if len(untracked) > 3 else "")
+        said = f"untracked files: {shown}" if untracked else "untracked files unknown"
+        self._commit = replace(
+            commit, dirty=True, note="; ".join(n for n in (commit.note, said) if n)
+        )
+
+    def _code_paths(self) -> list[Path]:
+        """The folders and files the measured cells' suites and models come from (the
+        suites read again here: under xdist the controller collected none)."""
+        paths: list[Path] = []
+        for name in sorted({r.suite for r in self.results.values()}):
+            path = self.rootdir / name
+            paths.append(path)
+            if path.suffix not in (".yaml", ".yml"):
+                continue  # a pytest-benchmark test file: its own path
+            try:
+                suite = load_suite(path)
+            except (PerfguardError, OSError):  # the run already said what is wrong
+                continue
+            for model in dict.fromkeys(sc.model for sc in suite.scenarios):
+                paths.extend(code_paths(model))
+        return paths
 
     def _judge_missing(self) -> None:
         """``missing`` verdicts for the base's cells this run did not collect (none on
@@ -609,12 +682,9 @@ class PerfguardSession:
     def _write_save_outcome(self, terminalreporter: Any) -> None:
         """One line per inconclusive cell that refused (or was marked in) the save."""
         gatekeeper = self.gatekeeper
-        if self.save_stopped is not None:
+        if self.save_withheld is not None:
             terminalreporter.write_line(
-                f"perfguard: baseline NOT saved: {self.save_stopped}; a baseline saved now "
-                "would lack the cells that did not run. Fix: run the whole suite to its end "
-                "(without -x or --maxfail) with --perfguard-save",
-                red=True,
+                f"perfguard: baseline NOT saved: {self.save_withheld}", red=True
             )
         for sid, why in gatekeeper.save_refused.items():
             terminalreporter.write_line(

@@ -158,7 +158,7 @@ def write_run_files(
     base: BaseSide,
     files: RunFiles,
     exit_status: int | None = None,
-    save_stopped: str | None = None,
+    save_withheld: str | None = None,
 ) -> int | None:
     """Write every file of the run, in order, recording each path in ``files`` as it lands.
 
@@ -168,12 +168,13 @@ def write_run_files(
     place), so it is tried first and the exit status the files record is returned. So
     does a file that could not be written (``files.failed``); the others still are.
     ``gatekeeper`` saves the baseline (``judging.save``); ``base`` is what the run was
-    compared with. ``save_stopped``: why the session stopped before every cell ran; a
-    save is then refused too, as a baseline without those cells would pass for whole.
+    compared with. ``save_withheld``: why the save must not happen (the session stopped
+    before every cell ran, untracked files lie among the suites and models); a save
+    is then refused too, as such a baseline would pass for its commit's whole.
     """
     target = results_path(report_dir, run.commit, run.mode)
     files.results = files.attempt("the results", target, lambda: write_results(run, report_dir))
-    if judging.save and save_stopped is not None:
+    if judging.save and save_withheld is not None:
         exit_status = exit_status or SAVE_REFUSED_EXIT
     elif judging.save:
         files.saved = files.attempt(
