@@ -145,7 +145,7 @@ def test_bridged_results_fit_the_results_schema(
     _, results, _ = bridged
     run = RunResult(
         commit=CommitInfo(sha=None, branch=None, dirty=False),
-        environment=Environment(fingerprint="0123456789ab"),
+        environment=Environment.of({}),
         scenarios=tuple(ScenarioResult.from_dict(r) for r in results.values()),
         created_at="2024-01-01T00:00:00+00:00",
         perfguard_version="0.1.0",
@@ -162,7 +162,7 @@ def test_export_of_bridged_results_matches_pytest_benchmarks_json(
     _, results, bench = bridged
     run = RunResult(
         commit=CommitInfo(sha=None, branch=None, dirty=False),
-        environment=Environment(fingerprint="0123456789ab"),
+        environment=Environment.of({}),
         scenarios=tuple(ScenarioResult.from_dict(r) for r in results.values()),
         created_at="2024-01-01T00:00:00+00:00",
         perfguard_version="0.1.0",

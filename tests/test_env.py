@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from perfguard.core.results import Environment
+from perfguard.core.results import Environment, fingerprint
 from perfguard.machine import env
-from perfguard.machine.env import collect_environment, diff_comparable, fingerprint, package_version
+from perfguard.machine.env import collect_environment, diff_comparable, package_version
 
 GPU_KEYS = {"gpu_model", "gpu_memory_gib", "gpu_driver_major", "cuda_major"}
 

@@ -38,10 +38,9 @@ def _scenario(sid: str, samples: tuple[int, ...], **kw: object) -> ScenarioResul
 def _run(*scenarios: ScenarioResult) -> RunResult:
     return RunResult(
         commit=CommitInfo(sha=SHA, branch="main", dirty=True),
-        environment=Environment(
-            fingerprint="0123456789ab",
-            comparable={"cpu_model": "Test CPU", "machine": "x86_64", "os": "Linux"},
-            recorded={"hostname": "box", "python_full": "3.11.9"},
+        environment=Environment.of(
+            {"cpu_model": "Test CPU", "machine": "x86_64", "os": "Linux"},
+            {"hostname": "box", "python_full": "3.11.9"},
         ),
         scenarios=scenarios,
         created_at="2024-05-01T12:00:00+00:00",

@@ -37,12 +37,13 @@ from perfguard import cli
 from perfguard.baseline.read import read_baseline_file
 from perfguard.baseline.store import DirectoryStore
 from perfguard.core.errors import PerfguardError
-from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult, Status
+from perfguard.core.results import CommitInfo, RunResult, ScenarioResult, Status
 from perfguard.core.resultsio import read_results, results_from_dict, write_results
 from perfguard.core.stats import summarize, throughput
 from perfguard.interop.benchmark_json import export_command
 from perfguard.judge.verdict import MetricVerdict, ScenarioVerdict, VerdictKind
 from perfguard.report.comparison import comparison_path, read_comparison, write_comparison
+from tests.helpers.envs import fp, stored_env
 
 # At least this many mutants of each kind of file per run (the issue asks for 1,000);
 # PERFGUARD_FUZZ_EXAMPLES raises it for a longer hunt.
@@ -62,7 +63,7 @@ FUZZ = settings(
 # examples there, of the same mutants.
 CLI_FUZZ = settings(FUZZ, max_examples=100)
 
-FP = "0123456789ab"
+FP = fp()
 
 # -- valid runs ---------------------------------------------------------------------------
 
@@ -98,7 +99,7 @@ def a_run(seed: int) -> RunResult:
     rng = random.Random(seed)
     return RunResult(
         commit=CommitInfo(sha=f"{seed:040x}", branch=rng.choice([None, "main"]), dirty=False),
-        environment=Environment(FP, {"cpu": "test"}, {"hostname": "box"}),
+        environment=stored_env(hostname="box"),
         scenarios=tuple(a_scenario(rng, i) for i in range(1 + seed % 3)),
         created_at="2026-01-01T00:00:00Z",
         perfguard_version="0.1.0",

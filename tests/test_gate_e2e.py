@@ -152,9 +152,7 @@ def test_untracked_files_where_the_model_comes_from_refuse_the_save(repo: Repo) 
     )
     assert not list((repo.path / "baselines").rglob("*.json"))
     # The run is dirty in its results, so `perfguard merge --save` refuses its shard too.
-    commit = json.loads(next((repo.path / "reports").glob("*/results.json")).read_text())[
-        "commit"
-    ]
+    commit = json.loads(next((repo.path / "reports").glob("*/results.json")).read_text())["commit"]
     assert commit["dirty"] is True and "suites/spinmodel/__init__.py" in commit["note"]
     # Ignored, or allowed: saved.
     (repo.path / ".git" / "info" / "exclude").write_text("suites/spinmodel/\n")

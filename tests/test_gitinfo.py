@@ -177,9 +177,7 @@ def test_untracked_files_lists_only_what_a_commit_lacks_where_asked(repo: Path) 
     assert untracked_files(repo, [Path("/usr/lib")]) == ()
     assert "elsewhere.py" in untracked_files(repo, [repo])
     # A file asked about by name, tracked or not.
-    assert untracked_files(repo, [suites / "tiny.py", repo / "elsewhere.py"]) == (
-        "elsewhere.py",
-    )
+    assert untracked_files(repo, [suites / "tiny.py", repo / "elsewhere.py"]) == ("elsewhere.py",)
 
 
 def test_branch_name_with_slash(repo: Path) -> None:

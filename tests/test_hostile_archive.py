@@ -32,7 +32,7 @@ from perfguard.baseline import read as baseline_read
 from perfguard.baseline import store as store_mod
 from perfguard.core import codec, policy, resultsio
 from perfguard.core.errors import PerfguardError, ResultsError, StoreError
-from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
+from perfguard.core.results import CommitInfo, RunResult, ScenarioResult
 from perfguard.core.resultsio import read_results, write_results
 from perfguard.core.stats import summarize, throughput
 from perfguard.judge import stored as judge_stored
@@ -40,8 +40,9 @@ from perfguard.judge.verdict import MetricVerdict, ScenarioVerdict, VerdictKind
 from perfguard.report import cli_report
 from perfguard.report import comparison as comparison_mod
 from perfguard.report.comparison import comparison_path, read_comparison, write_comparison
+from tests.helpers.envs import fp, stored_env
 
-FP = "0123456789ab"
+FP = fp()
 SID = "suites/lin.yaml::lin[torch-cpu-fp32]"
 SHA_A, SHA_B = "a" * 40, "b" * 40
 
@@ -62,7 +63,7 @@ def a_run(sha: str, *, n: int = 200, seed: int = 0) -> RunResult:
     )
     return RunResult(
         commit=CommitInfo(sha=sha, branch="main", dirty=False),
-        environment=Environment(FP, {"cpu": "test"}, {"hostname": "box"}),
+        environment=stored_env(hostname="box"),
         scenarios=(scenario,),
         created_at="2026-01-01T00:00:00Z",
         perfguard_version="0.1.0",

@@ -33,7 +33,7 @@ from tests.test_compare import lognormal, result
 from tests.test_quiet import FakeMachine
 
 P95 = (GateSpec("p95", 0.05),)
-ENV = Environment("fp-test", {"cpu": "test"}, {})
+ENV = Environment.of({"cpu": "test"})
 SHA = "b" * 40
 
 

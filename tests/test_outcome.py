@@ -295,7 +295,7 @@ def test_index_reads_how_old_and_new_runs_ended(tmp_path: Path) -> None:
                                ("3" * 40, passing, 0)):  # fmt: skip
         run = RunResult(
             commit=CommitInfo(sha=sha, branch="b", dirty=False),
-            environment=Environment("f" * 12, {}, {}),
+            environment=Environment.of({}),
             scenarios=tuple(cells),
             created_at=f"2026-01-0{sha[0]}T00:00:00+00:00",
             perfguard_version="0",

@@ -80,11 +80,11 @@ def run_of(
     scenarios: list[ScenarioResult],
     sha: str | None = SHA,
     created_at: str = "2026-01-02T03:04:05+00:00",
-    fingerprint: str = "f00000000001",
+    cpu: str = "TestCPU",
 ) -> RunResult:
     return RunResult(
         commit=CommitInfo(sha=sha, branch="feature", dirty=False),
-        environment=Environment(fingerprint, {"cpu": "TestCPU"}, {"host": "box"}),
+        environment=Environment.of({"cpu": cpu}, {"host": "box"}),
         scenarios=tuple(scenarios),
         created_at=created_at,
         perfguard_version="0.0.test",
@@ -417,7 +417,7 @@ LOAD_A: dict[str, Any] = {
 
 def test_the_ab_base_side_of_a_load_cell_has_the_base_figures(tmp_path: Path) -> None:
     base_run = run_of([scenario("s::slo", seed=4)], sha=BASE_SHA)
-    archived = Baseline("f00000000001", base_run.commit, (base_run,), None)
+    archived = Baseline(base_run.environment.fingerprint, base_run.commit, (base_run,), None)
     gatekeeper: Any = SimpleNamespace(
         choice=BaselineChoice(archived, "nearest ancestor"), history_results=lambda sid: []
     )

@@ -124,12 +124,8 @@ commits = st.builds(
     note=st.none() | names,
 )
 
-environments = st.builds(
-    Environment,
-    fingerprint=st.text(alphabet=hexdigits, min_size=12, max_size=12),
-    comparable=string_maps,
-    recorded=string_maps,
-)
+# A stored fingerprint is its comparable fields' hash (Environment.check on read).
+environments = st.builds(Environment.of, comparable=string_maps, recorded=string_maps)
 
 run_results = st.builds(
     RunResult,
@@ -156,7 +152,7 @@ def a_run(**changes: Any) -> RunResult:
     )
     values: dict[str, Any] = {
         "commit": CommitInfo(sha="ab" * 20, branch="main", dirty=False),
-        "environment": Environment("0123456789ab", {"cpu_model": "x"}, {"hostname": "h"}),
+        "environment": Environment.of({"cpu_model": "x"}, {"hostname": "h"}),
         "scenarios": (scenario,),
         "created_at": "2024-05-01T12:00:00+00:00",
         "perfguard_version": "0.1.0",
@@ -181,6 +177,26 @@ def test_write_read_round_trip(run: RunResult) -> None:
         assert path == results_path(Path(tmp) / "reports", run.commit, run.mode)
         assert path.parent.name == run_dir_name(run.commit, run.mode)
         assert read_results(path) == run
+
+
+@SETTINGS
+@given(run_results, st.text(min_size=1, max_size=8), st.text(max_size=8))
+def test_an_edited_comparable_field_is_refused_on_read(
+    run: RunResult, key: str, value: str
+) -> None:
+    """The fingerprint kept, a comparable field edited: it used to be gated as the same
+    environment. Read back, the fingerprint is recomputed from the fields."""
+    data = run.to_dict()
+    comparable = data["environment"]["comparable"]
+    if comparable.get(key) == value:
+        value += "x"
+    comparable[key] = value
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "results.json"
+        write_json_atomic(path, data)
+        with pytest.raises(ResultsError, match="is not the hash of its comparable fields") as info:
+            read_results(path)
+    assert str(path) in str(info.value) and run.environment.fingerprint in str(info.value)
 
 
 def test_schema_is_valid_draft_2020_12() -> None:

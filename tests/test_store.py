@@ -36,9 +36,15 @@ from perfguard.core.figures import RuntimeInfo
 from perfguard.core.loadfigures import LoadFigures
 from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
 from perfguard.core.stats import summarize
+from tests.helpers.envs import fp as fingerprint_of
+from tests.helpers.envs import stored_env
 from tests.test_load_presentation import load_dict
 
-FP = "fp-0123abcd"
+#: Stored runs' environments, by fingerprint (a stored fingerprint is its fields' hash).
+_ENVS = {
+    e.fingerprint: e for e in (stored_env("test-cpu", host="box"), stored_env("a"), stored_env("b"))
+}
+FP = fingerprint_of("test-cpu")
 IDS = ("suite::resnet[torch-cpu-fp32]", "suite::bert[torch-cpu-fp32]")
 
 
@@ -85,7 +91,8 @@ def make_run(
     stamp = datetime(2024, 1, 1) + timedelta(minutes=seed)
     return RunResult(
         commit=CommitInfo(sha=sha, branch="main", dirty=False),
-        environment=Environment(fingerprint, {"cpu": "test-cpu"}, {"host": "box"}),
+        environment=_ENVS.get(fingerprint)
+        or Environment(fingerprint, {"cpu": "test-cpu"}, {"host": "box"}),
         scenarios=tuple(scenarios),
         created_at=created_at or stamp.isoformat() + "Z",
         perfguard_version=f"0.1.0+seed{seed}",
@@ -205,7 +212,9 @@ def _with_sample_count(text: str, n: int) -> str:
     return json.dumps(doc, indent=1)
 
 
-@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty", "wrong-n", "wrong-sha"])
+@pytest.mark.parametrize(
+    "damage", ["truncate", "garbage", "empty", "wrong-n", "wrong-sha", "edited-environment"]
+)
 def test_corrupt_files_are_reported_by_path_and_left_untouched(tmp_path: Path, damage: str) -> None:
     store = DirectoryStore(tmp_path)
     path = store.save(make_run(sha_of(1)))
@@ -218,13 +227,18 @@ def test_corrupt_files_are_reported_by_path_and_left_untouched(tmp_path: Path, d
         "empty": "",
         "wrong-n": _with_sample_count(text, 41),
         "wrong-sha": text.replace(sha_of(1), sha_of(9)),
+        # Its fingerprint kept, a comparable field edited: it was gated as comparable.
+        "edited-environment": text.replace('"cpu": "test-cpu"', '"cpu": "other-cpu"'),
     }[damage]
+    assert damaged != text
     path.write_text(damaged, encoding="utf-8")
     before = path.read_bytes()
 
     with pytest.raises(ResultsError) as info:
         store.load(FP, sha_of(1))
     assert str(path) in str(info.value) and "move the file away" in str(info.value)
+    if damage == "edited-environment":
+        assert "is not the hash of its comparable fields" in str(info.value)
     if damage == "truncate":
         assert info.value.location is not None and info.value.location.line is not None
     problems = store.scan()
@@ -365,7 +379,7 @@ def test_a_kill_during_a_write_leaves_the_old_file_whole(tmp_path: Path, target:
 
 # -- the twins agree ------------------------------------------------------------------
 
-FPS = ("fp-a", "fp-b")
+FPS = (fingerprint_of("a"), fingerprint_of("b"))
 SHAS = (sha_of(1), sha_of(2), sha_of(3))
 
 

@@ -76,7 +76,7 @@ def results(monkeypatch: pytest.MonkeyPatch) -> list[ScenarioResult]:
 def run_input(cells: list[ScenarioResult]) -> ReportInput:
     run = RunResult(
         commit=CommitInfo(sha="a" * 40, branch="main", dirty=False),
-        environment=Environment("f" * 12, {"cpu": "x"}, {}),
+        environment=Environment.of({"cpu": "x"}),
         scenarios=tuple(cells),
         created_at="2026-01-02T03:04:05+00:00",
         perfguard_version="0.0.test",

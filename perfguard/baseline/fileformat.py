@@ -339,9 +339,12 @@ def decode_document(
                 what="baseline launch",
                 fix=MOVE_AWAY_FIX,
             )
-            run = RunResult.from_dict(decoded, source=label)
+            run = RunResult.from_dict(decoded, source=label, verify=False)
         except (KeyError, TypeError, AttributeError) as exc:
             raise corrupt(f"launch {index} is malformed ({exc!r})") from exc
+        problem = run.environment.mismatch()
+        if problem:
+            raise corrupt(f"launch {index}'s {problem}")
         if run.commit.sha != sha or run.environment.fingerprint != fingerprint:
             raise corrupt(f"launch {index} belongs to another commit or environment")
         launches.append(run)

@@ -10,6 +10,9 @@ runtime facts), ``loadfigures`` and ``accuracyfigures``.
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from pathlib import Path
@@ -94,6 +97,13 @@ class CommitInfo:
         )
 
 
+def fingerprint(comparable: Mapping[str, str]) -> str:
+    """An environment's fingerprint: the first 12 hex digits of sha256 over the sorted
+    JSON of its ``comparable`` fields (the one rule; a stored one is checked by it)."""
+    blob = json.dumps(dict(comparable), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:12]
+
+
 @dataclass(frozen=True)
 class Environment:
     """Where a run was measured.
@@ -116,11 +126,30 @@ class Environment:
         }
 
     @classmethod
+    def of(
+        cls, comparable: Mapping[str, str], recorded: Mapping[str, str] | None = None
+    ) -> Environment:
+        """The environment of these fields, its fingerprint computed from them."""
+        return cls(fingerprint(comparable), dict(comparable), dict(recorded or {}))
+
+    @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Environment:
         return cls(
             fingerprint=str(data["fingerprint"]),
             comparable={str(k): str(v) for k, v in data.get("comparable", {}).items()},
             recorded={str(k): str(v) for k, v in data.get("recorded", {}).items()},
+        )
+
+    def mismatch(self) -> str | None:
+        """Why this stored environment cannot be trusted, or None: a fingerprint that is
+        not its ``comparable`` fields' hash means the fields (or it) were edited, and
+        gating against it would compare runs of different machines as alike."""
+        computed = fingerprint(self.comparable)
+        if computed == self.fingerprint:
+            return None
+        return (
+            f"environment fingerprint {self.fingerprint!r} is not the hash of its "
+            f"comparable fields ({computed!r}): they were edited after it was written"
         )
 
 
@@ -296,10 +325,14 @@ class RunResult:
         )
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], *, source: str = "<results>") -> RunResult:
+    def from_dict(
+        cls, data: dict[str, Any], *, source: str = "<results>", verify: bool = True
+    ) -> RunResult:
+        """A stored run read back; ``verify``: refuse an environment whose fingerprint
+        is not its fields' hash (a baseline file checks it itself, as corruption)."""
         cls.check_version(data, source=source)
         try:
-            return cls(
+            run = cls(
                 schema_version=SCHEMA_VERSION,  # checked above
                 perfguard_version=str(data.get("perfguard_version", "unknown")),
                 created_at=str(data["created_at"]),
@@ -316,3 +349,12 @@ class RunResult:
                 expected="a results file written by perfguard",
                 fix="re-create it with `pytest --perfguard`",
             ) from exc
+        problem = run.environment.mismatch() if verify else None
+        if problem:
+            raise ResultsError(
+                f"{source}: {problem}",
+                expected="the fingerprint perfguard computed from environment.comparable",
+                fix="re-create the file with `pytest --perfguard`; never edit its "
+                "environment by hand",
+            )
+        return run

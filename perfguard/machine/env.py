@@ -16,8 +16,6 @@ driver is down does not pass for a CPU machine in silence.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
 import platform
 import re
@@ -58,12 +56,6 @@ RUNTIME_DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
 #: Families whose distributions exclude each other: two of them installed side by
 #: side is a broken setup (one shadows the other) worth seeing in a diff.
 EXCLUSIVE_FAMILIES = frozenset({"onnxruntime"})
-
-
-def fingerprint(comparable: Mapping[str, str]) -> str:
-    """First 12 hex digits of sha256 over the sorted JSON of ``comparable``."""
-    blob = json.dumps(dict(comparable), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:12]
 
 
 def _read_text(path: Path) -> str | None:
@@ -373,9 +365,7 @@ def collect_environment(extra: Mapping[str, str] | None = None) -> Environment:
             {k: v for k, v in static_info(nvml_index(0)).items() if k not in comparable}
         )
     recorded = {k: v for k, v in optional.items() if v}
-    return Environment(
-        fingerprint=fingerprint(comparable), comparable=comparable, recorded=recorded
-    )
+    return Environment.of(comparable, recorded)
 
 
 def diff_comparable(a: Environment, b: Environment) -> dict[str, tuple[str | None, str | None]]:
