@@ -18,6 +18,7 @@ import pytest
 
 from perfguard.core.errors import BackendUnavailable
 from perfguard.machine import native
+from tests.helpers.onnx_cells import relu_cell
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or shutil.which("cc") is None,
@@ -53,31 +54,6 @@ def test_a_driver_that_does_not_load_is_named(monkeypatch: pytest.MonkeyPatch) -
     assert problem.startswith("the NVIDIA driver's libperfguard-no-driver.so.1 does not load")
 
 
-def _cuda_cell(tmp_path: Path) -> object:
-    from onnx import helper, save
-
-    from perfguard.core.errors import Location
-    from perfguard.core.scenario import InputSpec, ModelSpec, Scenario
-
-    graph = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["y"])], "g",
-        [helper.make_tensor_value_info("x", 1, [2, 8])],
-        [helper.make_tensor_value_info("y", 1, [2, 8])],
-    )  # fmt: skip
-    save(helper.make_model(graph), tmp_path / "m.onnx")
-    model = ModelSpec(
-        name="m",
-        location=Location(tmp_path / "suite.yaml", 3),
-        base_dir=tmp_path,
-        onnx=Path("m.onnx"),
-        inputs=(InputSpec("x", (2, 8), seed=1),),
-    )
-    return Scenario(
-        suite=tmp_path / "suite.yaml", name="s", cell_id="", model=model,
-        location=Location(tmp_path / "suite.yaml", 9), backend="onnxruntime", device="cuda",
-    )  # fmt: skip
-
-
 @pytest.mark.parametrize("missing", ["driver", "provider"])
 def test_a_listed_cuda_provider_that_cannot_load_skips_its_cell_with_the_cause(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, broken_provider: Path, missing: str
@@ -98,7 +74,7 @@ def test_a_listed_cuda_provider_that_cannot_load_skips_its_cell_with_the_cause(
         monkeypatch.setattr(native, "DRIVER_LIBRARY", "libc.so.6")  # a driver that loads
         monkeypatch.setattr(native, "ort_provider_library", lambda where, name: broken_provider)
         cause = "its library libprovider.so does not load (libgone.so.13"
-    cell = _cuda_cell(tmp_path)
+    cell = relu_cell(tmp_path)
     with pytest.raises(BackendUnavailable) as info:
         OnnxRuntimeBackend().open(cell, make_inputs(cell.model), tmp_path / "cache")
     text = str(info.value)

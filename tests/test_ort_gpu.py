@@ -19,14 +19,14 @@ import pytest
 from perfguard.backends import onnxruntime_backend
 from perfguard.backends.onnxruntime_backend import OnnxRuntimeBackend, OnnxRuntimeSession
 from perfguard.backends.ort_gpu import DISABLE_CPU_FALLBACK, GpuPlan, Placement
-from perfguard.core.errors import CellError, Location, ModelError, ProviderFallbackError
-from perfguard.core.scenario import GpuSpec, InputSpec, ModelSpec, QuantSpec, Scenario
+from perfguard.core.errors import CellError, ModelError, ProviderFallbackError
+from perfguard.core.scenario import GpuSpec, QuantSpec, Scenario
 from perfguard.machine import native
 from perfguard.models.inputs import make_inputs
+from tests.helpers.onnx_cells import LOCATION, relu_cell
 
 onnx = pytest.importorskip("onnx")
 
-LOCATION = Location(Path("suite.yaml"), 12)
 CUDA = "CUDAExecutionProvider"
 TRT = "TensorrtExecutionProvider"
 CPU = "CPUExecutionProvider"
@@ -212,42 +212,6 @@ class FakeOrt:
         return InferenceSession
 
 
-def relu_onnx(path: Path) -> Path:
-    from onnx import helper
-
-    graph = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["y"])],
-        "g",
-        [helper.make_tensor_value_info("x", 1, [2, 4])],
-        [helper.make_tensor_value_info("y", 1, [2, 4])],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
-    return path
-
-
-def scenario(tmp_path: Path, device: str = "cuda", **fields: Any) -> Scenario:
-    relu_onnx(tmp_path / "relu.onnx")
-    model = ModelSpec(
-        name="m",
-        location=Location(tmp_path / "suite.yaml", 3),
-        base_dir=tmp_path,
-        onnx=Path("relu.onnx"),
-        inputs=(InputSpec("x", (2, 4), seed=3),),
-    )
-    return Scenario(
-        suite=tmp_path / "suite.yaml",
-        name="s",
-        cell_id="",
-        model=model,
-        location=LOCATION,
-        backend="onnxruntime",
-        device=device,
-        **fields,
-    )
-
-
 @pytest.fixture
 def fake_ort(monkeypatch: pytest.MonkeyPatch) -> Any:
     """Install a FakeOrt built with the given script as ``onnxruntime``."""
@@ -278,7 +242,7 @@ def test_cuda_provider_gets_the_device_and_the_users_options(tmp_path: Path, fak
         ("do_copy_in_default_stream", "true"),
         ("gpu_mem_limit", "1073741824"),
     )
-    sc = scenario(tmp_path, "cuda:1", gpu=GpuSpec(provider_options=options))
+    sc = relu_cell(tmp_path, "cuda:1", gpu=GpuSpec(provider_options=options))
     session, _ = open_session(sc, tmp_path)
     created = fake.created[0]
     assert created["providers"] == [
@@ -307,7 +271,7 @@ def test_tensorrt_falls_back_to_cuda_with_fp16_and_an_engine_cache(
     fake = fake_ort()
     monkeypatch.setattr(onnxruntime_backend, "convert_fp16", lambda path, cache, loc: path)
     gpu = GpuSpec(ort_provider="tensorrt", provider_options=(("trt_timing_cache_enable", "0"),))
-    session, _ = open_session(scenario(tmp_path, "cuda:2", precision="fp16", gpu=gpu), tmp_path)
+    session, _ = open_session(relu_cell(tmp_path, "cuda:2", precision="fp16", gpu=gpu), tmp_path)
     providers = fake.created[0]["providers"]
     assert [p[0] for p in providers] == [TRT, CUDA]
     trt, cuda = providers[0][1], providers[1][1]
@@ -323,9 +287,9 @@ def test_tensorrt_falls_back_to_cuda_with_fp16_and_an_engine_cache(
 
 def test_tensorrt_flags_follow_the_precision(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    fp32 = GpuPlan.build(scenario(tmp_path, gpu=GpuSpec(ort_provider="tensorrt")), 0, cache, "1")
+    fp32 = GpuPlan.build(relu_cell(tmp_path, gpu=GpuSpec(ort_provider="tensorrt")), 0, cache, "1")
     assert "trt_fp16_enable" not in fp32.options and "trt_int8_enable" not in fp32.options
-    static = scenario(
+    static = relu_cell(
         tmp_path,
         precision="int8",
         quantization=QuantSpec(mode="static"),
@@ -338,11 +302,11 @@ def test_tensorrt_flags_follow_the_precision(tmp_path: Path) -> None:
 
 def test_unknown_provider_and_conflicting_device_id_are_cell_errors(tmp_path: Path) -> None:
     with pytest.raises(CellError) as info:
-        GpuPlan.build(scenario(tmp_path, gpu=GpuSpec(ort_provider="rocm")), 0, tmp_path, "1")
+        GpuPlan.build(relu_cell(tmp_path, gpu=GpuSpec(ort_provider="rocm")), 0, tmp_path, "1")
     assert "cuda or tensorrt" in str(info.value) and info.value.location == LOCATION
     clash = GpuSpec(provider_options=(("device_id", "0"),))
     with pytest.raises(CellError, match="device_id 0") as info:
-        GpuPlan.build(scenario(tmp_path, "cuda:3", gpu=clash), 3, tmp_path, "1")
+        GpuPlan.build(relu_cell(tmp_path, "cuda:3", gpu=clash), 3, tmp_path, "1")
     assert info.value.fix is not None and "cuda:<index>" in info.value.fix
 
 
@@ -352,7 +316,7 @@ def test_unknown_provider_and_conflicting_device_id_are_cell_errors(tmp_path: Pa
 def test_refused_creation_names_the_cpu_nodes(tmp_path: Path, fake_ort: Any) -> None:
     fake = fake_ort(cpu_nodes=(("topk_3", "TopK"), ("nms", "NonMaxSuppression")))
     with pytest.raises(ProviderFallbackError) as info:
-        open_session(scenario(tmp_path, "cuda"), tmp_path)
+        open_session(relu_cell(tmp_path, "cuda"), tmp_path)
     text = str(info.value)
     assert "refused to create the session on CUDAExecutionProvider" in text
     assert "2 nodes [topk_3 (TopK), nms (NonMaxSuppression)]" in text
@@ -368,14 +332,14 @@ def test_refused_creation_names_the_cpu_nodes(tmp_path: Path, fake_ort: Any) -> 
 def test_refusal_because_the_provider_did_not_load(tmp_path: Path, fake_ort: Any) -> None:
     fake_ort(loads=False)
     with pytest.raises(ProviderFallbackError) as info:
-        open_session(scenario(tmp_path, "cuda"), tmp_path)
+        open_session(relu_cell(tmp_path, "cuda"), tmp_path)
     assert "CUDAExecutionProvider, but it did not load" in str(info.value)
     assert info.value.fix is not None and "LD_LIBRARY_PATH" in info.value.fix
 
 
 def test_silent_cpu_fallback_with_fallback_allowed_is_caught(tmp_path: Path, fake_ort: Any) -> None:
     fake_ort(loads=False)
-    sc = scenario(tmp_path, "cuda:1", gpu=GpuSpec(allow_cpu_fallback=True))
+    sc = relu_cell(tmp_path, "cuda:1", gpu=GpuSpec(allow_cpu_fallback=True))
     with pytest.raises(ProviderFallbackError) as info:
         open_session(sc, tmp_path)
     text = str(info.value)
@@ -388,7 +352,7 @@ def test_profiled_cpu_node_fails_listing_ten_and_the_count(tmp_path: Path, fake_
     nodes = tuple((f"loop_body_{i}", "NonZero") for i in range(12))
     fake_ort(cpu_nodes=nodes, refuse=False)
     with pytest.raises(ProviderFallbackError) as info:
-        open_session(scenario(tmp_path, "cuda"), tmp_path)
+        open_session(relu_cell(tmp_path, "cuda"), tmp_path)
     text = str(info.value)
     assert (
         "12 nodes [loop_body_0 (NonZero)" in text and "loop_body_9 (NonZero), and 2 more]" in text
@@ -401,7 +365,7 @@ def test_profiled_cpu_node_fails_listing_ten_and_the_count(tmp_path: Path, fake_
 def test_memcpy_nodes_are_not_a_fallback(tmp_path: Path, fake_ort: Any) -> None:
     on_cpu = (("in_copy", "MemcpyFromHost", CPU), ("out_copy", "MemcpyToHost", CPU))
     fake = fake_ort(extra_nodes=on_cpu)
-    session, _ = open_session(scenario(tmp_path, "cuda"), tmp_path)
+    session, _ = open_session(relu_cell(tmp_path, "cuda"), tmp_path)
     placement = session.runtime_info["placement"]
     assert placement["nodes"] == {CUDA: 1}
     assert placement["memcpy_nodes"] == 4 and placement["cpu_node_count"] == 0
@@ -413,7 +377,7 @@ def test_memcpy_nodes_are_not_a_fallback(tmp_path: Path, fake_ort: Any) -> None:
 
 def test_allowed_cpu_fallback_is_recorded_not_failed(tmp_path: Path, fake_ort: Any) -> None:
     fake = fake_ort(cpu_nodes=(("nms", "NonMaxSuppression"),))
-    sc = scenario(tmp_path, "cuda", gpu=GpuSpec(allow_cpu_fallback=True))
+    sc = relu_cell(tmp_path, "cuda", gpu=GpuSpec(allow_cpu_fallback=True))
     session, _ = open_session(sc, tmp_path)
     created = fake.created[0]
     assert DISABLE_CPU_FALLBACK not in created["config"]
@@ -427,16 +391,16 @@ def test_allowed_cpu_fallback_is_recorded_not_failed(tmp_path: Path, fake_ort: A
 def test_shape_nodes_get_a_hint(tmp_path: Path, fake_ort: Any) -> None:
     fake_ort(cpu_nodes=(("Shape_1", "Shape"), ("Gather_2", "Gather")), refuse=False)
     with pytest.raises(ProviderFallbackError) as info:
-        open_session(scenario(tmp_path, "cuda"), tmp_path)
+        open_session(relu_cell(tmp_path, "cuda"), tmp_path)
     assert info.value.fix is not None and "shape computations" in info.value.fix
 
 
 def test_no_profile_is_no_proof(tmp_path: Path, fake_ort: Any) -> None:
     fake_ort(profile=False)
     with pytest.raises(ProviderFallbackError, match="could not be read"):
-        open_session(scenario(tmp_path, "cuda"), tmp_path)
+        open_session(relu_cell(tmp_path, "cuda"), tmp_path)
     fake_ort(profile=False)
-    sc = scenario(tmp_path, "cuda", gpu=GpuSpec(allow_cpu_fallback=True))
+    sc = relu_cell(tmp_path, "cuda", gpu=GpuSpec(allow_cpu_fallback=True))
     session, _ = open_session(sc, tmp_path)
     assert session.runtime_info["placement"]["checked"] is False
 
@@ -466,7 +430,7 @@ def test_resident_inputs_are_bound_once_and_outputs_stay_on_the_device(
     tmp_path: Path, fake_ort: Any
 ) -> None:
     fake = fake_ort()
-    session, feeds = open_session(scenario(tmp_path, "cuda:1"), tmp_path)
+    session, feeds = open_session(relu_cell(tmp_path, "cuda:1"), tmp_path)
     (sess,) = fake.sessions
     prepared = session.prepare(feeds)
     assert fake.uploads == [((2, 4), "cuda", 1)]
@@ -489,7 +453,7 @@ def test_resident_inputs_are_bound_once_and_outputs_stay_on_the_device(
 
 def test_included_copies_bind_and_copy_on_every_run(tmp_path: Path, fake_ort: Any) -> None:
     fake = fake_ort()
-    sc = scenario(tmp_path, "cuda", gpu=GpuSpec(include_copies=True))
+    sc = relu_cell(tmp_path, "cuda", gpu=GpuSpec(include_copies=True))
     session, feeds = open_session(sc, tmp_path)
     prepared = session.prepare(feeds)
     assert fake.uploads == []  # inputs stay on the host until each run
@@ -507,7 +471,7 @@ def test_included_copies_bind_and_copy_on_every_run(tmp_path: Path, fake_ort: An
 def test_without_iobinding_session_run_takes_host_arrays(tmp_path: Path, fake_ort: Any) -> None:
     fake = fake_ort()
     session, feeds = open_session(
-        scenario(tmp_path, "cuda", gpu=GpuSpec(iobinding=False)), tmp_path
+        relu_cell(tmp_path, "cuda", gpu=GpuSpec(iobinding=False)), tmp_path
     )
     (sess,) = fake.sessions
     prepared = session.prepare(feeds)
@@ -523,7 +487,7 @@ def test_without_iobinding_session_run_takes_host_arrays(tmp_path: Path, fake_or
 
 def test_each_worker_gets_its_own_bindings(tmp_path: Path, fake_ort: Any) -> None:
     fake = fake_ort()
-    session, feeds = open_session(scenario(tmp_path, "cuda"), tmp_path)
+    session, feeds = open_session(relu_cell(tmp_path, "cuda"), tmp_path)
     (sess,) = fake.sessions
     tiled = {k: np.concatenate([feeds["x"]] * k) for k in (1, 2)}
     prepared = {k: session.prepare({"x": v}) for k, v in tiled.items()}
@@ -545,7 +509,7 @@ def test_each_worker_gets_its_own_bindings(tmp_path: Path, fake_ort: Any) -> Non
 
 def test_cpu_scenarios_keep_plain_runs(tmp_path: Path, fake_ort: Any) -> None:
     fake = fake_ort(available=(CPU,))
-    session, feeds = open_session(scenario(tmp_path, "cpu"), tmp_path)
+    session, feeds = open_session(relu_cell(tmp_path, "cpu"), tmp_path)
     created = fake.created[0]
     assert created["providers"] == [CPU] and created["config"] == {} and created["kwargs"] == {}
     assert session.synchronize is None and "placement" not in session.runtime_info
@@ -568,7 +532,7 @@ def test_a_model_failing_its_check_run_is_a_located_model_error(
 
     monkeypatch.setattr(fake.module.InferenceSession, "run", broken)
     with pytest.raises(ModelError) as info:
-        open_session(scenario(tmp_path, "cuda"), tmp_path)
+        open_session(relu_cell(tmp_path, "cuda"), tmp_path)
     text = str(info.value)
     assert "placement check: CUDA failure 2: out of memory" in text and "more detail" not in text
     assert info.value.location == LOCATION

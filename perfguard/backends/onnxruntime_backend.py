@@ -113,6 +113,10 @@ class OnnxRuntimeBackend:
         return OnnxRuntimeSession(scenario, feeds, cache_dir, calibration=calibration)
 
 
+#: The ``onnxruntime.preload_dlls`` functions already called in this process.
+_PRELOADED: set[Any] = set()
+
+
 def provider_problem(ort: Any, provider: str) -> str | None:
     """Why ``provider``'s native library cannot load here (the loader's words), or None.
 
@@ -120,7 +124,10 @@ def provider_problem(ort: Any, provider: str) -> str | None:
     cannot load makes onnxruntime fall back to the CPU with the reason on stderr only.
     """
     preload = getattr(ort, "preload_dlls", None)
-    if callable(preload):  # NVIDIA's pip wheels of CUDA and cuDNN, where installed
+    if callable(preload) and preload not in _PRELOADED:
+        # NVIDIA's pip wheels of CUDA and cuDNN, where installed: once per process (the
+        # libraries stay loaded), not at every GPU cell's open.
+        _PRELOADED.add(preload)
         with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(Exception):
             preload()
     problem = native.driver_problem()

@@ -26,8 +26,9 @@ A process killed outright (SIGKILL) runs none of this. Its workers notice by
 themselves (``watch_parent``): each holds the read end of a *lifeline* pipe whose
 only write end is the parent's, and a thread of the worker blocked on it wakes at
 the parent's death (end of file), even while the worker is busy measuring, and
-kills the worker's whole group at once. The thread never wakes otherwise, so it
-costs a measurement nothing.
+kills the worker's whole group at once. Otherwise it wakes only every
+``_PARENT_CHECK_S`` (5 s) to see whether its parent changed (a fork that lost the
+pipe's end): one ``select`` and ``getppid`` per 5 s, nothing a measurement can see.
 
 A pytest-xdist worker is not one of ours: execnet starts it, with no lifeline.
 When only its controller is signalled (``docker stop`` sends SIGTERM to the
