@@ -117,11 +117,11 @@ def onnxruntime_providers() -> list[Row]:
 
 
 def tensorrt() -> Row:
-    try:
-        import tensorrt as trt
-    except ImportError as exc:
-        from perfguard.backends.tensorrt_backend import import_problem
+    from perfguard.backends.tensorrt_backend import import_problem, import_tensorrt
 
+    try:
+        trt = import_tensorrt()  # `tensorrt`, else the bindings wheel's `tensorrt_bindings`
+    except ImportError as exc:
         problem = import_problem(exc)
         return Row("tensorrt", MISSING, str(problem).splitlines()[0][:200], problem.fix or "")
     from perfguard.backends.tensorrt_build import trt_logger

@@ -323,7 +323,10 @@ def test_jobs_install_from_the_hash_locks(workflows: dict[str, dict[Any, Any]]) 
         installs.append(job_name)
         lines = [line.strip() for line in step["run"].splitlines() if "pip install" in line]
         assert lines == [
-            f'.venv/bin/python -m pip install --quiet --require-hashes -r "${lock_of[job_name]}"',
+            # Wheels only: a source archive would run code, and may fetch from another
+            # index, at install time.
+            ".venv/bin/python -m pip install --quiet --require-hashes --only-binary :all: "
+            f'-r "${lock_of[job_name]}"',
             ".venv/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .",
         ], job_name
     assert sorted(installs) == sorted(lock_of)
@@ -408,7 +411,7 @@ def test_lock_is_in_step_with_pyproject(lock_file: Path) -> None:
         for line in text.splitlines()
         if line.startswith(lock.DIGEST_PREFIX)
     ]
-    assert recorded == lock.dependency_digest(pyproject, extras), (
+    assert recorded == lock.dependency_digest(pyproject, extras, lock_file.name), (
         f"{lock_file.relative_to(ROOT)} was compiled from other dependencies than "
         f"pyproject.toml's; regenerate it with `{lock.COMMAND}`"
     )
@@ -456,13 +459,13 @@ def test_lock_digest_follows_the_dependency_sections() -> None:
     # The test extra is not locked: changing it does not ask for a new lock.
     assert lock.dependency_digest(pyproject.replace('"ruff>=0.5"', '"ruff>=0.6"')) == digest
     # The merge lock follows the base dependencies, not the GPU extras.
-    merge = lock.dependency_digest(pyproject, ())
+    name = MERGE_LOCK_FILE.name
+    merge = lock.dependency_digest(pyproject, (), name)
     assert merge != digest
-    assert lock.dependency_digest(pyproject.replace('"scipy>=1.10"', '"scipy>=1.11"'), ()) != merge
-    assert (
-        lock.dependency_digest(pyproject.replace('"nvidia-ml-py>=12.535"', '"nvidia-ml-py"'), ())
-        == merge
-    )
+    scipy = pyproject.replace('"scipy>=1.10"', '"scipy>=1.11"')
+    assert lock.dependency_digest(scipy, (), name) != merge
+    nvml = pyproject.replace('"nvidia-ml-py>=12.535"', '"nvidia-ml-py"')
+    assert lock.dependency_digest(nvml, (), name) == merge
 
 
 def test_baselines_unpack_into_a_folder_the_step_makes(

@@ -41,6 +41,7 @@ from perfguard.models.cache import file_sha256, onnx_file_of
 from perfguard.models.quantize import convert_fp16, quantize_int8
 
 __all__ = [
+    "import_tensorrt",
     "UNKNOWN_LAYER_TYPE",
     "TensorRTBackend",
     "TensorRTSession",
@@ -61,11 +62,29 @@ _DTYPES = dict(  # TensorRT DataType name -> torch/numpy dtype name
 )
 
 
-def _load_tensorrt() -> Any:
-    """``import tensorrt`` (tests replace this with a fake module)."""
-    import tensorrt
-
+def import_tensorrt() -> Any:
+    """TensorRT's Python module: ``tensorrt`` (NVIDIA's ``tensorrt`` packages), else
+    ``tensorrt_bindings``, the module of the ``tensorrt-cu13-bindings`` wheel alone (what
+    the GPU lock installs, the runner providing TensorRT's native libraries). The
+    ImportError of ``tensorrt`` is raised when neither is installed."""
+    try:
+        import tensorrt
+    except ModuleNotFoundError as exc:
+        if exc.name != "tensorrt":
+            raise
+        try:
+            import tensorrt_bindings
+        except ModuleNotFoundError as inner:
+            if inner.name != "tensorrt_bindings":
+                raise
+            raise exc from None
+        return tensorrt_bindings
     return tensorrt
+
+
+def _load_tensorrt() -> Any:
+    """:func:`import_tensorrt` (tests replace this with a fake module)."""
+    return import_tensorrt()
 
 
 def _load_cuda(scenario: Scenario) -> TorchCuda:
@@ -85,8 +104,10 @@ def import_problem(exc: ImportError, location: Location | None = None) -> Backen
         f"TensorRT is installed but does not import: {exc}",
         expected="the TensorRT libraries its Python bindings link (libnvinfer, "
         "libnvinfer_plugin, libnvonnxparser of the same major), loadable here",
-        fix="install the matching libraries (pip install the tensorrt package of the same "
-        "version, which brings tensorrt-cu*-libs) or put them on LD_LIBRARY_PATH",
+        fix="install TensorRT's libraries of the bindings' major (NVIDIA's TensorRT "
+        "tarball or packages, or `pip install --extra-index-url https://pypi.nvidia.com "
+        "tensorrt-cu13-libs` of the same version) and put their folder on LD_LIBRARY_PATH "
+        "(docs/ci.md, runner requirements)",
         location=location,
     )
 
