@@ -1,5 +1,6 @@
 """Compile the hash-locked dependencies of .github/workflows/perfguard.yml (run it as
-`make lock`; needs `uv` on PATH, `pip install uv==0.13.8`, and the PyPI index):
+`make lock`; needs `uv` on PATH and pyelftools, `pip install uv==0.13.8 pyelftools==0.33`,
+and the PyPI index):
 
 - perfguard-gpu.txt, for the GPU jobs (the shards): the `examples` and `gpu` extras;
 - perfguard-merge.txt, for the hosted merge jobs (`perfguard merge`): perfguard's base
@@ -127,7 +128,10 @@ def compile_lock(uv: str, text: str, name: str) -> int:
 def main() -> int:
     uv = shutil.which("uv")
     if uv is None:
-        print("uv not found: pip install uv==0.13.8, then run `make lock` again", file=sys.stderr)
+        print(
+            "uv not found: pip install uv==0.13.8 pyelftools==0.33, then run `make lock` again",
+            file=sys.stderr,
+        )
         return 1
     text = PYPROJECT.read_text(encoding="utf-8")
     for name in LOCKS:
