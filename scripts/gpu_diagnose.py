@@ -84,7 +84,7 @@ def torch_cuda() -> tuple[Row, int]:
         return Row("torch", MISSING, "not installed", "pip install a CUDA build of torch"), 0
     build = torch.version.cuda
     if not build:
-        fix = "install a CUDA build (pip install torch --index-url .../whl/cu12x)"
+        fix = "install a CUDA build (PyPI's torch on Linux x86_64 is one; the GPU lock pins it)"
         return Row("torch", MISSING, f"{torch.__version__}, a CPU-only build", fix), 0
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if not count:
@@ -107,11 +107,9 @@ def onnxruntime_providers() -> list[Row]:
         if provider not in listed:
             rows.append(Row(provider, MISSING, "not listed", "pip install onnxruntime-gpu"))
             continue
-        problem = provider_problem(ort, provider)
+        found = provider_problem(ort, provider)
         rows.append(
-            Row(provider, BROKEN, problem, "install the libraries it names")
-            if problem
-            else Row(provider, OK, "its library loads")
+            Row(provider, BROKEN, *found) if found else Row(provider, OK, "its library loads")
         )
     return rows
 

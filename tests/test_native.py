@@ -69,15 +69,16 @@ def test_a_listed_cuda_provider_that_cannot_load_skips_its_cell_with_the_cause(
     )
     if missing == "driver":
         monkeypatch.setattr(native, "DRIVER_LIBRARY", "libperfguard-no-driver.so.1")
-        cause = "libperfguard-no-driver.so.1"
+        cause, fix = "libperfguard-no-driver.so.1", "its driver installed (the driver brings"
     else:
         monkeypatch.setattr(native, "DRIVER_LIBRARY", "libc.so.6")  # a driver that loads
         monkeypatch.setattr(native, "ort_provider_library", lambda where, name: broken_provider)
         cause = "its library libprovider.so does not load (libgone.so.13"
+        fix = "onnxruntime-gpu[cuda,cudnn]"
     cell = relu_cell(tmp_path)
     with pytest.raises(BackendUnavailable) as info:
         OnnxRuntimeBackend().open(cell, make_inputs(cell.model), tmp_path / "cache")
     text = str(info.value)
     assert f"CUDAExecutionProvider is listed by onnxruntime {ort.__version__}, but" in text
-    assert cause in text and "onnxruntime-gpu[cuda,cudnn]" in text
+    assert cause in text and fix in text  # the fix for that finding
     assert not (tmp_path / "cache").exists()  # refused before any model work

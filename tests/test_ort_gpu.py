@@ -24,6 +24,7 @@ from perfguard.core.scenario import GpuSpec, QuantSpec, Scenario
 from perfguard.machine import native
 from perfguard.models.inputs import make_inputs
 from tests.helpers.onnx_cells import LOCATION, relu_cell
+from tests.helpers.ort_gpu_real import ort_gpu_site, run_with_ort_gpu
 
 onnx = pytest.importorskip("onnx")
 
@@ -536,3 +537,72 @@ def test_a_model_failing_its_check_run_is_a_located_model_error(
     text = str(info.value)
     assert "placement check: CUDA failure 2: out of memory" in text and "more detail" not in text
     assert info.value.location == LOCATION
+
+
+# -- against the real onnxruntime-gpu (the GPU lock's wheel, on this CPU machine) --------
+
+
+def _public(obj: Any) -> set[str]:
+    return {name for name in vars(obj) if not name.startswith("_")}
+
+
+def test_the_fake_offers_only_what_the_real_onnxruntime_gpu_has(tmp_path: Path) -> None:
+    """Every module attribute, class and method the fake offers, and so every one the
+    backend's tests let it call, exists in the onnxruntime-gpu the GPU lock installs."""
+    fake = FakeOrt().module
+    offered: dict[str, list[str]] = {"": sorted(_public(fake) - {"__version__"})}
+    for name in ("SessionOptions", "OrtValue", "InferenceSession"):
+        offered[name] = sorted(_public(getattr(fake, name)))
+    session = object.__new__(fake.InferenceSession)
+    session.bindings = []
+    offered["IOBinding"] = sorted(_public(type(session.io_binding())))
+    # GraphOptimizationLevel's members, as the backend reads them.
+    offered["GraphOptimizationLevel"] = sorted(vars(fake.GraphOptimizationLevel))
+    code = (
+        "import json, sys, onnxruntime as ort\n"
+        "offered = json.loads(sys.argv[1])\n"
+        "where = {'': ort, 'IOBinding': ort.IOBinding}\n"
+        "missing = [f'{k}.{n}' if k else n for k, names in offered.items() for n in names\n"
+        "           if not hasattr(where.get(k) or getattr(ort, k), n)]\n"
+        "print(json.dumps({'version': ort.__version__, 'file': ort.__file__,\n"
+        "                  'providers': ort.get_available_providers(), 'missing': missing}))\n"
+    )
+    site = ort_gpu_site()
+    done = run_with_ort_gpu(site, ["-c", code, json.dumps(offered)])
+    assert done.returncode == 0, done.stderr
+    real = json.loads(done.stdout)
+    assert real["file"].startswith(str(site)), real  # the GPU build, not the CPU one
+    assert {CUDA, TRT} <= set(real["providers"])
+    assert real["missing"] == [], f"the fake offers what onnxruntime {real['version']} lacks"
+
+
+def test_the_gpu_suite_is_skipped_with_its_causes_where_no_gpu_is(tmp_path: Path) -> None:
+    """onnxruntime-gpu installed, no GPU: its CUDA cell used to fail, blaming the install
+    ("install onnxruntime-gpu"); every cell is now skipped naming what is missing."""
+    site = ort_gpu_site()
+    done = run_with_ort_gpu(
+        site,
+        ["-m", "pytest", "--perfguard", "suites/gpu.yaml", "-rs", "-p", "no:cacheprovider",
+         f"--perfguard-report-dir={tmp_path / 'reports'}",
+         f"--perfguard-baseline-dir={tmp_path / 'baselines'}"],
+    )  # fmt: skip
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert "4 skipped" in out and " failed" not in out, out
+    assert (
+        "CUDAExecutionProvider is listed by onnxruntime 1.31.1, but the NVIDIA driver's "
+        "libcuda.so.1 does not load" in out
+    )
+    assert "its driver installed (the driver brings libcuda.so.1)" in out
+    assert "sees no CUDA device here" in out  # the torch cells
+
+
+def test_gpu_diagnose_names_each_provider_that_does_not_load() -> None:
+    """scripts/gpu-check's first stage with onnxruntime-gpu installed and no GPU: exit 3
+    within seconds, each listed GPU provider BROKEN with the library or driver missing."""
+    done = run_with_ort_gpu(ort_gpu_site(), ["scripts/gpu_diagnose.py"], timeout=120)
+    assert done.returncode == 3, done.stdout + done.stderr
+    rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.strip()}
+    for provider in (CUDA, TRT):
+        assert "libcuda.so.1" in rows[provider], done.stdout
+    assert "onnxruntime-gpu" not in rows[CUDA]  # not "install onnxruntime-gpu": it is

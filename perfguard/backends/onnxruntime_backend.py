@@ -113,12 +113,26 @@ class OnnxRuntimeBackend:
         return OnnxRuntimeSession(scenario, feeds, cache_dir, calibration=calibration)
 
 
+_DRIVER_FIX = (
+    "run it on a machine with an NVIDIA GPU and its driver installed (the driver brings "
+    "libcuda.so.1); on a machine without a GPU this cell is skipped"
+)
+_CUDA_LIBS_FIX = (
+    "install the libraries it names: pip install 'onnxruntime-gpu[cuda,cudnn]' (NVIDIA's "
+    "wheels, found by onnxruntime.preload_dlls()) or put them on LD_LIBRARY_PATH"
+)
+_TENSORRT_LIBS_FIX = (
+    "install TensorRT's libraries of the major this onnxruntime links (TensorRT 10 for "
+    "onnxruntime-gpu 1.31: libnvinfer.so.10, libnvonnxparser.so.10) and put their folder on "
+    "LD_LIBRARY_PATH (docs/ci.md, runner requirements)"
+)
 #: The ``onnxruntime.preload_dlls`` functions already called in this process.
 _PRELOADED: set[Any] = set()
 
 
-def provider_problem(ort: Any, provider: str) -> str | None:
-    """Why ``provider``'s native library cannot load here (the loader's words), or None.
+def provider_problem(ort: Any, provider: str) -> tuple[str, str] | None:
+    """Why ``provider``'s native library cannot load here (the loader's words) and the fix
+    for that finding, or None.
 
     onnxruntime-gpu lists its GPU providers whatever the machine has; a provider that
     cannot load makes onnxruntime fall back to the CPU with the reason on stderr only.
@@ -132,13 +146,16 @@ def provider_problem(ort: Any, provider: str) -> str | None:
             preload()
     problem = native.driver_problem()
     if problem is not None:
-        return problem
+        return problem, _DRIVER_FIX
     where = getattr(ort, "__file__", None)
     library = native.ort_provider_library(where, provider) if where else None
     if library is None:
         return None
     loaded = native.load_problem(library)
-    return None if loaded is None else f"its library {library.name} does not load ({loaded})"
+    if loaded is None:
+        return None
+    fix = _TENSORRT_LIBS_FIX if provider == "TensorrtExecutionProvider" else _CUDA_LIBS_FIX
+    return f"its library {library.name} does not load ({loaded})", fix
 
 
 def ort_device_index(scenario: Scenario) -> int | None:
@@ -222,15 +239,14 @@ class OnnxRuntimeSession:
                 location=scenario.location,
             )
         if plan is not None:
-            problem = provider_problem(ort, requested)
-            if problem is not None:
+            found = provider_problem(ort, requested)
+            if found is not None:
+                problem, fix = found
                 raise BackendUnavailable(
                     f"{requested} is listed by onnxruntime {ort.__version__}, but {problem}",
                     expected="an NVIDIA driver and the CUDA (and cuDNN, TensorRT) libraries "
                     "this onnxruntime was built for, loadable here",
-                    fix="install the libraries it names: pip install 'onnxruntime-gpu[cuda,cudnn]' "
-                    "(NVIDIA's wheels, found by onnxruntime.preload_dlls()) or put them on "
-                    "LD_LIBRARY_PATH; on a machine without a GPU this cell is skipped",
+                    fix=fix,
                     location=scenario.location,
                 )
 

@@ -50,7 +50,10 @@ __all__ = [
     "layer_types",
 ]
 
-_INSTALL_HINT = "TensorRT is not installed (pip install tensorrt, or use NVIDIA's container)"
+_INSTALL_HINT = (
+    "TensorRT is not installed (pip install tensorrt-cu13-bindings, the GPU lock's, with "
+    "TensorRT's libraries on the loader path: docs/ci.md; or use NVIDIA's container)"
+)
 _TORCH_HINT = "the TensorRT backend needs PyTorch for GPU memory (pip install torch, CUDA build)"
 _PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 _DTYPES = dict(  # TensorRT DataType name -> torch/numpy dtype name
@@ -184,7 +187,7 @@ class TensorRTBackend:
     name = "tensorrt"
 
     def unavailable_reason(self) -> str | None:
-        if _module_missing("tensorrt"):
+        if _module_missing("tensorrt") and _module_missing("tensorrt_bindings"):
             return _INSTALL_HINT
         if _module_missing("torch"):
             return _TORCH_HINT

@@ -1,7 +1,7 @@
 """The real TensorRT Python bindings, importable on a machine without a GPU.
 
 ``make tools`` downloads the bindings wheels of TensorRT 10 and 11
-(``tensorrt-cu12-bindings``, ``tensorrt-cu13-bindings``: 1.3 MB each) into
+(``tensorrt-cu13-bindings`` 10.16, the GPU lock's, and 11.4: 1.3 MB each) into
 ``.perfguard/tools/tensorrt/``. Their extension module links ``libnvinfer``,
 ``libnvinfer_plugin`` and ``libnvonnxparser`` (hundreds of MB, not all on PyPI);
 here those are stood in for by tiny libraries of the same sonames, compiled with
