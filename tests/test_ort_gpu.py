@@ -270,7 +270,7 @@ def test_tensorrt_falls_back_to_cuda_with_fp16_and_an_engine_cache(
     tmp_path: Path, fake_ort: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake = fake_ort()
-    monkeypatch.setattr(onnxruntime_backend, "convert_fp16", lambda path, cache, loc: path)
+    monkeypatch.setattr(onnxruntime_backend, "convert_fp16", lambda path, cache, loc, **_: path)
     gpu = GpuSpec(ort_provider="tensorrt", provider_options=(("trt_timing_cache_enable", "0"),))
     session, _ = open_session(relu_cell(tmp_path, "cuda:2", precision="fp16", gpu=gpu), tmp_path)
     providers = fake.created[0]["providers"]

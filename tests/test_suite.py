@@ -1440,3 +1440,20 @@ def test_accuracy_gates_round_trip(
     gates = AccuracyGates(**{**defaults, **own})
     assert sc.accuracy.gates == gates
     assert sc.accuracy.per_output == (("out", dataclasses.replace(gates, **per)),)
+
+
+def test_keep_fp32_names_op_types_or_nodes_and_a_bad_item_is_located(tmp_path: Path) -> None:
+    text = EXAMPLE.replace(
+        "    backend: onnxruntime\n",
+        "    backend: onnxruntime\n"
+        "    keep_fp32: [LayerNormalization, head/MatMul, LayerNormalization]\n",
+    )
+    by_name = {sc.name: sc for sc in load_suite(write(tmp_path, text)).scenarios}
+    assert by_name["onnx-model"].keep_fp32 == ("LayerNormalization", "head/MatMul")
+    assert by_name["minilm"].keep_fp32 is None  # the backend's default
+    bad = EXAMPLE.replace(
+        "    backend: onnxruntime\n", '    backend: onnxruntime\n    keep_fp32: ["  "]  # <-\n'
+    )
+    error = load_error(write(tmp_path, bad, "bad.yaml"))
+    assert error.location is not None and error.location.line == marked_line(bad)
+    assert "keep_fp32" in str(error) and "LayerNormalization" in str(error.fix)

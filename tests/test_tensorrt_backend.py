@@ -207,6 +207,22 @@ def test_tensorrt_11_fp16_builds_a_strongly_typed_network_from_an_fp16_graph(
     session.close()
 
 
+def test_tensorrt_11_fp16_keeps_what_the_suite_names_in_float32(tmp_path: Path, fakes: Any) -> None:
+    """`keep_fp32:` replaces the default (LayerNormalization) with the suite's own list:
+    here the output head's node by name, the LayerNorm converted with the rest."""
+    fakes.use(fake_trt("11.4.0"))
+    source = onnx.load(str(linear_norm_onnx(tmp_path)))
+    (head,) = [n.name for n in source.graph.node if n.op_type in ("MatMul", "Gemm")]
+    sc = scenario(tmp_path, precision="fp16", model={"onnx": Path("ln.onnx")}, keep_fp32=(head,))
+    open_trt(sc, tmp_path).close()
+    (converted,) = (tmp_path / "cache").glob("ln-fp16-*.onnx")
+    model, types_ = onnx.load(str(converted)), _initializer_types(converted)
+    (gemm,) = [n for n in model.graph.node if n.name == head]
+    assert types_[gemm.input[1]] == onnx.TensorProto.FLOAT  # the named node kept
+    (norm,) = [n for n in model.graph.node if n.op_type == "LayerNormalization"]
+    assert types_[norm.input[1]] == onnx.TensorProto.FLOAT16  # no longer the default
+
+
 def test_tensorrt_11_int8_builds_from_symmetric_qdq_nodes(tmp_path: Path, fakes: Any) -> None:
     fakes.use(fake_trt("11.4.0"))
     linear_norm_onnx(tmp_path)

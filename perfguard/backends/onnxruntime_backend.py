@@ -254,7 +254,7 @@ class OnnxRuntimeSession:
         path, key = self._model_file(scenario, feeds, cache_dir)
         variant: dict[str, Any] | None = None
         if scenario.precision == "fp16":
-            path = convert_fp16(path, cache_dir, model.location)
+            path = convert_fp16(path, cache_dir, model.location, keep_fp32=scenario.keep_fp32 or ())
             key = cache_key_of(path)
             variant = {"converter": "onnxruntime.transformers.float16", "keep_io_types": True}
         elif scenario.precision == "int8":

@@ -425,7 +425,8 @@ class TensorRTSession:
         plan's precision (cached by content), or ``path`` itself."""
         location = scenario.model.location
         if plan.graph == "fp16":
-            return convert_fp16(path, cache_dir, location, keep_fp32=build.KEEP_FP32_OPS)
+            keep = build.KEEP_FP32_OPS if scenario.keep_fp32 is None else scenario.keep_fp32
+            return convert_fp16(path, cache_dir, location, keep_fp32=keep)
         if plan.graph == "int8-qdq":
             quant = dataclasses.replace(
                 scenario.quantization,

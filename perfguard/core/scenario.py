@@ -354,6 +354,10 @@ class Scenario:
     # Take an operator profile after the timed measurement (perfguard.measure.profile);
     # a cell whose latency regressed is profiled without it.
     profile: bool = False
+    # fp16 from a converted ONNX graph (onnxruntime; TensorRT 11's strongly typed
+    # networks): op types or node names left in float32. None: the backend's default
+    # (TensorRT: perfguard.backends.tensorrt_build.KEEP_FP32_OPS; onnxruntime: none).
+    keep_fp32: tuple[str, ...] | None = None
 
     @property
     def item_name(self) -> str:

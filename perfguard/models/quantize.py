@@ -262,8 +262,8 @@ def convert_fp16(
 ) -> Path:
     """A float16 copy of ``onnx_path`` (inputs/outputs stay float32), cached by content.
 
-    ``keep_fp32``: op types (``LayerNormalization``) left in float32 beside
-    ``onnxruntime.transformers.float16``'s own block list.
+    ``keep_fp32``: op types (``LayerNormalization``) or node names left in float32
+    beside ``onnxruntime.transformers.float16``'s own block list.
     """
     import onnxruntime
 
@@ -287,7 +287,10 @@ def convert_fp16(
                 model = onnx.load(str(onnx_path))
                 blocked = [*DEFAULT_OP_BLOCK_LIST, *keep_fp32] if keep_fp32 else None
                 converted = convert_float_to_float16(
-                    model, keep_io_types=True, op_block_list=blocked
+                    model,
+                    keep_io_types=True,
+                    op_block_list=blocked,
+                    node_block_list=list(keep_fp32) or None,
                 )
                 onnx.save_model(converted, str(tmp))
         except Exception as exc:

@@ -762,6 +762,13 @@ _SETTING_KEYS = (
     Key("gate", GATE, "limits vs the baseline; merged metric by metric over `defaults`"),
     Key("isolate", _BOOL, "measure in a worker process of its own", _default(Scenario, "isolate")),
     Key(
+        "keep_fp32",
+        ListOf(Scalar("string", pattern=r"\S", text="op type or node name")),
+        "fp16 from a converted graph (onnxruntime, TensorRT 11): op types or node names "
+        "kept in float32",
+        default_text="TensorRT: [LayerNormalization]; onnxruntime: none",
+    ),
+    Key(
         "profile",
         _BOOL,
         "take an operator profile after the timed measurement (always for a regression)",

@@ -225,6 +225,16 @@ def _tags(rd: Reader, value: object, line: int, what: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(tags))
 
 
+def _keep_fp32(rd: Reader, value: object, line: int, what: str) -> tuple[str, ...]:
+    names = rd.as_list(value, line, what)
+    for i, name in enumerate(names):
+        if not isinstance(name, str) or not name.strip():
+            fix = "list ONNX op types or node names, e.g. `keep_fp32: [LayerNormalization]`"
+            rd.fail(names.item_line(i), f"item {i + 1} of {what} is {found(name)}",
+                    "an op type or node name", fix)  # fmt: skip
+    return tuple(dict.fromkeys(str(n).strip() for n in names))
+
+
 def _setting(rd: Reader, key: str, value: object, line: int, where: str) -> object:
     what = f"`{key}` in {where}"
     if key in _CHOICES:
@@ -261,6 +271,8 @@ def _setting(rd: Reader, key: str, value: object, line: int, where: str) -> obje
         return parse_gpu(rd, value, line, where)
     if key == "tags":
         return _tags(rd, value, line, what)
+    if key == "keep_fp32":
+        return _keep_fp32(rd, value, line, what)
     gates = rd.as_map(value, line, what)
     rd.keys(gates, grammar.GATE.names, what, REFUSED_METRICS)
     return {k: _gate(rd, k, v, gates.key_line(k), where) for k, v in gates.items()}
