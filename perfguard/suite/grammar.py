@@ -690,7 +690,7 @@ GPU = Section(
         Key(
             "exclusive",
             _BOOL,
-            "refuse to run while other processes use the GPU",
+            "refuse to run while other processes use the GPU or NVML cannot list them",
             _GPU.exclusive,
         ),
         Key(
