@@ -187,8 +187,15 @@ def origin(tmp_path_factory: pytest.TempPathFactory) -> Origin:
 def test_main_pushes_merge_the_shards_into_one_baseline_commit_each(origin: Origin) -> None:
     server = origin.server
     (first, run1), (second, run2) = origin.main
+    # The second run read the archive at the commit the first one pushed.
+    assert "baselines" not in run1.outputs["plan"]
+    first_push = server.origin_git("rev-list", "--reverse", f"refs/heads/{BRANCH}").split()[0]
+    assert run2.outputs["plan"]["baselines"] == first_push
     for run in (run1, run2):
-        assert run.outputs["plan"] == {"total": "2", "shards": "[1,2]"}
+        assert {k: run.outputs["plan"][k] for k in ("total", "shards")} == {
+            "total": "2",
+            "shards": "[1,2]",
+        }
         shards = run.ran["baseline"]
         assert [job.matrix for job in shards] == [{"shard": 1}, {"shard": 2}]
         assert all(job.result() == "success" for job in shards), describe(run, "baseline")
@@ -350,7 +357,7 @@ def test_racing_baseline_jobs_lose_no_launch(origin: Origin) -> None:
         for sha in (third, fourth)
     ]
     for run, job in runs:
-        assert run.outputs["plan"] == {"total": "1", "shards": "[1]"}
+        assert run.outputs["plan"]["total"] == "1" and run.outputs["plan"]["shards"] == "[1]"
         assert len(run.ran["baseline"]) == 1
         assert job.result() == "success", job.describe()
     running = [job.start(PUSH_STEP) for _, job in runs]
@@ -366,16 +373,61 @@ def test_racing_baseline_jobs_lose_no_launch(origin: Origin) -> None:
     assert chain[2] == before and len(chain) == 4
 
 
+def test_a_baseline_landing_while_the_shards_run_changes_neither_plan_nor_baseline(
+    origin: Origin,
+) -> None:
+    """Shard 1 of a push runs; the parent's baseline lands (its own workflow finishes);
+    shard 2 runs. Each shard used to plan from, and judge against, the archive as it
+    fetched it: the merge refused ("the shards differ in plan"/"in baseline") and the
+    commit's baseline was lost."""
+    server = origin.server
+    parent = server.commit({"README.md": "docs 5\n"}, "parent, measured late")
+    child = server.commit({"README.md": "docs 6\n"}, "child")
+    run = origin.push_run(child, "landing-child")
+    assert run.run_job("plan") == "success", describe(run, "plan")
+    planned = run.outputs["plan"]["baselines"]
+    assert len(planned) == 40 and planned == server.origin_git("rev-parse", f"refs/heads/{BRANCH}")
+    first = run.job("baseline", matrix={"shard": 1})
+    assert first.run() == "success", first.describe()
+    # The parent's own push workflow ends now, and pushes its baseline.
+    landed, _ = origin.baseline(parent, "landing-parent")
+    assert landed.results["baseline-merge"] == "success", describe(landed, "baseline-merge")
+    assert server.origin_git("rev-parse", f"refs/heads/{BRANCH}") != planned
+    second = run.job("baseline", matrix={"shard": 2})
+    assert second.run() == "success", second.describe()
+    # Both shards read the archive at the plan job's commit and followed its plan.
+    for job in (first, second):
+        output = job.steps["Fetch stored baselines"].output
+        assert f"from {BRANCH} at {planned}" in output, job.describe()
+    plans = [shard_plan(run, k) for k in (1, 2)]
+    uploaded = json.loads(next((run.artifacts / "perfguard-plan").glob("*.json")).read_text())
+    assert plans[0]["digest"] == plans[1]["digest"] == uploaded["digest"]
+    judged = [
+        json.loads(
+            next((run.artifacts / f"perfguard-shard-{k}").rglob("comparison.json")).read_text()
+        )["baseline"]["commit"]
+        for k in (1, 2)
+    ]
+    assert judged[0] == judged[1] != parent
+    assert run.run_job("baseline-merge") == "success", describe(run, "baseline-merge")
+    assert len(baseline_doc(server, child)["launches"]) == 1
+    assert len(baseline_doc(server, parent)["launches"]) == 1
+
+
 # --- the plan job alone -------------------------------------------------------------------
 
 
-def push_run(workflow: Path, tmp: Path, variables: dict[str, str]) -> WorkflowRun:
-    """A push to main running ``workflow`` against an empty origin under ``tmp``."""
+def push_run(
+    workflow: Path, tmp: Path, variables: dict[str, str], server: Server | None = None
+) -> WorkflowRun:
+    """A push to main running ``workflow`` against ``server`` (else an empty origin)."""
+    server = server or Server(tmp / "server")
+    sha = server.git("rev-parse", "HEAD") if server.has_branch("main") else "e" * 40
     return WorkflowRun(
         workflow,
-        Server(tmp / "server"),
+        server,
         event_name="push",
-        sha="e" * 40,
+        sha=sha,
         ref="refs/heads/main",
         directory=tmp / "run",
         variables=variables,
@@ -383,7 +435,10 @@ def push_run(workflow: Path, tmp: Path, variables: dict[str, str]) -> WorkflowRu
 
 
 def plan_run(tmp: Path, variables: dict[str, str]) -> WorkflowRun:
-    return push_run(WORKFLOW, tmp, variables)
+    """The workflow on a push of the tiny project (the plan job collects its suite)."""
+    server = Server(tmp / "server")
+    server.commit(project(FAST_US), "two models")
+    return push_run(WORKFLOW, tmp, variables, server)
 
 
 @pytest.mark.parametrize(
@@ -394,7 +449,15 @@ def test_the_plan_job_lists_the_shards(tmp_path: Path, value: str | None, shards
     assert run.run_job("plan") == "success", describe(run, "plan")
     total = value or "1"
     expected = shards or "[" + ",".join(str(k) for k in range(1, 33)) + "]"
-    assert run.outputs["plan"] == {"total": total, "shards": expected}
+    assert run.outputs["plan"] == {"total": total, "shards": expected}  # no baselines yet
+    # The plan of the project's two cells over N shards, for every shard to follow.
+    (path,) = (run.artifacts / "perfguard-plan").glob("*.json")
+    plan = json.loads(path.read_text())
+    assert plan["total"] == int(total) and len(plan["shards"]) == int(total)
+    assert sorted(c for s in plan["shards"] for c in s["cells"]) == [
+        "suites/s.yaml::spin",
+        "suites/s.yaml::steady",
+    ]
     assert [j.matrix for j in run.jobs("baseline")] == [
         {"shard": k} for k in range(1, int(total) + 1)
     ]
@@ -418,7 +481,7 @@ def test_the_plan_job_refuses_a_bad_variable(tmp_path: Path, value: str) -> None
 
 def test_no_shard_reports_at_all_fails_the_merge_with_an_error(tmp_path: Path) -> None:
     server = Server(tmp_path / "server")
-    sha = server.commit({"baselines/.gitkeep": ""}, "a project")
+    sha = server.commit(project(FAST_US), "a project")
     run = WorkflowRun(
         WORKFLOW,
         server,
@@ -542,7 +605,7 @@ def test_expressions() -> None:
 def test_every_stand_in_step_exists() -> None:
     # A renamed Install step would otherwise run for real (pip, PyPI, a GPU check).
     workflow = yaml.safe_load(WORKFLOW.read_text())
-    for job in ("perf", "baseline", "perf-merge", "baseline-merge"):
+    for job in ("plan", "perf", "baseline", "perf-merge", "baseline-merge"):
         names = [s.get("name") for s in workflow["jobs"][job]["steps"]]
         assert all(name in names for name in STAND_IN_STEPS), (job, names)
 

@@ -276,7 +276,7 @@ def add_options(parser: pytest.Parser) -> None:
     )
     parser.addini(
         "perfguard_shard_plan",
-        help="perfguard: the twin of --perfguard-shard-plan (a file, relative to the rootdir).",
+        help="perfguard: the twin of --perfguard-shard-plan (a file).",
         default=None,
     )
     parser.addini(

@@ -231,20 +231,18 @@ def _shard_plan(
     ``perfguard_shard_plan``: the same order as ``_shard``), read now, and
     ``--perfguard-shard-plan-out``.
 
-    A file on the command line or in the variable is relative to the directory pytest
-    was started in, the ini key's to the rootdir. A plan that cannot be used stops the
-    run here: falling back to planning from this runner's archive is what lets two
-    shards disagree.
+    Relative paths are the rootdir's, as every path setting's. A plan that cannot be
+    used stops the run here: falling back to planning from this runner's archive is
+    what lets two shards disagree.
     """
-    here = Path(config.invocation_params.dir)
     sources = (
-        ("--perfguard-shard-plan", config.getoption("perfguard_shard_plan"), here),
-        (f"${SHARD_PLAN_ENV}", os.environ.get(SHARD_PLAN_ENV, ""), here),
-        ("ini perfguard_shard_plan", str(config.getini("perfguard_shard_plan") or ""), rootdir),
+        ("--perfguard-shard-plan", config.getoption("perfguard_shard_plan")),
+        (f"${SHARD_PLAN_ENV}", os.environ.get(SHARD_PLAN_ENV, "")),
+        ("ini perfguard_shard_plan", str(config.getini("perfguard_shard_plan") or "")),
     )
-    given = next(((s, str(v).strip(), b) for s, v, b in sources if v and str(v).strip()), None)
+    given = next(((s, str(v).strip()) for s, v in sources if v and str(v).strip()), None)
     out_value = config.getoption("perfguard_shard_plan_out")
-    out = None if not out_value else here / Path(str(out_value))
+    out = None if not out_value else rootdir / Path(str(out_value))
     wanted = given[0] if given is not None else "--perfguard-shard-plan-out" if out else None
     if wanted is not None and shard is None:
         raise pytest.UsageError(
@@ -254,14 +252,14 @@ def _shard_plan(
         )
     if given is None or shard is None:
         return None, out
-    source, value, base = given
+    source, value = given
     if out is not None:
         raise pytest.UsageError(
             f"perfguard: {source} ({value}) and --perfguard-shard-plan-out were both given; "
             "a run either makes the plan (the plan job) or follows one (a shard). Fix: drop "
             f"one (in the plan job, unset {SHARD_PLAN_ENV})"
         )
-    path = base / Path(value)
+    path = rootdir / Path(value)
     try:
         plan = read_plan_file(path, source=source, shard=shard)
     except ShardError as exc:
