@@ -24,8 +24,10 @@ import yaml
 
 from tests.conftest import SPIN_MODEL
 from tests.workflow_harness import (
+    APP_TOKEN,
     ROOT,
     STAND_IN_STEPS,
+    Environment,
     GhRecorder,
     HarnessError,
     Job,
@@ -43,6 +45,16 @@ PUSH_STEP = "Push baselines to the perfguard-baselines branch"
 MARKER = "<!-- perfguard-summary -->"
 FAST_US, SLOW_US = 300, 1200
 SHARDS = {"PERFGUARD_SHARDS": "2"}
+APP_KEY = "-----BEGIN RSA PRIVATE KEY----- harness -----END RSA PRIVATE KEY-----"
+# The deployment environment docs/ci.md sets up: main only, holding the App's key.
+ENVIRONMENTS = {
+    "perfguard-baselines": Environment(
+        "perfguard-baselines",
+        branches=("main",),
+        secrets={"PERFGUARD_BASELINES_APP_KEY": APP_KEY},
+        variables={"PERFGUARD_BASELINES_APP_CLIENT_ID": "Iv23harness"},
+    )
+}
 
 SUITE = """\
 defaults:
@@ -98,6 +110,7 @@ class Origin:
             ref="refs/heads/main",
             directory=self.tmp / label,
             variables=SHARDS if variables is None else variables,
+            environments=ENVIRONMENTS,
         )
 
     def pr_run(
@@ -124,6 +137,7 @@ class Origin:
             directory=self.tmp / f"pr-{number}",
             gh=gh,
             variables=SHARDS,
+            environments=ENVIRONMENTS,
         )
 
     def baseline(
@@ -220,6 +234,7 @@ def test_main_pushes_merge_the_shards_into_one_baseline_commit_each(origin: Orig
         merge1.steps["Install"],
         merge1.steps["actions/download-artifact"],
         merge1.steps["Upload reports"],
+        merge1.steps["Token for the perfguard-baselines branch"],
     ]
     # The merge job's venv has no torch (its lock has none), and it merged all the same.
     assert "without" in merge1.steps["Install"].output
@@ -237,11 +252,15 @@ def test_main_pushes_merge_the_shards_into_one_baseline_commit_each(origin: Orig
     log = server.origin_git("log", "--format=%s", f"refs/heads/{BRANCH}").splitlines()
     assert log == [f"perfguard baseline for {second}", f"perfguard baseline for {first}"]
     # The token reached git through the environment only.
-    token = run1.github["token"]
+    # The push used the environment's App token; neither token nor the App's key reached
+    # .git/config or a log.
     for run in (run1, run2):
+        (merge,) = run.ran["baseline-merge"]
+        assert "App Iv23harness" in merge.steps["Token for the perfguard-baselines branch"].output
         for job in (*run.ran["baseline"], *run.ran["baseline-merge"]):
-            assert token not in (job.workspace / ".git" / "config").read_text()
-            assert all(token not in step.output for step in job.steps.values())
+            for secret in (run.github["token"], APP_TOKEN, APP_KEY):
+                assert secret not in (job.workspace / ".git" / "config").read_text()
+                assert all(secret not in step.output for step in job.steps.values())
     # main is left alone: its tip is the developer's commit, not a bot's.
     assert server.origin_git("rev-parse", "refs/heads/main") == second
     # The push event runs the baseline jobs only.
@@ -431,6 +450,7 @@ def push_run(
         ref="refs/heads/main",
         directory=tmp / "run",
         variables=variables,
+        environments=ENVIRONMENTS,
     )
 
 
@@ -490,6 +510,7 @@ def test_no_shard_reports_at_all_fails_the_merge_with_an_error(tmp_path: Path) -
         ref="refs/heads/main",
         directory=tmp_path / "run",
         variables={"PERFGUARD_SHARDS": "2"},
+        environments=ENVIRONMENTS,
     )
     assert run.run_job("plan") == "success"
     # Both shard runners lost before they uploaded anything.
@@ -773,6 +794,59 @@ def test_unset_vars_are_empty_and_the_matrix_must_be_a_list(tmp_path: Path) -> N
     assert run.run_job("b") == "skipped"  # a failed: b is skipped, its matrix unread
     with pytest.raises(HarnessError, match=r"matrix\.k must be a non-empty list, got \[\]"):
         run.matrix("b")
+
+
+def test_a_pr_that_edits_the_workflow_cannot_reach_the_baselines_credential(
+    tmp_path: Path,
+) -> None:
+    """A same-repository PR may edit perfguard.yml: give a PR-path job the write token,
+    reference the environment, read its secret. The token cannot push to the branch
+    (docs/ci.md: only the App may), and the environment runs no job of the PR's branch,
+    so its key never reaches one (GitHub's rule, as the harness models it)."""
+    workflow = yaml.safe_load(WORKFLOW.read_text())
+    steal = {
+        "runs-on": "ubuntu-latest",
+        "permissions": {"contents": "write"},
+        "steps": [
+            {
+                "name": "read the key",
+                "env": {"KEY": "${{ secrets.PERFGUARD_BASELINES_APP_KEY }}"},
+                "run": 'test -n "$KEY" && touch "$RUNNER_TEMP/stolen"',
+            }
+        ],
+    }
+    workflow["jobs"]["steal"] = {**steal, "environment": {"name": "perfguard-baselines"}}
+    workflow["jobs"]["peek"] = steal
+    edited = tmp_path / "perfguard.yml"
+    edited.write_text(yaml.safe_dump(workflow))
+    server = Server(tmp_path / "server")
+    server.commit(project(FAST_US), "a project")
+    head = server.commit({"NOTES.md": "x\n"}, "a PR", branch="evil")
+    event = {"pull_request": {"number": 1, "head": {"sha": head, "ref": "evil"}}}
+    run = WorkflowRun(
+        edited,
+        server,
+        event_name="pull_request",
+        sha=head,
+        ref="refs/pull/1/merge",
+        base_ref="main",
+        head_ref="evil",
+        event=event,
+        directory=tmp_path / "run",
+        environments=ENVIRONMENTS,
+    )
+    assert run.run_job("steal") == "failure"
+    (job,) = run.ran["steal"]
+    assert list(job.steps) == ["environment protection rules"], job.describe()
+    assert 'Branch "evil" is not allowed to deploy to perfguard-baselines' in job.describe()
+    assert not (job.temp / "stolen").exists()
+    # Outside the environment the secret is empty.
+    assert run.run_job("peek") == "failure"
+    assert not (run.ran["peek"][0].temp / "stolen").exists()
+    # On main, the job that references it gets the key (the push path).
+    main = push_run(edited, tmp_path / "main", {}, server)
+    assert main.context("steal")["secrets"]["PERFGUARD_BASELINES_APP_KEY"] == APP_KEY
+    assert main.context("peek")["secrets"]["PERFGUARD_BASELINES_APP_KEY"] is None
 
 
 def test_the_install_stand_in_has_what_the_lock_has(tmp_path: Path) -> None:

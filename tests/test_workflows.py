@@ -293,16 +293,59 @@ def test_one_plan_and_one_archive_per_run(workflows: dict[str, dict[Any, Any]]) 
     assert "BASELINES_COMMIT" not in push_fetch["env"]
 
 
-def test_only_the_hosted_baseline_merge_writes(workflows: dict[str, dict[Any, Any]]) -> None:
+PR_PATH_JOBS = ("plan", "perf", "perf-merge", "comment")
+BASELINES_ENVIRONMENT = "perfguard-baselines"
+APP_TOKEN_ACTION = "actions/create-github-app-token@"
+
+
+def test_the_baselines_write_access_is_unreachable_from_a_pr(
+    workflows: dict[str, dict[Any, Any]],
+) -> None:
+    """A same-repository PR can edit perfguard.yml (ask any job for `contents: write`),
+    so no GITHUB_TOKEN may be what pushes the baselines branch: the push uses a GitHub
+    App's token, minted from a secret of the deployment environment perfguard-baselines
+    (deployment branches: main only, docs/ci.md), in the one job that references it."""
     jobs = workflows["perfguard.yml"]["jobs"]
-    writers = {
-        name
-        for name, job in jobs.items()
-        if "write" in (job.get("permissions") or {}).values() and name != "comment"
-    }
-    assert writers == {"baseline-merge"}
+    for name, wf in workflows.items():
+        for job_name, job in wf["jobs"].items():
+            permissions = job.get("permissions") or {}
+            # No job's GITHUB_TOKEN writes contents: the branch's ruleset lets only the
+            # App update it, and nothing here needs more.
+            assert permissions.get("contents") in (None, "read"), f"{name}:{job_name}"
+            writes = {k for k, v in permissions.items() if v == "write"}
+            assert writes <= ({"pull-requests"} if job_name == "comment" else set()), job_name
+            if (name, job_name) != ("perfguard.yml", "baseline-merge"):
+                assert "environment" not in job, f"{name}:{job_name}"
+                assert "secrets." not in str(job), f"{name}:{job_name}"
+    # The jobs a pull request runs: read-only, the comment job's pull-requests excepted.
+    for name in PR_PATH_JOBS:
+        assert "push" not in str(jobs[name].get("if", "")) or "pull_request" in str(
+            jobs[name]["if"]
+        ), name
+        assert jobs[name]["permissions"] in ({"contents": "read"}, {"pull-requests": "write"})
     merge = jobs["baseline-merge"]
-    assert merge["permissions"] == {"contents": "write"}
+    assert merge["environment"] == {"name": BASELINES_ENVIRONMENT}
+    assert merge["permissions"] == {"contents": "read"}
+    assert merge["runs-on"] == "ubuntu-latest"  # never a self-hosted runner
+    # Only after the main shards, which run on pushes to main only.
+    assert merge["needs"] == ["plan", "baseline"]
+    assert (
+        "github.event_name == 'push' && github.ref == 'refs/heads/main'" in (jobs["baseline"]["if"])
+    )
+    steps = merge["steps"]
+    token, push = steps[-2], steps[-1]
+    assert push["name"] == "Push baselines to the perfguard-baselines branch"
+    assert "if" not in push and "if" not in token  # a failed or refused merge pushes nothing
+    assert str(token["uses"]).startswith(APP_TOKEN_ACTION) and token["id"] == "push-token"
+    assert token["with"] == {
+        "client-id": "${{ vars.PERFGUARD_BASELINES_APP_CLIENT_ID }}",
+        "private-key": "${{ secrets.PERFGUARD_BASELINES_APP_KEY }}",
+        "permission-contents": "write",
+    }
+    assert push["env"] == {"GH_TOKEN": "${{ steps.push-token.outputs.token }}"}
+    # The App's token is for the push alone; every other step reads with github.token.
+    users = [s.get("name") for s in steps if "push-token" in str(s.get("env", ""))]
+    assert users == [push["name"]]
     # One push per commit, by the merge; the shards only read.
     pushes = [
         name
@@ -310,8 +353,6 @@ def test_only_the_hosted_baseline_merge_writes(workflows: dict[str, dict[Any, An
         if "git push" in step.get("run", "")
     ]
     assert pushes == ["baseline-merge"]
-    assert merge["steps"][-1]["name"] == "Push baselines to the perfguard-baselines branch"
-    assert "if" not in merge["steps"][-1]  # a failed or refused merge pushes nothing
 
 
 def test_pr_perf_job(workflows: dict[str, dict[Any, Any]]) -> None:
