@@ -34,10 +34,13 @@ from perfguard.shard.plan import (
     Cell,
     ShardPlan,
     ShardSpec,
+    check_collected,
     plan_shards,
     read_plan,
+    read_plan_file,
     stored_cost_s,
     write_plan,
+    write_plan_file,
 )
 from tests.conftest import SpinRepo
 
@@ -175,6 +178,31 @@ def test_the_plan_file_round_trips_and_refuses_tampering(tmp_path: Path) -> None
     write_json_atomic(path, data)
     with pytest.raises(ResultsError, match=r"shard\.json.*expected shards 1\.\.2"):
         read_plan(path)
+
+
+def test_a_plan_that_does_not_fit_the_collected_tests_names_them(tmp_path: Path) -> None:
+    plan = plan_shards([Cell(f"suites/s.yaml::c{i}", "m") for i in range(3)], 2)
+    check_collected(plan, [f"suites/s.yaml::c{i}" for i in (2, 0, 1)], where="p.json")
+    extra = [f"suites/s.yaml::x{i}" for i in range(8)]
+    with pytest.raises(ShardError) as err:
+        check_collected(plan, ["suites/s.yaml::c0", *extra], where="p.json")
+    text = str(err.value)
+    assert text.startswith(
+        "the shard plan p.json does not match this run's tests: 8 collected tests not in "
+        "the plan: suites/s.yaml::x0, suites/s.yaml::x1, suites/s.yaml::x2, "
+        "suites/s.yaml::x3, suites/s.yaml::x4 (and 3 more); 2 planned tests not collected: "
+        "suites/s.yaml::c1, suites/s.yaml::c2; expected"
+    ), text
+    assert "Fix: the plan was made for another commit" in text
+    # The file round-trips; a shard's shard.json holds the same plan and reads alike.
+    path = write_plan_file(plan, tmp_path / "deep" / "plan.json")
+    spec = ShardSpec(1, 2)
+    assert read_plan_file(path, source="--perfguard-shard-plan", shard=spec).digest == plan.digest
+    shard_json = write_plan(plan, ShardSpec(2, 2), tmp_path / "run")
+    assert read_plan_file(shard_json, source="x", shard=spec).digest == plan.digest
+    with pytest.raises(ShardError, match=r"plans 2 shards, but this run is shard 1/3"):
+        read_plan_file(path, source="x", shard=ShardSpec(1, 3))
+    assert not list((tmp_path / "deep").glob(".*.tmp"))  # written atomically
 
 
 def test_plan_lines_name_each_shard_and_this_run() -> None:
@@ -585,3 +613,214 @@ def test_merge_copies_regular_trace_files_only(tmp_path: Path) -> None:
     copied = sorted(p.name for p in (run_folder / TRACES_DIR).iterdir())
     assert copied == ["cell.json"]
     assert sorted(p.name for p in skipped) == ["dir.json", "leak.json", TRACES_DIR]
+
+
+# -- one plan per run: --perfguard-shard-plan-out, then --perfguard-shard-plan ------------
+
+PLAN_JOB = ("--collect-only", "-q", "--perfguard-shard=1/2", "--perfguard-shard-plan-out=plan.json")
+
+
+def _digest(folder: Path) -> str:
+    (path,) = folder.rglob("shard.json")
+    return str(_json(path)["digest"])
+
+
+def _second_launch_of(repo: Repo, sha: str, us_a: int, us_b: int) -> None:
+    """A second launch of ``sha``'s baseline lands in the archive, measured with other
+    costs (as when its baseline job is re-run on a runner in another state)."""
+    branch = repo.git("rev-parse", "--abbrev-ref", "HEAD")
+    repo.git("checkout", "-q", sha)
+    (repo.path / "suites" / "s.yaml").write_text(suite_text(us_a, us_b))
+    result = repo.run("--perfguard-save", "--perfguard-allow-dirty", "suites/")
+    assert result.ret == 0, result.stdout.str()
+    repo.git("checkout", "-q", "--", "suites/s.yaml")
+    repo.git("checkout", "-q", branch)
+
+
+def test_a_plan_made_before_the_shards_keeps_them_agreeing_as_the_archive_changes(
+    repo: Repo, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parent = repo.commit(150, 150, "parent")
+    repo.run("--perfguard-save", "suites/").assert_outcomes(passed=6)
+    (repo.path / "README.md").write_text("docs\n")
+    repo.git("add", "README.md")
+    repo.git("commit", "-qm", "docs")
+    head = repo.git("rev-parse", "HEAD")
+
+    # The plan job: collection only, costed from the archive as it is now.
+    made = repo.run(*PLAN_JOB, "suites/", "test_plain.py")
+    assert made.ret == 0, made.stdout.str()
+    plan = _json(repo.path / "plan.json")
+    made.stdout.fnmatch_lines([f"perfguard: shard plan {plan['digest']} written to *plan.json"])
+    assert plan["total"] == 2 and plan["schema_version"] == 1
+    # A collection-only run leaves no run files: they would replace a real run's report.
+    assert not (repo.path / "reports" / head[:12]).exists()
+
+    # Shard 1 runs, each way: following the plan, and planning on its own (the old way).
+    monkeypatch.setenv("PERFGUARD_SHARD_PLAN", "plan.json")
+    first = repo.shard(1, 2, monkeypatch)
+    first.stdout.fnmatch_lines(
+        [f"perfguard: shard plan {plan['digest']} from plan.json ($PERFGUARD_SHARD_PLAN)*"]
+    )
+    monkeypatch.delenv("PERFGUARD_SHARD_PLAN")
+    monkeypatch.setenv("PERFGUARD_SHARD", "1/2")
+    repo.run("--perfguard-report-dir=old-1", "suites/", "test_plain.py")
+    # The archive changes before shard 2 starts: the parent's baseline gains a launch in
+    # which model b cost 20 times as much, so shard 2's own plan differs.
+    _second_launch_of(repo, parent, 150, 3000)
+    monkeypatch.setenv("PERFGUARD_SHARD", "2/2")
+    repo.run("--perfguard-report-dir=old-2", "suites/", "test_plain.py")
+    monkeypatch.delenv("PERFGUARD_SHARD")
+    monkeypatch.setenv("PERFGUARD_SHARD_PLAN", "plan.json")
+    repo.shard(2, 2, monkeypatch)
+    monkeypatch.delenv("PERFGUARD_SHARD_PLAN")
+
+    # Planning on their own, the shards disagree, and the commit's baseline is lost.
+    assert _digest(repo.path / "old-1") != _digest(repo.path / "old-2")
+    status, out = repo.merge("old-1", "old-2", "--save", "--out", "m-old", capsys=capsys)
+    assert status == 2 and "the shards differ in plan" in out, out
+    assert not list((repo.path / "baselines").glob(f"*/{head}.json"))
+    # Following the plan, both carry its digest, and the merged save goes through.
+    assert _digest(repo.path / "shard-1") == _digest(repo.path / "shard-2") == plan["digest"]
+    status, out = repo.merge("shard-1", "shard-2", "--save", "--out", "merged", capsys=capsys)
+    assert status == 0, out
+    (saved,) = (repo.path / "baselines").glob(f"*/{head}.json")
+    (launch,) = _json(saved)["launches"]
+    assert len(launch["scenarios"]) == 6
+
+
+MISMATCH = "ERROR: perfguard: the shard plan plan.json (--perfguard-shard-plan) does not match "
+
+
+@pytest.mark.parametrize(
+    ("plan_args", "shard_args", "found"),
+    [
+        # A cell collected here that the plan lacks would run on no shard.
+        (("-k", "not a0"), (), "1 collected test not in the plan: suites/s.yaml::a0;"),
+        # A planned cell not collected here would be lost from the merge.
+        (
+            (),
+            ("-k", "not a0 and not b1"),
+            "2 planned tests not collected: suites/s.yaml::a0, suites/s.yaml::b1;",
+        ),
+    ],
+)
+def test_a_plan_of_other_tests_is_refused_before_measuring(
+    repo: Repo, plan_args: tuple[str, ...], shard_args: tuple[str, ...], found: str
+) -> None:
+    repo.commit(150, 150, "base")
+    assert repo.run(*PLAN_JOB, "suites/", *plan_args).ret == 0
+    result = repo.run(
+        "--perfguard-shard=1/2", "--perfguard-shard-plan=plan.json", "suites/", *shard_args
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            f"{MISMATCH}this run's tests: {found} expected the tests the plan was made from*"
+            "Fix: the plan was made for another commit, another set of suites or another "
+            "-k/-m selection; make it again in the plan job*"
+        ]
+    )
+    assert not list(repo.path.rglob("results.json"))  # nothing measured, nothing written
+
+
+def test_a_plan_for_other_shards_or_unreadable_is_refused(
+    repo: Repo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo.commit(150, 150, "base")
+    assert repo.run(*PLAN_JOB, "suites/").ret == 0
+    result = repo.run("--perfguard-shard=2/3", "--perfguard-shard-plan=plan.json", "suites/")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: perfguard: --perfguard-shard-plan (*plan.json) plans 2 shards, but this run "
+            "is shard 2/3; expected a plan over 3 shards*Fix: *"
+        ]
+    )
+    # A missing file is an error, never a silent fallback to planning here.
+    monkeypatch.setenv("PERFGUARD_SHARD_PLAN", "missing.json")
+    result = repo.run("--perfguard-shard=1/2", "suites/")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: perfguard: $PERFGUARD_SHARD_PLAN is '*missing.json', and its plan cannot be "
+            "read: *not found*Fix: pass the plan file the plan job wrote*"
+        ]
+    )
+    # The command line wins over the variable.
+    result = repo.run(
+        "--perfguard-shard=1/2",
+        "--perfguard-shard-plan=plan.json",
+        "--collect-only",
+        "-q",
+        "suites/",
+    )
+    assert result.ret == 0, result.stderr.str()
+    monkeypatch.delenv("PERFGUARD_SHARD_PLAN")
+    # A file that is not a plan, or one edited by hand.
+    (repo.path / "bad.json").write_text("{")
+    plan = _json(repo.path / "plan.json")
+    plan["shards"][0]["cells"].pop()
+    (repo.path / "edited.json").write_text(json.dumps(plan))
+    for name, why in (
+        ("bad.json", "*bad.json:1: invalid JSON*"),
+        ("edited.json", "*digest*does not match*"),
+    ):
+        result = repo.run("--perfguard-shard=1/2", f"--perfguard-shard-plan={name}", "suites/")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR, name
+        result.stderr.fnmatch_lines([f"ERROR: perfguard: --perfguard-shard-plan is '*{name}'{why}"])
+    # The plan needs the shard; a run makes the plan or follows one, not both.
+    result = repo.run("--perfguard-shard-plan=plan.json", "suites/")
+    result.stderr.fnmatch_lines(["*--perfguard-shard-plan was given without a shard*"])
+    result = repo.run(
+        "--perfguard-shard=1/2",
+        "--perfguard-shard-plan=plan.json",
+        "--perfguard-shard-plan-out=again.json",
+        "suites/",
+    )
+    result.stderr.fnmatch_lines(["*a run either makes the plan (the plan job) or follows one*"])
+
+
+def test_the_plan_is_written_and_followed_under_xdist(
+    repo: Repo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    head = repo.commit(150, 150, "base")
+    xdist = ("-p", "xdist", "-n", "2")
+    # Collection only: xdist starts no workers, and the run writes the plan itself.
+    assert repo.run(*xdist, *PLAN_JOB, "suites/").ret == 0
+    collected = _json(repo.path / "plan.json")
+    # A measuring run: the workers plan, the controller writes the plan once.
+    result = repo.run(
+        *xdist, "--perfguard-shard=2/2", "--perfguard-shard-plan-out=measured.json", "suites/"
+    )
+    assert result.ret == 0, result.stdout.str()
+    assert _json(repo.path / "measured.json")["digest"] == collected["digest"]
+    # Each worker follows the plan; shard.json is that plan.
+    result = repo.run(
+        *xdist,
+        "--perfguard-shard=1/2",
+        "--perfguard-shard-plan=plan.json",
+        "--perfguard-report-dir=shard-1",
+        "suites/",
+    )
+    assert result.ret == 0, result.stdout.str()
+    assert result.stdout.str().count(f"perfguard: shard plan {collected['digest']} from") == 1
+    assert _digest(repo.path / "shard-1") == collected["digest"]
+    measured = [
+        s["id"] for s in _json(repo.path / "shard-1" / head[:12] / "results.json")["scenarios"]
+    ]
+    assert sorted(measured) == sorted(collected["shards"][0]["cells"])
+    # A plan that does not fit, found in the workers, is the controller's usage error.
+    result = repo.run(
+        *xdist,
+        "--perfguard-shard=1/2",
+        "--perfguard-shard-plan=plan.json",
+        "suites/",
+        "-k",
+        "not b0",
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [f"{MISMATCH}this run's tests: 1 planned test not collected: suites/s.yaml::b0;*"]
+    )
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()

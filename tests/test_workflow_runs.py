@@ -24,8 +24,10 @@ import yaml
 
 from tests.conftest import SPIN_MODEL
 from tests.workflow_harness import (
+    APP_TOKEN,
     ROOT,
     STAND_IN_STEPS,
+    Environment,
     GhRecorder,
     HarnessError,
     Job,
@@ -43,6 +45,16 @@ PUSH_STEP = "Push baselines to the perfguard-baselines branch"
 MARKER = "<!-- perfguard-summary -->"
 FAST_US, SLOW_US = 300, 1200
 SHARDS = {"PERFGUARD_SHARDS": "2"}
+APP_KEY = "-----BEGIN RSA PRIVATE KEY----- harness -----END RSA PRIVATE KEY-----"
+# The deployment environment docs/ci.md sets up: main only, holding the App's key.
+ENVIRONMENTS = {
+    "perfguard-baselines": Environment(
+        "perfguard-baselines",
+        branches=("main",),
+        secrets={"PERFGUARD_BASELINES_APP_KEY": APP_KEY},
+        variables={"PERFGUARD_BASELINES_APP_CLIENT_ID": "Iv23harness"},
+    )
+}
 
 SUITE = """\
 defaults:
@@ -98,6 +110,7 @@ class Origin:
             ref="refs/heads/main",
             directory=self.tmp / label,
             variables=SHARDS if variables is None else variables,
+            environments=ENVIRONMENTS,
         )
 
     def pr_run(
@@ -124,6 +137,7 @@ class Origin:
             directory=self.tmp / f"pr-{number}",
             gh=gh,
             variables=SHARDS,
+            environments=ENVIRONMENTS,
         )
 
     def baseline(
@@ -187,8 +201,15 @@ def origin(tmp_path_factory: pytest.TempPathFactory) -> Origin:
 def test_main_pushes_merge_the_shards_into_one_baseline_commit_each(origin: Origin) -> None:
     server = origin.server
     (first, run1), (second, run2) = origin.main
+    # The second run read the archive at the commit the first one pushed.
+    assert "baselines" not in run1.outputs["plan"]
+    first_push = server.origin_git("rev-list", "--reverse", f"refs/heads/{BRANCH}").split()[0]
+    assert run2.outputs["plan"]["baselines"] == first_push
     for run in (run1, run2):
-        assert run.outputs["plan"] == {"total": "2", "shards": "[1,2]"}
+        assert {k: run.outputs["plan"][k] for k in ("total", "shards")} == {
+            "total": "2",
+            "shards": "[1,2]",
+        }
         shards = run.ran["baseline"]
         assert [job.matrix for job in shards] == [{"shard": 1}, {"shard": 2}]
         assert all(job.result() == "success" for job in shards), describe(run, "baseline")
@@ -213,6 +234,7 @@ def test_main_pushes_merge_the_shards_into_one_baseline_commit_each(origin: Orig
         merge1.steps["Install"],
         merge1.steps["actions/download-artifact"],
         merge1.steps["Upload reports"],
+        merge1.steps["Token for the perfguard-baselines branch"],
     ]
     # The merge job's venv has no torch (its lock has none), and it merged all the same.
     assert "without" in merge1.steps["Install"].output
@@ -230,11 +252,15 @@ def test_main_pushes_merge_the_shards_into_one_baseline_commit_each(origin: Orig
     log = server.origin_git("log", "--format=%s", f"refs/heads/{BRANCH}").splitlines()
     assert log == [f"perfguard baseline for {second}", f"perfguard baseline for {first}"]
     # The token reached git through the environment only.
-    token = run1.github["token"]
+    # The push used the environment's App token; neither token nor the App's key reached
+    # .git/config or a log.
     for run in (run1, run2):
+        (merge,) = run.ran["baseline-merge"]
+        assert "App Iv23harness" in merge.steps["Token for the perfguard-baselines branch"].output
         for job in (*run.ran["baseline"], *run.ran["baseline-merge"]):
-            assert token not in (job.workspace / ".git" / "config").read_text()
-            assert all(token not in step.output for step in job.steps.values())
+            for secret in (run.github["token"], APP_TOKEN, APP_KEY):
+                assert secret not in (job.workspace / ".git" / "config").read_text()
+                assert all(secret not in step.output for step in job.steps.values())
     # main is left alone: its tip is the developer's commit, not a bot's.
     assert server.origin_git("rev-parse", "refs/heads/main") == second
     # The push event runs the baseline jobs only.
@@ -350,7 +376,7 @@ def test_racing_baseline_jobs_lose_no_launch(origin: Origin) -> None:
         for sha in (third, fourth)
     ]
     for run, job in runs:
-        assert run.outputs["plan"] == {"total": "1", "shards": "[1]"}
+        assert run.outputs["plan"]["total"] == "1" and run.outputs["plan"]["shards"] == "[1]"
         assert len(run.ran["baseline"]) == 1
         assert job.result() == "success", job.describe()
     running = [job.start(PUSH_STEP) for _, job in runs]
@@ -366,24 +392,73 @@ def test_racing_baseline_jobs_lose_no_launch(origin: Origin) -> None:
     assert chain[2] == before and len(chain) == 4
 
 
+def test_a_baseline_landing_while_the_shards_run_changes_neither_plan_nor_baseline(
+    origin: Origin,
+) -> None:
+    """Shard 1 of a push runs; the parent's baseline lands (its own workflow finishes);
+    shard 2 runs. Each shard used to plan from, and judge against, the archive as it
+    fetched it: the merge refused ("the shards differ in plan"/"in baseline") and the
+    commit's baseline was lost."""
+    server = origin.server
+    parent = server.commit({"README.md": "docs 5\n"}, "parent, measured late")
+    child = server.commit({"README.md": "docs 6\n"}, "child")
+    run = origin.push_run(child, "landing-child")
+    assert run.run_job("plan") == "success", describe(run, "plan")
+    planned = run.outputs["plan"]["baselines"]
+    assert len(planned) == 40 and planned == server.origin_git("rev-parse", f"refs/heads/{BRANCH}")
+    first = run.job("baseline", matrix={"shard": 1})
+    assert first.run() == "success", first.describe()
+    # The parent's own push workflow ends now, and pushes its baseline.
+    landed, _ = origin.baseline(parent, "landing-parent")
+    assert landed.results["baseline-merge"] == "success", describe(landed, "baseline-merge")
+    assert server.origin_git("rev-parse", f"refs/heads/{BRANCH}") != planned
+    second = run.job("baseline", matrix={"shard": 2})
+    assert second.run() == "success", second.describe()
+    # Both shards read the archive at the plan job's commit and followed its plan.
+    for job in (first, second):
+        output = job.steps["Fetch stored baselines"].output
+        assert f"from {BRANCH} at {planned}" in output, job.describe()
+    plans = [shard_plan(run, k) for k in (1, 2)]
+    uploaded = json.loads(next((run.artifacts / "perfguard-plan").glob("*.json")).read_text())
+    assert plans[0]["digest"] == plans[1]["digest"] == uploaded["digest"]
+    judged = [
+        json.loads(
+            next((run.artifacts / f"perfguard-shard-{k}").rglob("comparison.json")).read_text()
+        )["baseline"]["commit"]
+        for k in (1, 2)
+    ]
+    assert judged[0] == judged[1] != parent
+    assert run.run_job("baseline-merge") == "success", describe(run, "baseline-merge")
+    assert len(baseline_doc(server, child)["launches"]) == 1
+    assert len(baseline_doc(server, parent)["launches"]) == 1
+
+
 # --- the plan job alone -------------------------------------------------------------------
 
 
-def push_run(workflow: Path, tmp: Path, variables: dict[str, str]) -> WorkflowRun:
-    """A push to main running ``workflow`` against an empty origin under ``tmp``."""
+def push_run(
+    workflow: Path, tmp: Path, variables: dict[str, str], server: Server | None = None
+) -> WorkflowRun:
+    """A push to main running ``workflow`` against ``server`` (else an empty origin)."""
+    server = server or Server(tmp / "server")
+    sha = server.git("rev-parse", "HEAD") if server.has_branch("main") else "e" * 40
     return WorkflowRun(
         workflow,
-        Server(tmp / "server"),
+        server,
         event_name="push",
-        sha="e" * 40,
+        sha=sha,
         ref="refs/heads/main",
         directory=tmp / "run",
         variables=variables,
+        environments=ENVIRONMENTS,
     )
 
 
 def plan_run(tmp: Path, variables: dict[str, str]) -> WorkflowRun:
-    return push_run(WORKFLOW, tmp, variables)
+    """The workflow on a push of the tiny project (the plan job collects its suite)."""
+    server = Server(tmp / "server")
+    server.commit(project(FAST_US), "two models")
+    return push_run(WORKFLOW, tmp, variables, server)
 
 
 @pytest.mark.parametrize(
@@ -394,7 +469,15 @@ def test_the_plan_job_lists_the_shards(tmp_path: Path, value: str | None, shards
     assert run.run_job("plan") == "success", describe(run, "plan")
     total = value or "1"
     expected = shards or "[" + ",".join(str(k) for k in range(1, 33)) + "]"
-    assert run.outputs["plan"] == {"total": total, "shards": expected}
+    assert run.outputs["plan"] == {"total": total, "shards": expected}  # no baselines yet
+    # The plan of the project's two cells over N shards, for every shard to follow.
+    (path,) = (run.artifacts / "perfguard-plan").glob("*.json")
+    plan = json.loads(path.read_text())
+    assert plan["total"] == int(total) and len(plan["shards"]) == int(total)
+    assert sorted(c for s in plan["shards"] for c in s["cells"]) == [
+        "suites/s.yaml::spin",
+        "suites/s.yaml::steady",
+    ]
     assert [j.matrix for j in run.jobs("baseline")] == [
         {"shard": k} for k in range(1, int(total) + 1)
     ]
@@ -418,7 +501,7 @@ def test_the_plan_job_refuses_a_bad_variable(tmp_path: Path, value: str) -> None
 
 def test_no_shard_reports_at_all_fails_the_merge_with_an_error(tmp_path: Path) -> None:
     server = Server(tmp_path / "server")
-    sha = server.commit({"baselines/.gitkeep": ""}, "a project")
+    sha = server.commit(project(FAST_US), "a project")
     run = WorkflowRun(
         WORKFLOW,
         server,
@@ -427,6 +510,7 @@ def test_no_shard_reports_at_all_fails_the_merge_with_an_error(tmp_path: Path) -
         ref="refs/heads/main",
         directory=tmp_path / "run",
         variables={"PERFGUARD_SHARDS": "2"},
+        environments=ENVIRONMENTS,
     )
     assert run.run_job("plan") == "success"
     # Both shard runners lost before they uploaded anything.
@@ -542,7 +626,7 @@ def test_expressions() -> None:
 def test_every_stand_in_step_exists() -> None:
     # A renamed Install step would otherwise run for real (pip, PyPI, a GPU check).
     workflow = yaml.safe_load(WORKFLOW.read_text())
-    for job in ("perf", "baseline", "perf-merge", "baseline-merge"):
+    for job in ("plan", "perf", "baseline", "perf-merge", "baseline-merge"):
         names = [s.get("name") for s in workflow["jobs"][job]["steps"]]
         assert all(name in names for name in STAND_IN_STEPS), (job, names)
 
@@ -710,6 +794,59 @@ def test_unset_vars_are_empty_and_the_matrix_must_be_a_list(tmp_path: Path) -> N
     assert run.run_job("b") == "skipped"  # a failed: b is skipped, its matrix unread
     with pytest.raises(HarnessError, match=r"matrix\.k must be a non-empty list, got \[\]"):
         run.matrix("b")
+
+
+def test_a_pr_that_edits_the_workflow_cannot_reach_the_baselines_credential(
+    tmp_path: Path,
+) -> None:
+    """A same-repository PR may edit perfguard.yml: give a PR-path job the write token,
+    reference the environment, read its secret. The token cannot push to the branch
+    (docs/ci.md: only the App may), and the environment runs no job of the PR's branch,
+    so its key never reaches one (GitHub's rule, as the harness models it)."""
+    workflow = yaml.safe_load(WORKFLOW.read_text())
+    steal = {
+        "runs-on": "ubuntu-latest",
+        "permissions": {"contents": "write"},
+        "steps": [
+            {
+                "name": "read the key",
+                "env": {"KEY": "${{ secrets.PERFGUARD_BASELINES_APP_KEY }}"},
+                "run": 'test -n "$KEY" && touch "$RUNNER_TEMP/stolen"',
+            }
+        ],
+    }
+    workflow["jobs"]["steal"] = {**steal, "environment": {"name": "perfguard-baselines"}}
+    workflow["jobs"]["peek"] = steal
+    edited = tmp_path / "perfguard.yml"
+    edited.write_text(yaml.safe_dump(workflow))
+    server = Server(tmp_path / "server")
+    server.commit(project(FAST_US), "a project")
+    head = server.commit({"NOTES.md": "x\n"}, "a PR", branch="evil")
+    event = {"pull_request": {"number": 1, "head": {"sha": head, "ref": "evil"}}}
+    run = WorkflowRun(
+        edited,
+        server,
+        event_name="pull_request",
+        sha=head,
+        ref="refs/pull/1/merge",
+        base_ref="main",
+        head_ref="evil",
+        event=event,
+        directory=tmp_path / "run",
+        environments=ENVIRONMENTS,
+    )
+    assert run.run_job("steal") == "failure"
+    (job,) = run.ran["steal"]
+    assert list(job.steps) == ["environment protection rules"], job.describe()
+    assert 'Branch "evil" is not allowed to deploy to perfguard-baselines' in job.describe()
+    assert not (job.temp / "stolen").exists()
+    # Outside the environment the secret is empty.
+    assert run.run_job("peek") == "failure"
+    assert not (run.ran["peek"][0].temp / "stolen").exists()
+    # On main, the job that references it gets the key (the push path).
+    main = push_run(edited, tmp_path / "main", {}, server)
+    assert main.context("steal")["secrets"]["PERFGUARD_BASELINES_APP_KEY"] == APP_KEY
+    assert main.context("peek")["secrets"]["PERFGUARD_BASELINES_APP_KEY"] is None
 
 
 def test_the_install_stand_in_has_what_the_lock_has(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ themselves are run by tests/test_workflow_runs.py.
 
 from __future__ import annotations
 
+import fnmatch
 import importlib.util
 import os
 import re
@@ -40,6 +41,10 @@ MERGE_LOCK_FILE = ROOT / ".github" / "requirements" / "perfguard-merge.txt"
 # that reads a `vars.` value, are the linter's age, not the workflow's fault.
 OLD_ACTIONLINT_VARS = 'undefined variable "vars"'
 FORK_GUARD = "github.event.pull_request.head.repo.full_name == github.repository"
+# Where the plan job writes the run's shard plan, and every shard reads it.
+PLAN_DIR = "${{ runner.temp }}/perfguard-shard-plan"
+PLAN_FILE = f"{PLAN_DIR}/plan.json"
+PINNED_BASELINES = "${{ needs.plan.outputs.baselines }}"
 SHA_PIN = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
 
 
@@ -175,12 +180,14 @@ def test_self_hosted_jobs_never_run_fork_prs(workflows: dict[str, dict[Any, Any]
 def test_the_shard_matrix(workflows: dict[str, dict[Any, Any]]) -> None:
     jobs = workflows["perfguard.yml"]["jobs"]
     plan = jobs["plan"]
-    assert plan["runs-on"] == "ubuntu-latest" and plan["permissions"] == {}
+    assert plan["runs-on"] == "ubuntu-latest" and plan["permissions"] == {"contents": "read"}
     assert plan["outputs"] == {
         "total": "${{ steps.plan.outputs.total }}",
         "shards": "${{ steps.plan.outputs.shards }}",
+        "baselines": "${{ steps.baselines.outputs.commit }}",
     }
-    (step,) = plan["steps"]
+    step = plan["steps"][0]  # first: a bad variable fails before anything is fetched
+    assert step["name"] == "Number of shards" and step["id"] == "plan"
     assert step["env"] == {"SHARDS": "${{ vars.PERFGUARD_SHARDS }}"}
     for name, merge in (("perf", "perf-merge"), ("baseline", "baseline-merge")):
         shard = jobs[name]
@@ -222,16 +229,123 @@ def test_the_shard_matrix(workflows: dict[str, dict[Any, Any]]) -> None:
     assert jobs["perf-merge"]["permissions"] == {"contents": "read"}
 
 
-def test_only_the_hosted_baseline_merge_writes(workflows: dict[str, dict[Any, Any]]) -> None:
+def test_one_plan_and_one_archive_per_run(workflows: dict[str, dict[Any, Any]]) -> None:
+    """The plan job fixes the shard plan and the baselines commit before any shard
+    starts; every shard follows them (shards that planned from archives fetched on their
+    own disagreed, and the merge refused to save)."""
     jobs = workflows["perfguard.yml"]["jobs"]
-    writers = {
-        name
-        for name, job in jobs.items()
-        if "write" in (job.get("permissions") or {}).values() and name != "comment"
-    }
-    assert writers == {"baseline-merge"}
+    plan = jobs["plan"]
+    names = [step.get("name") or step.get("uses", "").split("@")[0] for step in plan["steps"]]
+    assert names == [
+        "Number of shards",
+        "actions/checkout",
+        "Fetch stored baselines",
+        "actions/setup-python",
+        "Install",
+        "Plan the shards",
+        "Upload the plan",
+    ]
+    checkout = plan["steps"][1]
+    # The shards' commit: the PR's head (as perf checks out), else the pushed commit.
+    assert checkout["with"]["ref"] == (
+        "${{ github.event_name == 'pull_request' && github.event.pull_request.head.sha "
+        "|| github.sha }}"
+    )
+    assert jobs["perf"]["steps"][0]["with"]["ref"] == "${{ github.event.pull_request.head.sha }}"
+    fetch = plan["steps"][2]
+    assert (
+        fetch["id"] == "baselines" and 'echo "commit=$commit" >> "$GITHUB_OUTPUT"' in (fetch["run"])
+    )
+    make = plan["steps"][5]
+    assert make["env"]["PLAN"] == PLAN_FILE
+    assert make["env"]["SHARDS"] == "${{ steps.plan.outputs.total }}"
+    assert "pytest --perfguard suites/ --collect-only -q" in make["run"]
+    assert '--perfguard-shard="1/$SHARDS" --perfguard-shard-plan-out="$PLAN"' in make["run"]
+    upload = plan["steps"][6]
+    assert "upload-artifact" in upload["uses"] and "if" not in upload
+    assert upload["with"]["name"] == "perfguard-plan"
+    # Not a shard's reports: the merge jobs download every perfguard-shard-* artifact.
+    assert not fnmatch.fnmatchcase(upload["with"]["name"], "perfguard-shard-*")
+    assert upload["with"]["path"] == f"{PLAN_DIR}/"
+    assert upload["with"]["if-no-files-found"] == "error"
+    for name, measure in (("perf", "Performance gate"), ("baseline", "Measure")):
+        shard = jobs[name]
+        assert shard["needs"] == "plan", name
+        steps = shard["steps"]
+        titles = [s.get("name") for s in steps]
+        download = steps[titles.index("Download the shard plan")]
+        assert download["with"] == {"name": "perfguard-plan", "path": PLAN_DIR}, name
+        run = steps[titles.index(measure)]
+        assert titles.index("Download the shard plan") < titles.index(measure), name
+        # The variable the plugin reads, on the step that runs pytest.
+        assert run["env"]["PERFGUARD_SHARD_PLAN"] == PLAN_FILE, name
+        assert "PERFGUARD_SHARD_PLAN" not in (shard.get("env") or {}), name
+    # Every job that judges or reports reads the archive at the plan job's commit; only
+    # baseline-merge, which pushes, starts from the branch's tip.
+    for name in ("perf", "perf-merge", "baseline"):
+        fetch = next(s for s in jobs[name]["steps"] if s.get("name") == "Fetch stored baselines")
+        assert fetch["env"]["BASELINES_COMMIT"] == PINNED_BASELINES, name
+        assert 'git archive "$BASELINES_COMMIT"' in fetch["run"], name
+        assert "refs/heads/$BASELINE_BRANCH" not in fetch["run"], name
+    push_fetch = next(
+        s for s in jobs["baseline-merge"]["steps"] if s.get("name") == "Fetch stored baselines"
+    )
+    assert "BASELINES_COMMIT" not in push_fetch["env"]
+
+
+PR_PATH_JOBS = ("plan", "perf", "perf-merge", "comment")
+BASELINES_ENVIRONMENT = "perfguard-baselines"
+APP_TOKEN_ACTION = "actions/create-github-app-token@"
+
+
+def test_the_baselines_write_access_is_unreachable_from_a_pr(
+    workflows: dict[str, dict[Any, Any]],
+) -> None:
+    """A same-repository PR can edit perfguard.yml (ask any job for `contents: write`),
+    so no GITHUB_TOKEN may be what pushes the baselines branch: the push uses a GitHub
+    App's token, minted from a secret of the deployment environment perfguard-baselines
+    (deployment branches: main only, docs/ci.md), in the one job that references it."""
+    jobs = workflows["perfguard.yml"]["jobs"]
+    for name, wf in workflows.items():
+        for job_name, job in wf["jobs"].items():
+            permissions = job.get("permissions") or {}
+            # No job's GITHUB_TOKEN writes contents: the branch's ruleset lets only the
+            # App update it, and nothing here needs more.
+            assert permissions.get("contents") in (None, "read"), f"{name}:{job_name}"
+            writes = {k for k, v in permissions.items() if v == "write"}
+            assert writes <= ({"pull-requests"} if job_name == "comment" else set()), job_name
+            if (name, job_name) != ("perfguard.yml", "baseline-merge"):
+                assert "environment" not in job, f"{name}:{job_name}"
+                assert "secrets." not in str(job), f"{name}:{job_name}"
+    # The jobs a pull request runs: read-only, the comment job's pull-requests excepted.
+    for name in PR_PATH_JOBS:
+        assert "push" not in str(jobs[name].get("if", "")) or "pull_request" in str(
+            jobs[name]["if"]
+        ), name
+        assert jobs[name]["permissions"] in ({"contents": "read"}, {"pull-requests": "write"})
     merge = jobs["baseline-merge"]
-    assert merge["permissions"] == {"contents": "write"}
+    assert merge["environment"] == {"name": BASELINES_ENVIRONMENT}
+    assert merge["permissions"] == {"contents": "read"}
+    assert merge["runs-on"] == "ubuntu-latest"  # never a self-hosted runner
+    # Only after the main shards, which run on pushes to main only.
+    assert merge["needs"] == ["plan", "baseline"]
+    assert (
+        "github.event_name == 'push' && github.ref == 'refs/heads/main'" in (jobs["baseline"]["if"])
+    )
+    steps = merge["steps"]
+    token, push = steps[-2], steps[-1]
+    assert push["name"] == "Push baselines to the perfguard-baselines branch"
+    assert "if" not in push and "if" not in token  # a failed or refused merge pushes nothing
+    assert str(token["uses"]).startswith(APP_TOKEN_ACTION) and token["id"] == "push-token"
+    assert token["with"] == {
+        "client-id": "${{ vars.PERFGUARD_BASELINES_APP_CLIENT_ID }}",
+        "private-key": "${{ secrets.PERFGUARD_BASELINES_APP_KEY }}",
+        "permission-contents": "write",
+    }
+    assert push["env"] == {"GH_TOKEN": "${{ steps.push-token.outputs.token }}"}
+    # The App's token is for the push alone; every other step reads with github.token.
+    users = [s.get("name") for s in steps if "push-token" in str(s.get("env", ""))]
+    assert users == [push["name"]]
     # One push per commit, by the merge; the shards only read.
     pushes = [
         name
@@ -239,8 +353,6 @@ def test_only_the_hosted_baseline_merge_writes(workflows: dict[str, dict[Any, An
         if "git push" in step.get("run", "")
     ]
     assert pushes == ["baseline-merge"]
-    assert merge["steps"][-1]["name"] == "Push baselines to the perfguard-baselines branch"
-    assert "if" not in merge["steps"][-1]  # a failed or refused merge pushes nothing
 
 
 def test_pr_perf_job(workflows: dict[str, dict[Any, Any]]) -> None:
@@ -255,7 +367,7 @@ def test_pr_perf_job(workflows: dict[str, dict[Any, Any]]) -> None:
     checkout = perf["steps"][0]
     assert checkout["with"]["ref"] == "${{ github.event.pull_request.head.sha }}"
     gate = next(s for s in perf["steps"] if s.get("name") == "Performance gate")
-    assert gate["env"] == {"BASE_REF": "${{ github.base_ref }}"}
+    assert gate["env"] == {"BASE_REF": "${{ github.base_ref }}", "PERFGUARD_SHARD_PLAN": PLAN_FILE}
     # Same-run A/B on every PR: no label decides it.
     assert '--perfguard-ab "origin/$BASE_REF"' in gate["run"]
     assert "--perfguard-inconclusive=fail" in gate["run"]
@@ -311,6 +423,7 @@ def test_jobs_install_from_the_hash_locks(workflows: dict[str, dict[Any, Any]]) 
     assert wf["env"]["LOCK_FILE"] == LOCK_FILE.relative_to(ROOT).as_posix()
     assert wf["env"]["MERGE_LOCK_FILE"] == MERGE_LOCK_FILE.relative_to(ROOT).as_posix()
     lock_of = {
+        "plan": "MERGE_LOCK_FILE",
         "perf": "LOCK_FILE",
         "baseline": "LOCK_FILE",
         "perf-merge": "MERGE_LOCK_FILE",
@@ -332,7 +445,7 @@ def test_jobs_install_from_the_hash_locks(workflows: dict[str, dict[Any, Any]]) 
     assert sorted(installs) == sorted(lock_of)
     # The hosted merge jobs get the Python the lock is compiled for.
     version = _lock_module().PYTHON_VERSION
-    for job_name in ("perf-merge", "baseline-merge"):
+    for job_name in ("plan", "perf-merge", "baseline-merge"):
         steps = wf["jobs"][job_name]["steps"]
         setup = [s for s in steps if str(s.get("uses", "")).startswith("actions/setup-python@")]
         assert [s["with"] for s in setup] == [{"python-version": version}], job_name

@@ -24,11 +24,16 @@ evaluator of GitHub's expression language: paths, literals, ``== != && || !``,
 ``always() success() failure() cancelled() contains() startsWith() endsWith()
 fromJSON() toJSON() format()``); a step without ``if:`` is skipped after a failure, like
 ``success()``. The contexts: ``github``, ``vars`` (``variables=``; an unset variable is
-empty), ``needs`` (only the jobs in ``needs:``, which must have run: their ``result``
-and ``outputs``), ``runner`` (``temp``, ``os``, ``arch``), ``matrix`` and ``steps``
+empty), ``secrets`` (``secrets=``; unset is empty), ``needs`` (only the jobs in
+``needs:``, which must have run: their ``result`` and ``outputs``), ``runner``
+(``temp``, ``os``, ``arch``), ``matrix`` and ``steps``
 (each step with an ``id:``: its ``outputs`` from its own ``$GITHUB_OUTPUT`` file,
 ``outcome``, ``conclusion``). A job's
-``outputs:`` are evaluated when it ends. ``strategy.matrix`` (lists, or one expression
+``outputs:`` are evaluated when it ends. A job's ``environment:`` is checked as GitHub
+checks it before a job reaches a runner (``environments=``, ``Environment``): a branch
+outside its deployment branches (a pull request's head branch, else the ref's) fails the
+job with no step run; otherwise the job's ``secrets`` and ``vars`` include the
+environment's, which no other job sees. ``strategy.matrix`` (lists, or one expression
 such as ``fromJSON(...)``; no ``include``/``exclude``) runs the job once per value; the
 job's result is ``failure`` if any instance failed, as on GitHub. ``runs-on``,
 ``permissions``, ``concurrency``, ``fail-fast`` and ``timeout-minutes`` are GitHub's
@@ -45,6 +50,9 @@ What is stood in for, and why:
   ``path/<name>/`` (all into ``path`` with ``merge-multiple: true``); none matching is
   no error, as with the action.
 * ``actions/setup-python``: ``python``/``python3`` on ``PATH`` become this interpreter.
+* ``actions/create-github-app-token``: ``outputs.token`` is ``APP_TOKEN`` (the origin is
+  a folder: any credential pushes); an error, as with the action, without the App's
+  client id and private key.
 * the step named ``Install`` (see ``STAND_IN_STEPS``): it builds a venv from a hash
   lock and needs PyPI (and a GPU); instead ``.venv/bin/python`` becomes a wrapper of
   this interpreter with ``PYTHONPATH`` at the perfguard under test, so the workflow's
@@ -112,6 +120,26 @@ sys.meta_path[:] = [_NotInstalled if f is PathFinder else f for f in sys.meta_pa
 
 class HarnessError(Exception):
     """The workflow uses something the harness does not model."""
+
+
+#: The token the ``actions/create-github-app-token`` stand-in hands out.
+APP_TOKEN = "ghs_harness_app_token_not_a_secret"
+
+
+@dataclass(frozen=True)
+class Environment:
+    """A deployment environment: the branches that may use it (None: any), and the
+    secrets and variables a job referencing it gets."""
+
+    name: str
+    branches: tuple[str, ...] | None = None
+    secrets: Mapping[str, str] = field(default_factory=dict)
+    variables: Mapping[str, str] = field(default_factory=dict)
+
+    def allows(self, branch: str) -> bool:
+        return self.branches is None or any(
+            fnmatch.fnmatchcase(branch, pattern) for pattern in self.branches
+        )
 
 
 # --- expressions ---------------------------------------------------------------------
@@ -523,6 +551,8 @@ class WorkflowRun:
         head_ref: str = "",
         gh: GhRecorder | None = None,
         variables: Mapping[str, str] | None = None,
+        secrets: Mapping[str, str] | None = None,
+        environments: Mapping[str, Environment] | None = None,
     ) -> None:
         self.workflow_path = workflow
         self.workflow = yaml.safe_load(workflow.read_text(encoding="utf-8"))
@@ -539,6 +569,10 @@ class WorkflowRun:
         self.ran: dict[str, list[Job]] = {}
         # The repository's configuration variables (the `vars` context).
         self.variables = dict(variables or {})
+        # The repository's secrets, and its deployment environments (the `secrets` and
+        # `vars` a job referencing one also gets, and the branches that may use it).
+        self.secrets = dict(secrets or {})
+        self.environments = dict(environments or {})
         self.event = dict(event or {})
         self.github: dict[str, Any] = {
             "token": "ghs_harness_token_not_a_secret",
@@ -575,7 +609,34 @@ class WorkflowRun:
                 "result": self.results[dep],
                 "outputs": Lenient(self.outputs.get(dep, {})),
             }
-        return {"github": self.github, "vars": Lenient(self.variables), "needs": needs, **extra}
+        secrets, variables = dict(self.secrets), dict(self.variables)
+        environment = self.environment(job) if job is not None else None
+        if environment is not None:
+            secrets.update(environment.secrets)
+            variables.update(environment.variables)
+        return {
+            "github": self.github,
+            "vars": Lenient(variables),
+            "secrets": Lenient(secrets),
+            "needs": needs,
+            **extra,
+        }
+
+    def environment(self, job: str) -> Environment | None:
+        """The deployment environment ``job`` references (``environment:``), or None; one
+        the run does not define is empty (as on GitHub, which creates it on first use)."""
+        spec = self._spec(job).get("environment")
+        if spec is None:
+            return None
+        name = str(spec["name"] if isinstance(spec, Mapping) else spec)
+        return self.environments.get(name, Environment(name))
+
+    def deploying_branch(self) -> str:
+        """The branch GitHub checks against an environment's deployment branches: the
+        pull request's head branch for a pull_request event, else the ref's name."""
+        if self.github["event_name"] == "pull_request":
+            return str(self.github["head_ref"])
+        return str(self.github["ref_name"])
 
     def _spec(self, name: str) -> dict[str, Any]:
         if name not in self.workflow["jobs"]:
@@ -786,6 +847,18 @@ class Job:
         if self._index == 0 and not self.should_run_job():
             self.run_.record(self.name, self.instance, "skipped", {})
             return "skipped"
+        environment = self.run_.environment(self.name)
+        branch = self.run_.deploying_branch()
+        if self._index == 0 and environment is not None and not environment.allows(branch):
+            # GitHub checks this before the job is sent to a runner: no step runs, and no
+            # secret of the environment reaches it.
+            self._index = len(self._step_list())
+            message = (
+                f'Branch "{branch}" is not allowed to deploy to {environment.name} due to '
+                "environment protection rules."
+            )
+            self._finish(StepRun("environment protection rules", 1, message))
+            return self.result()
         steps = self._step_list()
         if until is not None and until not in self.step_names():
             raise HarnessError(f"job {self.name!r} has no step {until!r}")
@@ -909,6 +982,7 @@ class Job:
             "actions/upload-artifact": self._upload,
             "actions/download-artifact": self._download,
             "actions/setup-python": self._setup_python,
+            "actions/create-github-app-token": self._app_token,
         }
         if action not in handlers:
             raise HarnessError(f"no stand-in for the action {action!r}")
@@ -972,6 +1046,19 @@ class Job:
             target = dest if merge else dest / artifact
             shutil.copytree(self.run_.artifacts / artifact, target, dirs_exist_ok=True)
         return f"found {len(found)} artifact(s) matching {pattern!r}: {' '.join(found)}"
+
+    def _app_token(self, options: dict[str, str]) -> str:
+        """An installation token as ``outputs.token``; like the action, an error
+        without the App's client id and private key."""
+        known = {"client-id", "private-key", "permission-contents"}
+        if set(options) - known:
+            raise HarnessError(f"create-github-app-token stand-in: {sorted(set(options) - known)}")
+        missing = [key for key in ("client-id", "private-key") if not options.get(key)]
+        if missing:
+            raise FileNotFoundError(f"create-github-app-token: {', '.join(missing)} is empty")
+        with self._output_file().open("a", encoding="utf-8") as out:
+            out.write(f"token={APP_TOKEN}\n")
+        return f"stand-in: an installation token of App {options['client-id']}"
 
     def _setup_python(self, options: dict[str, str]) -> str:
         # python3/python on PATH become this interpreter (not the version asked for: the

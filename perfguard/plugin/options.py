@@ -176,6 +176,24 @@ def add_options(parser: pytest.Parser) -> None:
         "environment variable PERFGUARD_SHARD, else ini perfguard_shard, else all cells.",
     )
     group.addoption(
+        "--perfguard-shard-plan",
+        metavar="FILE",
+        default=None,
+        help="with --perfguard-shard: follow the shard plan in FILE (written once per run "
+        "by --perfguard-shard-plan-out) instead of planning from this runner's archive, so "
+        "every shard agrees on who measures what; the collected tests must be exactly the "
+        "plan's. Default: the environment variable PERFGUARD_SHARD_PLAN, else ini "
+        "perfguard_shard_plan, else plan here.",
+    )
+    group.addoption(
+        "--perfguard-shard-plan-out",
+        metavar="FILE",
+        default=None,
+        help="with --perfguard-shard: plan as usual and write the whole plan to FILE for "
+        "the shards' --perfguard-shard-plan (e.g. in a plan job: pytest --perfguard "
+        "--collect-only -q --perfguard-shard=1/N --perfguard-shard-plan-out=plan.json).",
+    )
+    group.addoption(
         "--perfguard-devices",
         metavar="LIST",
         default=None,
@@ -254,6 +272,11 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini(
         "perfguard_shard",
         help="perfguard: the twin of --perfguard-shard (K/N).",
+        default=None,
+    )
+    parser.addini(
+        "perfguard_shard_plan",
+        help="perfguard: the twin of --perfguard-shard-plan (a file).",
         default=None,
     )
     parser.addini(

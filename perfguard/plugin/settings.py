@@ -18,7 +18,13 @@ from perfguard.ab.run import ABConfig
 from perfguard.core.errors import ShardError
 from perfguard.core.policy import INCONCLUSIVE_CHOICES, MAX_INPUT_MIB, OPEN_TIMEOUT_S
 from perfguard.judge.gatekeeper import GateSettings
-from perfguard.shard.plan import SHARD_ENV, ShardSpec
+from perfguard.shard.plan import (
+    SHARD_ENV,
+    SHARD_PLAN_ENV,
+    FixedPlan,
+    ShardSpec,
+    read_plan_file,
+)
 
 MIB = 1024 * 1024
 # The words a boolean ini key takes (as pytest's own ``type="bool"`` does).
@@ -43,12 +49,16 @@ class RunSettings:
     max_input_bytes: int = MAX_INPUT_MIB * MIB  # generated inputs per cell, at most
     open_timeout_s: float = OPEN_TIMEOUT_S  # model open and warm-up, in-process or isolated
     shard: ShardSpec | None = None  # --perfguard-shard: measure only this shard's cells
+    shard_plan: FixedPlan | None = None  # --perfguard-shard-plan: the plan, made before
+    shard_plan_out: Path | None = None  # --perfguard-shard-plan-out: write the plan here
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> RunSettings:
         rootdir = Path(config.rootpath)
         cache = Path(str(config.getini("perfguard_cache_dir")))
         ab_ref = config.getoption("perfguard_ab")
+        shard = _shard(config)
+        shard_plan, shard_plan_out = _shard_plan(config, rootdir, shard)
         return cls(
             rootdir=rootdir,
             report_dir=_path_setting(config, rootdir, "perfguard_report_dir"),
@@ -104,7 +114,9 @@ class RunSettings:
                 "seconds",
                 "how long opening a model and its warm-up may take before the cell fails",
             ),
-            shard=_shard(config),
+            shard=shard,
+            shard_plan=shard_plan,
+            shard_plan_out=shard_plan_out,
         )
 
 
@@ -210,6 +222,49 @@ def _shard(config: pytest.Config) -> ShardSpec | None:
             except ShardError as exc:
                 raise pytest.UsageError(f"perfguard: {exc}") from exc
     return None
+
+
+def _shard_plan(
+    config: pytest.Config, rootdir: Path, shard: ShardSpec | None
+) -> tuple[FixedPlan | None, Path | None]:
+    """``--perfguard-shard-plan`` (else ``$PERFGUARD_SHARD_PLAN``, else ini
+    ``perfguard_shard_plan``: the same order as ``_shard``), read now, and
+    ``--perfguard-shard-plan-out``.
+
+    Relative paths are the rootdir's, as every path setting's. A plan that cannot be
+    used stops the run here: falling back to planning from this runner's archive is
+    what lets two shards disagree.
+    """
+    sources = (
+        ("--perfguard-shard-plan", config.getoption("perfguard_shard_plan")),
+        (f"${SHARD_PLAN_ENV}", os.environ.get(SHARD_PLAN_ENV, "")),
+        ("ini perfguard_shard_plan", str(config.getini("perfguard_shard_plan") or "")),
+    )
+    given = next(((s, str(v).strip()) for s, v in sources if v and str(v).strip()), None)
+    out_value = config.getoption("perfguard_shard_plan_out")
+    out = None if not out_value else rootdir / Path(str(out_value))
+    wanted = given[0] if given is not None else "--perfguard-shard-plan-out" if out else None
+    if wanted is not None and shard is None:
+        raise pytest.UsageError(
+            f"perfguard: {wanted} was given without a shard; a plan is of N shards. "
+            f"Fix: add --perfguard-shard=K/N (or {SHARD_ENV}=K/N), e.g. "
+            "--perfguard-shard=1/N in the plan job"
+        )
+    if given is None or shard is None:
+        return None, out
+    source, value = given
+    if out is not None:
+        raise pytest.UsageError(
+            f"perfguard: {source} ({value}) and --perfguard-shard-plan-out were both given; "
+            "a run either makes the plan (the plan job) or follows one (a shard). Fix: drop "
+            f"one (in the plan job, unset {SHARD_PLAN_ENV})"
+        )
+    path = rootdir / Path(value)
+    try:
+        plan = read_plan_file(path, source=source, shard=shard)
+    except ShardError as exc:
+        raise pytest.UsageError(f"perfguard: {exc}") from exc
+    return FixedPlan(path, source, plan), None
 
 
 def _confirm_rounds(config: pytest.Config) -> int:

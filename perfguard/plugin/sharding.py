@@ -3,7 +3,9 @@
 Every item is in exactly one shard: a scenario cell by its cost in the nearest stored
 run (cells of one model together), a pytest-benchmark test likewise, any other test at
 no cost. The rest are deselected the way ``-k`` deselects (``pytest_deselected``), so
-pytest's own summary counts them.
+pytest's own summary counts them. With ``--perfguard-shard-plan`` the plan is not made
+here but read (made once per run, before the shards started), and must be of exactly
+the items collected here.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from perfguard.baseline.store import Baseline
 from perfguard.core.paths import display_path
 from perfguard.shard.plan import (
     Cell,
+    FixedPlan,
     ShardPlan,
     ShardSpec,
+    check_collected,
     plan_shards,
     stored_costs,
     with_costs,
@@ -52,6 +56,12 @@ def plan_items(
             "cells; the others at their median)"
         )
     return plan_shards(with_costs(cells, costs), total, costs_from=source)
+
+
+def check_plan(items: Sequence[pytest.Item], fixed: FixedPlan, rootdir: Path) -> None:
+    """ShardError unless ``fixed`` plans exactly ``items``."""
+    ids = [item_cell(item, rootdir).id for item in items]
+    check_collected(fixed.plan, ids, where=f"{display_path(fixed.path, rootdir)} ({fixed.source})")
 
 
 def keep_shard(

@@ -34,6 +34,7 @@ from perfguard.core.errors import (
     InconclusiveWarning,
     PerfguardError,
     RunInvalid,
+    ShardError,
 )
 from perfguard.core.paths import display_path
 from perfguard.core.policy import DEFAULT_GATES
@@ -58,7 +59,7 @@ from perfguard.plugin import pinning, xdist_transport
 from perfguard.plugin.items import ScenarioItem, SuiteFile, junit_properties
 from perfguard.plugin.measurement import CellMeasurer
 from perfguard.plugin.settings import RunSettings
-from perfguard.plugin.sharding import keep_shard, plan_items
+from perfguard.plugin.sharding import check_plan, keep_shard, plan_items
 from perfguard.plugin.terminal import ProgressPrinter, header_line, write_summary
 from perfguard.plugin.threads import ThreadWatch
 from perfguard.plugin.upfront import first_problem
@@ -70,7 +71,14 @@ from perfguard.report.runfiles import (
     write_run_files,
 )
 from perfguard.report.runfolder import RunFolder
-from perfguard.shard.plan import PLAN_FILENAME, ShardPlan, plan_path, write_plan
+from perfguard.shard.plan import (
+    PLAN_FILENAME,
+    ShardPlan,
+    ShardSpec,
+    plan_path,
+    write_plan,
+    write_plan_file,
+)
 from perfguard.suite.files import is_suite_path
 from perfguard.suite.loader import load_suite
 
@@ -155,6 +163,11 @@ class PerfguardSession:
         self.untracked_problem: str | None = None
         # --perfguard-shard: who measures what (on an xdist controller, from a worker).
         self.plan: ShardPlan | None = None
+        self._plan_out_tried = False  # --perfguard-shard-plan-out: written once,
+        self._plan_out: Path | None = None  # here, when the write succeeded
+        self._plan_shown = False  # the plan's lines are on the terminal
+        # A usage error an xdist worker found after start-up (the controller says it).
+        self.usage_error: str | None = None
         self._cell_started: int | None = None  # perf_counter_ns() as the current cell began
         # Non-daemon threads cells leave running (reported; the exit does not wait).
         self.threads = ThreadWatch()
@@ -298,9 +311,51 @@ class PerfguardSession:
         shard = self.settings.shard
         if shard is None:
             return
-        baseline = self.gatekeeper.choice.baseline
-        self.plan = plan_items(items, shard.total, self.rootdir, baseline)
+        fixed = self.settings.shard_plan
+        try:
+            if fixed is not None:
+                # The plan made before the shards started, whatever this runner's archive
+                # says; it must be of exactly the tests collected here.
+                check_plan(items, fixed, self.rootdir)
+                self.plan = fixed.plan
+            else:
+                baseline = self.gatekeeper.choice.baseline
+                self.plan = plan_items(items, shard.total, self.rootdir, baseline)
+        except ShardError as exc:
+            if not self.is_worker:
+                raise pytest.UsageError(f"perfguard: {exc}") from exc
+            # Raised in an xdist worker, the error would reach the controller as an
+            # internal error without its message: run nothing, and ship it instead.
+            self.usage_error = f"perfguard: {exc}"
+            config.hook.pytest_deselected(items=list(items))
+            items.clear()
+            return
         keep_shard(config, items, self.plan, shard)
+        if not self.is_worker:
+            # This process collected (no xdist, or --collect-only under it): the plan is
+            # known now, before anything is measured.
+            self._write_plan_out(self.plan, fail=True)
+
+    def _write_plan_out(self, plan: ShardPlan | None, *, fail: bool) -> None:
+        """``--perfguard-shard-plan-out``: the whole plan, once per run. ``fail``: a write
+        that fails stops the run (a plan job must not pass without its plan); otherwise
+        it is reported with the run's other files."""
+        out = self.settings.shard_plan_out
+        if out is None or plan is None or self._plan_out_tried:
+            return
+        self._plan_out_tried = True
+        if not fail:
+            written = self.files.attempt("the shard plan", out, lambda: write_plan_file(plan, out))
+            self._plan_out = written
+            return
+        try:
+            self._plan_out = write_plan_file(plan, out)
+        except OSError as exc:
+            raise pytest.UsageError(
+                f"perfguard: cannot write the shard plan to {out} "
+                f"(--perfguard-shard-plan-out): {exc.strerror or type(exc).__name__}. "
+                f"Fix: make {out.parent} a writable directory with free space"
+            ) from exc
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -309,9 +364,22 @@ class PerfguardSession:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if shard is None or plan is None or reporter is None or self.is_worker:
             return
+        self._write_plan_lines(reporter.write_line, shard, plan)
+
+    def _write_plan_lines(self, write: Any, shard: ShardSpec, plan: ShardPlan) -> None:
+        self._plan_shown = True
         verbose = self.config.get_verbosity() > 0
         for line in plan.lines(shard.index, verbose=verbose):
-            reporter.write_line(f"perfguard: {line}")
+            write(f"perfguard: {line}")
+        fixed = self.settings.shard_plan
+        if fixed is not None:
+            where = display_path(fixed.path, self.rootdir)
+            write(
+                f"perfguard: shard plan {plan.digest} from {where} ({fixed.source}), "
+                "made before the shards started"
+            )
+        if self._plan_out is not None:
+            write(f"perfguard: shard plan {plan.digest} written to {self._plan_out}")
 
     def register_suite(self, path: Path, scenarios: tuple[Scenario, ...]) -> None:
         """Remember a suite's cells: accuracy references are looked up among them."""
@@ -461,6 +529,7 @@ class PerfguardSession:
     def pytest_testnodedown(self, node: Any, error: object) -> None:
         results, verdicts, plan = xdist_transport.receive(node)
         self.plan = self.plan or plan
+        self.usage_error = self.usage_error or xdist_transport.received_usage_error(node)
         for result in results:
             self.record(result)
         for verdict in verdicts:
@@ -491,8 +560,16 @@ class PerfguardSession:
             )
             output = self.config.workeroutput  # type: ignore[attr-defined]
             xdist_transport.ship(output, self.results.values(), self.verdicts.values(), self.plan)
+            if self.usage_error is not None:
+                xdist_transport.ship_usage_error(output, self.usage_error)
             return
         self.progress.close()
+        if self.usage_error is not None:
+            # As pytest ends a usage error: exit status 4, no files (nothing ran).
+            if self.ab is not None:
+                self.ab.close()
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
+            return
         shard, plan = self.settings.shard, self.plan
         if shard is not None and plan is not None:
             # A shard always leaves its files, even with no cell: they tell the merge it
@@ -501,6 +578,13 @@ class PerfguardSession:
             if nothing and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
                 session.exitstatus = pytest.ExitCode.OK
                 exitstatus = int(pytest.ExitCode.OK)
+            # An xdist controller learns the plan from its workers, at their end.
+            self._write_plan_out(plan, fail=False)
+            if self.config.option.collectonly:
+                # Nothing ran: no run files (they would replace a real run's report).
+                if self.files.failed and session.exitstatus == pytest.ExitCode.OK:
+                    session.exitstatus = pytest.ExitCode(WRITE_FAILED_EXIT)
+                return
         elif not self.results:
             if self.ab is not None:
                 self.ab.close()
@@ -647,15 +731,16 @@ class PerfguardSession:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.is_worker:
             return
+        if self.usage_error is not None:
+            terminalreporter.write_line(f"ERROR: {self.usage_error}", red=True, bold=True)
+            return
         if not self.suite_files and not self.collected_ids and not _distributed(self.config):
             for line, fix in nothing_collected(self.config, self.settings, self.other_yaml):
                 terminalreporter.write_line(f"perfguard: {line}", yellow=True, bold=fix)
         shard = self.settings.shard
-        if shard is not None and self.plan is not None and _distributed(self.config):
+        if shard is not None and self.plan is not None and not self._plan_shown:
             # Under xdist the workers planned (and printed nowhere): say it here.
-            verbose = self.config.get_verbosity() > 0
-            for line in self.plan.lines(shard.index, verbose=verbose):
-                terminalreporter.write_line(f"perfguard: {line}")
+            self._write_plan_lines(terminalreporter.write_line, shard, self.plan)
         if not self.results:
             return
         how = self.gatekeeper.choice.how

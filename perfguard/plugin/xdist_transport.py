@@ -18,6 +18,7 @@ from perfguard.shard.plan import ShardPlan
 _RESULTS_KEY = "perfguard_results"
 _VERDICTS_KEY = "perfguard_verdicts"
 _PLAN_KEY = "perfguard_shard_plan"
+_ERROR_KEY = "perfguard_usage_error"
 
 
 def ship(
@@ -44,3 +45,16 @@ def receive(
     raw_plan = output.get(_PLAN_KEY)
     plan = ShardPlan.from_dict(json.loads(raw_plan), where="an xdist worker") if raw_plan else None
     return results, verdicts, plan
+
+
+def ship_usage_error(workeroutput: MutableMapping[str, Any], message: str) -> None:
+    """On a worker: a usage error found after start-up (a shard plan that does not fit
+    the collected tests). Raised in a worker, it would reach the controller as an
+    internal error without its message; the controller says it instead."""
+    workeroutput[_ERROR_KEY] = message
+
+
+def received_usage_error(node: Any) -> str | None:
+    """On the controller: the usage error a finished worker shipped, if any."""
+    message = getattr(node, "workeroutput", {}).get(_ERROR_KEY)
+    return str(message) if message else None

@@ -181,7 +181,9 @@ def merge_outputs(outputs: Sequence[ShardOutput], *, shards: int | None = None) 
         outputs,
         "plan",
         lambda o: o.plan.digest,
-        "give every shard the same cells and the same stored baselines: the same "
+        "give every shard one plan, made once before the shards start "
+        "(--perfguard-shard-plan-out in a plan job, --perfguard-shard-plan in each shard: "
+        "docs/shards.md), or else the same cells and the same stored baselines: the same "
         "commit, the same suites and -k/-m filters, the same baselines folder",
     )
     _one(

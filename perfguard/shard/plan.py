@@ -37,6 +37,8 @@ from perfguard.core.results import ScenarioResult
 
 #: The environment variable a CI matrix sets instead of ``--perfguard-shard``.
 SHARD_ENV = "PERFGUARD_SHARD"
+#: The environment variable a CI matrix sets instead of ``--perfguard-shard-plan``.
+SHARD_PLAN_ENV = "PERFGUARD_SHARD_PLAN"
 #: The plan, written beside a sharded run's ``results.json``.
 PLAN_FILENAME = "shard.json"
 PLAN_SCHEMA_VERSION = 1
@@ -48,6 +50,13 @@ SHARD_FIX = (
 )
 _EPS_S = 1e-9
 _PLAN_FIX = "use the shard's output as it was written, or run the shard again"
+#: How a plan fixed before the shards start is made (docs/shards.md, "One plan per run").
+PLAN_OUT_COMMAND = (
+    "pytest --perfguard --collect-only -q <the shards' paths, -k/-m> "
+    "--perfguard-shard=1/N --perfguard-shard-plan-out=plan.json"
+)
+#: How many test ids a plan mismatch names before "and N more".
+_SHOWN_IDS = 5
 #: Moves and swaps tried after longest-first, at most (each one lowers the makespan or
 #: the number of shards at it; a few hundred units never come near this).
 _MAX_REBALANCE_STEPS = 10_000
@@ -492,6 +501,92 @@ def write_plan(
     path = plan_path(run_dir)
     write_json_atomic(path, doc)
     return path
+
+
+@dataclass(frozen=True)
+class FixedPlan:
+    """A plan made before the shards started, read from ``path`` (``source``: the option,
+    variable or ini key that named it)."""
+
+    path: Path
+    source: str
+    plan: ShardPlan
+
+
+def write_plan_file(plan: ShardPlan, path: Path) -> Path:
+    """``--perfguard-shard-plan-out``: the whole plan, for every shard of the run to read
+    with ``--perfguard-shard-plan`` (atomically: a shard never reads half a plan)."""
+    write_json_atomic(Path(path), {"schema_version": PLAN_SCHEMA_VERSION, **plan.to_dict()})
+    return Path(path)
+
+
+def read_plan_file(path: Path, *, source: str, shard: ShardSpec) -> ShardPlan:
+    """The plan ``--perfguard-shard-plan`` (named by ``source``) gives this run's
+    ``shard``: the file ``--perfguard-shard-plan-out`` wrote (a shard's ``shard.json``
+    holds the same plan and is read alike). ShardError when it is missing, malformed, or
+    made for another number of shards."""
+    fix = (
+        "pass the plan file the plan job wrote for this run (made with "
+        f"`{PLAN_OUT_COMMAND}`), or drop {source} to plan from the archive here"
+    )
+    try:
+        data = read_json(Path(path))
+        if not isinstance(data, dict) or data.get("schema_version") != PLAN_SCHEMA_VERSION:
+            found = data.get("schema_version") if isinstance(data, dict) else type(data).__name__
+            raise ResultsError(
+                f"{path}: shard plan schema_version {found!r} is not supported",
+                expected=f"schema_version {PLAN_SCHEMA_VERSION}",
+            )
+        plan = ShardPlan.from_dict(data, where=str(path))
+    except ResultsError as exc:
+        problem = f"{exc.location}: {exc.problem}" if exc.location else exc.problem
+        raise ShardError(
+            f"{source} is {str(path)!r}, and its plan cannot be read: {problem}",
+            expected="the shard plan --perfguard-shard-plan-out wrote (JSON)",
+            fix=fix,
+        ) from exc
+    if plan.total != shard.total:
+        raise ShardError(
+            f"{source} ({path}) plans {plan.total} shards, but this run is shard {shard}",
+            expected=f"a plan over {shard.total} shards, as --perfguard-shard={shard} says",
+            fix="give every shard the plan made for the same N as its --perfguard-shard "
+            f"(or {SHARD_ENV}); make the plan again with `{PLAN_OUT_COMMAND}`",
+        )
+    return plan
+
+
+def check_collected(plan: ShardPlan, collected: Sequence[str], *, where: str) -> None:
+    """Refuse a plan whose tests are not exactly the ``collected`` ones (ShardError):
+    a cell the plan lacks would run on no shard, and a planned one not collected here
+    would be lost from the merge (``where``: the plan file, for the message)."""
+    planned = {cid for shard in plan.shards for cid in (*shard.cells, *shard.other)}
+    found = set(collected)
+    unplanned = [cid for cid in dict.fromkeys(collected) if cid not in planned]
+    missing = sorted(cid for cid in planned if cid not in found)
+    if not unplanned and not missing:
+        return
+    parts = []
+    if unplanned:
+        parts.append(f"{_count(unplanned, 'collected test')} not in the plan: {_ids(unplanned)}")
+    if missing:
+        parts.append(f"{_count(missing, 'planned test')} not collected: {_ids(missing)}")
+    raise ShardError(
+        f"the shard plan {where} does not match this run's tests: " + "; ".join(parts),
+        expected="the tests the plan was made from: the same commit, suites and -k/-m selection",
+        fix="the plan was made for another commit, another set of suites or another -k/-m "
+        "selection; make it again in the plan job, from the same checkout and with the same "
+        f"paths and selection as the shards (`{PLAN_OUT_COMMAND}`)",
+    )
+
+
+def _count(ids: Sequence[str], what: str) -> str:
+    return f"{len(ids)} {what}" + ("s" if len(ids) != 1 else "")
+
+
+def _ids(ids: Sequence[str]) -> str:
+    shown = ", ".join(ids[:_SHOWN_IDS])
+    more = len(ids) - _SHOWN_IDS
+    return shown + (f" (and {more} more)" if more > 0 else "")
 
 
 def read_plan(path: Path) -> ShardFile:
