@@ -1078,7 +1078,9 @@ class Job:
     def _locked_packages(self, step: Mapping[str, Any]) -> set[str] | None:
         """The packages of the hash lock the Install step installs (`-r "$VAR"`, VAR
         from the workflow's env, the file in this checkout of perfguard); None if none."""
-        match = re.search(r'--require-hashes -r "\$(\w+)"', str(step.get("run", "")))
+        match = re.search(
+            r'--require-hashes (?:--only-binary :all: )?-r "\$(\w+)"', str(step.get("run", ""))
+        )
         if match is None:
             return None
         env = {**(self.run_.workflow.get("env") or {}), **(self.spec.get("env") or {})}
