@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from perfguard.core.results import fingerprint
 from tests.conftest import SpinRepo
 
 # Contention from other processes on a shared CI host would turn verdicts into
@@ -181,7 +182,8 @@ def test_baseline_from_another_environment_is_incomparable(repo: Repo) -> None:
     results = next((repo.path / "reports").glob("*/results.json"))
     data = json.loads(results.read_text())
     data["environment"]["comparable"]["cpu_model"] = "Some Other CPU"
-    data["environment"]["fingerprint"] = "0123456789ab"
+    # Another machine's file: its fingerprint is its fields' hash (checked on read).
+    data["environment"]["fingerprint"] = fingerprint(data["environment"]["comparable"])
     other = repo.path / "other-machine.json"
     other.write_text(json.dumps(data))
     repo.commit(600, "slower")
