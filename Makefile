@@ -28,11 +28,12 @@ export TRANSFORMERS_OFFLINE := 1
 # mkdocs-material's notice about MkDocs 2.0 is not about this build.
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: help demo test install tools lock
+.PHONY: help demo test test-fast install tools lock
 
 help:
 	@echo "make demo   run the example suite: pytest --perfguard suites/"
 	@echo "make test   ruff, mypy, lint-imports, mkdocs build --strict, then python -m pytest"
+	@echo "make test-fast   the tests without the end-to-end ones (-m 'not slow'): the quick loop"
 	@echo "make lock   recompile the hash locks in .github/requirements/ (needs uv and PyPI)"
 
 install: $(STAMP)
@@ -75,6 +76,11 @@ tools: $(STAMP)
 	        echo "chromium not found (installed with apt-get only as root): the browser test will skip"; \
 	    fi; \
 	fi
+
+# The quick loop while developing: no lint, no end-to-end tests (marked `slow`, see
+# tests/conftest.py). `make test` (CI) runs everything.
+test-fast: $(STAMP)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -m "not slow" -q
 
 test: $(STAMP) tools
 	$(PY) -m ruff check perfguard perfguard_examples tests benchmarks

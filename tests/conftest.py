@@ -114,8 +114,17 @@ def _no_gpu_reason() -> str | None:
     return None
 
 
+#: Fixtures of end-to-end tests: each runs pytest (the plugin) in a subprocess.
+_END_TO_END_FIXTURES = frozenset({"pytester"})
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``gpu`` are skipped, with the reason, where there is no GPU."""
+    """Tests marked ``gpu`` are skipped, with the reason, where there is no GPU; tests
+    that run pytest in a subprocess (through ``pytester``, directly or by a fixture of
+    theirs) are marked ``slow``, so ``-m "not slow"`` is the fast loop."""
+    for item in items:
+        if _END_TO_END_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
     gpu_items = [item for item in items if item.get_closest_marker("gpu")]
     reason = _no_gpu_reason() if gpu_items else None
     if reason:

@@ -27,6 +27,9 @@ import pytest
 import perfguard
 from tests.conftest import run_git
 
+# End to end: runs pytest (and git, worktrees) in subprocesses.
+pytestmark = pytest.mark.slow
+
 MODEL = textwrap.dedent(
     """
     import torch

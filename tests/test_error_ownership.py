@@ -457,6 +457,7 @@ def test_an_exception_inside_perfguard_is_reported_as_its_bug(
     assert "timing.py" in text and len(block) < 30
 
 
+@pytest.mark.slow  # runs pytest in a subprocess
 def test_a_factory_module_at_the_repository_root_names_the_paths_and_the_pythonpath_fix(
     pytester: pytest.Pytester,
 ) -> None:

@@ -576,6 +576,7 @@ def test_the_fake_offers_only_what_the_real_onnxruntime_gpu_has(tmp_path: Path) 
     assert real["missing"] == [], f"the fake offers what onnxruntime {real['version']} lacks"
 
 
+@pytest.mark.slow  # runs pytest in a subprocess
 def test_the_gpu_suite_is_skipped_with_its_causes_where_no_gpu_is(tmp_path: Path) -> None:
     """onnxruntime-gpu installed, no GPU: its CUDA cell used to fail, blaming the install
     ("install onnxruntime-gpu"); every cell is now skipped naming what is missing."""

@@ -24,7 +24,10 @@ from tests.conftest import FAST_DEFAULTS, run_git
 from tests.test_worker import alive, gone
 
 ISOLATE = ("--perfguard-isolate", "-p", "no:cacheprovider")
-pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+pytestmark = [
+    pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc"),
+    pytest.mark.slow,  # runs pytest and worker processes
+]
 
 MODELS = textwrap.dedent(
     """

@@ -37,6 +37,9 @@ from tests.workflow_harness import (
     substitute,
 )
 
+# End to end: runs the workflow's jobs (pytest, git) in subprocesses.
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("torch")  # the spin model is a torch module
 
 WORKFLOW = ROOT / ".github" / "workflows" / "perfguard.yml"
