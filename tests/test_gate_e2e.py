@@ -161,6 +161,17 @@ def test_untracked_files_where_the_model_comes_from_refuse_the_save(repo: Repo) 
     assert len(list((repo.path / "baselines").rglob("*.json"))) == 1
 
 
+def test_a_model_whose_kwargs_hold_a_mapping_ends_the_run_normally(repo: Repo) -> None:
+    """The untracked-files check reads every suite's models at the end of the run; a
+    mapping among a factory's kwargs made them unhashable and the session crashed."""
+    text = suite_text(50).replace("kwargs: {us: 50}", "kwargs: {us: 50, extra: {a: 1}}")
+    repo.commit_suite(text, "a mapping kwarg")
+    result = repo.run()
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    result.assert_outcomes(failed=1)  # spin() takes no `extra`: the cell fails, reported
+    assert next((repo.path / "reports").glob("*/results.json")).is_file()
+
+
 def test_baseline_none_and_explicit_results_file(repo: Repo) -> None:
     repo.commit(200, "base")
     repo.run().assert_outcomes(passed=1)

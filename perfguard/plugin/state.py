@@ -708,7 +708,8 @@ class PerfguardSession:
                 suite = load_suite(path)
             except (PerfguardError, OSError):  # the run already said what is wrong
                 continue
-            for model in dict.fromkeys(sc.model for sc in suite.scenarios):
+            # By name: a model's kwargs may hold a mapping, which makes it unhashable.
+            for model in {sc.model.name: sc.model for sc in suite.scenarios}.values():
                 paths.extend(code_paths(model))
         return paths
 
