@@ -372,3 +372,12 @@ class Scenario:
     @property
     def is_gpu(self) -> bool:
         return self.device.startswith("cuda")
+
+    @property
+    def own_process(self) -> bool:
+        """Whether the cell is measured in a worker process of its own: asked
+        (``isolate: true``), or it gates ``peak_memory``. A process's resident memory
+        keeps what earlier cells left (their allocators' caches, a leak); resetting the
+        high-water mark starts it from there, so only a fresh process gives a cell a
+        figure that no cell run before it can move."""
+        return self.isolate or any(g.metric == "peak_memory" for g in self.gates)

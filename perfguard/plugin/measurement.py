@@ -3,8 +3,9 @@
 * same-run A/B (``--perfguard-ab``): the base revision's worker and this tree's,
   interleaved request by request (a cell under load: in alternating rounds of whole
   load levels), judged on the paired comparison;
-* an isolated worker process (``--perfguard-isolate`` or ``isolate: true``): a crash
-  fails only that cell;
+* an isolated worker process (``--perfguard-isolate``, ``isolate: true``, or a cell
+  that gates ``peak_memory``: ``Scenario.own_process``): a crash fails only that cell,
+  and its peak memory is its own;
 * in-process: the default.
 
 A cell A/B cannot take (new in this tree, or an SLO search) goes through the
@@ -86,7 +87,7 @@ class CellMeasurer:
             result, verdict = ab.measure(scenario, self.ctx, self._ab_traces)
             return self._with_accuracy(scenario, result), verdict
         gatekeeper = self._gatekeeper()
-        if self.isolate or scenario.isolate:
+        if self.isolate or scenario.own_process:
             with IsolatedRun(scenario, self.ctx) as iso:
                 measured = iso.measure()
                 result, verdict = gatekeeper.judge_confirmed(measured, scenario.gates, iso.measure)

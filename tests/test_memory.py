@@ -1,0 +1,119 @@
+"""Peak memory that belongs to its cell: the resettable high-water mark, and a worker
+process of its own for a cell that gates ``peak_memory``."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from perfguard.measure.memory import PeakMemory
+
+STATUS = "Name:\tpython\nVmPeak:\t  900000 kB\nVmHWM:\t  {hwm} kB\nVmRSS:\t  300000 kB\n"
+
+
+def test_the_figure_is_the_high_water_mark_after_a_reset(tmp_path: Path) -> None:
+    status, clear = tmp_path / "status", tmp_path / "clear_refs"
+    status.write_text(STATUS.format(hwm=307200))
+    clear.write_text("")
+    memory = PeakMemory(status, clear)
+    memory.start()
+    assert clear.read_text() == "5"  # the kernel's "reset the peak RSS" request
+    status.write_text(STATUS.format(hwm=409600))
+    assert memory.peak_mib() == 400.0
+
+
+def test_no_reset_no_figure(tmp_path: Path) -> None:
+    """Without the reset the high-water mark is the process's since it started, which
+    would blame this cell for another's memory: no figure rather than a wrong one."""
+    status = tmp_path / "status"
+    status.write_text(STATUS.format(hwm=307200))
+    memory = PeakMemory(status, tmp_path / "missing" / "clear_refs")
+    memory.start()
+    assert memory.peak_mib() is None
+    clear = tmp_path / "clear_refs"
+    clear.write_text("")
+    (tmp_path / "status").write_text("Name:\tpython\n")  # no VmHWM line (not Linux-like)
+    other = PeakMemory(status, clear)
+    other.start()
+    assert other.peak_mib() is None
+
+
+HOGS = textwrap.dedent(
+    """
+    import torch
+
+    _KEPT = []
+
+
+    def hog(mib=300):
+        # Leaks `mib` MiB of touched memory in the process that builds it.
+        _KEPT.append(torch.ones(mib * 262144))
+        return torch.nn.Linear(8, 4).eval()
+
+
+    def small():
+        torch.manual_seed(0)
+        return torch.nn.Linear(8, 4).eval()
+    """
+)
+
+
+def _suite(pytester: pytest.Pytester, gate: str) -> None:
+    suites = pytester.path / "suites"
+    suites.mkdir(exist_ok=True)
+    (suites / "hogs.py").write_text(HOGS)
+    (suites / "mem.yaml").write_text(
+        textwrap.dedent(
+            f"""\
+            defaults:
+              warmup: {{iterations: 2, seconds: 0}}
+              measure: {{iterations: 30, seconds: 0}}
+              threads: 1
+            models:
+              hog:
+                factory: hogs:hog
+                inputs: {{x: {{shape: [1, 8], dtype: float32}}}}
+              small:
+                factory: hogs:small
+                inputs: {{x: {{shape: [1, 8], dtype: float32}}}}
+            scenarios:
+              - name: a_hog
+                model: hog
+              - name: b_small
+                model: small
+                {gate}
+            """
+        )
+    )
+
+
+def _peak(pytester: pytest.Pytester, *args: str) -> tuple[float, bool]:
+    for old in (pytester.path / "reports").glob("*/results.json"):
+        old.unlink()
+    result = pytester.runpytest_subprocess(
+        "--perfguard", "--perfguard-baseline=none", "-p", "no:randomly", *args, timeout=300
+    )
+    assert result.ret == 0, result.stdout.str()
+    (path,) = (pytester.path / "reports").glob("*/results.json")
+    cells = {s["id"]: s for s in json.loads(path.read_text())["scenarios"]}
+    cell = cells["suites/mem.yaml::b_small"]
+    return float(cell["peak_memory_mib"]), bool(cell["runtime"].get("isolated", False))
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux's clear_refs")
+def test_a_memory_gated_cell_is_not_moved_by_the_cells_before_it(pytester: pytest.Pytester) -> None:
+    """A cell that leaks 300 MiB runs first. A cell gating ``peak_memory`` reads the
+    same figure after it as alone (it runs in a worker of its own); the same cell
+    without the gate, in the pytest process, carries the leak in its figure."""
+    _suite(pytester, 'gate: {peak_memory: "+10%"}')
+    alone, isolated = _peak(pytester, "-k", "b_small")
+    after, isolated_after = _peak(pytester)
+    assert isolated and isolated_after
+    assert abs(after - alone) <= 0.02 * alone, (alone, after)
+    _suite(pytester, "")
+    shared, isolated_shared = _peak(pytester)
+    assert not isolated_shared
+    assert shared > alone + 200.0, (alone, shared)
