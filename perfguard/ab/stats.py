@@ -83,6 +83,20 @@ figure, bounded by the same paired bootstrap over rounds) and
 ``unit="rounds"``; ``samples_needed(50, 0.99)`` = 7 rounds for any bound. See
 :mod:`perfguard.ab.rounds`.
 
+*Pooled rounds* (``decide_pooled``), a candidate rule for load rounds that the gate
+does not use yet: the ratio of the two sides' percentile over every request of the
+rounds so far, its bounds from a *cluster* bootstrap (each replicate draws whole
+rounds with replacement and takes both sides of every drawn round, with all their
+requests, since the requests of one level share its slow spells). A replicate is
+never built: its percentile is read off each side's pooled sorted samples weighted
+by how often each round was drawn. Replayed on recorded rounds
+(``benchmarks/ab_load_rules-results.md``) it caught 18 of 24 +10% slowdowns against
+the median round rule's 16 (within the noise of 24 cells) and stopped sooner; but on
+synthetic rounds where a stall hits one side's level now and then
+(``tests/test_ab_pooled.py``) it raised false alarms the median rule does not (a
+pooled P95 follows how many stalled levels each side drew) and caught fewer, so the
+gate keeps the median round rule.
+
 "undecided" is only ever the verdict when there are too few pairs for any
 bound: fewer than ``samples_needed(q, confidence)`` (90 for P95 at 99%; see
 ``perfguard.judge.compare``), e.g. when ``max_seconds`` ran out first. A Decision
@@ -93,6 +107,7 @@ provisional.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -111,11 +126,14 @@ __all__ = [
     "StoppingRule",
     "conclusion",
     "progress_text",
+    "POOLED_ROUNDS_NEEDED",
     "decide",
+    "decide_pooled",
     "pair_orders",
     "paired_bootstrap",
     "paired_ratio",
     "per_round",
+    "pooled_bootstrap",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -209,6 +227,103 @@ def _replicates(
         ratios[start : start + m] = sorted_b[kb] / sorted_a[ka]
     ratios.sort()
     return point, ratios
+
+
+#: Fewest rounds for a cluster bootstrap over rounds to give any 99% bound: as for the
+#: median of the rounds' figures (``samples_needed(50, 0.99)`` = 7).
+POOLED_ROUNDS_NEEDED = samples_needed(50.0, CONFIDENCE)
+
+
+def _pooled_sorted(
+    rounds: Sequence[FloatArray],
+) -> tuple[FloatArray, npt.NDArray[np.intp], npt.NDArray[np.int64]]:
+    """One side's samples of every round, sorted; each sample's round; each round's size."""
+    sizes = np.asarray([r.size for r in rounds], dtype=np.int64)
+    values = np.concatenate(rounds) if rounds else np.zeros(0)
+    labels = np.repeat(np.arange(len(rounds)), sizes)
+    order = np.argsort(values, kind="stable")
+    return values[order], labels[order], sizes
+
+
+def _pooled_ratio(a: Sequence[FloatArray], b: Sequence[FloatArray], q: float) -> float:
+    pa = float(np.sort(np.concatenate(a))[rank_index(sum(x.size for x in a), q)])
+    pb = float(np.sort(np.concatenate(b))[rank_index(sum(x.size for x in b), q)])
+    return pb / pa
+
+
+def _weighted_percentile(
+    side: tuple[FloatArray, npt.NDArray[np.intp], npt.NDArray[np.int64]],
+    weights: npt.NDArray[np.int64],
+    q: float,
+) -> FloatArray:
+    """Row r: the nearest-rank q-th percentile of the pooled samples with round i counted
+    ``weights[r, i]`` times (a cluster bootstrap replicate), without building it.
+
+    Counted from the top: the percentile is the highest sample with at least
+    ``need = total - rank`` weighted samples at or above it. A high percentile lies in
+    the top few samples, so each row is first searched in a window of four times its
+    expected tail, and only rows whose answer lies deeper are searched in full."""
+    values, labels, sizes = side
+    n = values.size
+    totals = weights @ sizes
+    need = totals - np.asarray([rank_index(int(t), q) for t in totals], dtype=np.int64)
+    out = np.empty(weights.shape[0], dtype=np.float64)
+    tail = min(n, max(64, 4 * math.ceil(n * (1.0 - q / 100.0))))
+    todo = np.arange(weights.shape[0])
+    for window in (tail, n):
+        if todo.size == 0:
+            break
+        first = n - window
+        rows = max(1, _BLOCK_ELEMENTS // max(1, window))
+        left = []
+        for start in range(0, todo.size, rows):
+            sel = todo[start : start + rows]
+            w = weights[sel][:, labels[first:]]
+            above = np.cumsum(w[:, ::-1], axis=1)[:, ::-1]  # weighted count at or above
+            found = above >= need[sel, None]
+            count = found.sum(axis=1)
+            ok = (count > 0) & (found[:, 0] | (window == n))
+            out[sel[ok]] = values[first + count[ok] - 1]
+            left.append(sel[~ok])
+        todo = np.concatenate(left) if left else todo[:0]
+    return out
+
+
+def _pooled_replicates(
+    a: Sequence[FloatArray], b: Sequence[FloatArray], q: float, n_boot: int, seed: int
+) -> tuple[float, FloatArray]:
+    """The pooled ratio and the sorted ratios of ``n_boot`` cluster bootstrap replicates."""
+    qf = check_q(q)
+    if n_boot < 1:
+        raise ValueError(f"n_boot={n_boot} is invalid; expected an integer >= 1")
+    n = len(a)
+    rng = np.random.default_rng(seed)
+    weights = rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot).astype(np.int64)
+    ratios = _weighted_percentile(_pooled_sorted(b), weights, qf) / _weighted_percentile(
+        _pooled_sorted(a), weights, qf
+    )
+    ratios.sort()
+    return _pooled_ratio(a, b, qf), ratios
+
+
+def pooled_bootstrap(
+    a_rounds: Sequence[npt.ArrayLike],
+    b_rounds: Sequence[npt.ArrayLike],
+    q: float = 95.0,
+    confidence: float = CONFIDENCE,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """One-sided bounds (lo, hi) of P_q(pooled B) / P_q(pooled A), each at ``confidence``,
+    from a bootstrap that draws whole rounds with replacement, both sides of a drawn
+    round together (a cluster bootstrap: every request counts, and the requests of one
+    round, which share its slow spells, are never treated as independent)."""
+    a = [as_samples(x, "a_rounds") for x in a_rounds]
+    b = [as_samples(x, "b_rounds") for x in b_rounds]
+    if len(a) != len(b) or not a:
+        raise ValueError(f"{len(a)} rounds of A and {len(b)} of B; expected as many, >= 1")
+    point, ratios = _pooled_replicates(a, b, q, n_boot, seed)
+    return _bounds(point, ratios, confidence)
 
 
 def pair_orders(n: int, seed: int) -> npt.NDArray[np.bool_]:
@@ -385,35 +500,93 @@ def decide(
     n = int(a.size)
     if b.size != n:
         raise ValueError(f"a_ns has {n} samples and b_ns {b.size}; expected one of each per pair")
-    at_cap = n >= rule.max_pairs or elapsed_s >= rule.max_seconds or cap is not None
-    unit = rule.unit
-    if n >= rule.max_pairs:
-        cap = f"reached max_{unit}={rule.max_pairs}"
-    elif elapsed_s >= rule.max_seconds:
-        cap = f"reached max_seconds={rule.max_seconds:g}"
-    name = rule.name
     needed = rule.pairs_needed
     if n < needed:
-        why = f"{n} {unit}; a {rule.confidence:.0%} bound on {name} needs >= {needed}"
-        ratio = paired_ratio(a, b, rule.q) if n else None
-        lo_hi: tuple[float | None, float | None] = (None, None)
-        if at_cap:
-            return Decision(
-                True, DecisionKind.UNDECIDED, ratio, *lo_hi, n, f"{cap} with only {why}"
-            )
-        return Decision(False, DecisionKind.UNDECIDED, ratio, *lo_hi, n, f"measuring more: {why}")
-
+        few = f"a {rule.confidence:.0%} bound on {rule.name} needs >= {needed}"
+        return _too_few(rule, n, paired_ratio(a, b, rule.q) if n else None, few, elapsed_s, cap)
     ratio, replicates = _replicates(a, b, rule.q, rule.n_boot, rule.seed)
+    return _sequential(rule, n, ratio, replicates, elapsed_s, cap)
+
+
+def decide_pooled(
+    rule: StoppingRule,
+    a_rounds: Sequence[npt.ArrayLike],
+    b_rounds: Sequence[npt.ArrayLike],
+    elapsed_s: float,
+    *,
+    cap: str | None = None,
+) -> Decision:
+    """:func:`decide` for rounds judged on their pooled samples (see "Pooled rounds" in
+    the module docstring): ``a_rounds[i]``/``b_rounds[i]`` are round i's samples of
+    each side; the figure is ``P_q`` of B's pooled samples over A's, its bounds from
+    the cluster bootstrap over rounds (:func:`pooled_bootstrap`)."""
+    if len(a_rounds) != len(b_rounds):
+        raise ValueError(
+            f"{len(a_rounds)} rounds of A and {len(b_rounds)} of B; expected one of each per round"
+        )
+    n = len(a_rounds)
+    a = [as_samples(x, "a_rounds") for x in a_rounds]
+    b = [as_samples(x, "b_rounds") for x in b_rounds]
+    pooled_n = min(sum(x.size for x in a), sum(x.size for x in b)) if n else 0
+    needed, needed_samples = POOLED_ROUNDS_NEEDED, samples_needed(rule.q, rule.confidence)
+    if n < needed or pooled_n < needed_samples:
+        few = (
+            f"a {rule.confidence:.0%} bound on {rule.name} needs >= {needed} rounds "
+            f"and >= {needed_samples} requests a side (has {pooled_n})"
+        )
+        point = _pooled_ratio(a, b, rule.q) if pooled_n else None
+        return _too_few(rule, n, point, few, elapsed_s, cap)
+    ratio, replicates = _pooled_replicates(a, b, rule.q, rule.n_boot, rule.seed)
+    return _sequential(rule, n, ratio, replicates, elapsed_s, cap)
+
+
+def _cap(rule: StoppingRule, n: int, elapsed_s: float, cap: str | None) -> str | None:
+    """Why measuring must stop now (a cap reached), None while it may go on."""
+    if n >= rule.max_pairs:
+        return f"reached max_{rule.unit}={rule.max_pairs}"
+    if elapsed_s >= rule.max_seconds:
+        return f"reached max_seconds={rule.max_seconds:g}"
+    return cap
+
+
+def _too_few(
+    rule: StoppingRule,
+    n: int,
+    ratio: float | None,
+    few: str,
+    elapsed_s: float,
+    cap: str | None,
+) -> Decision:
+    why = f"{n} {rule.unit}; {few}"
+    reached = _cap(rule, n, elapsed_s, cap)
+    if reached is not None:
+        return Decision(
+            True, DecisionKind.UNDECIDED, ratio, None, None, n, f"{reached} with only {why}"
+        )
+    return Decision(False, DecisionKind.UNDECIDED, ratio, None, None, n, f"measuring more: {why}")
+
+
+def _sequential(
+    rule: StoppingRule,
+    n: int,
+    ratio: float,
+    replicates: FloatArray,
+    elapsed_s: float,
+    cap: str | None,
+) -> Decision:
+    """The sequential rule on a figure and its sorted bootstrap replicates."""
+    reached = _cap(rule, n, elapsed_s, cap)
+    unit = rule.unit
     lo, hi = _bounds(ratio, replicates, rule.confidence)
     final = _final(rule, ratio, lo, hi)
     up, down = 1.0 + rule.limit, 1.0 / (1.0 + rule.limit)
     figures = (
-        f"{name} B/A {ratio:.3f} ({_pct(ratio)}; {rule.confidence:.0%} bounds "
+        f"{rule.name} B/A {ratio:.3f} ({_pct(ratio)}; {rule.confidence:.0%} bounds "
         f"{_pct(lo)}..{_pct(hi)}) over {n} {unit}, limit {_pct(up)}"
     )
-    if at_cap:
-        return Decision(True, final, ratio, lo, hi, n, f"{figures}: {final}, {cap}")
-    if n >= max(rule.min_pairs, needed):
+    if reached is not None:
+        return Decision(True, final, ratio, lo, hi, n, f"{figures}: {final}, {reached}")
+    if n >= rule.min_pairs:  # the callers saw to n >= the fewest for any bound
         strict_lo, strict_hi = _bounds(ratio, replicates, rule.interim_confidence)
         if lo > up or (ratio > up and strict_lo > 1.0):
             why = (
