@@ -760,7 +760,12 @@ _SETTING_KEYS = (
     ),
     Key("tags", ListOf(_TAG), "pytest markers for `-m`"),
     Key("gate", GATE, "limits vs the baseline; merged metric by metric over `defaults`"),
-    Key("isolate", _BOOL, "measure in a worker process of its own", _default(Scenario, "isolate")),
+    Key(
+        "isolate",
+        _BOOL,
+        "measure in a worker process of its own (always, for a cell that gates peak_memory)",
+        _default(Scenario, "isolate"),
+    ),
     Key(
         "keep_fp32",
         ListOf(Scalar("string", pattern=r"\S", text="op type or node name")),
