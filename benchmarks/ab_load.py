@@ -80,15 +80,17 @@ models:
 scenarios:
   - name: cell
     model: m
-    load: {{concurrency: 2}}
+    load: {{concurrency: {concurrency}}}
 """
 CELL = "cell[c2]"
 
 
-def suite(folder: Path, products: int) -> Path:
-    path = folder / f"load-{products}.yaml"
+def suite(folder: Path, products: int, concurrency: int = 2) -> Path:
+    """The cell's suite at ``products`` matrix products per request (cell
+    ``cell[c<concurrency>]``)."""
+    path = folder / f"load-{products}-c{concurrency}.yaml"
     if not path.exists():
-        path.write_text(SUITE.format(products=products))
+        path.write_text(SUITE.format(products=products, concurrency=concurrency))
     return path
 
 

@@ -23,36 +23,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ab_load import BASE_PRODUCTS, MODEL, ROOT, loadavg, neighbour
+from ab_load import BASE_PRODUCTS, MODEL, ROOT, loadavg, neighbour, suite
 
 from perfguard.ab.rounds import RoundPlan
 from perfguard.ab.run import Slot, load_round_length, run_load_rounds, worker_env
 from perfguard.suite.loader import load_suite
 from perfguard.worker.client import WorkerProcess
-
-SUITE = """\
-defaults:
-  warmup: {{iterations: 20, seconds: 0.5}}
-  measure: {{iterations: 300, seconds: 2}}
-  threads: 1
-models:
-  m:
-    factory: load_model:build
-    kwargs: {{products: {products}}}
-    inputs:
-      x: {{shape: [96, 96], dtype: float32, seed: 0}}
-scenarios:
-  - name: cell
-    model: m
-    load: {{concurrency: {concurrency}}}
-"""
-
-
-def suite(folder: Path, products: int, concurrency: int) -> Path:
-    path = folder / f"load-{products}-c{concurrency}.yaml"
-    if not path.exists():
-        path.write_text(SUITE.format(products=products, concurrency=concurrency))
-    return path
 
 
 def record(folder: Path, products: int, concurrency: int, rounds: int, seed: int) -> dict:
