@@ -54,12 +54,15 @@ def replay(kind: str, a: list[np.ndarray], b: list[np.ndarray]) -> tuple[str, in
     r = rule(lo, hi, 50.0 if kind == "median" else 95.0)
     n = lo
     while True:
+        n = min(n, len(a))
+        # a recording shorter than the round cap ends the cell there
+        cap = "the recording ends" if n >= len(a) else None
         if kind == "median":
             fa = [percentile(x, 95.0) for x in a[:n]]
             fb = [percentile(x, 95.0) for x in b[:n]]
-            d = decide(r, fa, fb, 0.0)
+            d = decide(r, fa, fb, 0.0, cap=cap)
         else:
-            d = decide_pooled(r, a[:n], b[:n], 0.0)
+            d = decide_pooled(r, a[:n], b[:n], 0.0, cap=cap)
         if d.stop:
             scale = 2 if kind == "pooled x2" else 1
             return d.verdict.value, n * scale, d.ratio
