@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from perfguard.measure.memory import PeakMemory
+from tests.conftest import run_git
 
 STATUS = "Name:\tpython\nVmPeak:\t  900000 kB\nVmHWM:\t  {hwm} kB\nVmRSS:\t  300000 kB\n"
 
@@ -117,3 +118,85 @@ def test_a_memory_gated_cell_is_not_moved_by_the_cells_before_it(pytester: pytes
     shared, isolated_shared = _peak(pytester)
     assert not isolated_shared
     assert shared > alone + 200.0, (alone, shared)
+
+
+GROWN = textwrap.dedent(
+    """
+    import torch
+
+    _KEPT = []
+
+
+    def build():
+        # Holds MIB MiB of touched memory for as long as the model lives.
+        _KEPT.append(torch.ones(MIB * 262144 + 1))
+        torch.manual_seed(0)
+        return torch.nn.Linear(8, 4).eval()
+    """
+)
+
+AB_SUITE = """\
+defaults:
+  warmup: {iterations: 2, seconds: 0}
+  measure: {iterations: 100, seconds: 0}
+  threads: 1
+models:
+  grown:
+    factory: grown:build
+    inputs: {x: {shape: [1, 8], dtype: float32}}
+scenarios:
+  - name: grown
+    model: grown
+    gate: {peak_memory: "+10%"}
+"""
+
+
+def _commit(repo: Path, mib: int, message: str) -> None:
+    (repo / "suites").mkdir(exist_ok=True)
+    (repo / "suites" / "grown.py").write_text(GROWN.replace("MIB", str(mib)))
+    (repo / "suites" / "s.yaml").write_text(AB_SUITE)
+    run_git(repo, "add", "-A")
+    run_git(repo, "commit", "-qm", message)
+
+
+def _ab(pytester: pytest.Pytester) -> tuple[pytest.RunResult, dict, dict]:
+    for old in (pytester.path / "reports").glob("*/*.json"):
+        old.unlink()
+    result = pytester.runpytest_subprocess("--perfguard", "--perfguard-ab=HEAD~1", timeout=600)
+    (folder,) = {p.parent for p in (pytester.path / "reports").glob("*/comparison.json")}
+    (verdict,) = json.loads((folder / "comparison.json").read_text())["verdicts"]
+    (cell,) = json.loads((folder / "results.json").read_text())["scenarios"]
+    return result, verdict, cell
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux's clear_refs")
+def test_same_run_ab_gates_peak_memory_on_both_sides(pytester: pytest.Pytester) -> None:
+    """Each side is measured alone in a fresh worker: an unchanged model's memory is
+    unchanged (and B's figure is in the results, no longer "-"); a head that holds
+    300 MiB more fails the peak_memory gate, while its latency is unchanged."""
+    pytester.makeini("[pytest]\n")
+    run_git(pytester.path, "init", "-q", "-b", "main")
+    (pytester.path / ".gitignore").write_text("reports/\n.perfguard/\n__pycache__/\n")
+    _commit(pytester.path, 20, "the model")
+    (pytester.path / "suites" / "grown.py").write_text(GROWN.replace("MIB", "20") + "# x\n")
+    run_git(pytester.path, "commit", "-qam", "a comment only")
+
+    result, verdict, cell = _ab(pytester)
+    assert result.ret == 0, result.stdout.str()
+    memory = next(m for m in verdict["metrics"] if m["metric"] == "peak_memory")
+    assert memory["verdict"] == "unchanged", memory["message"]
+    assert "measured in this run (each side alone in a fresh worker" in memory["message"]
+    assert cell["peak_memory_mib"] == pytest.approx(memory["current"])
+    assert abs(memory["current"] - memory["baseline"]) <= 0.05 * memory["baseline"]
+
+    (pytester.path / "suites" / "grown.py").write_text(GROWN.replace("MIB", "320"))
+    run_git(pytester.path, "commit", "-qam", "holds 300 MiB more")
+    result, verdict, cell = _ab(pytester)
+    assert result.ret == 1, result.stdout.str()
+    assert verdict["verdict"] == "regression"
+    memory = next(m for m in verdict["metrics"] if m["metric"] == "peak_memory")
+    assert memory["verdict"] == "regression", memory["message"]
+    assert memory["current"] - memory["baseline"] > 250.0, memory
+    latency = next(m for m in verdict["metrics"] if m["metric"] == "p95")
+    assert latency["verdict"] != "regression", latency["message"]
+    result.stdout.fnmatch_lines(["*peak memory regressed +*% (* MiB -> * MiB*vs base *"])

@@ -37,6 +37,7 @@ import math
 import os
 import tempfile
 import time
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +78,7 @@ from perfguard.core.progress import Throttle
 from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import Scenario
 from perfguard.core.stats import percentile, stability_ratio, summarize, throughput
+from perfguard.judge.compare import compare_memory
 from perfguard.judge.verdict import (
     ABDetail,
     Decision,
@@ -517,41 +519,103 @@ class ABRun:
         assert self.worktree is not None and self.base is not None
         with contextlib.ExitStack() as stack:
             if self.config.python:
-                python = self.config.python
-                base_worker = WorkerProcess(
-                    python=python,
-                    cwd=self.worktree,
-                    name=f"A (base {self.base.sha[:7]})",
-                    command=_bootstrap_command(python),
-                    env=worker_env(),
-                )
-                a = Slot(stack.enter_context(base_worker), "main")
-                b = Slot(
-                    stack.enter_context(
-                        WorkerProcess(cwd=self.rootdir, name="B (working tree)", env=worker_env())
-                    ),
-                    "main",
-                )
+                a = Slot(stack.enter_context(self._side_worker("a", self._side_name("a"))), "main")
+                b = Slot(stack.enter_context(self._side_worker("b", self._side_name("b"))), "main")
             else:
-                worker = stack.enter_context(
-                    WorkerProcess(cwd=self.rootdir, name="A/B worker", env=worker_env())
-                )
+                worker = stack.enter_context(self._side_worker("b", "A/B worker"))
                 a, b = Slot(worker, "a"), Slot(worker, "b")
             opened: dict[str, Any] = {}
-            # Each side's imports read its own tree, whatever the layout (the `code`
-            # switch: perfguard.worker.codetree), and its factory modules are checked
-            # to come from there (perfguard.models.origin).
-            for side, root, name in ((a, self.worktree, "a"), (b, self.rootdir, "b")):
-                opened = side.request(
-                    "open",
-                    timeout_s=ctx.worker_open_limit_s,
-                    suite=str(root / self._relative(scenario.suite)),
-                    cell=scenario.item_name,
-                    rootdir=str(root),
-                    cache_dir=str(ctx.cache_dir),
-                    code=self.code(name),
-                )
+            for side, name in ((a, "a"), (b, "b")):
+                opened = self._open(side, name, scenario, ctx)
             yield a, b, opened  # B's open reply: batch, runtime
+
+    def _side_name(self, side: str) -> str:
+        assert self.base is not None
+        return f"A (base {self.base.sha[:7]})" if side == "a" else "B (working tree)"
+
+    def _side_worker(self, side: str, name: str) -> WorkerProcess:
+        """A worker process for ``side``: the base's own interpreter for side A when
+        ``--perfguard-ab-python`` names one, else this one (its ``open`` switches the
+        imports to the side's tree)."""
+        assert self.worktree is not None
+        if side == "a" and self.config.python:
+            python = self.config.python
+            return WorkerProcess(
+                python=python,
+                cwd=self.worktree,
+                name=name,
+                command=_bootstrap_command(python),
+                env=worker_env(),
+            )
+        return WorkerProcess(cwd=self.rootdir, name=name, env=worker_env())
+
+    def _open(self, side: Slot, name: str, scenario: Scenario, ctx: RunContext) -> dict[str, Any]:
+        """Open ``scenario`` from side ``name``'s tree in ``side``: its reply (batch,
+        runtime). Each side's imports read its own tree, whatever the layout (the
+        ``code`` switch: perfguard.worker.codetree), and its factory modules are checked
+        to come from there (perfguard.models.origin)."""
+        assert self.worktree is not None
+        root = self.worktree if name == "a" else self.rootdir
+        return side.request(
+            "open",
+            timeout_s=ctx.worker_open_limit_s,
+            suite=str(root / self._relative(scenario.suite)),
+            cell=scenario.item_name,
+            rootdir=str(root),
+            cache_dir=str(ctx.cache_dir),
+            code=self.code(name),
+        )
+
+    # -- memory: each side alone in a worker of its own ----------------------------
+    def _memory(
+        self,
+        scenario: Scenario,
+        ctx: RunContext,
+        result: ScenarioResult,
+        verdict: ScenarioVerdict,
+    ) -> tuple[ScenarioResult, ScenarioVerdict]:
+        """Judge the cell's memory gates (``peak_memory``, ``gpu_mem``) in this run.
+
+        The interleaved sides share one process, whose high-water mark cannot tell
+        them apart, so each side is measured once more, alone, in a fresh worker (the
+        figure a plain run of a memory-gated cell records: open and measurement, from
+        the process's start), in an order drawn from the seed; the archived gate's
+        rule decides (:func:`perfguard.judge.compare.compare_memory`). B's figures go
+        into the result, both sides' into the verdict's metrics."""
+        gates = scenario.memory_gates
+        if not gates:
+            return result, verdict
+        assert self.base is not None
+        rng = np.random.default_rng([self.config.seed, zlib.crc32(scenario.item_name.encode())])
+        order = ("a", "b") if rng.random() < 0.5 else ("b", "a")
+        measured: dict[str, ScenarioResult] = {}
+        for name in order:
+            label = f"{self._side_name(name)}, memory"
+            with self._side_worker(name, label) as worker:
+                side = Slot(worker, "main")
+                self._open(side, name, scenario, ctx)
+                reply = side.request("result", timeout_s=measure_timeout_s(scenario))
+                measured[name] = ScenarioResult.from_dict(reply["result"])
+        a, b = measured["a"], measured["b"]
+        against = (
+            f"base {self.base.sha[:7]} measured in this run (each side alone in a fresh "
+            f"worker, {order[0].upper()} first)"
+        )
+        metrics = tuple(
+            compare_memory(gate, b, a, commit=self.base.sha, against=against) for gate in gates
+        )
+        result = dataclasses.replace(
+            result,
+            peak_memory_mib=b.peak_memory_mib,
+            gpu_peak_memory_mib=b.gpu_peak_memory_mib,
+        )
+        verdict = dataclasses.replace(
+            verdict,
+            verdict=worst([verdict.verdict, *(m.verdict for m in metrics)]),
+            metrics=(*verdict.metrics, *metrics),
+            messages=(*verdict.messages, *(m.message for m in metrics)),
+        )
+        return result, verdict
 
     def compares(self, scenario: Scenario) -> bool:
         """Whether this mode measures ``scenario`` interleaved (else: the archived path,
@@ -607,7 +671,8 @@ class ABRun:
             outcome = ABOutcome(a_ns, b_ns, decision, elapsed, metric, limit)
             result = self._result(scenario, ctx, outcome, warm["b"], opened)
             verdict = self._verdict(scenario, ctx, outcome)
-            return self._profile_sides(scenario, a, b, result, verdict, profile)
+            result, verdict = self._profile_sides(scenario, a, b, result, verdict, profile)
+        return self._memory(scenario, ctx, result, verdict)
 
     def _profile_sides(
         self,
@@ -765,7 +830,8 @@ class ABRun:
             )
             result = self._load_result(scenario, ctx, rounds, warm["b"], opened)
             verdict = self._load_verdict(scenario, ctx, plan, rounds, decisions, elapsed)
-            return self._profile_sides(scenario, a, b, result, verdict, profile)
+            result, verdict = self._profile_sides(scenario, a, b, result, verdict, profile)
+        return self._memory(scenario, ctx, result, verdict)
 
     def _load_result(
         self,

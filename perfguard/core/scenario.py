@@ -10,7 +10,7 @@ from pathlib import Path
 
 from perfguard.core.errors import Location
 from perfguard.core.paths import display_path
-from perfguard.core.policy import DEFAULT_GATES, GateSpec
+from perfguard.core.policy import DEFAULT_GATES, GateSpec, MetricKind, gate_metric
 
 BACKENDS: tuple[str, ...] = ("torch", "onnxruntime", "tensorrt")
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")
@@ -381,3 +381,12 @@ class Scenario:
         high-water mark starts it from there, so only a fresh process gives a cell a
         figure that no cell run before it can move."""
         return self.isolate or any(g.metric == "peak_memory" for g in self.gates)
+
+    @property
+    def memory_gates(self) -> tuple[GateSpec, ...]:
+        """The cell's gates on a memory figure (``peak_memory``, ``gpu_mem``)."""
+        return tuple(
+            g
+            for g in self.gates
+            if (m := gate_metric(g.metric)) is not None and m.kind is MetricKind.MEMORY
+        )

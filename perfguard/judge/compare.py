@@ -89,6 +89,7 @@ from perfguard.judge.verdict import (
 )
 
 __all__ = [
+    "compare_memory",
     "compare_runs",
     "compare_scenario",
     "confirm",
@@ -268,6 +269,38 @@ def _compare_metric(
         else VerdictKind.UNCHANGED,
     )
     rule, message = describe(decided, commit)
+    return replace(decided, rule=rule, message=message)
+
+
+def compare_memory(
+    gate: GateSpec,
+    current: ScenarioResult,
+    baseline: ScenarioResult,
+    *,
+    commit: str | None,
+    against: str | None = None,
+    confidence: float = CONFIDENCE,
+) -> MetricVerdict:
+    """One memory gate (``peak_memory``, ``gpu_mem``) decided on two results by the
+    archived gate's rule (the point estimate against the limit; memory is never
+    normalised nor widened): same-run A/B judges memory with it too, ``against``
+    naming its base side in the message."""
+    spec = gate_metric(gate.metric)
+    if spec is None or spec.kind is not MetricKind.MEMORY:
+        raise ValueError(f"compare_memory takes a memory gate, not {gate.metric!r}")
+    decided = _compare_metric(
+        gate,
+        current,
+        baseline,
+        commit=commit,
+        confidence=confidence,
+        normalise=False,
+        history=(),
+        noise_k=NOISE_K,
+    )
+    if against is None or decided.ratio is None:
+        return decided
+    rule, message = describe(decided, commit, against)
     return replace(decided, rule=rule, message=message)
 
 

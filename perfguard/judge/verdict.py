@@ -422,13 +422,17 @@ def baseline_ref(commit: str | None) -> str:
     return f"baseline {commit[:7]}" if commit else "the baseline"
 
 
-def describe(m: MetricVerdict, baseline_commit: str | None) -> tuple[str, str]:
+def describe(
+    m: MetricVerdict, baseline_commit: str | None, against: str | None = None
+) -> tuple[str, str]:
     """(rule, message) for a decided comparison (``ratio`` and both values set).
 
     The message is one line a reviewer can act on: the change as decided, the
     raw figures, the bound that made it significant, the baseline commit and
     the limit, e.g. ``P95 latency regressed +12.4% (3.21 ms -> 3.61 ms; 99%
-    lower bound +9.8%) vs baseline 1a2b3c4 (limit +5%)``.
+    lower bound +9.8%) vs baseline 1a2b3c4 (limit +5%)``. ``against`` names the
+    other side instead of the baseline commit (same-run A/B: ``base 1a2b3c4
+    measured in this run``).
     """
     if m.ratio is None or m.baseline is None or m.current is None:
         raise ValueError("describe() needs a decided MetricVerdict (ratio and values set)")
@@ -468,7 +472,7 @@ def describe(m: MetricVerdict, baseline_commit: str | None) -> tuple[str, str]:
     )
     message = (
         f"{metric_name(m.metric)} {verb} {change} ({detail}) "
-        f"vs {baseline_ref(baseline_commit)} ({limit})"
+        f"vs {against or baseline_ref(baseline_commit)} ({limit})"
     )
     if m.verdict == VerdictKind.UNCHANGED and not lo <= m.ratio <= hi:
         message += "; beyond the limit but not significant"
