@@ -265,8 +265,13 @@ def test_quantize_int8_gives_a_smaller_loadable_cached_model(
     session = ort.InferenceSession(str(quantized), providers=["CPUExecutionProvider"])
     ops = {node.op_type for node in __import__("onnx").load(str(quantized)).graph.node}
     assert ops & {"MatMulInteger", "DynamicQuantizeLinear", "DynamicQuantizeMatMul"}
-    out = session.run(None, FEEDS)[0]
-    np.testing.assert_allclose(out, run_onnx(source, FEEDS)[0], atol=0.05)
+    out = session.run(None, FEEDS)[0].ravel()
+    ref = run_onnx(source, FEEDS)[0].ravel()
+    # Dynamic int8 of a random 256-wide MLP: outputs near the fp32 ones, not equal (a
+    # fresh install gave relative L2 error 0.16 and cosine 0.988; a model quantized with
+    # wrong scales or weights lands near error 1 and cosine 0).
+    assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 0.3
+    assert float(out @ ref) / float(np.linalg.norm(out) * np.linalg.norm(ref)) > 0.95
 
     import onnxruntime.quantization as quantization
 
