@@ -377,3 +377,32 @@ def test_cuda_runtime_and_cudnn_enter_the_fingerprint_on_a_gpu_machine(
     assert first.comparable["cudnn"] == "90100"
     monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 90300)
     assert collect_environment().fingerprint != first.fingerprint  # a cuDNN upgrade
+
+
+AVX2 = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n\nprocessor\t: 1\nflags\t\t: fpu\n"
+
+
+@pytest.mark.parametrize(
+    ("machine", "cpuinfo", "saturates"),
+    [
+        ("x86_64", AVX2, True),  # AVX2 only: pmaddubsw's int16 step
+        ("x86_64", AVX2.replace("avx2", "avx2 avx512_vnni", 1), False),
+        ("x86_64", AVX2.replace("avx2", "avx2 avx_vnni", 1), False),
+        ("x86_64", AVX2.replace("avx2", "avx2 amx_int8", 1), False),
+        ("aarch64", "processor\t: 0\nFeatures\t: fp asimd\n", False),  # other kernels
+        ("x86_64", None, False),  # unknown: left as it was
+    ],
+)
+def test_u8s8_kernels_saturate_on_x86_without_vnni(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    machine: str,
+    cpuinfo: str | None,
+    saturates: bool,
+) -> None:
+    path = tmp_path / "cpuinfo"
+    if cpuinfo is not None:
+        path.write_text(cpuinfo)
+    monkeypatch.setattr(env, "CPUINFO_PATH", path)
+    monkeypatch.setattr(env.platform, "machine", lambda: machine)
+    assert env.u8s8_saturates() is saturates

@@ -14,8 +14,10 @@ import pytest
 
 from perfguard.core.errors import CellError, InputError, Location, ModelError
 from perfguard.core.scenario import ModelSpec, QuantSpec
+from perfguard.machine.env import u8s8_saturates
+from perfguard.models import quantize
 from perfguard.models.cache import cache_key_of, export_onnx
-from perfguard.models.quantize import convert_fp16, quantize_int8
+from perfguard.models.quantize import convert_fp16, quant_settings, quantize_int8, reduce_range
 
 pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
@@ -265,13 +267,8 @@ def test_quantize_int8_gives_a_smaller_loadable_cached_model(
     session = ort.InferenceSession(str(quantized), providers=["CPUExecutionProvider"])
     ops = {node.op_type for node in __import__("onnx").load(str(quantized)).graph.node}
     assert ops & {"MatMulInteger", "DynamicQuantizeLinear", "DynamicQuantizeMatMul"}
-    out = session.run(None, FEEDS)[0].ravel()
-    ref = run_onnx(source, FEEDS)[0].ravel()
-    # Dynamic int8 of a random 256-wide MLP: outputs near the fp32 ones, not equal (a
-    # fresh install gave relative L2 error 0.16 and cosine 0.988; a model quantized with
-    # wrong scales or weights lands near error 1 and cosine 0).
-    assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 0.3
-    assert float(out @ ref) / float(np.linalg.norm(out) * np.linalg.norm(ref)) > 0.95
+    out = session.run(None, FEEDS)[0]
+    np.testing.assert_allclose(out, run_onnx(source, FEEDS)[0], atol=0.05)
 
     import onnxruntime.quantization as quantization
 
@@ -319,22 +316,58 @@ def test_quantization_settings_each_have_a_key_and_a_loadable_model(tmp_path: Pa
     cache = tmp_path / "cache"
     source = mlp_onnx(tmp_path)
     reference = run_onnx(source, FEEDS)[0]
+    auto = reduce_range(QuantSpec())
     specs = [
         QuantSpec(),
         QuantSpec(per_channel=True),
-        QuantSpec(reduce_range=True),
+        QuantSpec(reduce_range=not auto),  # the other choice than this machine's auto
         QuantSpec(weight_type="quint8"),
     ]
     paths = [quantize_int8(source, cache, quant=spec) for spec in specs]
     assert len(set(paths)) == len(specs)
     assert len({cache_key_of(path) for path in paths}) == len(specs)
-    for path in paths:
+    for spec, path in zip(specs, paths, strict=True):
         assert "-int8-" in path.name and path.parent == cache
-        np.testing.assert_allclose(run_onnx(path, FEEDS)[0], reference, atol=0.05)
+        if reduce_range(spec) or not u8s8_saturates() or spec.weight_type == "quint8":
+            # (8-bit int8 weights where the kernels saturate are off by more: below)
+            np.testing.assert_allclose(run_onnx(path, FEEDS)[0], reference, atol=0.05)
     # The preset's name and the static-only fields do not change a dynamic model.
     renamed = QuantSpec(name="other", activation_type="qint8", calibration="entropy")
     assert quantize_int8(source, cache, quant=renamed) == paths[0]
     assert quantize_int8(source, cache, quant=QuantSpec(), calibration=CALIBRATION) == paths[0]
+
+
+def test_auto_reduce_range_is_on_only_where_uint8_by_int8_kernels_saturate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for saturates in (True, False):
+        monkeypatch.setattr(quantize, "u8s8_saturates", lambda s=saturates: s)
+        assert reduce_range(QuantSpec()) is saturates
+        assert reduce_range(QuantSpec(mode="static")) is saturates  # quint8 activations
+        assert quant_settings(QuantSpec())["reduce_range"] is saturates  # in the cache key
+        # Signed activations reach the same kernels; uint8 weights never saturate.
+        assert reduce_range(QuantSpec(mode="static", activation_type="qint8")) is saturates
+        assert reduce_range(QuantSpec(weight_type="quint8")) is False
+        # Asked for, either way: kept.
+        assert reduce_range(QuantSpec(reduce_range=False)) is False
+        assert reduce_range(QuantSpec(reduce_range=True)) is True
+
+
+@pytest.mark.skipif(not u8s8_saturates(), reason="needs an x86 CPU without VNNI")
+def test_where_kernels_saturate_auto_keeps_int8_accurate_and_8_bit_weights_do_not(
+    tmp_path: Path,
+) -> None:
+    """The fault auto avoids, seen on this CPU: 8-bit weights are off by far more than
+    the 7-bit weights auto picks (an AVX2-only EPYC: 16% against 1% relative L2)."""
+    cache = tmp_path / "cache"
+    source = export_onnx(mlp(width=256), FEEDS, model_spec(tmp_path), cache)
+    reference = run_onnx(source, FEEDS)[0]
+
+    def error(spec: QuantSpec) -> float:
+        out = run_onnx(quantize_int8(source, cache, quant=spec), FEEDS)[0]
+        return float(np.linalg.norm(out - reference) / np.linalg.norm(reference))
+
+    assert error(QuantSpec()) < 0.05 < error(QuantSpec(reduce_range=False))
 
 
 @pytest.mark.parametrize("method", ["minmax", "entropy", "percentile"])
@@ -387,7 +420,7 @@ def test_static_key_follows_calibration_data_and_settings(tmp_path: Path) -> Non
         QuantSpec(mode="static", calibration="entropy"),
         QuantSpec(mode="static", activation_type="qint8"),
         QuantSpec(mode="static", per_channel=True),
-        QuantSpec(mode="static", reduce_range=True),
+        QuantSpec(mode="static", reduce_range=not reduce_range(spec)),
         QuantSpec(mode="static", weight_type="quint8"),
         QuantSpec(),
     ):

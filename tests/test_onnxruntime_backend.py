@@ -18,6 +18,7 @@ from perfguard.backends.onnxruntime_backend import (
 from perfguard.backends.torch_backend import TorchBackend
 from perfguard.core.errors import CellError, InputError, Location, ModelError, ProviderFallbackError
 from perfguard.core.scenario import InputSpec, ModelSpec, QuantSpec, Scenario
+from perfguard.machine.env import u8s8_saturates
 from perfguard.models.cache import cache_key_of
 from perfguard.models.inputs import make_inputs
 
@@ -264,7 +265,9 @@ def test_int8_dynamic_runtime_info_names_the_preset(tmp_path: Path) -> None:
     try:
         quant = session.runtime_info["quantization"]
         assert quant["name"] == "pc" and quant["mode"] == "dynamic"
-        assert quant["per_channel"] is True and quant["reduce_range"] is False
+        assert quant["per_channel"] is True
+        # reduce_range left to auto: as this CPU's uint8 x int8 kernels need, and said so.
+        assert quant["reduce_range"] is u8s8_saturates() and quant["reduce_range_auto"] is True
         assert quant["weight_type"] == "qint8" and "calibration" not in quant
         assert quant["cache_key"] == session.runtime_info["cache_key"]
     finally:

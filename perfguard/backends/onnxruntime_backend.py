@@ -261,6 +261,8 @@ class OnnxRuntimeSession:
             path = quantize_int8(path, cache_dir, model.location, quant, calibration)
             key = cache_key_of(path)
             variant = {"name": quant.name, **quant_settings(quant)}
+            if quant.reduce_range is None:  # auto: this CPU's int8 kernels decided
+                variant["reduce_range_auto"] = True
             samples = calibration_samples(quant, calibration)
             if samples is not None:
                 variant["calibration_inputs"] = len(samples)

@@ -435,6 +435,8 @@ class TensorRTSession:
                 weight_type="qint8",
                 activation_type="qint8",
                 symmetric=True,
+                # TensorRT's kernels take full 8-bit weights; auto is for ORT's CPU ones.
+                reduce_range=bool(scenario.quantization.reduce_range),
             )
             return quantize_int8(path, cache_dir, location, quant=quant, calibration=samples)
         return path

@@ -85,13 +85,15 @@ class QuantSpec:
     fly; ``static`` also fixes activation ranges from calibration data (the
     scenario's accuracy inputs) with ``calibration`` = minmax | entropy |
     percentile. ``name`` is the preset's name in the suite (``quantization:``
-    axis / key), used in cell ids.
+    axis / key), used in cell ids. ``reduce_range`` None is ``auto``: 7-bit
+    weights where ONNX Runtime's uint8-by-int8 kernels saturate
+    (``perfguard.models.quantize.reduce_range``).
     """
 
     name: str = "default"
     mode: str = "dynamic"
     per_channel: bool = False
-    reduce_range: bool = False
+    reduce_range: bool | None = None  # None: auto
     weight_type: str = "qint8"  # qint8 | quint8
     activation_type: str = "quint8"  # static only: qint8 | quint8
     calibration: str = "minmax"  # static only: minmax | entropy | percentile

@@ -394,7 +394,13 @@ QUANT = Section(
             _default(QuantSpec, "mode"),
         ),
         Key("per_channel", _BOOL, "per-channel weight scales", _default(QuantSpec, "per_channel")),
-        Key("reduce_range", _BOOL, "7-bit weights", _default(QuantSpec, "reduce_range")),
+        Key(
+            "reduce_range",
+            _BOOL,
+            "7-bit weights",
+            default_text="auto: true on an x86 CPU without VNNI (uint8 x int8 kernels there "
+            "saturate with 8-bit weights), else false",
+        ),
         Key("weight_type", _choice(_QTYPES), "weight type", _default(QuantSpec, "weight_type")),
         Key(
             "activation_type",
