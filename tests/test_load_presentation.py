@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
 import numpy as np
 import pytest
 
-from perfguard.core.loadfigures import LoadFigures
+from perfguard.core.loadfigures import LevelMemory, LoadFigures
 from perfguard.core.results import ScenarioResult
 from perfguard.core.stats import summarize
 from perfguard.report import render_html, render_markdown
 from perfguard.report.model import ReportInput
 from perfguard.report.plots import BASELINE_COLOR
-from perfguard.report.tables import LOAD_HEADERS, load_group, load_lines, short_invalid
+from perfguard.report.tables import (
+    LOAD_HEADERS,
+    load_group,
+    load_lines,
+    memory_growth,
+    short_invalid,
+)
 from tests.test_report import run_of, scenario
 
 SUITE = "suites/x.yaml"
@@ -356,3 +363,58 @@ def test_markdown_lists_invalid_and_slo_cells() -> None:
     assert "onnxruntime-slo" in md and "best 340/s -&gt; 338.1/s" in md
     load_table = md.split("**Load (2)**", 1)[1].split("\n\n", 2)[1]
     assert "onnxruntime-c4" not in load_table  # valid plain levels are left out
+
+
+def _with_memory(
+    result: ScenarioResult, idle: float, peak: float, streams: int, *, isolated: bool = True
+) -> ScenarioResult:
+    assert result.load is not None
+    memory = LevelMemory(idle_mib=idle, level_peak_mib=peak, streams=streams)
+    return dataclasses.replace(
+        result,
+        load=dataclasses.replace(result.load, memory=memory),
+        runtime=dataclasses.replace(result.runtime, isolated=isolated),
+    )
+
+
+def _levels(held: dict[int, float], idle: float = 300.0, isolated: bool = True) -> list:
+    return [
+        _with_memory(
+            load_cell(f"c{c}", 2.0, 400.0, c, concurrency=c), idle, idle + mib, c, isolated=isolated
+        )
+        for c, mib in held.items()
+    ]
+
+
+def test_memory_growth_is_the_slope_of_held_memory_over_streams() -> None:
+    """Held memory 3 + 5 x streams MiB (a fixed 3 MiB and 5 MiB per client, each level in
+    a process of its own, so the idle figures differ): 5 MiB per added client."""
+    levels = [
+        _with_memory(load_cell(f"c{c}", 2.0, 400.0, c, concurrency=c), idle, idle + 3 + 5 * c, c)
+        for c, idle in ((4, 310.0), (1, 290.0), (2, 301.5))
+    ]
+    growth = memory_growth(levels)
+    assert growth is not None
+    assert growth.per_stream_mib == pytest.approx(5.0)
+    assert [streams for _, streams, _ in growth.levels] == [1, 2, 4]
+    assert growth.own_process and growth.unit == "client"
+    assert "+5.0 MiB per added client" in growth.text()
+    assert "pytest process" not in growth.text()
+
+
+def test_memory_growth_needs_two_stream_counts_and_says_where_it_was_measured() -> None:
+    assert memory_growth(_levels({2: 10.0})) is None
+    assert memory_growth([*_levels({1: 2.0, 2: 7.0})[:1], load_cell("c2", 2.0, 1.0, 2)]) is None
+    shared = memory_growth(_levels({1: 2.0, 4: 2.0}, isolated=False))
+    assert shared is not None and shared.per_stream_mib == pytest.approx(0.0)
+    assert "pytest process" in shared.text() and "gate peak_memory" in shared.text()
+
+
+def test_the_html_load_section_shows_the_memory_per_stream_and_each_level() -> None:
+    levels = _levels({1: 8.0, 2: 18.0, 4: 38.0})
+    html = render_html(ReportInput(run=run_of([scenario("s::plain"), *levels])))
+    section = _section(html, f"{SUITE}::minilm[onnxruntime]")
+    assert "host memory +10.0 MiB per added client" in section
+    assert "idle 300.0 MiB, level peak 338.0 MiB: 38.0 MiB held for 4 clients" in section
+    plain = render_html(ReportInput(run=run_of([scenario("s::plain"), *load_results()])))
+    assert "per added client" not in plain  # no memory figures, no line

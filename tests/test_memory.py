@@ -4,6 +4,7 @@ process of its own for a cell that gates ``peak_memory``."""
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from pathlib import Path
 
@@ -40,6 +41,34 @@ def test_no_reset_no_figure(tmp_path: Path) -> None:
     other = PeakMemory(status, clear)
     other.start()
     assert other.peak_mib() is None
+
+
+def test_a_section_restarts_the_mark_and_the_cell_keeps_its_peak(tmp_path: Path) -> None:
+    """A load level's section starts from the mark's restart; the cell's own peak still
+    covers what came before it (the model's open, say)."""
+    status, clear = tmp_path / "status", tmp_path / "clear_refs"
+    status.write_text(STATUS.format(hwm=512000))
+    clear.write_text("")
+    memory = PeakMemory(status, clear)
+    memory.start()
+    assert memory.resident_mib() == 300000 / 1024  # VmRSS, not the mark
+    clear.write_text("")
+    memory.section()
+    assert clear.read_text() == "5"
+    status.write_text(STATUS.format(hwm=358400))  # the kernel restarted the mark: lower
+    assert memory.section_peak_mib() == 350.0
+    assert memory.peak_mib() == 500.0  # the open's peak, before the section
+    status.write_text(STATUS.format(hwm=614400))
+    assert memory.section_peak_mib() == memory.peak_mib() == 600.0
+
+
+def test_without_a_reset_a_section_has_no_figure(tmp_path: Path) -> None:
+    status = tmp_path / "status"
+    status.write_text(STATUS.format(hwm=307200))
+    memory = PeakMemory(status, tmp_path / "missing" / "clear_refs")
+    memory.start()
+    memory.section()
+    assert memory.section_peak_mib() is None and memory.peak_mib() is None
 
 
 HOGS = textwrap.dedent(
@@ -200,3 +229,83 @@ def test_same_run_ab_gates_peak_memory_on_both_sides(pytester: pytest.Pytester) 
     latency = next(m for m in verdict["metrics"] if m["metric"] == "p95")
     assert latency["verdict"] != "regression", latency["message"]
     result.stdout.fnmatch_lines(["*peak memory regressed +*% (* MiB -> * MiB*vs base *"])
+
+
+STREAMS = textwrap.dedent(
+    """
+    import time
+
+    import numpy as np
+    import torch
+
+
+    class Holding(torch.nn.Module):
+        # Each request holds 48 MiB of touched memory while it is served (as a
+        # generative model's KV cache grows with the requests in flight).
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 4)
+
+        def forward(self, x):
+            held = np.ones(48 * 2**20, dtype=np.uint8)
+            time.sleep(0.02)
+            return self.lin(x) + float(held[-1])
+
+
+    def build():
+        # Opening the model passes through 200 MiB more than serving it ever holds.
+        scratch = np.ones(200 * 2**20, dtype=np.uint8)
+        del scratch
+        torch.manual_seed(0)
+        return Holding().eval()
+    """
+)
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux's clear_refs")
+def test_each_load_level_has_its_memory_and_the_report_the_growth_per_stream(
+    pytester: pytest.Pytester,
+) -> None:
+    """Two levels of a model whose every request in flight holds 48 MiB: each level
+    records what it held above the idle model, and the report's growth per added
+    client (the slope over the levels) is the 48 MiB each stream costs. The model's
+    open peaks higher than either level: a level's figure is its own, not the cell's."""
+    pytester.makeini("[pytest]\n")
+    suites = pytester.path / "suites"
+    suites.mkdir()
+    (suites / "streams.py").write_text(STREAMS)
+    (suites / "load.yaml").write_text(
+        textwrap.dedent(
+            """\
+            defaults:
+              warmup: {iterations: 6, seconds: 0}
+              measure: {iterations: 90, seconds: 0}
+              threads: 1
+            models:
+              holding:
+                factory: streams:build
+                inputs: {x: {shape: [1, 8], dtype: float32}}
+            scenarios:
+              - name: held
+                model: holding
+                load: {concurrency: [1, 3]}
+                gate: {peak_memory: "+50%"}
+            """
+        )
+    )
+    result = pytester.runpytest_subprocess("--perfguard", "--perfguard-baseline=none", timeout=600)
+    assert result.ret == 0, result.stdout.str()
+    (folder,) = {p.parent for p in (pytester.path / "reports").glob("*/results.json")}
+    cells = {s["id"]: s for s in json.loads((folder / "results.json").read_text())["scenarios"]}
+    memory = {c["load"]["concurrency"]: c["load"]["memory"] for c in cells.values()}
+    assert sorted(memory) == [1, 3] and [memory[c]["streams"] for c in (1, 3)] == [1, 3]
+    held = {c: m["level_peak_mib"] - m["idle_mib"] for c, m in memory.items()}
+    slope = (held[3] - held[1]) / 2
+    assert 36.0 <= slope <= 60.0, held  # 48 MiB per request in flight
+    assert all(c["runtime"]["isolated"] for c in cells.values())  # each level alone
+    for cell in cells.values():  # the open's 200 MiB: in the cell's peak, not the level's
+        assert cell["peak_memory_mib"] > cell["load"]["memory"]["level_peak_mib"] + 40.0
+    html = next(folder.glob("*.html")).read_text()
+    assert re.search(r"host memory \+(\d+\.\d) MiB per added client", html), html[:2000]
+    shown = float(re.search(r"host memory \+(\d+\.\d) MiB per added", html).group(1))  # type: ignore[union-attr]
+    assert shown == pytest.approx(slope, abs=0.06)

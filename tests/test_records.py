@@ -39,6 +39,7 @@ from perfguard.core.figures import (
 from perfguard.core.loadfigures import (
     BatchingFigures,
     LateFigures,
+    LevelMemory,
     LoadFigures,
     ServiceProbe,
     SloSearch,
@@ -198,6 +199,7 @@ loads = st.builds(
         best_p_ms=maybe,
     ),
     invalid=st.none() | words,
+    memory=st.none() | st.builds(LevelMemory, finite, finite, st.integers(1, 10**6)),
 )
 
 ints = st.lists(st.integers(0, 10**6), max_size=4).map(tuple)

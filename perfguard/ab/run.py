@@ -609,6 +609,11 @@ class ABRun:
             peak_memory_mib=b.peak_memory_mib,
             gpu_peak_memory_mib=b.gpu_peak_memory_mib,
         )
+        if result.load is not None and b.load is not None and b.load.memory is not None:
+            # A load level's own memory, from B's measurement alone.
+            result = dataclasses.replace(
+                result, load=dataclasses.replace(result.load, memory=b.load.memory)
+            )
         verdict = dataclasses.replace(
             verdict,
             verdict=worst([verdict.verdict, *(m.verdict for m in metrics)]),

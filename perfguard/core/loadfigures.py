@@ -17,7 +17,15 @@ from typing import Any
 
 from perfguard.core.figures import LatencySummary, summary_or_none
 
-__all__ = ["BatchingFigures", "LateFigures", "LoadFigures", "ServiceProbe", "SloSearch", "SloStep"]
+__all__ = [
+    "BatchingFigures",
+    "LateFigures",
+    "LevelMemory",
+    "LoadFigures",
+    "ServiceProbe",
+    "SloSearch",
+    "SloStep",
+]
 
 
 @dataclass(frozen=True)
@@ -143,6 +151,36 @@ class SloSearch:
 
 
 @dataclass(frozen=True)
+class LevelMemory:
+    """Host memory of one load level, in MiB (the process's RSS; Linux only).
+
+    ``idle_mib`` is resident after the cell's first session opened, before any
+    request; ``level_peak_mib`` the high-water mark over the measured level alone
+    (restarted after the warm-up); ``streams`` the requests the level serves at
+    once: its clients (closed loop) or its workers (open loop, dynamic batching).
+    ``held_mib``, the peak above the idle model, is what serving the level costs:
+    the sessions, buffers and caches its streams keep (a generative model's KV
+    caches among them). Across the levels of one scenario its slope is the memory
+    each added stream costs (``perfguard.report.tables.memory_growth``).
+    """
+
+    idle_mib: float
+    level_peak_mib: float
+    streams: int
+
+    @property
+    def held_mib(self) -> float:
+        return self.level_peak_mib - self.idle_mib
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LevelMemory:
+        return cls(**{f.name: data[f.name] for f in fields(cls)})
+
+
+@dataclass(frozen=True)
 class LoadFigures:
     """One measured load level (or the chosen level of an SLO search).
 
@@ -174,6 +212,7 @@ class LoadFigures:
     batching: BatchingFigures | None = None
     slo: SloSearch | None = None
     invalid: str | None = None
+    memory: LevelMemory | None = None  # absent from older files, and where RSS is not read
 
     @property
     def is_open(self) -> bool:
@@ -191,6 +230,8 @@ class LoadFigures:
             value = getattr(self, f.name)
             out[f.name] = value.to_dict() if hasattr(value, "to_dict") else value
         out["errors"] = dict(self.errors)
+        if self.memory is None:  # files from before the figure, and systems without it
+            del out["memory"]
         return out
 
     @classmethod
@@ -202,4 +243,6 @@ class LoadFigures:
         batching, slo = data.get("batching"), data.get("slo")
         kwargs["batching"] = BatchingFigures.from_dict(batching) if batching else None
         kwargs["slo"] = SloSearch.from_dict(slo) if slo else None
+        memory = data.get("memory")
+        kwargs["memory"] = LevelMemory.from_dict(memory) if memory else None
         return cls(**kwargs)

@@ -45,7 +45,13 @@ from perfguard.backends import Session
 from perfguard.core import progress
 from perfguard.core.errors import LoadError, PerfguardError, RunInvalid
 from perfguard.core.figures import RuntimeInfo
-from perfguard.core.loadfigures import LoadFigures, ServiceProbe, SloSearch, SloStep
+from perfguard.core.loadfigures import (
+    LevelMemory,
+    LoadFigures,
+    ServiceProbe,
+    SloSearch,
+    SloStep,
+)
 from perfguard.core.progress import Throttle
 from perfguard.core.results import ScenarioResult, Status
 from perfguard.core.scenario import LoadSpec, LoopSpec, Scenario
@@ -55,6 +61,7 @@ from perfguard.measure.cell import RunContext, open_session
 from perfguard.measure.gpu import GpuWatch
 from perfguard.measure.loadgen import Batching, LoadLog, Worker, closed_loop, open_loop, schedule
 from perfguard.measure.loadstats import LevelFigures, level_figures
+from perfguard.measure.memory import PeakMemory
 from perfguard.models.inputs import make_inputs
 
 __all__ = ["LevelRun", "LoadCell", "LoadRunner", "kept_up", "measure_load"]
@@ -68,6 +75,7 @@ class LoadCell(Protocol):
     session: Session
     batch: int
     calibration: Sequence[Mapping[str, np.ndarray]] | None
+    memory: PeakMemory
 
     def peak_memory_mib(self) -> float | None: ...
 
@@ -86,6 +94,7 @@ class LevelRun:
     cold_start_ns: int
     warmup_requests: int
     warmup_ns: int
+    memory: LevelMemory | None = None
 
 
 def _tiled(feeds: Mapping[str, np.ndarray], k: int) -> dict[str, np.ndarray]:
@@ -106,6 +115,7 @@ class LoadRunner:
         self._extra: list[AbstractContextManager[Any]] = []
         self._prepared: dict[tuple[int, int], object] = {}
         self.cold_start_ns: int | None = None
+        self.idle_mib: float | None = None  # resident before the cell's first request
 
     def close(self) -> None:
         while self._extra:
@@ -232,6 +242,8 @@ class LoadRunner:
         """The cold start (first call, alone), then ``spec``'s load pattern for the cell's
         warm-up, discarded: ``(requests, ns)`` it took. Raises ``LoadError`` on a hang."""
         warm = self.scenario.warmup
+        if self.idle_mib is None:
+            self.idle_mib = self.run.memory.resident_mib()
         self._worker(0)  # the cold start, before any warm-up
         t0 = time.perf_counter_ns()
         warm_spec = dataclasses.replace(spec, seed=spec.seed + 7919)
@@ -259,8 +271,19 @@ class LoadRunner:
     def level(self, spec: LoadSpec) -> LevelRun:
         """Warm up and measure one level (no SLO); raises ``LoadError`` on failures."""
         warm_requests, warmup_ns = self.warm_up(spec)
+        self.run.memory.section()
         figures, log = self.measure_level(spec, self.scenario.measure)
-        return LevelRun(figures, log, self.cold_start_ns or 0, warm_requests, warmup_ns)
+        memory = self._level_memory(spec)
+        return LevelRun(figures, log, self.cold_start_ns or 0, warm_requests, warmup_ns, memory)
+
+    def _level_memory(self, spec: LoadSpec) -> LevelMemory | None:
+        """The measured level's peak above the idle model (None where RSS is not read)."""
+        peak = self.run.memory.section_peak_mib()
+        if peak is None or self.idle_mib is None:
+            return None
+        closed = spec.mode == "closed"
+        streams = int(spec.level) if closed else spec.workers
+        return LevelMemory(idle_mib=self.idle_mib, level_peak_mib=peak, streams=max(1, streams))
 
     def _check_hung(self, log: LoadLog, spec: LoadSpec, phase: str) -> None:
         if log.hung:
@@ -458,6 +481,8 @@ def measure_load(run: LoadCell, runner: LoadRunner) -> ScenarioResult:
     load = figures.load
     if slo is not None:
         load = dataclasses.replace(load, level=spec.level_id, slo=slo)
+    if level_run.memory is not None:
+        load = dataclasses.replace(load, memory=level_run.memory)
     if spec.batching is not None and load.batching is not None:
         load = load.with_probe(runner.service_probe())
     samples = figures.samples_ns

@@ -118,8 +118,8 @@ class ScenarioRun:
     ) -> None:
         self.scenario = scenario
         self.ctx = ctx
-        self._memory = PeakMemory()
-        self._memory.start()
+        self.memory = PeakMemory()
+        self.memory.start()
         self.calibration = calibration
         self._opened = open_session(scenario, ctx, calibration)
         self.session, self.prepared, self.batch = self._opened.__enter__()
@@ -152,7 +152,7 @@ class ScenarioRun:
         check_outputs(self.scenario, outputs)
 
     def peak_memory_mib(self) -> float | None:
-        return self._memory.peak_mib()
+        return self.memory.peak_mib()
 
     def measure(self) -> ScenarioResult:
         if self.scenario.load is not None:
@@ -180,7 +180,7 @@ class ScenarioRun:
             self.batch,
             runtime,
             canary_ns=canary.median_ns,
-            peak_memory_mib=self._memory.peak_mib(),
+            peak_memory_mib=self.memory.peak_mib(),
         )
         return watch.check(built)
 

@@ -26,6 +26,8 @@ from perfguard.report.tables import (
     load_group,
     load_level_key,
     load_notes,
+    memory_detail,
+    memory_growth,
     slo_level,
     slo_note,
 )
@@ -83,6 +85,7 @@ class LoadGroup:
     invalid: list[tuple[str, str]] = field(default_factory=list)  # level, reason
     batching: list[BatchingView] = field(default_factory=list)
     slo: list[SloView] = field(default_factory=list)
+    memory: str = ""  # the memory per added stream (tables.MemoryGrowth), or ""
 
 
 def batching_view(level: str, batching: BatchingFigures) -> BatchingView:
@@ -160,6 +163,9 @@ def _details(load: LoadFigures) -> list[tuple[str, str]]:
             f"max {_f(late.lag_max_ms, '.3g')} ms",
         )
     )
+    memory = memory_detail(load)
+    if memory is not None:
+        out.append(("host memory", memory))
     for error, count in sorted(load.errors.items()):
         out.append(("error", f"{error} (x{count})"))
     return out
@@ -235,6 +241,8 @@ def _group(
             group.slo.append(slo_view(level, slo))
             targets.append(float(slo.target_ms))
             steps += _steps(slo)
+    growth = memory_growth(members)
+    group.memory = growth.text() if growth is not None else ""
     current = _segments(members)
     if draw and (any(current) or steps):
         baseline = _segments(base)

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
 
 from perfguard.core.figures import LatencySummary
 from perfguard.core.loadfigures import BatchingFigures, LoadFigures, SloSearch
@@ -313,6 +316,80 @@ def load_notes(load: LoadFigures | None) -> list[str]:
     if load.unserved:
         notes.append(f"{load.unserved} unserved")
     return notes
+
+
+@dataclass(frozen=True)
+class MemoryGrowth:
+    """What each added stream costs in host memory across one scenario's load levels.
+
+    ``per_stream_mib`` is the least-squares slope of each level's held memory (its
+    peak above the idle model, ``LevelMemory.held_mib``) against its streams; the
+    fixed costs (the model, the first session's caches) fall into the intercept.
+    ``levels`` holds ``(level, streams, held MiB)``; ``own_process`` whether every
+    level was measured in a worker of its own (in the pytest process, memory that
+    earlier cells freed can absorb a level's and flatten the slope)."""
+
+    per_stream_mib: float
+    levels: tuple[tuple[str, int, float], ...]
+    own_process: bool
+    unit: str  # "client" (closed loop) or "worker"
+
+    def text(self) -> str:
+        """``host memory +5.2 MiB per added client (held above the idle model: 1 client
+        2.0 MiB, 2 clients 7.1 MiB, 4 clients 17.8 MiB; least squares over 3 levels)``."""
+        held = ", ".join(
+            f"{streams} {self.unit}{'s' if streams != 1 else ''} {mib:.1f} MiB"
+            for _level, streams, mib in self.levels
+        )
+        text = (
+            f"host memory {self.per_stream_mib:+.1f} MiB per added {self.unit} (held above "
+            f"the idle model: {held}; least squares over {len(self.levels)} levels)"
+        )
+        if not self.own_process:
+            text += (
+                "; measured in the pytest process, where memory earlier cells freed can "
+                "absorb a level's: gate peak_memory (or set isolate: true) for a worker "
+                "of its own"
+            )
+        return text
+
+
+def memory_growth(results: Sequence[ScenarioResult]) -> MemoryGrowth | None:
+    """The memory per added stream over the load levels of one scenario (one load
+    group, fixed levels of one mode), or None with fewer than two distinct stream
+    counts that have a memory figure."""
+    points = [
+        (r.load.level, r.load.memory.streams, r.load.memory.held_mib, r)
+        for r in results
+        if r.load is not None and r.load.memory is not None and r.load.slo is None
+    ]
+    modes = {r.load.mode for *_, r in points if r.load is not None}
+    if len(modes) != 1 or len({streams for _, streams, _, _ in points}) < 2:
+        return None
+    points.sort(key=lambda p: p[1])
+    x = np.array([float(streams) for _, streams, _, _ in points])
+    y = np.array([held for _, _, held, _ in points])
+    slope = float(np.polyfit(x, y, 1)[0])
+    return MemoryGrowth(
+        per_stream_mib=slope,
+        levels=tuple((level, streams, held) for level, streams, held, _ in points),
+        own_process=all(bool(r.runtime.isolated) for *_, r in points),
+        unit="client" if modes == {"closed"} else "worker",
+    )
+
+
+def memory_detail(load: LoadFigures) -> str | None:
+    """A level's memory line: ``idle 290.1 MiB, level peak 301.2 MiB: 11.1 MiB held
+    for 4 clients``, or None without the figure."""
+    memory = load.memory
+    if memory is None:
+        return None
+    unit = "client" if load.mode == "closed" else "worker"
+    return (
+        f"idle {memory.idle_mib:.1f} MiB, level peak {memory.level_peak_mib:.1f} MiB: "
+        f"{memory.held_mib:.1f} MiB held for {memory.streams} {unit}"
+        f"{'s' if memory.streams != 1 else ''}"
+    )
 
 
 def load_figures(result: ScenarioResult) -> tuple[str, ...]:
