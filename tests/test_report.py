@@ -459,6 +459,25 @@ def test_the_ab_base_side_of_a_load_cell_has_the_base_figures(tmp_path: Path) ->
     assert result.throughput is None and result.load is None and result.samples_ns == samples_a
 
 
+def test_the_ab_base_side_has_side_a_s_memory_never_the_head_s() -> None:
+    """Same-run A/B measures each side's memory alone; the report's base column takes
+    side A's figure from the verdict's memory gate, and none without one."""
+    head = replace(scenario("s::m", seed=3), peak_memory_mib=600.0, gpu_peak_memory_mib=90.0)
+    samples_a = scenario("s::m", seed=4).samples_ns
+    decision = Decision(True, DecisionKind.REGRESSION, 1.3, 1.2, 1.4, 400, "memory")
+    ab = ABDetail(BASE_SHA, "HEAD~1", decision, 5.0, (), samples_a)
+    memory = MetricVerdict(
+        metric="peak_memory", verdict=VerdictKind.REGRESSION, message="", rule="",
+        baseline=288.0, current=600.0,
+    )  # fmt: skip
+    gated = ScenarioVerdict("s::m", VerdictKind.REGRESSION, (memory,), mode="ab", ab=ab)
+    (base,) = base_results({"s::m": gated}, {"s::m": head}).values()
+    assert base.peak_memory_mib == 288.0 and base.gpu_peak_memory_mib is None
+    ungated = replace(gated, metrics=())
+    (base,) = base_results({"s::m": ungated}, {"s::m": head}).values()
+    assert base.peak_memory_mib is None and base.gpu_peak_memory_mib is None
+
+
 # --------------------------------------------------------------------------- Markdown
 
 

@@ -72,7 +72,7 @@ from perfguard.core.errors import GitError, LoadError, SuiteError
 from perfguard.core.figures import RuntimeInfo
 from perfguard.core.loadfigures import LoadFigures
 from perfguard.core.paths import under_root
-from perfguard.core.policy import LATENCY_QS
+from perfguard.core.policy import LATENCY_QS, MetricKind, gate_metric
 from perfguard.core.profile import OperatorProfile
 from perfguard.core.progress import Throttle
 from perfguard.core.results import ScenarioResult
@@ -1027,7 +1027,8 @@ def base_results(
     under load the base side's own throughput and load figures (never the head's: a
     verdict stored before them leaves those figures out rather than borrow the head's),
     and the base side's operator profile when it was taken (never the working tree's:
-    a base that was not profiled has none)."""
+    a base that was not profiled has none). Its peak memory is side A's own figure
+    from the verdict's memory gates, and none without them."""
     out: dict[str, ScenarioResult] = {}
     for sid, verdict in verdicts.items():
         ab = verdict.ab
@@ -1035,12 +1036,19 @@ def base_results(
         current = results.get(sid)
         if verdict.mode != "ab" or ab is None or not samples or current is None:
             continue
+        memory = {}
+        for m in verdict.metrics:
+            spec = gate_metric(m.metric)
+            if spec is not None and spec.kind is MetricKind.MEMORY:
+                memory[spec.name] = m.baseline
         base = dataclasses.replace(
             current,
             samples_ns=samples,
             latency_ns=summarize(samples),
             runtime=RuntimeInfo(),
             profile=ab.profile_a,
+            peak_memory_mib=memory.get("peak_memory"),
+            gpu_peak_memory_mib=memory.get("gpu_mem"),
         )
         if current.load is not None:
             base = dataclasses.replace(
