@@ -21,12 +21,13 @@ from perfguard.core.results import fingerprint as env_fingerprint
 from perfguard.core.stats import summarize
 from perfguard.judge.changes import (
     MIN_SEGMENT,
+    archive_changes,
     cell_changes,
     find_shifts,
     history_changes,
     uncaught,
 )
-from perfguard.report import plots, render_markdown
+from perfguard.report import plots, render_html, render_markdown
 from perfguard.report.model import ReportInput
 from perfguard.report.render import build_rows
 
@@ -336,7 +337,8 @@ def stepped_input(status_at_step: Status = Status.PASSED) -> ReportInput:
         created_at="2024-03-01T00:00:00+00:00",
         perfguard_version="0.1.0",
     )
-    return ReportInput(run=run, history={SID: series})
+    history = {SID: series}
+    return ReportInput(run=run, history=history, changes=archive_changes(history, run.commit.sha))
 
 
 def test_trend_plots_mark_the_change_point() -> None:
@@ -368,6 +370,30 @@ def test_the_summary_names_a_change_point_no_gate_caught(
     assert f"`{SID}`" in p95 and f"from `{commit(23)[:12]}`" in p95
     assert f"`git log {commit(22)[:12]}..{commit(23)[:12]}`" in p95
     assert "Change point" not in render_markdown(stepped_input(Status.FAILED))
+
+
+def test_the_renderers_read_the_change_points_and_never_find_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Change points are found once, by whoever builds the report input: rendering
+    the HTML and the Markdown (twice on GitHub) runs neither the detection nor git."""
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    inp = stepped_input()
+    assert inp.changes[SID]
+
+    def forbidden(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a renderer ran change-point detection or git")
+
+    from perfguard.judge import changes
+
+    for name in ("archive_changes", "history_changes", "cell_changes", "first_parent_or_none"):
+        monkeypatch.setattr(changes, name, forbidden)
+    monkeypatch.setattr("subprocess.run", forbidden)
+    (row,) = build_rows(inp)
+    assert row.trend_changes == 1
+    assert "Change point no gate caught" in render_markdown(inp)
+    render_html(inp)
 
 
 def measure(seeds: int = 1000) -> None:

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from perfguard.core.profile import diff_profiles
 from perfguard.core.results import ScenarioResult
 from perfguard.core.text import md_code, md_text
-from perfguard.judge.changes import ChangePoint, archive_changes, uncaught
+from perfguard.judge.changes import ChangePoint, uncaught
 from perfguard.judge.outcome import CellOutcome, Outcome
 from perfguard.report.model import ReportInput
 from perfguard.report.profile import markdown_headline
@@ -145,7 +145,7 @@ def _uncaught_line(c: ChangePoint) -> str:
 def _uncaught(inp: ReportInput) -> list[str]:
     """A line per regressing change point on the target branch's archived history whose
     cell passed at its commit: no gate caught it (``perfguard.judge.changes.uncaught``)."""
-    found = uncaught(archive_changes(inp.history, inp.run.commit.sha))
+    found = uncaught(inp.changes)
     lines = [_uncaught_line(c) for c in found[:MAX_ROWS]]
     if len(found) > MAX_ROWS:
         lines.append(f"- ... and {len(found) - MAX_ROWS} more change points no gate caught")

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perfguard.core.results import Environment, RunResult, ScenarioResult
+from perfguard.judge.changes import ChangePoint
 from perfguard.judge.outcome import RunOutcome, run_outcome
 from perfguard.judge.verdict import ScenarioVerdict
 
@@ -25,6 +26,9 @@ class ReportInput:
     stored commits' results of that scenario on this fingerprint, oldest first.
     ``exit_status`` is pytest's exit status of the run, when known (older runs did
     not store it); a non-zero one fails the run even when no cell explains it.
+    ``changes`` maps scenario id -> the change points of its archived history
+    (``perfguard.judge.changes.archive_changes``), found once by whoever builds the
+    input: every renderer reads them here and none runs the detection or git.
     """
 
     run: RunResult
@@ -35,6 +39,7 @@ class ReportInput:
     history: Mapping[str, Sequence[tuple[str, ScenarioResult]]] = field(default_factory=dict)
     gate: bool = True
     exit_status: int | None = None
+    changes: Mapping[str, Sequence[ChangePoint]] = field(default_factory=dict)
 
     def outcome(self) -> RunOutcome:
         """What became of each cell and of the run (every output reads this)."""

@@ -23,7 +23,6 @@ from markupsafe import Markup
 from perfguard.core.accuracyfigures import AccuracyFigures, AccuracyReport
 from perfguard.core.results import RunResult, ScenarioResult
 from perfguard.core.text import plain
-from perfguard.judge import changes
 from perfguard.judge.outcome import OUTCOMES, CellOutcome, Outcome, blind_note
 from perfguard.judge.verdict import ScenarioVerdict, VerdictKind, pct
 from perfguard.machine.env import diff_comparable
@@ -503,7 +502,7 @@ def build_rows(inp: ReportInput) -> list[Row]:
     for s in inp.run.scenarios:
         if not s.load:  # load levels get their own curve (perfguard.report.load)
             siblings.setdefault((s.suite, s.name), []).append(s)
-    found = changes.archive_changes(inp.history, inp.run.commit.sha)
+    found = inp.changes
     rows = []
     budget = FULL_PLOT_BUDGET
     for index, sid in enumerate(order):

@@ -22,6 +22,7 @@ from perfguard.baseline.read import pooled_run
 from perfguard.core.errors import PerfguardError
 from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
 from perfguard.core.resultsio import results_path, write_results
+from perfguard.judge.changes import archive_changes
 from perfguard.judge.gatekeeper import Gatekeeper, GateSettings
 from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.report import render_markdown, report_files, run_report_dir
@@ -209,6 +210,7 @@ def write_run_files(
         history=base.history,
         gate=judging.gate,
         exit_status=exit_status,
+        changes=archive_changes(base.history, run.commit.sha),
     )
     files.report = _write_report(report, report_dir, files)
     if files.failed and not exit_status:
