@@ -14,7 +14,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfguard.ab.run import base_results
 from perfguard.baseline.store import Baseline
 from perfguard.core.accuracyfigures import AccuracyFigures
 from perfguard.core.errors import ResultsError
@@ -23,6 +22,7 @@ from perfguard.core.loadfigures import LoadFigures
 from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
 from perfguard.core.resultsio import write_results
 from perfguard.core.stats import summarize, throughput
+from perfguard.judge.abside import base_results
 from perfguard.judge.gatekeeper import BaselineChoice
 from perfguard.judge.verdict import (
     ABDetail,

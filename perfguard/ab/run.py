@@ -72,12 +72,13 @@ from perfguard.core.errors import GitError, LoadError, SuiteError
 from perfguard.core.figures import RuntimeInfo
 from perfguard.core.loadfigures import LoadFigures
 from perfguard.core.paths import under_root
-from perfguard.core.policy import LATENCY_QS, MetricKind, gate_metric
+from perfguard.core.policy import LATENCY_QS
 from perfguard.core.profile import OperatorProfile
 from perfguard.core.progress import Throttle
 from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import Scenario
 from perfguard.core.stats import percentile, stability_ratio, summarize, throughput
+from perfguard.judge.abside import ab_how, ab_label
 from perfguard.judge.compare import compare_memory
 from perfguard.judge.verdict import (
     ABDetail,
@@ -100,7 +101,6 @@ __all__ = [
     "ProfileWhen",
     "ab_metric",
     "Slot",
-    "base_results",
     "latency_gate",
     "load_plan",
     "load_round_length",
@@ -996,19 +996,6 @@ class ABRun:
         )
 
 
-def ab_label(base_sha: str, base_how: str) -> str:
-    """The base revision as the terminal names it: ``<sha12> (<how it was chosen>)``."""
-    return f"{base_sha[:12]} ({base_how})"
-
-
-def ab_how(base_sha: str, base_how: str) -> str:
-    """The report's baseline line of a same-run A/B run (also of merged A/B shards)."""
-    return (
-        f"same-run A/B: base {ab_label(base_sha, base_how)} measured again in this run, "
-        "interleaved request by request with the working tree"
-    )
-
-
 def side_figures(rounds: list[LoadRound], side: str) -> tuple[float, dict[str, Any]]:
     """One side's figures of a load cell's rounds, as its result states them: the median
     round throughput and the ``load`` figures of its last usable round."""
@@ -1017,47 +1004,6 @@ def side_figures(rounds: list[LoadRound], side: str) -> tuple[float, dict[str, A
     if not levels:
         return 0.0, {}
     return float(np.median([level.throughput for level in levels])), dict(levels[-1].load)
-
-
-def base_results(
-    verdicts: Mapping[str, ScenarioVerdict],
-    results: Mapping[str, ScenarioResult],
-) -> dict[str, ScenarioResult]:
-    """The report's baseline of each A/B cell: its base-revision samples of this run,
-    under load the base side's own throughput and load figures (never the head's: a
-    verdict stored before them leaves those figures out rather than borrow the head's),
-    and the base side's operator profile when it was taken (never the working tree's:
-    a base that was not profiled has none). Its peak memory is side A's own figure
-    from the verdict's memory gates, and none without them."""
-    out: dict[str, ScenarioResult] = {}
-    for sid, verdict in verdicts.items():
-        ab = verdict.ab
-        samples = ab.samples_a_ns if ab is not None else ()
-        current = results.get(sid)
-        if verdict.mode != "ab" or ab is None or not samples or current is None:
-            continue
-        memory = {}
-        for m in verdict.metrics:
-            spec = gate_metric(m.metric)
-            if spec is not None and spec.kind is MetricKind.MEMORY:
-                memory[spec.name] = m.baseline
-        base = dataclasses.replace(
-            current,
-            samples_ns=samples,
-            latency_ns=summarize(samples),
-            runtime=RuntimeInfo(),
-            profile=ab.profile_a,
-            peak_memory_mib=memory.get("peak_memory"),
-            gpu_peak_memory_mib=memory.get("gpu_mem"),
-        )
-        if current.load is not None:
-            base = dataclasses.replace(
-                base,
-                throughput=ab.throughput_a,
-                load=LoadFigures.from_dict(ab.load_a) if ab.load_a else None,
-            )
-        out[sid] = base
-    return out
 
 
 def ab_metric(

@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from perfguard.ab.run import base_results
 from perfguard.baseline.read import pooled_run, read_baseline_file
 from perfguard.baseline.store import DEFAULT_ROOT
 from perfguard.core.errors import Location, ResultsError
@@ -20,6 +19,7 @@ from perfguard.core.paths import under_root
 from perfguard.core.policy import CONFIDENCE, CONTENTION_LIMIT, NORMALISE
 from perfguard.core.results import RunResult, ScenarioResult
 from perfguard.core.resultsio import read_results, run_dir_name
+from perfguard.judge.abside import base_results
 from perfguard.judge.compare import environment_diff
 from perfguard.judge.stored import judge_runs
 from perfguard.judge.verdict import ScenarioVerdict

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from perfguard.ab.run import base_results
 from perfguard.baseline.read import pooled_run
 from perfguard.core.errors import PerfguardError
 from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
 from perfguard.core.resultsio import results_path, write_results
+from perfguard.judge.abside import base_results
 from perfguard.judge.changes import archive_changes
 from perfguard.judge.gatekeeper import Gatekeeper, GateSettings
 from perfguard.judge.verdict import ScenarioVerdict

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfguard.ab.run import ab_how, base_results
 from perfguard.baseline.read import pooled_run
 from perfguard.baseline.store import DirectoryStore
 from perfguard.core.atomicio import write_text_atomic
@@ -29,6 +28,7 @@ from perfguard.core.errors import PerfguardError, ShardError
 from perfguard.core.policy import CONTENTION_LIMIT
 from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult, Status
 from perfguard.core.resultsio import RESULTS_FILENAME, read_results
+from perfguard.judge.abside import ab_how, base_results
 from perfguard.judge.gatekeeper import SAVE_REFUSED_FIX, Gatekeeper, GateSettings, check_can_save
 from perfguard.judge.outcome import run_outcome
 from perfguard.judge.verdict import ScenarioVerdict
