@@ -59,12 +59,9 @@ def keeper(
     budget_s: float = 120.0,
     **settings: object,
 ) -> Gatekeeper:
-    gk = Gatekeeper(
-        GateSettings(baseline="none", baseline_dir=tmp_path / "baselines", **settings),  # type: ignore[arg-type]
-        tmp_path,
-        ENV,
-    )
-    gk.quiet = QuietWaiter(gk.settings.contention_limit, budget_s=budget_s, sample=machine)
+    gate = GateSettings(baseline="none", baseline_dir=tmp_path / "baselines", **settings)  # type: ignore[arg-type]
+    quiet = QuietWaiter(gate.contention_limit, budget_s=budget_s, sample=machine)
+    gk = Gatekeeper(gate, tmp_path, ENV, quiet=quiet)
     if baseline is not None:
         commit = CommitInfo(sha="a" * 40, branch="main", dirty=False)
         base = Baseline(ENV.fingerprint, commit, (run_of(baseline),), None)

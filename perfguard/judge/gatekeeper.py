@@ -13,9 +13,11 @@ processes used more than the contention limit of the CPUs, or the run drifted
 gate, a gate on an unknown metric, a scenario that failed, a baseline figure <= 0) is
 not: the cell is judged again with those run-level facts cleared, and if it is still
 ``invalid`` re-measuring cannot help. Before each round the gatekeeper waits for quiet
-(``perfguard.measure.quiet``); a wait that ends with the machine still busy ends the
-rounds. GPU throttling and a load generator that fell behind reach the plugin as
-``RunInvalid`` (a skipped item) before any verdict, so they are not re-measured here.
+with the waiter it is given (``quiet``: the plugin's
+``perfguard.measure.quiet.QuietWaiter``, one budget per session; without one it does
+not wait); a wait that ends with the machine still busy ends the rounds. GPU
+throttling and a load generator that fell behind reach the plugin as ``RunInvalid``
+(a skipped item) before any verdict, so they are not re-measured here.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from perfguard.baseline.git import ancestors, resolve
 from perfguard.baseline.read import read_baseline_file
@@ -49,7 +51,6 @@ from perfguard.judge.verdict import (
     confirm,
     needs_confirmation,
 )
-from perfguard.measure.quiet import QuietWaiter
 
 REMEASURE_STEP = "re-measuring"
 
@@ -137,17 +138,64 @@ def untracked_refusal(untracked: Sequence[str], sha: str | None) -> str | None:
     )
 
 
-class Gatekeeper:
-    """Compares each scenario with the session's baseline; one per session."""
+class QuietWaitEnd(Protocol):
+    """How a wait for quiet ended (``perfguard.measure.quiet.QuietWait``)."""
 
-    def __init__(self, settings: GateSettings, rootdir: Path, environment: Environment) -> None:
+    @property
+    def quiet(self) -> bool: ...
+    @property
+    def waited_s(self) -> float: ...
+    @property
+    def foreign(self) -> float | None: ...
+    @property
+    def budget_spent(self) -> bool: ...
+
+
+class QuietWaits(Protocol):
+    """What waits for quiet before a re-measurement (``perfguard.measure.quiet.QuietWaiter``)."""
+
+    @property
+    def budget_s(self) -> float: ...
+    def wait(self, max_s: float, *, cell: str = "") -> QuietWaitEnd: ...
+
+
+@dataclass(frozen=True)
+class _NoWait:
+    """No waiter given: the machine counts as quiet at once."""
+
+    budget_s: float = 0.0
+
+    def wait(self, max_s: float, *, cell: str = "") -> QuietWaitEnd:
+        return _Ended()
+
+
+@dataclass(frozen=True)
+class _Ended:
+    quiet: bool = True
+    waited_s: float = 0.0
+    foreign: float | None = None
+    budget_spent: bool = False
+
+
+class Gatekeeper:
+    """Compares each scenario with the session's baseline; one per session.
+
+    ``quiet`` waits for quiet before each inconclusive round (one budget for the whole
+    session); without it the rounds do not wait (a shard merge re-measures nothing)."""
+
+    def __init__(
+        self,
+        settings: GateSettings,
+        rootdir: Path,
+        environment: Environment,
+        quiet: QuietWaits | None = None,
+    ) -> None:
         self.settings = settings
         self.rootdir = rootdir
         self.environment = environment
         self.store = DirectoryStore(settings.baseline_dir)
         self.verdicts: dict[str, ScenarioVerdict] = {}
-        # One budget of waiting for quiet for the whole session.
-        self.quiet = QuietWaiter(settings.contention_limit)
+        self.quiet: QuietWaits = quiet if quiet is not None else _NoWait()
         # Set by save(): the inconclusive cells that refused (or were marked in) the save.
         self.save_refused: dict[str, str] = {}
         self.save_marked: dict[str, str] = {}

@@ -53,6 +53,7 @@ from perfguard.judge.outcome import RunOutcome, profile_line, run_outcome
 from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
 from perfguard.machine.env import collect_environment
 from perfguard.measure.cell import RunContext
+from perfguard.measure.quiet import QuietWaiter
 from perfguard.models.factory import code_paths, forget_factory_models
 from perfguard.models.inputs import check_input_sizes
 from perfguard.plugin import pinning, xdist_transport
@@ -211,7 +212,14 @@ class PerfguardSession:
     @property
     def gatekeeper(self) -> Gatekeeper:
         if self._gatekeeper is None:
-            self._gatekeeper = Gatekeeper(self.settings.judging, self.rootdir, self.environment)
+            judging = self.settings.judging
+            self._gatekeeper = Gatekeeper(
+                judging,
+                self.rootdir,
+                self.environment,
+                # One budget of waiting for quiet for the whole session.
+                quiet=QuietWaiter(judging.contention_limit),
+            )
         return self._gatekeeper
 
     @pytest.hookimpl
