@@ -24,6 +24,7 @@ from perfguard.core.resultsio import write_results
 from perfguard.core.stats import summarize, throughput
 from perfguard.judge.abside import base_results
 from perfguard.judge.gatekeeper import BaselineChoice
+from perfguard.judge.outcome import run_outcome
 from perfguard.judge.verdict import (
     ABDetail,
     Decision,
@@ -732,3 +733,20 @@ def test_report_command_keeps_the_runs_exit_status_unless_it_rejudges(tmp_path: 
     rejudged = report_command(results, base_path, tmp_path / "out").read_text()
     assert 'id="outcome" data-state="failed"' not in rejudged
     assert "pytest exit status" not in rejudged
+
+
+def test_the_outcome_is_decided_once_for_every_renderer(monkeypatch: pytest.MonkeyPatch) -> None:
+    from perfguard.report import model
+
+    calls = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return run_outcome(*args, **kwargs)
+
+    monkeypatch.setattr(model, "run_outcome", counted)
+    inp = full_input()
+    html, md = render_html(inp), render_markdown(inp)
+    assert "regression" in html and md.startswith(MARKER)
+    render_markdown(inp)  # rendered twice on GitHub
+    assert len(calls) == 1

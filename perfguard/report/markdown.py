@@ -171,7 +171,7 @@ def _also(cells: Sequence[CellOutcome]) -> list[str]:
 
 def render_markdown(inp: ReportInput, *, link: str | None = None) -> str:
     """A PR-comment summary: the outcome, a table per outcome worth reading, the rest."""
-    outcome = inp.outcome()
+    outcome = inp.outcome
     commit = inp.run.commit
     base = inp.baseline_info.get("commit") if inp.baseline_info else None
     base = base or next((v.baseline_commit for v in inp.verdicts if v.baseline_commit), None)

@@ -6,6 +6,7 @@ from stored files; the renderers only read it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,8 +42,10 @@ class ReportInput:
     exit_status: int | None = None
     changes: Mapping[str, Sequence[ChangePoint]] = field(default_factory=dict)
 
+    @functools.cached_property
     def outcome(self) -> RunOutcome:
-        """What became of each cell and of the run (every output reads this)."""
+        """What became of each cell and of the run (every output reads this), decided
+        once per report input however many renderers read it."""
         return run_outcome(
             self.run.scenarios, self.verdicts, exit_status=self.exit_status, gate=self.gate
         )

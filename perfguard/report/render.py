@@ -496,7 +496,7 @@ def build_rows(inp: ReportInput) -> list[Row]:
     current = {s.id: s for s in inp.run.scenarios}
     verdicts = {v.scenario_id: v for v in inp.verdicts}
     ab_judged = {sid for sid, v in verdicts.items() if v.mode == "ab"}
-    outcomes = {c.scenario_id: c for c in inp.outcome().cells}
+    outcomes = {c.scenario_id: c for c in inp.outcome.cells}
     order = list(outcomes)
     siblings: dict[tuple[str, str], list[ScenarioResult]] = {}
     for s in inp.run.scenarios:
@@ -531,7 +531,7 @@ def render_html(inp: ReportInput) -> str:
     """The self-contained HTML report (inline CSS, SVG and JS; no external URL)."""
     plots.reset_ids()
     rows = build_rows(inp)
-    outcome = inp.outcome()
+    outcome = inp.outcome
     ratio = canary_ratio(inp.run.scenarios, inp.baseline)
     info = dict(inp.baseline_info or {})
     base_env = inp.baseline_environment
