@@ -93,6 +93,7 @@ from perfguard.measure.profile import PROFILE_REQUESTS
 from perfguard.suite.loader import load_suite
 from perfguard.worker.client import OPEN_TIMEOUT_S, WorkerProcess
 from perfguard.worker.isolate import measure_timeout_s
+from perfguard.worker.protocol import MAIN_SLOT
 
 __all__ = [
     "ABConfig",
@@ -519,8 +520,12 @@ class ABRun:
         assert self.worktree is not None and self.base is not None
         with contextlib.ExitStack() as stack:
             if self.config.python:
-                a = Slot(stack.enter_context(self._side_worker("a", self._side_name("a"))), "main")
-                b = Slot(stack.enter_context(self._side_worker("b", self._side_name("b"))), "main")
+                a = Slot(
+                    stack.enter_context(self._side_worker("a", self._side_name("a"))), MAIN_SLOT
+                )
+                b = Slot(
+                    stack.enter_context(self._side_worker("b", self._side_name("b"))), MAIN_SLOT
+                )
             else:
                 worker = stack.enter_context(self._side_worker("b", "A/B worker"))
                 a, b = Slot(worker, "a"), Slot(worker, "b")
@@ -592,7 +597,7 @@ class ABRun:
         for name in order:
             label = f"{self._side_name(name)}, memory"
             with self._side_worker(name, label) as worker:
-                side = Slot(worker, "main")
+                side = Slot(worker, MAIN_SLOT)
                 self._open(side, name, scenario, ctx)
                 reply = side.request("result", timeout_s=measure_timeout_s(scenario))
                 measured[name] = ScenarioResult.from_dict(reply["result"])

@@ -59,12 +59,12 @@ from perfguard.core.atomicio import (
     write_text_atomic,
 )
 from perfguard.core.errors import GitError, Location, ResultsError, StoreError
-from perfguard.core.policy import STALE_TEMP_S
+from perfguard.core.policy import BASELINE_DIR, STALE_TEMP_S, TARGET_BRANCH
 from perfguard.core.results import CommitInfo, RunResult, ScenarioResult
 from perfguard.core.stats import summarize, throughput
 from perfguard.core.text import one_line
 
-DEFAULT_ROOT = Path("baselines")
+DEFAULT_ROOT = Path(BASELINE_DIR)
 DEFAULT_MAX_LAUNCHES = 5
 LOCK_DIR = ".locks"
 # Beside each lock while it is held: "pid N on HOST since TIME", for whoever waits.
@@ -686,7 +686,7 @@ def select_auto_baseline(
     store: BaselineStore,
     fingerprint: str,
     cwd: Path,
-    target_branch: str = "main",
+    target_branch: str = TARGET_BRANCH,
     environ: Mapping[str, str] | None = None,
 ) -> tuple[Baseline | None, str]:
     """Pick the baseline for ``--perfguard-baseline=auto`` and say how it was chosen.

@@ -233,6 +233,15 @@ CONTENTION_LIMIT = 0.10
 NORMALISE = False
 NOISE_K = 2.0
 MIN_HISTORY = 3
+# Where a run's baseline comes from, and how a suspected regression is confirmed: the
+# defaults of --perfguard-baseline, --perfguard-baseline-dir, --perfguard-target-branch
+# and --perfguard-confirm-rounds (and their ini twins), of the gatekeeper's settings and
+# of the archive.
+BASELINE = "auto"  # auto | none | <git ref> | <path to a results/baseline file>
+BASELINE_DIR = "baselines"
+TARGET_BRANCH = "main"
+CONFIRM_ROUNDS = 2
+
 # Inconclusive cells (see above): what a cell still invalid after its rounds does to
 # its item, the rounds, and the bounds on waiting for quiet.
 INCONCLUSIVE_CHOICES = ("fail", "warn")

@@ -35,12 +35,16 @@ from perfguard.baseline.store import Baseline, DirectoryStore, select_auto_basel
 from perfguard.core import progress
 from perfguard.core.errors import GitError, PerfguardError
 from perfguard.core.policy import (
+    BASELINE,
+    BASELINE_DIR,
     CONFIDENCE,
+    CONFIRM_ROUNDS,
     CONTENTION_LIMIT,
     INCONCLUSIVE,
     INCONCLUSIVE_ROUNDS,
     NORMALISE,
     QUIET_WAIT_S,
+    TARGET_BRANCH,
     GateSpec,
 )
 from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
@@ -59,13 +63,13 @@ REMEASURE_STEP = "re-measuring"
 class GateSettings:
     """What the command line and ini asked of the gate."""
 
-    baseline: str = "auto"  # auto | none | <git ref> | <path to a results/baseline file>
-    baseline_dir: Path = Path("baselines")
-    target_branch: str = "main"
+    baseline: str = BASELINE  # auto | none | <git ref> | <path to a results/baseline file>
+    baseline_dir: Path = Path(BASELINE_DIR)
+    target_branch: str = TARGET_BRANCH
     save: bool = False
     allow_dirty: bool = False
     gate: bool = True
-    confirm_rounds: int = 2
+    confirm_rounds: int = CONFIRM_ROUNDS
     confidence: float = CONFIDENCE
     normalise: bool = NORMALISE
     contention_limit: float = CONTENTION_LIMIT

@@ -14,12 +14,16 @@ from __future__ import annotations
 import pytest
 
 from perfguard.core.policy import (
+    BASELINE,
+    BASELINE_DIR,
+    CONFIRM_ROUNDS,
     CONTENTION_LIMIT,
     INCONCLUSIVE,
     INCONCLUSIVE_CHOICES,
     INCONCLUSIVE_ROUNDS,
     MAX_INPUT_MIB,
     OPEN_TIMEOUT_S,
+    TARGET_BRANCH,
 )
 from perfguard.suite.files import SUITE_PATTERNS
 
@@ -56,7 +60,7 @@ def add_options(parser: pytest.Parser) -> None:
         "--perfguard-baseline-dir",
         metavar="DIR",
         default=None,
-        help="the baseline archive (default: ini perfguard_baseline_dir, else 'baselines').",
+        help=f"the baseline archive (default: ini perfguard_baseline_dir, else '{BASELINE_DIR}').",
     )
     group.addoption(
         "--perfguard-save",
@@ -82,7 +86,7 @@ def add_options(parser: pytest.Parser) -> None:
         "--perfguard-target-branch",
         metavar="BRANCH",
         default=None,
-        help="branch whose merge-base 'auto' prefers (default: ini, else 'main').",
+        help=f"branch whose merge-base 'auto' prefers (default: ini, else '{TARGET_BRANCH}').",
     )
     group.addoption(
         "--perfguard-no-gate",
@@ -95,7 +99,8 @@ def add_options(parser: pytest.Parser) -> None:
         metavar="N",
         type=int,
         default=None,
-        help="re-measurements a suspected regression must survive (default: ini, else 2).",
+        help="re-measurements a suspected regression must survive (default: ini, else "
+        f"{CONFIRM_ROUNDS}).",
     )
     group.addoption(
         "--perfguard-normalise",
@@ -235,22 +240,22 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini(
         "perfguard_baseline",
         help="perfguard: the twin of --perfguard-baseline.",
-        default="auto",
+        default=BASELINE,
     )
     parser.addini(
         "perfguard_baseline_dir",
         help="perfguard: the twin of --perfguard-baseline-dir.",
-        default="baselines",
+        default=BASELINE_DIR,
     )
     parser.addini(
         "perfguard_target_branch",
         help="perfguard: the twin of --perfguard-target-branch.",
-        default="main",
+        default=TARGET_BRANCH,
     )
     parser.addini(
         "perfguard_confirm_rounds",
         help="perfguard: the twin of --perfguard-confirm-rounds.",
-        default="2",
+        default=str(CONFIRM_ROUNDS),
     )
     parser.addini(
         "perfguard_report_dir",

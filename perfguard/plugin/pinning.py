@@ -32,6 +32,7 @@ from perfguard.machine.placement import (
     place_worker,
     visible_devices,
 )
+from perfguard.suite.files import SUITE_SUFFIXES
 from perfguard.suite.loader import load_suite
 from perfguard.worker.signals import end_with_parent
 
@@ -92,7 +93,7 @@ class ModelGroups:
         if nodeid.rfind("@") > nodeid.rfind("]"):  # xdist's own loadgroup suffix
             nodeid = nodeid[: nodeid.rfind("@")]
         path, sep, name = nodeid.partition("::")
-        if not sep or not path.endswith((".yaml", ".yml")):
+        if not sep or not path.endswith(SUITE_SUFFIXES):
             return None
         if path not in self._models:
             self._models[path] = self._read(path)

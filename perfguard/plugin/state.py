@@ -80,7 +80,7 @@ from perfguard.shard.plan import (
     write_plan,
     write_plan_file,
 )
-from perfguard.suite.files import is_suite_path
+from perfguard.suite.files import SUITE_SUFFIXES, is_suite_path
 from perfguard.suite.loader import load_suite
 
 STATE_KEY = pytest.StashKey["PerfguardSession"]()
@@ -90,7 +90,6 @@ INCONCLUSIVE_FIX = (
     "--perfguard-ab, whose paired design tolerates a busy neighbour"
 )
 PLUGIN_NAME = "perfguard-session"
-_SUITE_SUFFIXES = (".yaml", ".yml")
 _SHOWN_YAML = 5  # YAML files named when no suite was collected
 
 
@@ -281,7 +280,7 @@ class PerfguardSession:
 
     # -- collection -------------------------------------------------------------
     def is_suite(self, file_path: Path) -> bool:
-        if file_path.suffix not in _SUITE_SUFFIXES:
+        if file_path.suffix not in SUITE_SUFFIXES:
             return False
         if file_path.resolve() in self.settings.explicit_args:
             return True
@@ -291,7 +290,7 @@ class PerfguardSession:
     @pytest.hookimpl
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> Any:
         if not self.is_suite(file_path):
-            if file_path.suffix in _SUITE_SUFFIXES:
+            if file_path.suffix in SUITE_SUFFIXES:
                 self.other_yaml.append(file_path)
             return None
         self.suite_files += 1
@@ -710,7 +709,7 @@ class PerfguardSession:
         for name in sorted({r.suite for r in self.results.values()}):
             path = self.rootdir / name
             paths.append(path)
-            if path.suffix not in (".yaml", ".yml"):
+            if path.suffix not in SUITE_SUFFIXES:
                 continue  # a pytest-benchmark test file: its own path
             try:
                 suite = load_suite(path)

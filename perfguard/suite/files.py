@@ -10,15 +10,15 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Sequence
 
-__all__ = ["SUITE_PATTERNS", "is_suite_path"]
+__all__ = ["SUITE_PATTERNS", "SUITE_SUFFIXES", "is_suite_path"]
+
+#: The file suffixes a suite may have (YAML).
+SUITE_SUFFIXES: tuple[str, ...] = (".yaml", ".yml")
 
 # Which files are suites when none is named on the command line (the default of the
 # `perfguard_suite_patterns` ini key), as globs relative to the rootdir.
-SUITE_PATTERNS: tuple[str, ...] = (
-    "suites/*.yaml",
-    "suites/*.yml",
-    "*/suites/*.yaml",
-    "*/suites/*.yml",
+SUITE_PATTERNS: tuple[str, ...] = tuple(
+    f"{folder}/*{suffix}" for folder in ("suites", "*/suites") for suffix in SUITE_SUFFIXES
 )
 
 

@@ -63,6 +63,7 @@ from perfguard.core.errors import (
 __all__ = [
     "OPS",
     "LineReader",
+    "MAIN_SLOT",
     "PROTOCOL_VERSION",
     "QUOTE_CHARS",
     "check_hello",
@@ -78,6 +79,8 @@ __all__ = [
 ]
 
 PROTOCOL_VERSION = 1
+#: The slot a request's cell is in when it names none (A/B opens slots `a` and `b`).
+MAIN_SLOT = "main"
 
 #: Every op a version-1 worker answers.
 OPS = (

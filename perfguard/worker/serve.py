@@ -69,6 +69,7 @@ from perfguard.measure.timing import warm_up
 from perfguard.suite.loader import load_suite
 from perfguard.worker.codetree import parse_tree, switch_to
 from perfguard.worker.protocol import (
+    MAIN_SLOT,
     OPS,
     PROTOCOL_VERSION,
     encode,
@@ -454,7 +455,7 @@ class Server:
         return {}
 
 
-_MAIN = "main"
+_MAIN = MAIN_SLOT
 
 
 def _slot(request: dict[str, Any]) -> str:
