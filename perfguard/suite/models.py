@@ -71,7 +71,12 @@ def _input(rd: Reader, name: object, value: object, line: int, model: str) -> In
     if low is not None and high is not None and low >= high:
         fix = "make `high` larger than `low` (high is exclusive for integers)"
         rd.fail(m.key_line("low"), f"{where} has low={low:g} >= high={high:g}", "low < high", fix)
-    seed = rd.as_int(m.get("seed", 0), m.key_line("seed"), f"`seed` of {where}", 0)
+    seed = rd.as_int(
+        m.get("seed", grammar.INPUT.key("seed").default),
+        m.key_line("seed"),
+        f"`seed` of {where}",
+        0,
+    )
     return InputSpec(name, shape, dtype, low, high, fill, seed)
 
 
@@ -91,7 +96,8 @@ def parse_model(rd: Reader, name: object, value: object, line: int, base_dir: Pa
     def path(key: str) -> Path:
         return base_dir / rd.as_str(m[key], m.key_line(key), f"`{key}` of {where}")
 
-    factory, onnx, inputs_file, opset = None, None, None, 17
+    factory, onnx, inputs_file = None, None, None
+    opset: int = grammar.MODEL.key("opset").default
     kwargs: tuple[tuple[str, object], ...] = ()
     if "factory" in m:
         factory = rd.as_str(m["factory"], m.key_line("factory"), f"`factory` of {where}")
