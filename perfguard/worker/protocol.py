@@ -75,6 +75,7 @@ __all__ = [
     "error_fields",
     "error_from_reply",
     "quote",
+    "speaks_our_version",
     "timeout_error",
 ]
 
@@ -152,7 +153,7 @@ def decode(line: bytes, *, who: str, worker: str = "") -> dict[str, Any]:
             worker=worker,
         )
     version = message.get("v")
-    if version != PROTOCOL_VERSION or isinstance(version, bool):
+    if not speaks_our_version(message):
         raise ProtocolError(
             f"{who} speaks worker protocol version {version!r}, this perfguard speaks "
             f"version {PROTOCOL_VERSION}: {quote(line)}",
@@ -161,6 +162,13 @@ def decode(line: bytes, *, who: str, worker: str = "") -> dict[str, Any]:
             worker=worker,
         )
     return message
+
+
+def speaks_our_version(message: dict[str, Any]) -> bool:
+    """Whether a message (request or reply) carries this protocol's ``"v"``: the one
+    version check, for the parent reading replies and for the worker reading requests."""
+    version = message.get("v")
+    return version == PROTOCOL_VERSION and not isinstance(version, bool)
 
 
 def check_reply(message: dict[str, Any], expected_id: int, line: bytes, worker: str) -> None:

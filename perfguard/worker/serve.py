@@ -75,6 +75,7 @@ from perfguard.worker.protocol import (
     encode,
     error_fields,
     quote,
+    speaks_our_version,
 )
 
 __all__ = ["Server"]
@@ -171,7 +172,7 @@ class Server:
         if not isinstance(request, dict):
             raise _bad_request(f"the request is a JSON {type(request).__name__}", line)
         version = request.get("v")
-        if version != PROTOCOL_VERSION or isinstance(version, bool):
+        if not speaks_our_version(request):
             raise ProtocolError(
                 f"the request speaks worker protocol version {version!r}; this worker "
                 f"(perfguard {perfguard.__version__}) speaks version {PROTOCOL_VERSION}",
