@@ -33,7 +33,7 @@ from perfguard.baseline.git import ancestors, resolve
 from perfguard.baseline.read import read_baseline_file
 from perfguard.baseline.store import Baseline, DirectoryStore, select_auto_baseline
 from perfguard.core import progress
-from perfguard.core.errors import GitError, PerfguardError
+from perfguard.core.errors import GitError, PerfguardError, StoreError
 from perfguard.core.policy import (
     BASELINE,
     BASELINE_DIR,
@@ -454,6 +454,15 @@ class Gatekeeper:
             if why is not None:
                 found[result.id] = why
         return found
+
+    def save_target(self, run: RunResult) -> Path:
+        """Where :meth:`save` writes ``run`` (the archive's path for its commit), for the
+        messages about it; the fingerprint's folder when the commit has no full sha."""
+        fingerprint = run.environment.fingerprint
+        try:
+            return self.store.path_for(fingerprint, run.commit.sha or "")
+        except StoreError:
+            return self.store.root / fingerprint
 
     def save(self, run: RunResult) -> Path | None:
         """Archive ``run`` as its commit's baseline, unless a cell is contaminated.

@@ -180,7 +180,7 @@ def write_run_files(
     elif judging.save:
         files.saved = files.attempt(
             "the baseline of HEAD",
-            judging.baseline_dir / run.environment.fingerprint / f"{run.commit.sha or 'HEAD'}.json",
+            gatekeeper.save_target(run),
             lambda: gatekeeper.save(run),
         )
         if gatekeeper.save_refused and not exit_status:
