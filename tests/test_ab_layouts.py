@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 import perfguard
-from tests.conftest import run_git
+from tests.helpers.git_repos import run_git
 
 # End to end: runs pytest (and git, worktrees) in subprocesses.
 pytestmark = pytest.mark.slow

@@ -36,8 +36,8 @@ from perfguard.core.scenario import Scenario
 from perfguard.judge.verdict import DecisionKind, VerdictKind
 from perfguard.measure.cell import RunContext
 from perfguard.suite.loader import load_suite
-from tests.conftest import run_git
-from tests.test_ab_e2e import commit, comparison
+from tests.helpers.ab_repo import commit, comparison
+from tests.helpers.git_repos import run_git
 
 
 def sample(p95_ms: float, n: int = 60, throughput: float = 100.0, **load: Any) -> LevelSample:

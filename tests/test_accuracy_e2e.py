@@ -11,7 +11,8 @@ import json
 
 import pytest
 
-from tests.conftest import run_git, write_suite
+from tests.helpers.git_repos import run_git
+from tests.helpers.suites import write_suite
 
 ACCURACY_SUITE = """\
 defaults:

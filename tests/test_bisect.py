@@ -31,8 +31,8 @@ from perfguard.ab.bisect import (
 from perfguard.cli import main
 from perfguard.core.errors import PerfguardError
 from perfguard.judge.verdict import ABDetail, Decision, DecisionKind, ScenarioVerdict
-from tests.conftest import run_git
-from tests.test_ab_e2e import MODEL  # the sleeping model: its MS is what a commit plants
+from tests.helpers.ab_repo import MODEL  # the sleeping model: its MS is what a commit plants
+from tests.helpers.git_repos import run_git
 
 SUITE = """\
 defaults:

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from perfguard.core.figures import CpuShares, RuntimeInfo
 from perfguard.core.policy import GateSpec
 from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
-from perfguard.core.stats import summarize
 from perfguard.judge.compare import (
     compare_runs,
     compare_scenario,
@@ -23,44 +22,10 @@ from perfguard.judge.compare import (
     samples_needed,
 )
 from perfguard.judge.verdict import SEVERITY, MetricVerdict, ScenarioVerdict, worst
+from tests.helpers.samples import SID, lognormal, result
 
 COMMIT = "1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b"
 P95 = (GateSpec(metric="p95", limit=0.05),)
-SID = "suites/s.yaml::minilm[ort]"
-
-
-def lognormal(n: int, seed: int, *, median_ms: float = 3.0, sigma: float = 0.1) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    return (median_ms * 1e6 * rng.lognormal(0.0, sigma, n)).astype(np.int64)
-
-
-def result(
-    samples: np.ndarray | None = None,
-    *,
-    sid: str = SID,
-    canary: float | None = None,
-    throughput: float | None = None,
-    memory: float | None = None,
-    stable: bool = True,
-    status: str = "passed",
-) -> ScenarioResult:
-    arr = np.asarray(samples if samples is not None else lognormal(300, 0), dtype=np.int64)
-    return ScenarioResult(
-        id=sid,
-        suite="suites/s.yaml",
-        name="minilm",
-        backend="onnxruntime",
-        device="cpu",
-        precision="fp32",
-        status=status,
-        latency_ns=summarize(arr),
-        throughput=throughput,
-        stable=stable,
-        stability_ratio=1.0 if stable else 1.3,
-        canary_ns=canary,
-        peak_memory_mib=memory,
-        samples_ns=tuple(int(x) for x in arr),
-    )
 
 
 def verdict(

@@ -34,7 +34,7 @@ from perfguard.core.scenario import LoopSpec
 from perfguard.measure.timing import measure
 from perfguard.worker.protocol import error_from_reply
 from perfguard.worker.serve import Server
-from tests.conftest import FAST_DEFAULTS
+from tests.helpers.suites import FAST_DEFAULTS
 
 THIS_FILE = Path(__file__).name
 

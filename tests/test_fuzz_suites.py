@@ -24,7 +24,7 @@ from hypothesis.control import currently_in_test_context
 from perfguard.core.errors import SuiteError
 from perfguard.core.policy import SUITE_MAX_BYTES
 from perfguard.suite.loader import load_suite
-from tests.test_suite_schema import FOCUS, documents
+from tests.helpers.suite_documents import FOCUS, documents
 
 # ---------------------------------------------------------------------------- hostile values
 

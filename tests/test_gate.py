@@ -8,7 +8,7 @@ import pytest
 
 from perfguard.baseline.store import BaselineStore
 from perfguard.judge.gatekeeper import Gatekeeper, GateSettings
-from tests.test_store import FP, IDS, make_run, sha_of
+from tests.helpers.baseline_runs import FP, IDS, make_run, sha_of
 
 
 def test_history_reads_each_stored_baseline_once_for_all_scenarios(

@@ -15,7 +15,7 @@ from perfguard.core.scenario import GpuSpec, InputSpec, LoopSpec, ModelSpec, Sce
 from perfguard.measure import gpu
 from perfguard.measure.gpu import GpuWatch, cuda_unavailable, device_index, is_out_of_memory
 from perfguard.measure.runner import run_loop
-from tests.conftest import write_suite
+from tests.helpers.suites import write_suite
 
 MODEL = ModelSpec(
     name="m",

@@ -26,7 +26,7 @@ from perfguard.core.policy import (
 )
 from perfguard.suite.loader import load_suite
 from perfguard.suite.yamlpos import frozen, load_with_positions, number_trap
-from tests.conftest import write_suite
+from tests.helpers.suites import write_suite
 
 MODELS = """\
 models:

@@ -29,8 +29,8 @@ from perfguard.judge.gatekeeper import (
 )
 from perfguard.judge.verdict import VerdictKind
 from perfguard.measure.quiet import WAIT_STEP, QuietWaiter
-from tests.test_compare import lognormal, result
-from tests.test_quiet import FakeMachine
+from tests.helpers.fake_machine import FakeMachine
+from tests.helpers.samples import lognormal, result
 
 P95 = (GateSpec("p95", 0.05),)
 ENV = Environment.of({"cpu": "test"})

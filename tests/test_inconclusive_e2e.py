@@ -19,7 +19,7 @@ import json
 import pytest
 
 from perfguard.core.policy import INCONCLUSIVE_ROUNDS, QUIET_WAIT_S
-from tests.test_gate_e2e import Repo
+from tests.helpers.gate_repo import Repo
 
 INI = "[pytest]\n"
 

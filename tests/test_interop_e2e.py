@@ -7,7 +7,7 @@ import json
 import pytest
 
 from perfguard.cli import main as cli_main
-from tests.test_gate_e2e import Repo
+from tests.helpers.gate_repo import Repo
 
 pytest.importorskip("pytest_benchmark")
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from perfguard.core.resultsio import validate
-from tests.conftest import write_suite
+from tests.helpers.suites import write_suite
 
 LOAD_MODELS = textwrap.dedent(
     """

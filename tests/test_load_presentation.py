@@ -22,7 +22,7 @@ from perfguard.report.tables import (
     memory_growth,
     short_invalid,
 )
-from tests.test_report import run_of, scenario
+from tests.helpers.results import load_dict, run_of, scenario
 
 SUITE = "suites/x.yaml"
 INVALID = (
@@ -34,43 +34,6 @@ INVALID = (
 def _summary(scale_ms: float, seed: int, n: int = 300) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     return summarize(rng.lognormal(np.log(scale_ms * 1e6), 0.3, n).astype(np.int64)).to_dict()
-
-
-def load_dict(level: str, **over: Any) -> dict[str, Any]:
-    """A complete ``load`` object (every key present), closed loop unless overridden."""
-    data: dict[str, Any] = {
-        "mode": "closed",
-        "level": level,
-        "concurrency": None,
-        "rate_asked": None,
-        "rate_sent": None,
-        "rate_achieved": None,
-        "arrivals": None,
-        "workers": 1,
-        "sessions": "shared",
-        "requests": 1000,
-        "completed": 1000,
-        "failed": 0,
-        "unserved": 0,
-        "duration_s": 5.0,
-        "throughput": None,
-        "uncorrected_ns": None,
-        "queue_share": 0.0,
-        "late": {
-            "count": 0,
-            "share": 0.0,
-            "limit_ms": 1.0,
-            "max_share": 0.05,
-            "lag_p99_ms": 0.1,
-            "lag_max_ms": 0.4,
-        },
-        "errors": {},
-        "batching": None,
-        "slo": None,
-        "invalid": None,
-    }
-    data.update(over)
-    return data
 
 
 def load_cell(

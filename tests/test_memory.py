@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from perfguard.measure.memory import PeakMemory
-from tests.conftest import run_git
+from tests.helpers.git_repos import run_git
 
 STATUS = "Name:\tpython\nVmPeak:\t  900000 kB\nVmHWM:\t  {hwm} kB\nVmRSS:\t  300000 kB\n"
 

@@ -33,8 +33,8 @@ from perfguard.plugin.terminal import ProgressPrinter
 from perfguard.report.comparison import comparison_path, read_comparison, write_comparison
 from perfguard.report.index import render_index
 from perfguard.worker.client import WorkerProcess
-from tests.test_compare import lognormal
-from tests.test_compare import result as measured
+from tests.helpers.samples import lognormal
+from tests.helpers.samples import result as measured
 
 SAMPLES = tuple(range(1_000_000, 1_000_100))
 

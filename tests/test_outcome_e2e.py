@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_git, write_suite
+from tests.helpers.git_repos import run_git
+from tests.helpers.suites import write_suite
 
 EVIL_MESSAGE = (
     "\\x1b[31mred\\x1b[0m\\n::add-mask::x\\nsee [here](http://evil.example) "

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from perfguard.core.resultsio import validate
-from tests.conftest import FAST_DEFAULTS, run_git, write_suite
+from tests.helpers.git_repos import run_git
+from tests.helpers.suites import FAST_DEFAULTS, write_suite
 
 MATRIX_SUITE = (
     FAST_DEFAULTS

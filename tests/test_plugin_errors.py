@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.conftest import FAST_DEFAULTS, write_suite
+from tests.helpers.suites import FAST_DEFAULTS, write_suite
 
 GOOD_SUITE = (
     FAST_DEFAULTS

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FAST_DEFAULTS, run_git
-from tests.test_worker import alive, gone
+from tests.helpers.git_repos import run_git
+from tests.helpers.processes import alive, gone
+from tests.helpers.suites import FAST_DEFAULTS
 
 ISOLATE = ("--perfguard-isolate", "-p", "no:cacheprovider")
 pytestmark = [

@@ -26,8 +26,8 @@ from perfguard.core.profile import NodeTime, OperatorProfile, OpTypeTime
 from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
 from perfguard.plugin.measurement import regressed_in_time
 from perfguard.report.runfiles import trace_paths
-from tests.conftest import run_git
-from tests.test_store import FP, IDS, make_run, sha_of
+from tests.helpers.baseline_runs import FP, IDS, make_run, sha_of
+from tests.helpers.git_repos import run_git
 
 pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")

@@ -2,27 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import pytest
 
 from perfguard.core import progress
 from perfguard.core.progress import ProgressEvent
 from perfguard.measure import canary
 from perfguard.measure.quiet import WAIT_STEP, QuietWaiter, sample_foreign_cpu
-
-
-class FakeMachine:
-    """Other processes' share per window, from a script; the last value repeats."""
-
-    def __init__(self, shares: Iterable[float | None]) -> None:
-        self.shares = list(shares)
-        self.windows: list[float] = []
-
-    def __call__(self, seconds: float) -> float | None:
-        self.windows.append(seconds)
-        index = min(len(self.windows) - 1, len(self.shares) - 1)
-        return self.shares[index]
+from tests.helpers.fake_machine import FakeMachine
 
 
 def test_quiet_needs_the_whole_stretch_below_the_limit_and_reports_as_it_goes() -> None:

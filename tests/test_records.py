@@ -55,7 +55,7 @@ from perfguard.judge.verdict import (
     ScenarioVerdict,
     VerdictKind,
 )
-from tests.test_resultsio import profiles
+from tests.helpers.strategies import profiles
 
 FIXTURES = Path(__file__).parent / "fixtures" / "records"
 RESULTS = sorted(FIXTURES.glob("*/results.json"))

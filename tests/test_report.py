@@ -9,19 +9,16 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perfguard.baseline.store import Baseline
-from perfguard.core.accuracyfigures import AccuracyFigures
 from perfguard.core.errors import ResultsError
-from perfguard.core.figures import RuntimeInfo
 from perfguard.core.loadfigures import LoadFigures
-from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
+from perfguard.core.results import Environment, ScenarioResult
 from perfguard.core.resultsio import write_results
-from perfguard.core.stats import summarize, throughput
+from perfguard.core.stats import summarize
 from perfguard.judge.abside import base_results
 from perfguard.judge.gatekeeper import BaselineChoice
 from perfguard.judge.outcome import run_outcome
@@ -41,73 +38,9 @@ from perfguard.report.model import ReportInput
 from perfguard.report.plots import BASELINE_COLOR, CURRENT_COLOR
 from perfguard.report.render import FULL_PLOT_BUDGET
 from perfguard.report.runfiles import base_side
+from tests.helpers.results import BASE_SHA, SHA, p95_verdict, run_of, scenario
 
 EVIL = "<script>alert(1)</script>\"quoted\" 'single'"
-SHA = "a" * 40
-BASE_SHA = "b" * 40
-
-
-def scenario(
-    sid: str,
-    *,
-    seed: int = 0,
-    scale_ms: float = 2.0,
-    n: int = 200,
-    backend: str = "onnxruntime",
-    accuracy: dict[str, Any] | None = None,
-    canary_ns: float | None = 1e6,
-) -> ScenarioResult:
-    rng = np.random.default_rng(seed)
-    samples = tuple(int(v) for v in rng.lognormal(np.log(scale_ms * 1e6), 0.2, n))
-    return ScenarioResult(
-        id=sid,
-        suite=sid.split("::")[0],
-        name="model",
-        backend=backend,
-        device="cpu",
-        precision="fp32",
-        latency_ns=summarize(samples),
-        throughput=throughput(samples, 1),
-        peak_memory_mib=123.4,
-        canary_ns=canary_ns,
-        cold_start_ns=50_000_000,
-        runtime=RuntimeInfo(backend={"providers": "CPUExecutionProvider"}),
-        accuracy=AccuracyFigures.from_dict(accuracy) if accuracy is not None else None,
-        samples_ns=samples,
-    )
-
-
-def run_of(
-    scenarios: list[ScenarioResult],
-    sha: str | None = SHA,
-    created_at: str = "2026-01-02T03:04:05+00:00",
-    cpu: str = "TestCPU",
-) -> RunResult:
-    return RunResult(
-        commit=CommitInfo(sha=sha, branch="feature", dirty=False),
-        environment=Environment.of({"cpu": cpu}, {"host": "box"}),
-        scenarios=tuple(scenarios),
-        created_at=created_at,
-        perfguard_version="0.0.test",
-    )
-
-
-def p95_verdict(sid: str, kind: str, ratio: float, message: str) -> ScenarioVerdict:
-    metric = MetricVerdict(
-        metric="p95",
-        verdict=kind,
-        message=message,
-        rule="test",
-        baseline=2e6,
-        current=2e6 * ratio,
-        ratio=ratio,
-        ratio_raw=ratio,
-        lower=ratio * 0.97,
-        upper=ratio * 1.03,
-        limit=0.05,
-        effective_limit=0.05,
-    )
-    return ScenarioVerdict(sid, kind, (metric,), BASE_SHA, messages=(message,))
 
 
 def full_input() -> ReportInput:

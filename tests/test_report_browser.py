@@ -26,23 +26,14 @@ import pytest
 
 from perfguard.report.plots import BASELINE_COLOR, CURRENT_COLOR
 from perfguard.report.profile import change_colour
-from tests.conftest import TINY_MODELS, run_git
-from tests.test_gate_e2e import Repo
+from tests.helpers.browser import FLAGS
+from tests.helpers.gate_repo import Repo
+from tests.helpers.git_repos import run_git
+from tests.helpers.models import TINY_MODELS
 
 sync_api = pytest.importorskip("playwright.sync_api")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")
-
-# Flags for a closed network: no background traffic to Google's services.
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-]
 
 
 def test_report_in_a_real_browser(pytester: pytest.Pytester, tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ from perfguard.report.profile import (
     markdown_headline,
     profile_view,
 )
-from tests.test_report import p95_verdict, run_of, scenario
+from tests.helpers.results import p95_verdict, run_of, scenario
 
 SID = "suites/bert.yaml::bert[onnxruntime-fp32]"
 #: The planted slowdown: this node's time grows by PLANTED_NS.
@@ -307,7 +307,7 @@ def test_the_section_fits_a_1280_px_window(tmp_path: Path) -> None:
     page_file = tmp_path / "report.html"
     page_file.write_text(render_html(report_input(profile(nodes()), current)), encoding="utf-8")
     # Here, not at the top: that module skips itself (all of this one) without playwright.
-    from tests.test_report_browser import FLAGS
+    from tests.helpers.browser import FLAGS
 
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)

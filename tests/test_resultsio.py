@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from perfguard.core.atomicio import write_json_atomic
 from perfguard.core.errors import ResultsError
 from perfguard.core.figures import RESERVED_KEYS, RuntimeInfo
-from perfguard.core.profile import PROFILERS, NodeTime, OperatorProfile, OpTypeTime
+from perfguard.core.profile import NodeTime, OperatorProfile
 from perfguard.core.results import (
     RUN_MODES,
     SCHEMA_VERSION,
@@ -37,6 +37,7 @@ from perfguard.core.resultsio import (
     validate,
     write_results,
 )
+from tests.helpers.strategies import names, profiles
 
 # No example database: it would be written into the repository checkout.
 SETTINGS = settings(
@@ -49,7 +50,6 @@ SETTINGS = settings(
 hexdigits = "0123456789abcdef"
 figures = st.floats(min_value=0, max_value=1e12, allow_nan=False, allow_infinity=False)
 optional_figures = st.none() | figures
-names = st.text(max_size=20)
 string_maps = st.dictionaries(st.text(min_size=1, max_size=12), st.text(max_size=20), max_size=5)
 json_scalars = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | figures | names
 json_values = st.recursive(
@@ -72,20 +72,6 @@ latency_summaries = st.builds(
     p999=figures,
 )
 
-# Profiles store whole nanoseconds, so the strategy draws whole ones (a round trip is exact).
-whole_ns = st.integers(0, 10**12).map(float)
-profiles = st.builds(
-    OperatorProfile,
-    profiler=st.sampled_from(PROFILERS),
-    requests=st.integers(1, 10**4),
-    total_ns=whole_ns,
-    nodes=st.lists(
-        st.builds(NodeTime, name=names, op_type=names, ns=whole_ns, provider=names), max_size=6
-    ).map(tuple),
-    op_types=st.lists(st.builds(OpTypeTime, op_type=names, ns=whole_ns), max_size=4).map(tuple),
-    trace=st.none() | names,
-    wall_ns=st.none() | st.integers(0, 10**12),
-)
 
 scenarios = st.builds(
     ScenarioResult,

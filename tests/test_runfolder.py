@@ -13,9 +13,10 @@ import pytest
 from perfguard.plugin.threads import ThreadWatch
 from perfguard.report.runfiles import TRACES_DIR
 from perfguard.report.runfolder import HOLDER_FILENAME, RUN_FILES, RunFolder, RunFolderBusy
-from tests.conftest import FAST_DEFAULTS, run_git, write_suite
 
 # -- the claim, on its own --------------------------------------------------------
+from tests.helpers.git_repos import run_git
+from tests.helpers.suites import FAST_DEFAULTS, write_suite
 
 
 def test_a_claimed_folder_refuses_a_second_claim_naming_the_holder(tmp_path: Path) -> None:

@@ -42,7 +42,7 @@ from perfguard.shard.plan import (
     write_plan,
     write_plan_file,
 )
-from tests.conftest import SpinRepo
+from tests.helpers.git_repos import SpinRepo
 
 # -- the plan ----------------------------------------------------------------------------
 

@@ -11,14 +11,7 @@ from perfguard.core.errors import SuiteError
 from perfguard.core.policy import GateSpec
 from perfguard.core.scenario import GpuSpec, Scenario, TensorRTSpec
 from perfguard.suite.loader import load_suite
-
-MODELS = """\
-models:
-  mlp:
-    factory: tinymodels:mlp
-    inputs:
-      x: {shape: [1, 8]}
-"""
+from tests.helpers.gpu_cases import BAD_GPU_VALUES, MODELS
 
 
 def cells(tmp_path: Path, text: str) -> list[Scenario]:
@@ -109,26 +102,7 @@ scenarios:
     assert eager.gpu == GpuSpec()
 
 
-@pytest.mark.parametrize(
-    ("block", "needles"),
-    [
-        ("gpu: {cuda_graf: true}  # <-", ("cuda_graf", "cuda_graph")),
-        ("gpu: {cuda_graph: yes please}  # <-", ("`true` or `false`",)),
-        ("gpu: {compile: fastest}  # <-", ("`fastest`", "reduce-overhead")),
-        ("gpu: {ort_provider: rocm}  # <-", ("`rocm`", "tensorrt")),
-        ("gpu: {provider_options: {a: [1, 2]}}  # <-", ("option `a`", "quote it")),
-        ("gpu: {tensorrt: {workspace_mib: 0}}  # <-", ("workspace_mib",)),
-        ("gpu: {tensorrt: {builder_optimization_level: 7}}  # <-", ("0..5",)),
-        (
-            "gpu: {tensorrt: {profiles: {x: {min: [4, 8], opt: [1, 8], max: [8, 8]}}}}  # <-",
-            ("not ordered", "min <= opt <= max"),
-        ),
-        (
-            "gpu: {tensorrt: {profiles: {x: {min: [1, 8], max: [8, 8]}}}}  # <-",
-            ("lacks", "`opt: [...]`"),
-        ),
-    ],
-)
+@pytest.mark.parametrize(("block", "needles"), BAD_GPU_VALUES)
 def test_bad_gpu_values_fail_at_their_line(
     tmp_path: Path, block: str, needles: tuple[str, ...]
 ) -> None:

@@ -19,30 +19,24 @@ import jsonschema
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 import perfguard
 from perfguard.core.errors import SuiteError
 from perfguard.core.policy import METRICS
 from perfguard.suite import grammar
 from perfguard.suite.grammar import (
-    DEFAULTS,
-    MODEL,
     SCENARIO,
-    SUITE,
-    Key,
-    ListOf,
-    MapOf,
-    Node,
-    OneOf,
-    Scalar,
     Section,
     json_schema,
     schema_text,
 )
 from perfguard.suite.loader import load_suite
 from perfguard.suite.yamlpos import one_of
-from tests import test_suite, test_suite_gpu, test_suite_load
+from tests.helpers import gpu_cases, load_cases, suite_cases
+from tests.helpers.suite_documents import (
+    FOCUS,
+    documents,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_FILE = Path(perfguard.__file__).parent / "schemas" / "suite.schema.json"
@@ -167,7 +161,7 @@ NOT_STRUCTURAL = {
     "gpu-profile-order",
 }  # fmt: skip
 
-# test_suite_load.py names its cases by their message: message starts -> a name above.
+# tests/helpers/load_cases.py names its cases by their message: message starts -> a name above.
 LOAD_NAMES = {
     "`nan` (float)": "load-rate-nan",
     "is 2e+06/s": "load-rate-2e6",
@@ -182,27 +176,22 @@ LOAD_NAMES = {
 }
 
 
-def _params(function: Any) -> list[Any]:
-    (mark,) = [m for m in function.pytestmark if m.name == "parametrize"]
-    return list(mark.args[1])
-
-
 def bad_cases() -> Iterator[tuple[str, str]]:
     """(id, suite text) of every error case of the loader's tests."""
-    for p in [*test_suite.ERROR_CASES, *test_suite.ACC_ERROR_CASES]:
+    for p in [*suite_cases.ERROR_CASES, *suite_cases.ACC_ERROR_CASES]:
         yield p.id, p.values[0]
-    for metric, value, _ in _params(test_suite.test_bad_gate):
-        yield f"gate-{metric}-{value}", test_suite.BASE + f"    gate:\n      {metric}: {value}\n"
+    for metric, value, _ in suite_cases.BAD_GATES:
+        yield f"gate-{metric}-{value}", suite_cases.BASE + f"    gate:\n      {metric}: {value}\n"
     counts = 0
-    for p in test_suite_load.ERROR_CASES:
+    for p in load_cases.ERROR_CASES:
         body, problem = p.values[0], p.values[1]
         name = next((v for k, v in LOAD_NAMES.items() if problem.startswith(k)), None)
         if name is None and "requests" in problem:
             name, counts = f"load-count-{counts}", counts + 1
-        yield name or f"load: {p.id}", test_suite_load.scen(body)
-    for block, needles in _params(test_suite_gpu.test_bad_gpu_values_fail_at_their_line):
+        yield name or f"load: {p.id}", load_cases.scen(body)
+    for block, needles in gpu_cases.BAD_GPU_VALUES:
         name = "gpu-profile-order" if "not ordered" in needles else f"gpu: {block}"
-        text = test_suite_gpu.MODELS + f"scenarios:\n  - name: s\n    model: mlp\n    {block}\n"
+        text = gpu_cases.MODELS + f"scenarios:\n  - name: s\n    model: mlp\n    {block}\n"
         yield name, textwrap.dedent(text)
 
 
@@ -228,162 +217,6 @@ def test_structural_errors_of_the_loader_are_schema_errors(tmp_path: Path, text:
 
 
 # --------------------------------------------------------------------------- property
-
-_JUNK = st.one_of(
-    st.integers(-3, 3), st.text("ab-_: ", max_size=4), st.booleans(), st.none(),
-    st.floats(-2, 2, allow_nan=False), st.just([]), st.just({}),
-)  # fmt: skip
-
-
-ASCII = st.characters(min_codepoint=32, max_codepoint=126)  # what suites are written in
-
-
-def _scalar(node: Scalar) -> st.SearchStrategy[Any]:
-    if node.choices:
-        return st.sampled_from(node.choices)
-    if node.kind == "boolean":
-        return st.booleans()
-    if node.kind == "null":
-        return st.none()
-    if node.kind == "any":
-        return st.one_of(st.integers(0, 3), st.text("abc", max_size=3), st.lists(st.integers()))
-    if node.kind == "string":
-        if node.pattern and node.pattern.startswith("^"):
-            return st.from_regex(node.pattern, fullmatch=True, alphabet=ASCII).filter(
-                lambda s: len(s) < 40
-            )
-        return st.text("abxy_.:", min_size=0, max_size=5)
-    lo = next((v for v in (node.minimum, node.exclusive_minimum) if v is not None), -5.0)
-    hi = next((v for v in (node.maximum, node.exclusive_maximum) if v is not None), lo + 500)
-    if node.kind == "integer":
-        edges = st.sampled_from([int(lo) - 1, int(lo), int(lo) + 1, int(hi), int(hi) + 1])
-        return st.one_of(edges, st.integers(int(lo) - 1, int(hi) + 1))
-    near = st.sampled_from([lo, hi, lo + 1e-9, (lo + hi) / 2])
-    return st.one_of(near, st.integers(int(lo) - 1, int(hi) + 1), st.floats(lo - 1, hi + 1))
-
-
-_STRATEGIES: dict[tuple[int, int], st.SearchStrategy[Any]] = {}
-
-
-def values(node: Node, depth: int = 0) -> st.SearchStrategy[Any]:
-    """Values of ``node``'s type, near its bounds, now and then of another type."""
-    if (id(node), depth) not in _STRATEGIES:
-        _STRATEGIES[id(node), depth] = _values(node, depth)
-    return _STRATEGIES[id(node), depth]
-
-
-def _values(node: Node, depth: int) -> st.SearchStrategy[Any]:
-    strategy: st.SearchStrategy[Any]
-    if isinstance(node, Scalar):
-        strategy = _scalar(node)
-    elif isinstance(node, ListOf):
-        strategy = st.lists(values(node.items, depth + 1), min_size=node.min_items, max_size=3)
-    elif isinstance(node, MapOf):
-        names = (
-            st.from_regex(node.key_pattern, fullmatch=True, alphabet=ASCII).filter(
-                lambda s: len(s) < 12
-            )
-            if node.key_pattern
-            else st.sampled_from(["x", "y", "0"])
-        )
-        strategy = st.dictionaries(
-            names, values(node.values, depth + 1), min_size=node.min_items, max_size=2
-        )
-    elif isinstance(node, OneOf):
-        strategy = st.one_of([values(o, depth) for o in node.options])
-    else:
-        strategy = some_keys(node, 2 if depth < 3 else 0, depth + 1)
-    return st.integers(0, 29).flatmap(lambda i: _JUNK if i == 0 else strategy)
-
-
-@st.composite
-def _keys(draw: st.DrawFn, section: Section, most: int) -> list[Key]:
-    """Up to ``most`` optional keys of ``section``, its required ones, one of each
-    exactly-one group, never two of an at-most-one group, and what a key requires."""
-    grouped = {name for group in section.exactly_one for name in group}
-    optional = [k for k in section.keys if not k.required and k.name not in grouped]
-    names = [k.name for k in section.keys if k.required]
-    names += [draw(st.sampled_from(group)) for group in section.exactly_one]
-    if optional and most:
-        picked = draw(
-            st.lists(st.sampled_from(optional), max_size=most, unique_by=lambda k: k.name)
-        )
-        names += [k.name for k in picked]
-    for group in section.at_most_one:
-        names = [n for n in names if n not in group[1:] or group[0] not in names]
-    names += [need for key, needs in section.requires if key in names for need in needs]
-    return [section.key(name) for name in dict.fromkeys(names)]
-
-
-def some_keys(section: Section, most: int, depth: int = 0) -> st.SearchStrategy[dict[str, Any]]:
-    return _keys(section, most).flatmap(
-        lambda keys: st.fixed_dictionaries({k.name: values(k.type, depth) for k in keys})
-    )
-
-
-def whole(section: Section) -> st.SearchStrategy[dict[str, Any]]:
-    return some_keys(section, len(section.keys))
-
-
-M_INPUTS = {"x": {"shape": [1, 4]}}
-# (where a drawn value goes, what it is): one place of a document gets many of its keys
-# drawn, the rest stays valid, so that most documents reach the keys under test.
-FOCUS: dict[str, tuple[str, st.SearchStrategy[Any]]] = {
-    "scenario": ("scenario", some_keys(SCENARIO, 4)),
-    "defaults": ("defaults", some_keys(DEFAULTS, 4)),
-    "model": ("model", whole(MODEL)),
-    "input": ("model.inputs.x", whole(grammar.INPUT)),
-    "quantizations": ("quantizations", values(SUITE.key("quantizations").type)),
-    "quantization": ("scenario.quantization", whole(grammar.QUANT)),
-    "loop": ("scenario.measure", whole(grammar.LOOP)),
-    "gate": ("scenario.gate", whole(grammar.GATE)),
-    "matrix": ("scenario.matrix", some_keys(grammar.MATRIX, 3)),
-    "shapes": ("scenario.shapes", values(SCENARIO.key("shapes").type)),
-    "load": ("scenario.load", whole(grammar.LOAD)),
-    "slo": ("scenario.load.slo", whole(grammar.SLO)),
-    "batching": ("scenario.load.batching", whole(grammar.BATCHING)),
-    "gpu": ("scenario.gpu", whole(grammar.GPU)),
-    "tensorrt": ("scenario.gpu.tensorrt", whole(grammar.TENSORRT)),
-    "accuracy": ("scenario.accuracy", whole(grammar.ACCURACY)),
-    "accuracy-inputs": ("scenario.accuracy.inputs", whole(grammar.ACCURACY_INPUTS)),
-    "accuracy-gate": ("scenario.accuracy.gate", whole(grammar.ACCURACY_LIMITS)),
-    "kl": ("scenario.accuracy.kl", whole(grammar.KL)),
-    "task": ("scenario.accuracy.task", whole(grammar.TASK)),
-    "reference": ("scenario.accuracy.reference", whole(grammar.REFERENCE)),
-}
-
-
-@st.composite
-def documents(draw: st.DrawFn, focus: str) -> dict[str, Any]:
-    where, strategy = FOCUS[focus]
-    model: dict[str, Any] = {"factory": "pkg.mod:build", "inputs": dict(M_INPUTS)}
-    # Enough requests for any load level, so that a level's count is not what refuses it.
-    scenario: dict[str, Any] = {"measure": {"iterations": 500, "seconds": 60}}
-    doc: dict[str, Any] = {"models": {"m": model}, "scenarios": [scenario]}
-    if where.startswith("scenario.load"):
-        scenario["load"] = {"rate": 100}
-    if where.startswith("scenario.accuracy.reference"):
-        scenario["matrix"] = {"backend": ["torch", "onnxruntime"]}
-    places = {"scenario": scenario, "model": model, "defaults": doc}
-    head, *rest = where.split(".")
-    value = draw(strategy)
-    if head == "defaults" or head == "quantizations":
-        doc[head] = value
-    elif not rest:
-        places[head].update(value)
-    elif where == "scenario.load":
-        # A scenario's load names a level: keep the drawn one, else the base rate.
-        levels = isinstance(value, dict) and {"concurrency", "rate"} & set(value)
-        scenario["load"] = (
-            value if levels or not isinstance(value, dict) else {"rate": 100, **value}
-        )
-    else:
-        parent = places[head]
-        for part in rest[:-1]:
-            parent = parent.setdefault(part, {})
-        parent[rest[-1]] = value
-    scenario.update({"name": "s", "model": "m"})
-    return doc
 
 
 @pytest.mark.parametrize("focus", list(FOCUS))
@@ -427,17 +260,17 @@ def test_every_grammar_key_is_in_the_schema_and_in_perfguard_keys() -> None:
 
 
 def _scenario_with(lines: str) -> str:
-    return test_suite.BASE + textwrap.indent(lines, "    ")
+    return suite_cases.BASE + textwrap.indent(lines, "    ")
 
 
 # One junk key in each section of the grammar: the loader's message lists the section's keys.
 JUNK_KEYS = {
-    "SUITE": "zz_junk: 1\n" + test_suite.BASE,
-    "DEFAULTS": "defaults:\n  zz_junk: 1\n" + test_suite.BASE,
+    "SUITE": "zz_junk: 1\n" + suite_cases.BASE,
+    "DEFAULTS": "defaults:\n  zz_junk: 1\n" + suite_cases.BASE,
     "SCENARIO": _scenario_with("zz_junk: 1\n"),
-    "MODEL": test_suite.BASE.replace("    inputs:\n", "    zz_junk: 1\n    inputs:\n"),
-    "INPUT": test_suite.BASE.replace("{shape: [1, 4]}", "{shape: [1, 4], zz_junk: 1}"),
-    "QUANT": "quantizations:\n  q: {zz_junk: 1}\n" + test_suite.BASE,
+    "MODEL": suite_cases.BASE.replace("    inputs:\n", "    zz_junk: 1\n    inputs:\n"),
+    "INPUT": suite_cases.BASE.replace("{shape: [1, 4]}", "{shape: [1, 4], zz_junk: 1}"),
+    "QUANT": "quantizations:\n  q: {zz_junk: 1}\n" + suite_cases.BASE,
     "LOOP": _scenario_with("measure: {zz_junk: 1}\n"),
     "GATE": _scenario_with("gate: {zz_junk: '+5%'}\n"),
     "MATRIX": _scenario_with("matrix: {zz_junk: [1]}\n"),

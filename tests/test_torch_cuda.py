@@ -24,7 +24,7 @@ from perfguard.backends.torch_backend import TorchSession
 from perfguard.core.errors import CellError
 from perfguard.core.scenario import GpuSpec, LoopSpec
 from perfguard.measure.timing import measure
-from tests.test_torch_backend import LOCATION, open_session, reference, scenario
+from tests.helpers.torch_cells import LOCATION, open_session, reference, scenario
 
 torch = pytest.importorskip("torch")
 

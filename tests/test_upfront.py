@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from perfguard.plugin.upfront import directory_problem
-from tests.conftest import FAST_DEFAULTS, run_git, write_suite
+from tests.helpers.git_repos import run_git
+from tests.helpers.suites import FAST_DEFAULTS, write_suite
 
 SUITE = (
     FAST_DEFAULTS

@@ -24,7 +24,7 @@ from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
 from perfguard.report import cli_report
 from perfguard.report.comparison import comparison_path, read_comparison
 from perfguard.report.model import ReportInput
-from tests.conftest import SPIN_MODEL
+from tests.helpers.models import SPIN_MODEL
 
 pytest.importorskip("torch")
 

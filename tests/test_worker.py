@@ -12,7 +12,6 @@ import os
 import signal
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,8 @@ from perfguard.worker.isolate import IsolatedRun
 from perfguard.worker.protocol import check_reply, decode, encode, quote
 from perfguard.worker.serve import Server
 from perfguard.worker.signals import guarded
-from tests.conftest import FAST_DEFAULTS
+from tests.helpers.processes import gone
+from tests.helpers.suites import FAST_DEFAULTS
 
 MODELS = textwrap.dedent(
     """
@@ -124,25 +124,6 @@ def _fake(tmp_path: Path, body: str) -> list[str]:
         "    req = json.loads(line)\n" + textwrap.indent(textwrap.dedent(body), "    ")
     )
     return [sys.executable, str(script)]
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie, killed but not yet reaped, does not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
-def gone(pid: int, within_s: float = 30.0) -> bool:
-    """Whether ``pid`` stops running within ``within_s`` (a kill takes a moment to land)."""
-    end = time.monotonic() + within_s
-    while alive(pid):
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def _assert_gone(worker: WorkerProcess) -> None:

@@ -1,4 +1,4 @@
-"""perfguard.yml's jobs, run step by step (tests/workflow_harness.py) on a tiny project.
+"""perfguard.yml's jobs, run step by step (tests/helpers/workflow_harness.py) on a tiny project.
 
 The project is one suite of two models that busy-wait a set number of microseconds per
 call (``SPIN_MODEL``; the cost is a ``kwargs`` value in the suite file, so a commit
@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import SPIN_MODEL
-from tests.workflow_harness import (
+from tests.helpers.models import SPIN_MODEL
+from tests.helpers.workflow_harness import (
     APP_TOKEN,
     ROOT,
     STAND_IN_STEPS,

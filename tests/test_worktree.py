@@ -26,7 +26,7 @@ from perfguard.ab.worktree import (
     sweep_stale_worktrees,
 )
 from perfguard.core.errors import GitError
-from tests.conftest import run_git
+from tests.helpers.git_repos import run_git
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -42,7 +42,7 @@ from perfguard.machine.placement import (
 from perfguard.measure import canary
 from perfguard.measure.cell import RunContext
 from perfguard.plugin import pinning
-from tests.conftest import TINY_MODELS
+from tests.helpers.models import TINY_MODELS
 
 CORES = len(os.sched_getaffinity(0))
 

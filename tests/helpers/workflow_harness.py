@@ -88,9 +88,9 @@ from typing import Any
 
 import yaml
 
-from tests.conftest import run_git
+from tests.helpers.git_repos import run_git
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STAND_IN_STEPS = ("Install",)
 STEP_TIMEOUT_S = 600
 # Runtimes the Install stand-in hides when the step's lock does not hold them (the merge
@@ -98,7 +98,7 @@ STEP_TIMEOUT_S = 600
 _CONSOLE_SCRIPT = "import sys; from perfguard.cli import main; sys.exit(main())"
 HEAVY_RUNTIMES = ("onnxruntime", "tensorrt", "torch", "transformers")
 _HIDE = """\
-# Written by the Install stand-in of tests/workflow_harness.py: these packages are not in
+# Written by the Install stand-in of tests/helpers/workflow_harness.py: these packages are not in
 # the job's lock, so they are not installed; hide them from this interpreter.
 import sys
 from importlib.machinery import PathFinder
@@ -423,7 +423,7 @@ class Server:
 # --- gh ------------------------------------------------------------------------------
 
 _GH = """#!{python}
-# gh stand-in of tests/workflow_harness.py: logs argv and stdin, answers comment lists.
+# gh stand-in of tests/helpers/workflow_harness.py: logs argv and stdin, answers comment lists.
 import json, os, subprocess, sys
 args = sys.argv[1:]
 stdin = sys.stdin.read() if "--input" in args and args[args.index("--input") + 1] == "-" else ""
