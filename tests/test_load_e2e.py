@@ -15,32 +15,12 @@ from typing import Any
 import pytest
 
 from perfguard.core.resultsio import validate
+from tests.helpers.models import SLEEPY_MODEL
 from tests.helpers.suites import write_suite
 
-LOAD_MODELS = textwrap.dedent(
+LOAD_MODELS = SLEEPY_MODEL + textwrap.dedent(
     """
     import threading
-    import time
-
-    import torch
-    from torch import nn
-
-
-    class Sleepy(nn.Module):
-        # One call takes `ms` whatever the batch: what batching gains on a GPU.
-        def __init__(self, ms):
-            super().__init__()
-            self.ms = ms
-            self.lin = nn.Linear(8, 4)
-
-        def forward(self, x):
-            time.sleep(self.ms / 1000)
-            return self.lin(x)
-
-
-    def sleepy(ms=2.0):
-        torch.manual_seed(0)
-        return Sleepy(ms).eval()
 
 
     class Unsafe(nn.Module):

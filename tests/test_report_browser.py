@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shutil
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from perfguard.report.profile import change_colour
 from tests.helpers.browser import FLAGS
 from tests.helpers.gate_repo import Repo
 from tests.helpers.git_repos import run_git
-from tests.helpers.models import TINY_MODELS
+from tests.helpers.models import SLEEPY_MODEL, TINY_MODELS
 
 sync_api = pytest.importorskip("playwright.sync_api")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -73,27 +72,7 @@ def test_report_in_a_real_browser(pytester: pytest.Pytester, tmp_path: Path) -> 
 
 WIDTH = 1280
 
-MODELS = TINY_MODELS + textwrap.dedent(
-    """
-    import time
-
-
-    class Sleepy(nn.Module):
-        def __init__(self, ms):
-            super().__init__()
-            self.ms = ms
-            self.lin = nn.Linear(8, 4)
-
-        def forward(self, x):
-            time.sleep(self.ms / 1000)
-            return self.lin(x)
-
-
-    def sleepy(ms=2.0):
-        torch.manual_seed(0)
-        return Sleepy(ms).eval()
-    """
-)
+MODELS = TINY_MODELS + SLEEPY_MODEL
 
 # A long scenario name (ids wrap, they do not push the outcome column off the page); a
 # model six times slower in the second commit (2 -> 12 ms: a regression on a busy host);

@@ -7,32 +7,16 @@ import textwrap
 from pathlib import Path
 
 from tests.helpers.git_repos import run_git
+from tests.helpers.models import SLEEPY_MODEL
 
-MODEL = textwrap.dedent(
+# The sleeping model with a factory whose `MS` a commit plants (MODEL.replace).
+MODEL = SLEEPY_MODEL + textwrap.dedent(
     """
-    import time
-
-    import torch
-    from torch import nn
-
-
-    class Sleepy(nn.Module):
-        def __init__(self, ms):
-            super().__init__()
-            self.ms = ms
-            self.lin = nn.Linear(8, 4)
-
-        def forward(self, x):
-            time.sleep(self.ms / 1000)
-            return self.lin(x)
-
 
     def build():
-        torch.manual_seed(0)
-        return Sleepy(MS).eval()
+        return sleepy(MS)
     """
 )
-
 
 SUITE = """\
 defaults:

@@ -76,3 +76,32 @@ def spin(us=200):
     torch.manual_seed(0)
     return Spin(us).eval()
 """
+
+
+# A torch model that sleeps `ms` per call, whatever the batch (time.sleep never returns
+# early): a planted, large slowdown that costs no CPU (and what batching gains on a GPU),
+# for the A/B, bisect, load and report end-to-end tests.
+SLEEPY_MODEL = textwrap.dedent(
+    """
+    import time
+
+    import torch
+    from torch import nn
+
+
+    class Sleepy(nn.Module):
+        def __init__(self, ms):
+            super().__init__()
+            self.ms = ms
+            self.lin = nn.Linear(8, 4)
+
+        def forward(self, x):
+            time.sleep(self.ms / 1000)
+            return self.lin(x)
+
+
+    def sleepy(ms=2.0):
+        torch.manual_seed(0)
+        return Sleepy(ms).eval()
+    """
+)
