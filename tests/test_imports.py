@@ -1,4 +1,6 @@
-"""Every module of perfguard imports on its own, and the pytest entry point stays light.
+"""Every module of perfguard imports on its own, the pytest entry point stays light, and
+no test module imports another test module or conftest.py (shared objects live in
+tests/helpers/).
 
 Each check runs in a fresh interpreter: in this process pytest and the other tests
 have already imported half of perfguard (and numpy), which would hide both failures.
@@ -6,11 +8,15 @@ have already imported half of perfguard (and numpy), which would hide both failu
 
 from __future__ import annotations
 
+import ast
 import json
 import pkgutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
 
 import perfguard
 
@@ -104,3 +110,75 @@ def test_the_entry_point_loads_only_option_registration() -> None:
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'perfguard')))\n"
     )
     assert json.loads(out) == ENTRY_POINT_MODULES
+
+
+# -- the tests' own imports ---------------------------------------------------------------
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _is_test_module(dotted: str) -> bool:
+    """Whether a module path (``tests.test_x``, ``conftest``, ``.test_x``...) names a test
+    module or a conftest."""
+    parts = dotted.lstrip(".").split(".")
+    if parts[0] == "tests":
+        parts = parts[1:]
+    return any(part == "conftest" or part.startswith("test_") for part in parts)
+
+
+def imports_of_test_modules(source: str) -> list[str]:
+    """The imports in ``source`` (at any depth, lazy ones too) of a test module or of a
+    conftest, each as the dotted name it imports."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if _is_test_module(alias.name)]
+        elif isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            if node.module and _is_test_module(node.module):
+                found.append(base)
+            elif node.level or node.module == "tests":
+                # `from tests import test_x`, `from . import conftest`
+                sep = "." if node.module else ""
+                found += [
+                    f"{base}{sep}{alias.name}"
+                    for alias in node.names
+                    if _is_test_module(alias.name)
+                ]
+    return found
+
+
+def test_no_test_module_imports_another_test_module_or_conftest() -> None:
+    files = sorted(TESTS.rglob("*.py"))
+    assert len(files) > 80 and TESTS / "conftest.py" in files
+    offenders = {
+        str(path.relative_to(TESTS)): names
+        for path in files
+        if (names := imports_of_test_modules(path.read_text(encoding="utf-8")))
+    }
+    assert offenders == {}, "move what they share into tests/helpers/"
+
+
+@pytest.mark.parametrize(
+    ("source", "found"),
+    [
+        ("from tests.test_store import FP", ["tests.test_store"]),
+        ("from tests.conftest import run_git", ["tests.conftest"]),
+        ("import tests.test_report", ["tests.test_report"]),
+        ("import tests.test_report as r", ["tests.test_report"]),
+        ("from tests import test_suite, helpers", ["tests.test_suite"]),
+        ("from .test_worker import alive", [".test_worker"]),
+        ("from . import conftest", [".conftest"]),
+        ("import conftest", ["conftest"]),
+        (
+            "def f():\n    from tests.test_report_browser import FLAGS\n",
+            ["tests.test_report_browser"],
+        ),
+        ("from tests.helpers.results import run_of", []),
+        ("from tests.helpers import suite_cases", []),
+        ("import perfguard.suite.loader", []),
+        ("from perfguard.core.results import Environment", []),
+    ],
+)
+def test_the_import_check_sees_every_spelling(source: str, found: list[str]) -> None:
+    assert imports_of_test_modules(source) == found
