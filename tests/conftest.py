@@ -3,19 +3,12 @@ in tests/helpers/."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import signal
 from collections.abc import Iterator
 
 import pytest
-
-# Import the runtimes once, up front: pytester's in-process runs restore
-# sys.modules afterwards, and re-importing torch/onnxruntime in one process
-# crashes inside their native extensions.
-try:
-    import onnxruntime  # noqa: F401
-    import torch  # noqa: F401
-except ImportError:  # pragma: no cover - the runtimes are test extras
-    pass
 
 
 @pytest.fixture
@@ -68,3 +61,18 @@ def _interactive_sigint() -> Iterator[None]:
     yield
     if previous is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Import the runtimes before a test that runs pytest through pytester sets up.
+
+    pytester restores sys.modules after each test (its snapshot is taken when the fixture
+    is set up), and re-importing torch/onnxruntime in one process crashes inside their
+    native extensions: imported here first, they stay. Only those tests need them in this
+    process, so a run of other tests does not import torch.
+    """
+    if _END_TO_END_FIXTURES & set(getattr(item, "fixturenames", ())):
+        for name in ("onnxruntime", "torch"):
+            with contextlib.suppress(ImportError):  # the runtimes are test extras
+                importlib.import_module(name)

@@ -182,3 +182,38 @@ def test_no_test_module_imports_another_test_module_or_conftest() -> None:
 )
 def test_the_import_check_sees_every_spelling(source: str, found: list[str]) -> None:
     assert imports_of_test_modules(source) == found
+
+
+# -- the tests' own heavy imports ---------------------------------------------------------
+
+_RUN_AND_REPORT = (
+    "import json, sys, pytest\n"
+    "rc = pytest.main(['-q', '-p', 'no:cacheprovider', *sys.argv[1:]])\n"
+    "print(json.dumps([rc, sorted(m for m in ('torch', 'onnxruntime') if m in sys.modules)]))\n"
+)
+
+
+def _runtimes_imported_by_running(*args: str) -> list[str]:
+    """The runtimes a pytest run of ``args`` (tests of this repository) imports."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _RUN_AND_REPORT, *args],
+        cwd=TESTS.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    rc, imported = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert rc == 0, proc.stdout
+    return list(imported)
+
+
+def test_tests_that_need_no_runtime_do_not_import_one() -> None:
+    # conftest.py imports the runtimes only before a test that runs pytest (pytester).
+    assert _runtimes_imported_by_running("tests/test_quiet.py") == []
+
+
+def test_the_runtime_check_would_see_an_import() -> None:
+    pytest.importorskip("torch")
+    test = "tests/test_torch_backend.py::test_fp32_cpu_session_runs_the_factory_model"
+    assert "torch" in _runtimes_imported_by_running(test)
