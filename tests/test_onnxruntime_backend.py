@@ -336,13 +336,45 @@ def test_int8_static_without_calibration_fails_before_exporting(
     assert info.value.fix is not None and "accuracy: {inputs: ...}" in info.value.fix
 
 
+class _Untouchable(list[dict[str, np.ndarray]]):
+    """Calibration feeds that record every read of them."""
+
+    def __init__(self, feeds: list[dict[str, np.ndarray]]) -> None:
+        super().__init__(feeds)
+        self.reads: list[str] = []
+
+    def __iter__(self) -> Any:
+        self.reads.append("iter")
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        self.reads.append("len")
+        return super().__len__()
+
+    def __getitem__(self, index: Any) -> Any:
+        self.reads.append("getitem")
+        return super().__getitem__(index)
+
+
 def test_torch_backend_ignores_calibration(tmp_path: Path) -> None:
+    # torch int8 is dynamic quantization: calibration inputs are never read, and the
+    # session (its outputs, its runtime record) is the one opened without them.
     model = model_spec(tmp_path)
     feeds = make_inputs(model)
-    session = TorchBackend().open(
-        scenario(model, backend="torch"), feeds, tmp_path, calibration=calibration_feeds()
-    )
-    session.close()
+    sc = scenario(model, backend="torch", precision="int8")
+    calibration = _Untouchable(calibration_feeds())
+    outputs, infos = [], []
+    for given in (None, calibration):
+        session = TorchBackend().open(sc, feeds, tmp_path, calibration=given)
+        try:
+            outputs.append(session.to_numpy(session.run(session.prepare(feeds))))
+            infos.append(session.runtime_info)
+        finally:
+            session.close()
+    assert calibration.reads == []
+    assert infos[0] == infos[1]
+    assert len(outputs[0]) == len(outputs[1]) == 1
+    np.testing.assert_array_equal(outputs[0][0], outputs[1][0])
 
 
 def test_unknown_device(tmp_path: Path) -> None:
