@@ -159,26 +159,30 @@ def test_no_test_module_imports_another_test_module_or_conftest() -> None:
     assert offenders == {}, "move what they share into tests/helpers/"
 
 
+IMPORT_SPELLINGS = [
+    ("from tests.test_store import FP", ["tests.test_store"]),
+    ("from tests.conftest import run_git", ["tests.conftest"]),
+    ("import tests.test_report", ["tests.test_report"]),
+    ("import tests.test_report as r", ["tests.test_report"]),
+    ("from tests import test_suite, helpers", ["tests.test_suite"]),
+    ("from .test_worker import alive", [".test_worker"]),
+    ("from . import conftest", [".conftest"]),
+    ("import conftest", ["conftest"]),
+    (
+        "def f():\n    from tests.test_report_browser import FLAGS\n",
+        ["tests.test_report_browser"],
+    ),
+    ("from tests.helpers.results import run_of", []),
+    ("from tests.helpers import suite_cases", []),
+    ("import perfguard.suite.loader", []),
+    ("from perfguard.core.results import Environment", []),
+]
+
+
 @pytest.mark.parametrize(
     ("source", "found"),
-    [
-        ("from tests.test_store import FP", ["tests.test_store"]),
-        ("from tests.conftest import run_git", ["tests.conftest"]),
-        ("import tests.test_report", ["tests.test_report"]),
-        ("import tests.test_report as r", ["tests.test_report"]),
-        ("from tests import test_suite, helpers", ["tests.test_suite"]),
-        ("from .test_worker import alive", [".test_worker"]),
-        ("from . import conftest", [".conftest"]),
-        ("import conftest", ["conftest"]),
-        (
-            "def f():\n    from tests.test_report_browser import FLAGS\n",
-            ["tests.test_report_browser"],
-        ),
-        ("from tests.helpers.results import run_of", []),
-        ("from tests.helpers import suite_cases", []),
-        ("import perfguard.suite.loader", []),
-        ("from perfguard.core.results import Environment", []),
-    ],
+    IMPORT_SPELLINGS,
+    ids=[" ".join(source.split()) for source, _ in IMPORT_SPELLINGS],
 )
 def test_the_import_check_sees_every_spelling(source: str, found: list[str]) -> None:
     assert imports_of_test_modules(source) == found
