@@ -74,7 +74,9 @@ def test_md_text_renders_as_the_same_words_with_nothing_live(raw: str) -> None:
     body = re.search(r"<td>(.*)</td>", rendered, re.S)
     shown = html.unescape(body.group(1) if body else "")
     assert shown.replace(ZWSP, "") == one_line(raw).replace(ZWSP, "").strip()
-    for live in (r"(?i)[a-z]://", r"(?i)www\.", r"@\w", r"#\d"):
+    # A GitHub @mention starts with a letter or digit (user and team names cannot start
+    # with `_`), so `@_` (hypothesis found it: `_` is escaped first) is not live.
+    for live in (r"(?i)[a-z]://", r"(?i)www\.", r"@[A-Za-z0-9]", r"#\d"):
         assert not re.search(live, shown), (live, raw, shown)
 
 
