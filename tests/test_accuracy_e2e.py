@@ -55,7 +55,9 @@ def test_int8_fails_and_fp32_passes_with_worst_inputs(suite_writer: pytest.Pytes
             " worst inputs *",
             "accuracy: suites/acc.yaml::mlp?onnxruntime-fp32?: 0: cos mean 1*"
             "vs torch-fp32 [[]ok[]]",
-            "accuracy: suites/acc.yaml::mlp?onnxruntime-int8?: 0: cos mean 0.9999*, min 0.99*"
+            # (0.9999x with 8-bit weights; 0.9998x with the 7-bit ones reduce_range's auto
+            # picks on an x86 CPU without VNNI)
+            "accuracy: suites/acc.yaml::mlp?onnxruntime-int8?: 0: cos mean 0.999*, min 0.99*"
             "vs torch-fp32 [[]FAILED[]]",
             "FAILED suites/acc.yaml::mlp?onnxruntime-int8?*",
         ]
