@@ -16,7 +16,9 @@ reuse it):
    runs for ``warmup.seconds`` (at least ``warmup.iterations`` requests) and is
    discarded.
 3. **The level** (:mod:`perfguard.measure.loadgen`), then its figures
-   (:mod:`perfguard.measure.loadstats`). An open-loop level stops at
+   (:mod:`perfguard.measure.loadstats`) and its host memory (``LevelMemory``: resident
+   before the cell's first request, and the high-water mark over the measured level
+   alone, restarted after its warm-up). An open-loop level stops at
    ``min(measure.max_seconds, max(3 x its duration, duration + 5 s))``:
    requests still waiting then count as unserved, with the latency they had
    waited (a lower bound).
