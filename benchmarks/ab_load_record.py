@@ -31,7 +31,9 @@ from perfguard.suite.loader import load_suite
 from perfguard.worker.client import WorkerProcess
 
 
-def record(folder: Path, products: int, concurrency: int, rounds: int, seed: int) -> dict:
+def record(
+    folder: Path, products: int, concurrency: int, rounds: int, seed: int, base: int = BASE_PRODUCTS
+) -> dict:
     path = suite(folder, products, concurrency)
     scenario = load_suite(path).scenarios[0]
     seconds, iterations = load_round_length(scenario)
@@ -40,7 +42,7 @@ def record(folder: Path, products: int, concurrency: int, rounds: int, seed: int
                           max_rounds=rounds, max_seconds=1e9)  # fmt: skip
     cell = f"cell[c{concurrency}]"
     with WorkerProcess(cwd=ROOT, name="A/B", env=worker_env()) as w:
-        for slot, p in (("a", BASE_PRODUCTS), ("b", products)):
+        for slot, p in (("a", base), ("b", products)):
             w.request(
                 "open",
                 timeout_s=300,
@@ -64,6 +66,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--products",
+        type=int,
+        default=BASE_PRODUCTS,
+        help="the model's matrix products per request",
+    )
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     folder = args.out / "suite"
@@ -76,10 +84,10 @@ def main() -> None:
         target = args.out / f"{i:03d}.npz"
         if target.exists():
             continue
-        products = round(BASE_PRODUCTS * (1 + slowdown))
+        products = round(args.products * (1 + slowdown))
         before = loadavg()
         with neighbour(busy):
-            got = record(folder, products, c, args.rounds, args.seed + i)
+            got = record(folder, products, c, args.rounds, args.seed + i, args.products)
         rs = got["rounds"]
         meta = {"concurrency": c, "slowdown": slowdown, "busy": busy, "seconds": got["seconds"],
                 "round_s": got["round_s"], "a_first": [r.a_first for r in rs],
