@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from perfguard.measure.memory import PeakMemory
+from perfguard.suite.loader import load_suite
 from tests.helpers.git_repos import run_git
 
 STATUS = "Name:\tpython\nVmPeak:\t  900000 kB\nVmHWM:\t  {hwm} kB\nVmRSS:\t  300000 kB\n"
@@ -69,6 +70,27 @@ def test_without_a_reset_a_section_has_no_figure(tmp_path: Path) -> None:
     memory.start()
     memory.section()
     assert memory.section_peak_mib() is None and memory.peak_mib() is None
+
+
+@pytest.mark.parametrize(
+    ("gate", "own", "memory"),
+    [
+        ('gate: {peak_memory: "+10%"}', True, ("peak_memory",)),
+        ('gate: {gpu_mem: "+10%"}', False, ("gpu_mem",)),  # reset per cell: no worker
+        ('gate: {p95: "+5%"}', False, ()),
+    ],
+)
+def test_only_a_peak_memory_gate_gets_a_worker_of_its_own(
+    tmp_path: Path, gate: str, own: bool, memory: tuple[str, ...]
+) -> None:
+    suite = tmp_path / "s.yaml"
+    suite.write_text(
+        "models:\n  m:\n    factory: mod:build\n    inputs: {x: {shape: [1, 8]}}\n"
+        f"scenarios:\n  - name: c\n    model: m\n    {gate}\n"
+    )
+    (scenario,) = load_suite(suite).scenarios
+    assert scenario.own_process is own
+    assert tuple(g.metric for g in scenario.memory_gates) == memory
 
 
 HOGS = textwrap.dedent(
