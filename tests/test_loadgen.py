@@ -10,6 +10,7 @@ anything a slow host produces.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -247,3 +248,68 @@ def test_closed_loop_clients_can_share_a_batching_server() -> None:
     batching = figures.load.batching
     assert batching is not None and batching.batches == log.calls.shape[0]
     assert sum(int(k) * v for k, v in batching.sizes.items()) == log.scheduled_ns.size
+
+
+# -- interleaved closed loop (same-run A/B of a load cell) ------------------------------
+def test_an_interleaved_closed_loop_alternates_each_client_between_the_two_sides() -> None:
+    served: list[tuple[str, int]] = []
+    lock = threading.Lock()
+
+    def tagged(name: str, seconds: float) -> Callable[[], None]:
+        def call() -> None:
+            with lock:
+                served.append((name, threading.get_ident()))
+            time.sleep(seconds)
+
+        return call
+
+    clients = 3
+    log = closed_loop(
+        [worker(tagged("a", 0.002)) for _ in range(clients)],
+        iterations=60,
+        seconds=0.1,
+        max_seconds=5,
+        alternate=[worker(tagged("b", 0.006)) for _ in range(clients)],
+        first=1,
+    )
+    assert log.side is not None and not log.errors and log.unserved == 0
+    # Each client thread alternates strictly, client k starting on side (k + first) % 2.
+    by_thread: dict[int, list[str]] = {}
+    for name, ident in served:
+        by_thread.setdefault(ident, []).append(name)
+    assert len(by_thread) == clients
+    starts = sorted(sides[0] for sides in by_thread.values())
+    assert starts == ["a", "b", "b"]  # clients 0 and 2 start on side 1 (b), client 1 on a
+    for sides in by_thread.values():
+        assert all(x != y for x, y in itertools.pairwise(sides))
+    # The log's sides are the calls' sides: side 1 (b) sleeps 6 ms, side 0 (a) 2 ms.
+    a, b = log.of_side(0), log.of_side(1)
+    assert a.scheduled_ns.size + b.scheduled_ns.size == log.scheduled_ns.size
+    assert abs(a.scheduled_ns.size - b.scheduled_ns.size) <= clients
+    assert int(np.min(b.end_ns - b.start_ns)) >= 6_000_000  # sleep never returns early
+    assert int(np.median(a.end_ns - a.start_ns)) < int(np.min(b.end_ns - b.start_ns))
+    # A side's calls are its own answered requests, on the level's window.
+    assert a.calls.shape == (a.scheduled_ns.size, 3) and a.window_ns == log.window_ns
+    assert set(a.side.tolist()) == {0} and set(b.side.tolist()) == {1}
+
+
+def test_an_ordinary_closed_loop_is_all_side_zero_and_an_interleaved_one_needs_pairs() -> None:
+    log = closed_loop([worker(sleeper(0.001))] * 2, iterations=10, seconds=0.02, max_seconds=5)
+    assert log.side is not None and set(log.side.tolist()) == {0}
+    assert log.of_side(1).scheduled_ns.size == 0
+    with pytest.raises(ValueError, match="one alternate worker per client"):
+        closed_loop(
+            [worker(sleeper(0.001))] * 2,
+            iterations=1,
+            seconds=0,
+            alternate=[worker(sleeper(0.001))],
+        )
+    with pytest.raises(ValueError, match="no batching"):
+        closed_loop(
+            [Worker({})],
+            iterations=1,
+            seconds=0,
+            batching=Batching(2, 0),
+            server_workers=[worker(sleeper(0.001), range(1, 3))],
+            alternate=[Worker({})],
+        )

@@ -103,3 +103,32 @@ def test_a_level_that_kept_up_is_not_called_saturated_but_a_backlog_is() -> None
         window_end=[2500],
     )
     assert kept_up(backlog) < 0.9
+
+
+def test_one_side_of_an_interleaved_level_has_the_throughput_of_its_own_latency() -> None:
+    # Two clients alternating: side 0 answers in 2 ms, side 1 in 6 ms. Each side got
+    # half the requests, so its count says nothing; its throughput is what 2 clients at
+    # its own mean latency give (Little's law): 2 / 2 ms = 1000/s and 2 / 6 ms = 333/s.
+    sides = [0, 1, 1, 0, 0, 1]
+    scheduled = [0, 0, 2, 6, 8, 10]
+    service = [2 if s == 0 else 6 for s in sides]
+    log = log_of(
+        scheduled=scheduled,
+        sent=scheduled,
+        start=scheduled,
+        end=[t + d for t, d in zip(scheduled, service, strict=True)],
+        window_end=[16],
+    )
+    log = LoadLog(**{**log.__dict__, "side": np.array(sides, dtype=np.int8)})
+    spec = LoadSpec(mode="closed", level=2)
+    fast = level_figures(log.of_side(0), spec, 1, interleaved=True)
+    slow = level_figures(log.of_side(1), spec, 1, interleaved=True)
+    assert fast.throughput == pytest.approx(1000.0) and slow.throughput == pytest.approx(2 / 0.006)
+    assert fast.load.throughput == fast.throughput and fast.load.requests == 3
+    assert sorted(slow.samples_ns.tolist()) == [6 * MS] * 3
+    # Counted on the shared window instead, both sides would read the same 187.5/s.
+    assert level_figures(log.of_side(0), spec, 1).throughput == pytest.approx(3 / 0.016)
+    with pytest.raises(ValueError, match="closed loop without batching"):
+        level_figures(log.of_side(0), LoadSpec(mode="open", level=100.0), 1, interleaved=True)
+    with pytest.raises(ValueError, match="not an interleaved level"):
+        LOG.of_side(0)

@@ -31,6 +31,11 @@ Design points:
 * Closed loop: N client threads call the model directly (no queue, no extra
   hop); with batching they submit to the same server as the open loop and wait
   for their answer.
+* Interleaved closed loop (same-run A/B, ``alternate=``): each client holds two
+  workers, one per side, and alternates between them request by request, client
+  ``k`` starting on side ``(k + first) % 2``; every request records its side. Both
+  sides then share one level's streams, its scheduler and its slow spells, which
+  is what lets a pairwise comparison of their tails cancel them.
 * The GIL switch interval is lowered to 0.5 ms while load runs so a model
   thread running Python code hands the GIL to the generator promptly; the
   garbage collector is off as in :mod:`perfguard.measure.timing`.
@@ -93,6 +98,8 @@ class LoadLog:
     ``window_ns`` is (start of the measured window, its end: the last answer or the
     cap). ``calls`` holds one ``(batch size, start, end)`` row per model call.
     ``hung`` counts workers or clients still inside a call after the grace period.
+    ``side`` is each request's side in an interleaved level (0 or 1; all 0 otherwise,
+    and None in logs built without it).
     """
 
     scheduled_ns: npt.NDArray[np.int64] = field(compare=False)
@@ -105,10 +112,38 @@ class LoadLog:
     errors: dict[str, int]
     window_ns: tuple[int, int]
     hung: int = 0
+    side: npt.NDArray[np.int8] | None = field(default=None, compare=False)
 
     @property
     def served(self) -> npt.NDArray[np.bool_]:
         return np.asarray(self.end_ns >= 0)
+
+    def of_side(self, side: int) -> LoadLog:
+        """The requests of one side of an interleaved closed loop, with the level's
+        window; its calls are those requests' own (one per answered request, as in any
+        closed loop without batching). Errors and hung clients belong to the level and
+        are kept whole (a failed request fails the comparison, whichever side it hit)."""
+        if self.side is None:
+            raise ValueError("this log has no sides: it was not an interleaved level")
+        keep = self.side == side
+        served = keep & (self.end_ns >= 0)
+        calls = np.stack(
+            [self.batch[served].astype(np.int64), self.start_ns[served], self.end_ns[served]],
+            axis=1,
+        )
+        return LoadLog(
+            scheduled_ns=self.scheduled_ns[keep],
+            sent_ns=self.sent_ns[keep],
+            start_ns=self.start_ns[keep],
+            end_ns=self.end_ns[keep],
+            batch=self.batch[keep],
+            failed=self.failed[keep],
+            calls=calls.reshape(-1, 3),
+            errors=dict(self.errors),
+            window_ns=self.window_ns,
+            hung=self.hung,
+            side=self.side[keep],
+        )
 
     @property
     def unserved(self) -> int:
@@ -116,10 +151,11 @@ class LoadLog:
 
 
 class _Request:
-    __slots__ = ("batch", "done", "end", "failed", "scheduled", "sent", "start")
+    __slots__ = ("batch", "done", "end", "failed", "scheduled", "sent", "side", "start")
 
-    def __init__(self, scheduled: int) -> None:
+    def __init__(self, scheduled: int, side: int = 0) -> None:
         self.scheduled = scheduled
+        self.side = side
         self.sent = -1
         self.start = -1
         self.end = -1
@@ -289,6 +325,7 @@ def _log(
         errors=dict(errors.counts),
         window_ns=window,
         hung=hung,
+        side=column("side", np.int8),
     )
 
 
@@ -351,6 +388,8 @@ def closed_loop(
     batching: Batching | None = None,
     server_workers: Sequence[Worker] = (),
     gc_generation: int = 2,
+    alternate: Sequence[Worker] = (),
+    first: int = 0,
 ) -> LoadLog:
     """N clients (one per entry of ``workers``), each sending when its last answer came.
 
@@ -359,9 +398,19 @@ def closed_loop(
     server of ``server_workers`` instead of calling their own worker (whose
     ``calls`` are then unused; pass ``Worker({})``). ``gc_generation``: as for
     :func:`open_loop`.
+
+    ``alternate`` (one worker per client, the other side's): an interleaved level.
+    Client ``k`` alternates between ``workers[k]`` (side 0) and ``alternate[k]``
+    (side 1), request by request, starting on side ``(k + first) % 2``; the log's
+    ``side`` says which side served each request. Not with ``batching``.
     """
     if not workers:
         raise ValueError("closed_loop needs at least one client")
+    if alternate and (len(alternate) != len(workers) or batching is not None):
+        raise ValueError(
+            f"an interleaved closed loop needs one alternate worker per client "
+            f"({len(workers)}; got {len(alternate)}) and no batching"
+        )
     clock = time.perf_counter_ns
     errors = _Errors()
     stop = threading.Event()
@@ -375,13 +424,17 @@ def closed_loop(
         def client(index: int) -> None:
             records = per_client[index]
             append = records.append
-            calls = workers[index].calls
-            sync = workers[index].synchronize
-            call = calls.get(1)
+            sides = (workers[index], alternate[index]) if alternate else (workers[index],)
+            # (call, synchronize) of each side; without ``alternate`` side 0 only.
+            served_by = [(w.calls.get(1), w.synchronize) for w in sides]
+            side = (index + first) % len(sides)
+            flip = len(sides) - 1  # 1: alternate sides, 0: stay on side 0
             is_set = stop.is_set
             start_barrier.wait()
             while not is_set():
-                request = _Request(clock())
+                call, sync = served_by[side]
+                request = _Request(clock(), side)
+                side ^= flip
                 request.sent = request.scheduled
                 if server is not None:
                     request.done = threading.Event()

@@ -15,7 +15,11 @@
 * **Rates**: asked (the schedule), sent (requests handed over per second of the
   sending span) and achieved (requests answered per second of the window).
 * **Throughput**: answered, non-failed requests x the request's batch per
-  second of the window.
+  second of the window. For one side of an interleaved closed loop (same-run A/B,
+  ``interleaved=True``) the alternation fixes each side's share of the requests, so
+  its count says nothing; its throughput is then that of the level's clients at this
+  side's own mean latency (Little's law: clients x batch / mean latency), which is
+  what a closed loop of that side alone gives.
 """
 
 from __future__ import annotations
@@ -58,8 +62,11 @@ def _summary(values: npt.NDArray[np.int64]) -> LatencySummary | None:
     return summarize(values) if values.size else None
 
 
-def level_figures(log: LoadLog, spec: LoadSpec, request_batch: int) -> LevelFigures:
-    """Turn a level's log into its figures (see the module docstring)."""
+def level_figures(
+    log: LoadLog, spec: LoadSpec, request_batch: int, *, interleaved: bool = False
+) -> LevelFigures:
+    """Turn a level's log into its figures (see the module docstring); ``interleaved``:
+    the log is one side of an interleaved closed loop (:meth:`LoadLog.of_side`)."""
     t0, t_end = log.window_ns
     answered = log.end_ns >= 0
     ok = answered & ~log.failed
@@ -89,6 +96,12 @@ def level_figures(log: LoadLog, spec: LoadSpec, request_batch: int) -> LevelFigu
     completed = int(np.count_nonzero(answered))
     failed = int(np.count_nonzero(answered & log.failed))
     throughput = int(np.count_nonzero(ok)) * request_batch / window_s
+    if interleaved:
+        if spec.mode != "closed" or spec.batching is not None:
+            raise ValueError("only a closed loop without batching is interleaved")
+        served_ns = (log.end_ns - log.scheduled_ns)[ok]
+        mean_s = float(np.mean(served_ns)) / _NS if served_ns.size else 0.0
+        throughput = int(spec.level) * request_batch / mean_s if mean_s > 0 else 0.0
     open_loop = spec.mode == "open"
     rate_sent = None
     if open_loop and sent.any():
