@@ -38,6 +38,7 @@ from perfguard.worker.isolate import IsolatedRun
 from perfguard.worker.protocol import check_reply, decode, encode, quote
 from perfguard.worker.serve import Server
 from perfguard.worker.signals import guarded
+from tests.helpers.models import SLEEPY_MODEL
 from tests.helpers.processes import gone
 from tests.helpers.suites import FAST_DEFAULTS
 
@@ -570,5 +571,52 @@ def test_load_ops_run_short_levels_of_a_load_cell(tmp_path: Path) -> None:
         assert bad["ok"] is False and "iterations=0" in bad["error"]["message"]
         single = _serve(server, {"v": 1, "id": 4, "op": "load_warmup", "slot": "b"})
         assert single["ok"] is False and "has no `load:`" in single["error"]["message"]
+    finally:
+        server.shutdown()
+
+
+def test_load_interleaved_shares_one_level_between_two_slots(tmp_path: Path) -> None:
+    """`load_interleaved`: one level whose clients alternate between two load cells,
+    each cell's own requests in its own reply (the slower model's on its side)."""
+    (tmp_path / "sleepers.py").write_text(SLEEPY_MODEL)
+    path = tmp_path / "load.yaml"
+    path.write_text(
+        FAST_DEFAULTS.replace("iterations: 30", "iterations: 100")
+        + "models:\n"
+        + "  fast: {factory: 'sleepers:sleepy', kwargs: {ms: 1}, inputs: {x: {shape: [1, 8]}}}\n"
+        + "  slow: {factory: 'sleepers:sleepy', kwargs: {ms: 4}, inputs: {x: {shape: [1, 8]}}}\n"
+        + "scenarios:\n  - {name: f, model: fast, load: {concurrency: 2}}\n"
+        + "  - {name: s, model: slow, load: {concurrency: 2}}\n"
+        + "  - name: o\n    model: fast\n    load: {rate: 100/s}\n"
+        + "    measure: {iterations: 100, seconds: 1}\n"
+    )
+    server = Server()
+    where = {"rootdir": str(tmp_path), "cache_dir": str(tmp_path / ".cache")}
+    try:
+        for slot, cell in (("a", "f[c2]"), ("b", "s[c2]"), ("o", "o[r100]")):
+            opened = _serve(
+                server,
+                {"v": 1, "id": 1, "op": "open", "slot": slot, "suite": str(path), "cell": cell}
+                | where,
+            )
+            assert opened["ok"] is True, opened
+        level = {"v": 1, "id": 2, "op": "load_interleaved", "seconds": 0.1, "iterations": 20}
+        reply = _serve(server, level | {"first": 1})
+        assert reply["ok"] is True, reply
+        fast, slow = reply["sides"]
+        assert fast["load"]["concurrency"] == 2 == slow["load"]["concurrency"]
+        assert len(fast["samples_ns"]) + len(slow["samples_ns"]) >= 20
+        assert abs(len(fast["samples_ns"]) - len(slow["samples_ns"])) <= 2
+        assert min(slow["samples_ns"]) >= 4_000_000  # a sleep never returns early
+        assert sorted(fast["samples_ns"])[len(fast["samples_ns"]) // 2] < min(slow["samples_ns"])
+        # Little's law: 2 clients at the slow side's latency can not exceed 2 / 4 ms.
+        assert 0 < slow["throughput"] <= 500.0 < fast["throughput"]
+        for bad, fragment in (
+            ({"first": 2}, "first=2"),
+            ({"first": 0, "slots": ["a", "a"]}, "two different slot names"),
+            ({"first": 0, "slots": ["a", "o"]}, "cannot interleave c2 with r100"),
+        ):
+            failed = _serve(server, level | bad)
+            assert failed["ok"] is False and fragment in failed["error"]["message"], failed
     finally:
         server.shutdown()

@@ -66,7 +66,14 @@ from perfguard.measure.loadstats import LevelFigures, level_figures
 from perfguard.measure.memory import PeakMemory
 from perfguard.models.inputs import make_inputs
 
-__all__ = ["LevelRun", "LoadCell", "LoadRunner", "kept_up", "measure_load"]
+__all__ = [
+    "LevelRun",
+    "LoadCell",
+    "LoadRunner",
+    "interleavable",
+    "kept_up",
+    "measure_load",
+]
 
 
 class LoadCell(Protocol):
@@ -97,6 +104,15 @@ class LevelRun:
     warmup_requests: int
     warmup_ns: int
     memory: LevelMemory | None = None
+
+
+def interleavable(spec: LoadSpec) -> bool:
+    """Whether two cells of this load spec can share one level, their requests
+    alternating on every stream (:meth:`LoadRunner.measure_interleaved`): a closed loop
+    without batching. An open loop's or a batching server's requests share a queue,
+    where each side's wait would depend on the other side's service times; those keep
+    whole levels per side."""
+    return spec.mode == "closed" and spec.batching is None
 
 
 def _tiled(feeds: Mapping[str, np.ndarray], k: int) -> dict[str, np.ndarray]:
@@ -269,6 +285,41 @@ class LoadRunner:
         log = self._pattern(spec, loop, seed_offset, gc_generation=gc_generation)
         self._check_hung(log, spec, "measurement")
         return level_figures(log, spec, self.run.batch), log
+
+    def measure_interleaved(
+        self,
+        other: LoadRunner,
+        loop: LoopSpec,
+        first: int = 0,
+        gc_generation: int = 1,
+    ) -> tuple[LevelFigures, LevelFigures]:
+        """One level shared with ``other``'s cell (no warm-up): each of the level's
+        clients alternates between this cell's worker and ``other``'s, request by
+        request, client ``k`` starting on ``(k + first) % 2`` (0: this cell). Each
+        side's figures from its own requests (its throughput by Little's law, see
+        :func:`perfguard.measure.loadstats.level_figures`). Same-run A/B's rounds of a
+        closed loop without batching (:func:`interleavable`); ``loop`` counts the
+        requests of both sides."""
+        spec = self.spec
+        if not interleavable(spec) or other.spec.level_id != spec.level_id:
+            raise ValueError(
+                f"cannot interleave {spec.level_id} with {other.spec.level_id}: both must "
+                "be the same closed loop without batching"
+            )
+        clients = int(spec.level)
+        log = closed_loop(
+            [self._worker(i) for i in range(clients)],
+            iterations=loop.iterations,
+            seconds=loop.seconds,
+            max_seconds=loop.max_seconds,
+            gc_generation=gc_generation,
+            alternate=[other._worker(i) for i in range(clients)],
+            first=first,
+        )
+        self._check_hung(log, spec, "measurement")
+        mine = level_figures(log.of_side(0), spec, self.run.batch, interleaved=True)
+        theirs = level_figures(log.of_side(1), spec, other.run.batch, interleaved=True)
+        return mine, theirs
 
     def level(self, spec: LoadSpec) -> LevelRun:
         """Warm up and measure one level (no SLO); raises ``LoadError`` on failures."""

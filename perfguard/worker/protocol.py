@@ -27,9 +27,10 @@ model's own exception, ``location`` its suite line. A worker of an older perfgua
 Non-finite floats travel as Python's ``json`` writes them (``NaN``, ``Infinity``):
 both ends are Python. Ops: ``hello``, ``open``, ``warmup``, ``measure``,
 ``loop``, ``check``, ``profile``, ``close``, ``bye``, and for a cell under ``load:``
-``load_warmup`` and ``load_level`` (one short level; same-run A/B alternates them between
-two slots). A worker of an older perfguard answers ``profile`` with an unknown-op error.
-See ``perfguard.worker.serve``.
+``load_warmup``, ``load_level`` (one short level; same-run A/B alternates them between
+two slots) and ``load_interleaved`` (one short level shared by two slots, their requests
+alternating on every client). A worker of an older perfguard answers ``profile`` with an
+unknown-op error. See ``perfguard.worker.serve``.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ MAIN_SLOT = "main"
 #: Every op a version-1 worker answers.
 OPS = (
     "hello", "open", "warmup", "measure", "pairs", "loop", "result", "check", "profile",
-    "close", "bye", "load_warmup", "load_level",
+    "close", "bye", "load_warmup", "load_level", "load_interleaved",
 )  # fmt: skip
 
 #: How much of an offending line an error message quotes.

@@ -39,6 +39,11 @@ Ops (fields of the request -> fields of the ``ok: true`` reply):
   corrected latencies), ``throughput``, ``load`` (``LoadFigures.to_dict()``): one
   short run of the cell's level, no warm-up (same-run A/B alternates these between
   slots ``a`` and ``b``).
+* ``load_interleaved`` ``seconds``, ``iterations``, ``first`` [, ``slots``: two slot
+  names, default ``["a", "b"]``] -> ``sides``: one ``load_level`` reply per slot, in
+  the order of ``slots``, from ONE level whose clients alternate between the two cells
+  request by request (same-run A/B of a closed loop without batching; client ``k``
+  starts on ``slots[(k + first) % 2]``; ``iterations`` counts both cells' requests).
 * ``close`` -> ``closed``; ``bye`` -> ``{}``, then the worker exits 0.
 """
 
@@ -63,6 +68,7 @@ from perfguard.core.errors import CellNotFound, Location, PerfguardError, Protoc
 from perfguard.core.scenario import LoopSpec, Scenario
 from perfguard.measure.cell import RunContext
 from perfguard.measure.load import LoadRunner
+from perfguard.measure.loadstats import LevelFigures
 from perfguard.measure.profile import PROFILE_REQUESTS, profile_session
 from perfguard.measure.runner import ScenarioRun, check_outputs, run_loop
 from perfguard.measure.timing import warm_up
@@ -151,6 +157,7 @@ class Server:
             "bye": self._bye,
             "load_warmup": self._load_warmup,
             "load_level": self._load_level,
+            "load_interleaved": self._load_interleaved,
         }
 
     # --- dispatch -----------------------------------------------------------
@@ -344,14 +351,7 @@ class Server:
                 expected="`order`: a non-empty list of booleans (true: slot a first)",
                 fix="send the pair orders from perfguard.ab.stats.pair_orders",
             )
-        names = request.get("slots", ["a", "b"])
-        if not (isinstance(names, list) and len(names) == 2 and names[0] != names[1]):
-            raise ProtocolError(
-                f"request `pairs` has slots={names!r}",
-                expected="`slots`: two different slot names",
-                fix='send `"slots": ["a", "b"]` or leave it out',
-            )
-        cells = [self._open_cell("pairs", {"op": "pairs", "slot": n}) for n in names]
+        cells = self._two_cells("pairs", request)
         clock = time.perf_counter_ns
         noop = _noop
         (call_a, sync_a), (call_b, sync_b) = ((c.call, c.sync or noop) for c in cells)
@@ -378,6 +378,19 @@ class Server:
                 gc.enable()
         return {"a_ns": a_ns, "b_ns": b_ns}
 
+    def _two_cells(self, op: str, request: dict[str, Any]) -> tuple[_Cell, _Cell]:
+        """The cells of the request's ``slots`` (two different names, default
+        ``["a", "b"]``), both open."""
+        names = request.get("slots", ["a", "b"])
+        if not (isinstance(names, list) and len(names) == 2 and names[0] != names[1]):
+            raise ProtocolError(
+                f"request `{op}` has slots={names!r}",
+                expected="`slots`: two different slot names",
+                fix='send `"slots": ["a", "b"]` or leave it out',
+            )
+        first, second = (self._open_cell(op, {"op": op, "slot": n}) for n in names)
+        return first, second
+
     def _load_warmup(self, request: dict[str, Any]) -> dict[str, Any]:
         """A load cell's cold start and warm-up at its own level (discarded)."""
         cell = self._open_cell("load_warmup", request)
@@ -400,11 +413,26 @@ class Server:
         offset = _field(request, "seed_offset", int, minimum=0)
         loop = LoopSpec(iterations, seconds, max(cell.scenario.measure.max_seconds, seconds))
         figures, _log = runner.measure_level(runner.spec, loop, offset, gc_generation=1)
-        return {
-            "samples_ns": [int(x) for x in figures.samples_ns],
-            "throughput": float(figures.throughput),
-            "load": figures.load.to_dict(),
-        }
+        return _level_reply(figures)
+
+    def _load_interleaved(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One short level shared by the cells of ``slots``: every client alternates
+        between them request by request (client ``k`` starts on ``slots[(k + first) %
+        2]``), ``seconds`` long and at least ``iterations`` requests of both together.
+        Each cell's corrected samples and figures, in the order of ``slots``."""
+        mine, other = self._two_cells("load_interleaved", request)
+        seconds = float(_field(request, "seconds", (int, float), minimum=0))
+        iterations = _field(request, "iterations", int, minimum=1)
+        first = _field(request, "first", int, minimum=0)
+        if first > 1:
+            raise ProtocolError(
+                f"request `load_interleaved` has first={first!r}",
+                expected="`first`: 0 (the first slot's side starts client 0) or 1",
+                fix="send 0 or 1",
+            )
+        loop = LoopSpec(iterations, seconds, max(mine.scenario.measure.max_seconds, seconds))
+        a, b = mine.load.measure_interleaved(other.load, loop, first)
+        return {"sides": [_level_reply(a), _level_reply(b)]}
 
     def _loop(self, request: dict[str, Any]) -> dict[str, Any]:
         cell = self._open_cell("loop", request)
@@ -484,6 +512,15 @@ def _bad_request(problem: str, line: bytes) -> ProtocolError:
         expected='{"v": 1, "id": <int>, "op": "<op>", ...} on one line',
         fix="send requests with perfguard.worker.client.WorkerProcess",
     )
+
+
+def _level_reply(figures: LevelFigures) -> dict[str, Any]:
+    """A load level's reply: its corrected samples, throughput and figures."""
+    return {
+        "samples_ns": [int(x) for x in figures.samples_ns],
+        "throughput": float(figures.throughput),
+        "load": figures.load.to_dict(),
+    }
 
 
 def _field(
