@@ -22,13 +22,14 @@ from perfguard.ab.rounds import (
     LoadRound,
     RoundPlan,
     ab_rounds,
+    alternating,
     judge_rounds,
     medians,
     order_text,
     pooled,
     run_rounds,
 )
-from perfguard.ab.run import ABConfig, ABRun, load_round_length
+from perfguard.ab.run import ABConfig, ABRun, Slot, load_round_length, run_load_rounds
 from perfguard.ab.stats import StoppingRule, conclusion, decide
 from perfguard.ab.worktree import BaseRef
 from perfguard.core import progress
@@ -79,7 +80,9 @@ def fake_levels(
 
 def test_rounds_alternate_with_a_balanced_recorded_order_and_the_same_schedule() -> None:
     calls: list[tuple[str, int]] = []
-    rounds, decisions, _ = run_rounds(fake_levels(1.0, 0.01, calls=calls), plan(), seed=3)
+    rounds, decisions, _ = run_rounds(
+        alternating(fake_levels(1.0, 0.01, calls=calls)), plan(), seed=3
+    )
     # Each round runs both sides once, back to back, the round index shared.
     assert [i for _, i in calls] == [r.index for r in rounds for _ in (0, 1)]
     assert all({calls[2 * k][0], calls[2 * k + 1][0]} == {"a", "b"} for k in range(len(rounds)))
@@ -87,14 +90,14 @@ def test_rounds_alternate_with_a_balanced_recorded_order_and_the_same_schedule()
     assert [calls[2 * k][0] == "a" for k in range(len(rounds))] == firsts
     assert abs(sum(firsts) - len(firsts) / 2) <= 1  # balanced in blocks of two
     assert order_text(rounds).split() == ["AB" if f else "BA" for f in firsts]
-    again, _, _ = run_rounds(fake_levels(1.0, 0.01), plan(), seed=3)
+    again, _, _ = run_rounds(alternating(fake_levels(1.0, 0.01)), plan(), seed=3)
     assert [r.a_first for r in again] == firsts  # seeded
     assert decisions["latency"].stop
 
 
 def test_a_three_times_slower_side_is_a_regression_that_stops_at_the_first_look() -> None:
     p = plan()
-    rounds, decisions, _ = run_rounds(fake_levels(3.0, 0.05), p, seed=1)
+    rounds, decisions, _ = run_rounds(alternating(fake_levels(3.0, 0.05)), p, seed=1)
     d = decisions["latency"]
     assert d.verdict is DecisionKind.REGRESSION and d.stop
     assert len(rounds) == p.latency.min_pairs  # the whole interval is beyond the limit
@@ -104,7 +107,9 @@ def test_a_three_times_slower_side_is_a_regression_that_stops_at_the_first_look(
 
 def test_unchanged_levels_under_shared_slow_spells_are_not_a_regression() -> None:
     for seed in range(5):
-        _, decisions, _ = run_rounds(fake_levels(1.0, 0.02, seed=seed), plan(), seed=seed)
+        _, decisions, _ = run_rounds(
+            alternating(fake_levels(1.0, 0.02, seed=seed)), plan(), seed=seed
+        )
         assert decisions["latency"].verdict is not DecisionKind.REGRESSION
 
 
@@ -130,7 +135,7 @@ def test_invalid_rounds_are_dropped_counted_and_the_round_cap_decides() -> None:
     def level(side: str, i: int) -> LevelSample:
         return sample(2.0, **(bad if side == "b" and i % 2 else {}))
 
-    rounds, decisions, _ = run_rounds(level, p)
+    rounds, decisions, _ = run_rounds(alternating(level), p)
     assert len(rounds) == 12
     assert sum(r.dropped is not None for r in rounds) == 6
     assert all(r.dropped == "B: the load generator fell behind" for r in rounds if r.dropped)
@@ -173,7 +178,7 @@ def test_round_ratio_is_the_median_round_figure_ratio_and_bounds_contain_it(
 def test_rounds_report_progress_between_rounds_and_a_final_event() -> None:
     events: list[progress.ProgressEvent] = []
     with progress.sink(events.append):
-        rounds, _, _ = run_rounds(fake_levels(3.0, 0.05), plan(), cell="m[c2]")
+        rounds, _, _ = run_rounds(alternating(fake_levels(3.0, 0.05)), plan(), cell="m[c2]")
     assert events and events[-1].final and events[-1].step == "A/B load rounds"
     assert events[-1].done == len(rounds) and events[-1].cell == "m[c2]"
     assert "99% lower bound" in events[-1].detail
@@ -240,7 +245,10 @@ def test_a_load_cell_three_times_slower_is_an_ab_regression(repo: pytest.Pyteste
     result = repo.runpytest("--perfguard", "-v", "--perfguard-ab=HEAD~1")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
-        [f"*P95 latency under load (corrected, median round) +*vs base {base[:7]} *rounds*"]
+        [
+            "*P95 latency under load (corrected, pooled over rounds) +*"
+            f"vs base {base[:7]} *rounds of 0.5 s interleaved load levels*"
+        ]
     )
     (verdict,) = comparison(repo.path)["verdicts"]
     assert verdict["mode"] == "ab" and verdict["verdict"] == "regression"
@@ -250,6 +258,12 @@ def test_a_load_cell_three_times_slower_is_an_ab_regression(repo: pytest.Pyteste
     assert "rounds" in ab["decision"]["reason"]
     assert ab["rounds"] and all(r["ratio"] > 1.0 for r in ab["rounds"])
     assert any(m.startswith("round order (seed 0): ") for m in verdict["messages"])
+    # A closed loop without batching: each round one level, both sides' requests
+    # alternating on its clients (a whole level per side would be "0.25 s load levels").
+    assert ab["levels"] == "interleaved"
+    assert "rounds of 0.5 s interleaved load levels" in verdict["messages"][0]
+    (html,) = (repo.path / "reports").glob("*/report.html")
+    assert "A&#39;s and B&#39;s requests alternating" in html.read_text()
     (path,) = (repo.path / "reports").glob("*/results.json")
     (cell,) = json.loads(path.read_text())["scenarios"]
     assert cell["load"]["concurrency"] == 2 and cell["runtime"]["ab_base"] == base
@@ -264,14 +278,21 @@ def test_an_unchanged_load_cell_passes_in_ab_and_an_slo_cell_stays_archived(
     slo = wide + (
         "  - name: search\n    model: sleepy\n"
         "    load: {concurrency: 1, slo: {p95_ms: 50, factor: 2, max: 2}}\n"
+        "  - name: poisson\n    model: sleepy\n    load: {rate: 100/s}\n"
+        "    measure: {iterations: 100, seconds: 1}\n"
     )
     commit(repo.path, 2.0, "model", suite=slo)
     commit(repo.path, 2.0, "same model", suite=slo + "# a comment\n")
     result = repo.runpytest("--perfguard", "-v", "--perfguard-ab=HEAD~1")
-    result.assert_outcomes(passed=3)
+    result.assert_outcomes(passed=4)
     verdicts = {v["scenario_id"]: v for v in comparison(repo.path)["verdicts"]}
     busy = verdicts["suites/s.yaml::busy[c2]"]
     assert busy["mode"] == "ab" and busy["verdict"] in ("unchanged", "improvement")
+    assert busy["ab"]["levels"] == "interleaved"
+    # An open loop's requests share a queue: whole levels of each side, one after the other.
+    poisson = verdicts["suites/s.yaml::poisson[r100]"]
+    assert poisson["mode"] == "ab" and poisson["ab"]["levels"] == "alternating"
+    assert "rounds of 0.5 s load levels" in poisson["messages"][0]
     assert verdicts["suites/s.yaml::search[c1]"]["mode"] == "ab"  # a fixed level
     search = verdicts["suites/s.yaml::search[slo]"]
     assert search["mode"] != "ab"
@@ -325,6 +346,35 @@ def test_the_load_verdict_states_each_figure_once_and_records_the_order(
     assert verdict.ab is not None and len(verdict.ab.rounds) == 13
 
 
+def test_interleaved_rounds_are_judged_on_the_percentile_pooled_over_their_requests(
+    tmp_path: Path,
+) -> None:
+    """Round P95s of 2 ms against 3 ms, but every round's requests pooled: what the
+    pooled rule compares (and what the message and figures say) is the P95 of all
+    requests of each side, here 2.0 ms against 3.0 ms."""
+    run, cell = ab_run(tmp_path), load_cell(tmp_path)
+    p = RoundPlan.make(
+        q=95.0, limit=0.05, throughput_limit=None, seconds=0.1, iterations=10, pooled=True
+    )
+    assert p.latency.q == 95.0 and p.latency.label == "P95 pooled over rounds"
+    rounds = [LoadRound(i, i % 2 == 0, sample(2.0), sample(3.0)) for i in range(12)]
+    decisions = judge_rounds(p, rounds, 3.0)
+    d = decisions["latency"]
+    assert d.verdict is DecisionKind.REGRESSION and d.ratio == pytest.approx(1.5, rel=0.02)
+    assert "P95 pooled over rounds" in d.reason
+    figures = medians(p, rounds)
+    pooled_a = np.concatenate([r.a.samples_ns for r in rounds])
+    assert figures["a"] == pytest.approx(float(np.sort(pooled_a)[int(np.ceil(0.95 * 720)) - 1]))
+    verdict = run._load_verdict(
+        cell, RunContext(tmp_path, tmp_path), p, rounds, decisions, 3.0, interleaved=True
+    )
+    first = verdict.messages[0]
+    assert first.startswith("P95 latency under load (corrected, pooled over rounds) +50.")
+    assert "12 rounds of 0.2 s interleaved load levels" in first
+    assert verdict.ab is not None and verdict.ab.levels == "interleaved"
+    assert "drawing whole rounds" in verdict.metrics[0].rule
+
+
 def test_no_usable_round_is_an_invalid_verdict_without_a_made_up_change(tmp_path: Path) -> None:
     run, cell = ab_run(tmp_path), load_cell(tmp_path)
     p = plan(max_rounds=10, min_rounds=8)
@@ -335,3 +385,71 @@ def test_no_usable_round_is_an_invalid_verdict_without_a_made_up_change(tmp_path
     message = verdict.messages[0]
     assert message.startswith("P95 latency under load (corrected, median round) (- -> -)")
     assert "reached max_rounds=10 with 10 dropped with only 0 rounds" in message
+
+
+def load_cells(tmp_path: Path, load: str, name: str = "s.yaml") -> dict[str, Scenario]:
+    path = tmp_path / name
+    path.write_text(
+        "defaults:\n  measure: {iterations: 100, seconds: 2}\n"
+        + 'models:\n  m: {factory: "x:y", inputs: {x: {shape: [1], dtype: float32}}}\n'
+        + f"scenarios:\n  - {{name: c, model: m, load: {load}}}\n"
+    )
+    return {sc.item_name: sc for sc in load_suite(path).scenarios}
+
+
+@pytest.mark.parametrize(
+    ("head", "base", "python", "expected"),
+    [
+        ("{concurrency: 2}", "{concurrency: 2}", None, True),
+        ("{concurrency: 2, sessions: per_worker}", "{concurrency: 2}", None, True),
+        # Two processes cannot share a level's clients.
+        ("{concurrency: 2}", "{concurrency: 2}", "/usr/bin/python3", False),
+        # A shared queue: each side's wait would hang on the other side's service.
+        ("{rate: 100/s}", "{rate: 100/s}", None, False),
+        (
+            "{concurrency: 2, batching: {max_batch: 2, max_wait_ms: 2}}",
+            "{concurrency: 2}",
+            None,
+            False,
+        ),
+        (
+            "{concurrency: 2}",
+            "{concurrency: 2, batching: {max_batch: 2, max_wait_ms: 2}}",
+            None,
+            False,
+        ),
+    ],
+)
+def test_which_load_cells_run_interleaved_levels(
+    tmp_path: Path, head: str, base: str, python: str | None, expected: bool
+) -> None:
+    (cell,) = load_cells(tmp_path, head).values()
+    run = ABRun(tmp_path, ABConfig(ref="HEAD~1", python=python))
+    (tmp_path / "base").mkdir()
+    (base_cell,) = load_cells(tmp_path / "base", base).values()
+    run.base_cells = lambda suite: {cell.item_name: base_cell}  # type: ignore[method-assign]
+    assert run.interleaves(cell) is expected
+
+
+def test_a_base_cell_missing_or_at_another_level_is_not_interleaved(tmp_path: Path) -> None:
+    (cell,) = load_cells(tmp_path, "{concurrency: 2}").values()
+    run = ABRun(tmp_path, ABConfig(ref="HEAD~1"))
+    run.base_cells = lambda suite: {}  # type: ignore[method-assign]
+    assert not run.interleaves(cell)
+    (tmp_path / "base").mkdir()
+    (other,) = load_cells(tmp_path / "base", "{concurrency: 4}").values()
+    run.base_cells = lambda suite: {cell.item_name: other}  # type: ignore[method-assign]
+    assert not run.interleaves(cell)
+
+
+def test_interleaved_rounds_need_both_sides_in_one_worker(tmp_path: Path) -> None:
+    (cell,) = load_cells(tmp_path, "{concurrency: 2}").values()
+    one, two = object(), object()
+    with pytest.raises(ValueError, match="both sides in one worker"):
+        run_load_rounds(
+            Slot(one, "a"),  # type: ignore[arg-type]
+            Slot(two, "b"),  # type: ignore[arg-type]
+            cell,
+            plan(),
+            interleaved=True,
+        )

@@ -1,20 +1,46 @@
-"""Same-run A/B of a cell under ``load:``: rounds of whole load levels, A and B alternated.
+"""Same-run A/B of a cell under ``load:``: rounds of load levels, A's and B's figures paired.
 
 A load level's figure (the corrected P95: latency from each request's *scheduled*
 send time, see :mod:`perfguard.measure.loadstats`) belongs to the whole level, not
-to one request, so request pairs cannot carry it. Instead each **round** runs one
-short level of the base (A) and one of the working tree (B), back to back on the
-same worker(s), in an order drawn per round (:func:`perfguard.ab.stats.pair_orders`:
-seeded, every two rounds one A-first and one B-first). Both sides of a round get the
-same arrival schedule (the same seed). A slow spell of the machine that lasts a
-round hits both of its levels, so it cancels in the round's ratio.
+to one request, so request pairs cannot carry it. Instead each **round** gives one
+figure per side, in one of two ways (the caller's ``play``):
 
-Each round gives one figure per side; the rounds are judged by the same sequential
-rule as request pairs (:func:`perfguard.ab.stats.decide`) with ``q=50``: the ratio
-of the two sides' median round figure, its 99% bounds from the paired bootstrap over
-rounds, interim looks every ``check_every`` rounds from ``min_rounds``, until the rule
-stops or a cap (``max_rounds``, ``max_seconds``) is reached. Too few usable rounds
-for a bound is ``undecided`` (the cell's verdict is then ``invalid``, with the reason).
+* **interleaved** (a closed loop without batching, both sides in one process:
+  :func:`perfguard.measure.load.interleavable`): ONE level of twice the length whose
+  clients alternate between A's and B's model request by request, so that both sides'
+  requests share the level's streams, scheduler and slow spells; each side's figure
+  comes from its own requests.
+* **alternating** (:func:`alternating`: open loops, batching, a side per process):
+  one short level of the base (A) and one of the working tree (B), back to back on the
+  same worker(s). Both get the same arrival schedule (the same seed); a slow spell of
+  the machine that lasts a round hits both of its levels and cancels in its ratio, a
+  shorter one does not.
+
+Either way the order is drawn per round (:func:`perfguard.ab.stats.pair_orders`:
+seeded, every two rounds one A-first and one B-first): which level runs first, or
+which side the first client starts on.
+
+The rounds are judged by the sequential rule of request pairs (the looks, bounds and
+stops of :func:`perfguard.ab.stats.decide`), on one of two figures (``RoundPlan.pooled``):
+
+* interleaved rounds: **the percentile pooled over every request of the usable
+  rounds** (:func:`perfguard.ab.stats.decide_pooled`), its 99% bounds from a bootstrap
+  that draws whole rounds, both sides of each together (a level's requests share its
+  slow spells). Every request counts, where one figure per round from some 80 requests
+  a side is noisy in a busy machine's tail;
+* alternating rounds: **the median of each round's own percentile** (``decide`` with
+  ``q=50`` on one figure per round and side). Pooled, a stall that hit one side's level
+  and not the other's would follow that side into the pooled tail and raise false
+  alarms (``tests/test_ab_pooled.py``); a median of rounds shrugs it off.
+
+Interleaving is what lets the pooled figure be trusted: a stall now hits both sides'
+requests alike. On a shared 2-core VM, recorded rounds replayed through both rules
+(``benchmarks/ab_load_rules-results.md``) gave both 0 false alarms and 19 of 20 +10%
+slowdowns caught on interleaved rounds, and the pooled rule stopped unchanged cells
+beside a busy neighbour in 12-14 rounds against the median rule's 20-26. Looks come
+every ``check_every`` rounds from ``min_rounds``, until the rule stops or a cap
+(``max_rounds``, ``max_seconds``) is reached. Too few usable rounds for a bound is
+``undecided`` (the cell's verdict is then ``invalid``, with the reason).
 
 Throughput is judged too when the cell gates ``throughput``: on the requests per
 second each round's level achieved (as time per request, so that "higher is worse"
@@ -37,7 +63,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from perfguard.ab.stats import StoppingRule, decide, pair_orders, progress_text
+from perfguard.ab.stats import StoppingRule, decide, decide_pooled, pair_orders, progress_text
 from perfguard.core import progress
 from perfguard.core.progress import Throttle
 from perfguard.core.stats import percentile
@@ -52,6 +78,7 @@ __all__ = [
     "LoadRound",
     "RoundPlan",
     "ab_rounds",
+    "alternating",
     "judge_rounds",
     "medians",
     "order_text",
@@ -106,7 +133,8 @@ class LevelSample:
 
 @dataclass(frozen=True)
 class LoadRound:
-    """Round ``index``: A's and B's level, ``a_first`` when A ran first."""
+    """Round ``index``: A's and B's level, ``a_first`` when A ran first (an interleaved
+    level: when A's requests started client 0)."""
 
     index: int
     a_first: bool
@@ -134,6 +162,7 @@ class RoundPlan:
     throughput: StoppingRule | None
     seconds: float
     iterations: int
+    pooled: bool = False
 
     @property
     def max_rounds(self) -> int:
@@ -153,11 +182,12 @@ class RoundPlan:
         max_rounds: int = LOAD_MAX_ROUNDS,
         check_every: int = LOAD_CHECK_EVERY,
         max_seconds: float = LOAD_MAX_SECONDS,
+        pooled: bool = False,
     ) -> RoundPlan:
-        def rule(lim: float, label: str) -> StoppingRule:
+        def rule(lim: float, label: str, percentile: float = 50.0) -> StoppingRule:
             return StoppingRule(
                 limit=lim,
-                q=50.0,
+                q=percentile,
                 min_pairs=min_rounds,
                 max_pairs=max_rounds,
                 check_every=check_every,
@@ -169,7 +199,11 @@ class RoundPlan:
 
         return cls(
             q=q,
-            latency=rule(limit, f"median round P{q:g}"),
+            latency=(
+                rule(limit, f"P{q:g} pooled over rounds", q)
+                if pooled
+                else rule(limit, f"median round P{q:g}")
+            ),
             throughput=(
                 rule(throughput_limit, "median round time per request (1/throughput)")
                 if throughput_limit is not None
@@ -177,6 +211,7 @@ class RoundPlan:
             ),
             seconds=seconds,
             iterations=iterations,
+            pooled=pooled,
         )
 
 
@@ -196,7 +231,18 @@ def judge_rounds(
     ...]}``. Throughput is compared as time per request (1/throughput): its ratio is
     A's throughput over B's, above 1 when B serves fewer requests per second."""
     a, b, ta, tb = _figures(plan, rounds)
-    out = {"latency": decide(plan.latency, a, b, elapsed_s, cap=cap)}
+    if plan.pooled:
+        used = [r for r in rounds if r.dropped is None]
+        latency = decide_pooled(
+            plan.latency,
+            [r.a.samples_ns for r in used],
+            [r.b.samples_ns for r in used],
+            elapsed_s,
+            cap=cap,
+        )
+    else:
+        latency = decide(plan.latency, a, b, elapsed_s, cap=cap)
+    out = {"latency": latency}
     if plan.throughput is not None:
         inv_a = 1.0 / np.asarray(ta, dtype=np.float64)
         inv_b = 1.0 / np.asarray(tb, dtype=np.float64)
@@ -204,16 +250,33 @@ def judge_rounds(
     return out
 
 
+#: One round: ``play(index, a_first)`` -> (A's level, B's level).
+Play = Callable[[int, bool], tuple[LevelSample, LevelSample]]
+
+
+def alternating(level: Callable[[str, int], LevelSample]) -> Play:
+    """Rounds of whole levels one after the other: ``level("a" | "b", round)`` for
+    each side, the first as the round's order says."""
+
+    def play(index: int, a_first: bool) -> tuple[LevelSample, LevelSample]:
+        first = level("a" if a_first else "b", index)
+        second = level("b" if a_first else "a", index)
+        return (first, second) if a_first else (second, first)
+
+    return play
+
+
 def run_rounds(
-    level: Callable[[str, int], LevelSample],
+    play: Play,
     plan: RoundPlan,
     *,
     seed: int = 0,
     cell: str = "",
     clock: Callable[[], float] = time.perf_counter,
 ) -> tuple[list[LoadRound], dict[str, Decision], float]:
-    """Alternate whole levels of A and B (``level("a" | "b", round)``) until every judged
-    figure's rule stops or a cap is reached; the rounds, the decisions, the seconds.
+    """Play rounds (``play(round, a_first)``: interleaved levels, or :func:`alternating`
+    whole levels) until every judged figure's rule stops or a cap is reached; the
+    rounds, the decisions, the seconds.
 
     Looks come every ``check_every`` usable rounds from ``min_rounds``, and at the
     caps. Progress (step ``A/B load rounds``) is reported between rounds, at most
@@ -227,9 +290,7 @@ def run_rounds(
     while True:
         i = len(rounds)
         a_first = bool(orders[i])
-        first = level("a" if a_first else "b", i)
-        second = level("b" if a_first else "a", i)
-        a, b = (first, second) if a_first else (second, first)
+        a, b = play(i, a_first)
         rounds.append(LoadRound(i, a_first, a, b))
         elapsed = clock() - start
         used = sum(1 for r in rounds if r.dropped is None)
@@ -296,14 +357,20 @@ def pooled(rounds: list[LoadRound], side: str) -> npt.NDArray[np.int64]:
 
 def medians(plan: RoundPlan, rounds: list[LoadRound]) -> dict[str, float]:
     """The figures the rule compared, per side: the median (nearest rank) round
-    percentile ``a``/``b`` (ns) and the throughput ``ta``/``tb`` whose time per request
-    is the median round's (/s). Empty without a usable round."""
+    percentile ``a``/``b`` (ns; with ``plan.pooled``, the percentile of every usable
+    round's requests) and the throughput ``ta``/``tb`` whose time per request is the
+    median round's (/s). Empty without a usable round."""
     a, b, ta, tb = _figures(plan, rounds)
     if a.size == 0:
         return {}
+    if plan.pooled:
+        fa = float(percentile(pooled(rounds, "a"), plan.q))
+        fb = float(percentile(pooled(rounds, "b"), plan.q))
+    else:
+        fa, fb = float(percentile(a, 50.0)), float(percentile(b, 50.0))
     return {
-        "a": float(percentile(a, 50.0)),
-        "b": float(percentile(b, 50.0)),
+        "a": fa,
+        "b": fb,
         "ta": 1.0 / float(percentile(1.0 / np.asarray(ta), 50.0)),
         "tb": 1.0 / float(percentile(1.0 / np.asarray(tb), 50.0)),
     }

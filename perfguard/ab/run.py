@@ -51,6 +51,7 @@ from perfguard.ab.rounds import (
     LoadRound,
     RoundPlan,
     ab_rounds,
+    alternating,
     medians,
     order_text,
     pooled,
@@ -68,7 +69,7 @@ from perfguard.ab.worktree import BaseRef, base_worktree, resolve_base
 from perfguard.baseline.git import repo_root, run_git
 from perfguard.core import progress
 from perfguard.core.blame import first_line
-from perfguard.core.errors import GitError, LoadError, SuiteError
+from perfguard.core.errors import GitError, LoadError, ProtocolError, SuiteError
 from perfguard.core.figures import RuntimeInfo
 from perfguard.core.loadfigures import LoadFigures
 from perfguard.core.paths import under_root
@@ -89,6 +90,7 @@ from perfguard.judge.verdict import (
     worst,
 )
 from perfguard.measure.cell import RunContext
+from perfguard.measure.load import interleavable
 from perfguard.measure.profile import PROFILE_REQUESTS
 from perfguard.suite.loader import load_suite
 from perfguard.worker.client import OPEN_TIMEOUT_S, WorkerProcess
@@ -263,10 +265,11 @@ def latency_gate(scenario: Scenario) -> tuple[str, float]:
     return metric, gate.limit if gate is not None else 0.05
 
 
-def load_plan(scenario: Scenario, seed: int = 0) -> RoundPlan:
+def load_plan(scenario: Scenario, seed: int = 0, interleaved: bool = False) -> RoundPlan:
     """The A/B rounds of a cell under load: its gated latency percentile and limit
     (:func:`latency_gate`), its relative ``throughput`` gate if it has one, and each
-    round's level length."""
+    side's level length; ``interleaved`` rounds judge the percentile pooled over their
+    requests (:mod:`perfguard.ab.rounds`)."""
     metric, limit = latency_gate(scenario)
     thr_gate = next((g for g in scenario.gates if g.metric == "throughput" and g.relative), None)
     seconds, iterations = load_round_length(scenario)
@@ -277,6 +280,7 @@ def load_plan(scenario: Scenario, seed: int = 0) -> RoundPlan:
         seconds=seconds,
         iterations=iterations,
         seed=seed,
+        pooled=interleaved,
     )
 
 
@@ -289,15 +293,29 @@ def run_load_rounds(
     seed: int = 0,
     base: str = "",
     open_limit_s: float = OPEN_TIMEOUT_S,
+    interleaved: bool = False,
 ) -> tuple[dict[str, dict[str, Any]], list[LoadRound], dict[str, Decision], float]:
-    """Both open load cells warmed up (``load_warmup``), then rounds of ``load_level``
-    requests until ``plan``'s rules stop: the warm-up replies, the rounds, the
-    decisions, the seconds. A level with failed requests raises ``LoadError``."""
-    level_timeout = REQUEST_TIMEOUT_S + 5.0 * max(plan.seconds, scenario.measure.max_seconds)
+    """Both open load cells warmed up (``load_warmup``), then rounds until ``plan``'s
+    rules stop: the warm-up replies, the rounds, the decisions, the seconds.
+
+    ``interleaved`` (both slots in one worker, a closed loop without batching:
+    :func:`perfguard.measure.load.interleavable`): each round is one ``load_interleaved``
+    level of twice the plan's length and requests, A's and B's requests alternating on
+    every client; else one ``load_level`` of each side (:func:`alternating`). A level
+    with failed requests raises ``LoadError``."""
+    if interleaved and a.worker is not b.worker:
+        raise ValueError("interleaved load rounds need both sides in one worker process")
+    level_timeout = REQUEST_TIMEOUT_S + 5.0 * max(2 * plan.seconds, scenario.measure.max_seconds)
     warm = {
         name: side.request("load_warmup", timeout_s=open_limit_s + scenario.warmup.max_seconds)
         for name, side in (("a", a), ("b", b))
     }
+
+    def checked(side: str, index: int, sample: LevelSample) -> LevelSample:
+        if sample.failed:
+            who = f"the base revision {base}".rstrip() if side == "a" else "the working tree"
+            raise _failed_level(scenario, who, index, sample)
+        return sample
 
     def level(side: str, index: int) -> LevelSample:
         reply = (a if side == "a" else b).request(
@@ -307,13 +325,31 @@ def run_load_rounds(
             iterations=plan.iterations,
             seed_offset=_ROUND_SEED_OFFSET + index,
         )
-        sample = LevelSample.from_reply(reply)
-        if sample.failed:
-            who = f"the base revision {base}".rstrip() if side == "a" else "the working tree"
-            raise _failed_level(scenario, who, index, sample)
-        return sample
+        return checked(side, index, LevelSample.from_reply(reply))
 
-    rounds, decisions, elapsed = run_rounds(level, plan, seed=seed, cell=scenario.item_name)
+    def together(index: int, a_first: bool) -> tuple[LevelSample, LevelSample]:
+        reply = a.worker.request(
+            "load_interleaved",
+            timeout_s=level_timeout,
+            slots=[a.slot, b.slot],
+            seconds=2 * plan.seconds,
+            iterations=2 * plan.iterations,
+            first=0 if a_first else 1,
+        )
+        sides = reply.get("sides")
+        if not (isinstance(sides, list) and len(sides) == 2):
+            raise ProtocolError(
+                f"`load_interleaved` answered sides={sides!r}",
+                expected="`sides`: two load level replies, A's then B's",
+                fix="run the A/B worker from this perfguard (it speaks the same protocol)",
+            )
+        return (
+            checked("a", index, LevelSample.from_reply(sides[0])),
+            checked("b", index, LevelSample.from_reply(sides[1])),
+        )
+
+    play = together if interleaved else alternating(level)
+    rounds, decisions, elapsed = run_rounds(play, plan, seed=seed, cell=scenario.item_name)
     return warm, rounds, decisions, elapsed
 
 
@@ -827,7 +863,8 @@ class ABRun:
         (:mod:`perfguard.ab.rounds`) until the rule stops; B's pooled figures as the
         result, the paired verdict on the rounds. A profile of a load cell is one
         stream of requests at concurrency 1 on each side (:meth:`_profile_sides`)."""
-        plan = load_plan(scenario, self.config.seed)
+        interleaved = self.interleaves(scenario)
+        plan = load_plan(scenario, self.config.seed, interleaved)
         with self._sides(scenario, ctx) as (a, b, opened):
             warm, rounds, decisions, elapsed = run_load_rounds(
                 a,
@@ -837,11 +874,31 @@ class ABRun:
                 seed=self.config.seed,
                 base=self.label,
                 open_limit_s=ctx.worker_open_limit_s,
+                interleaved=interleaved,
             )
             result = self._load_result(scenario, ctx, rounds, warm["b"], opened)
-            verdict = self._load_verdict(scenario, ctx, plan, rounds, decisions, elapsed)
+            verdict = self._load_verdict(
+                scenario, ctx, plan, rounds, decisions, elapsed, interleaved
+            )
             result, verdict = self._profile_sides(scenario, a, b, result, verdict, profile)
         return self._memory(scenario, ctx, result, verdict)
+
+    def interleaves(self, scenario: Scenario) -> bool:
+        """Whether a load cell's rounds are interleaved levels (A's and B's requests
+        alternating on every client of one level): both sides in one worker (no
+        ``--perfguard-ab-python``), and the base's cell and this one the same closed
+        loop without batching (:func:`perfguard.measure.load.interleavable`). Else
+        whole levels of each side, one after the other."""
+        if self.config.python or scenario.load is None or not interleavable(scenario.load):
+            return False
+        cells = self.base_cells(scenario.suite)
+        base = cells.get(scenario.item_name) if isinstance(cells, dict) else None
+        return (
+            base is not None
+            and base.load is not None
+            and interleavable(base.load)
+            and base.load.level_id == scenario.load.level_id
+        )
 
     def _load_result(
         self,
@@ -878,6 +935,7 @@ class ABRun:
         rounds: list[LoadRound],
         decisions: Mapping[str, Decision],
         elapsed: float,
+        interleaved: bool = False,
     ) -> ScenarioVerdict:
         assert self.base is not None
         figures = medians(plan, rounds)
@@ -885,11 +943,16 @@ class ABRun:
         name = metric.upper()
         d = decisions["latency"]
         used = sum(1 for r in rounds if r.dropped is None)
-        how = f"{d.pairs} rounds of {plan.seconds:g} s load levels"
+        how = (
+            f"{d.pairs} rounds of {2 * plan.seconds:g} s interleaved load levels"
+            if interleaved
+            else f"{d.pairs} rounds of {plan.seconds:g} s load levels"
+        )
         pa, pb = figures.get("a"), figures.get("b")
         bounds = (d.lo, d.hi) if d.lo is not None and d.hi is not None else None
+        figure = "pooled over rounds" if plan.pooled else "median round"
         message = self._message(
-            f"{name} latency under load (corrected, median round)",
+            f"{name} latency under load (corrected, {figure})",
             f"{pa / 1e6:.3f} ms" if pa is not None else "-",
             f"{pb / 1e6:.3f} ms" if pb is not None else "-",
             d.ratio,
@@ -903,8 +966,15 @@ class ABRun:
                 metric,
                 d.verdict.verdict,
                 message,
-                f"same-run A/B under load: ratio of the median round {name}s (corrected) "
-                "beyond the limit and its 99% paired-bootstrap bound over rounds beyond 1",
+                (
+                    f"same-run A/B under load: ratio of the {name}s of every request of the "
+                    "rounds (corrected) beyond the limit and its 99% bound from a bootstrap "
+                    "drawing whole rounds beyond 1"
+                    if plan.pooled
+                    else f"same-run A/B under load: ratio of the median round {name}s "
+                    "(corrected) beyond the limit and its 99% paired-bootstrap bound over "
+                    "rounds beyond 1"
+                ),
                 values=(pa, pb),
                 ratio=d.ratio,
                 bounds=(d.lo, d.hi),
@@ -973,6 +1043,7 @@ class ABRun:
                 samples_a_ns=tuple(int(x) for x in pooled(rounds, "a")),
                 throughput_a=throughput_a,
                 load_a=load_a or None,
+                levels="interleaved" if interleaved else "alternating",
             ),
         )
 

@@ -75,27 +75,27 @@ alarms in A/A at +5% (median 300 pairs) and 0/100 at +2% (1000); +10% was caught
 spells on B alone, as two separate runs risk, the same A/A data gave 47/100
 false regressions. Real-machine figures: ``benchmarks/verdicts-ab-results.md``.
 
-Rounds instead of pairs. A cell under ``load:`` is compared in *rounds*: each
-round runs one short load level of A and one of B (order randomised as for pairs),
-and each side's round gives one figure (its corrected P95). The same rule applies
-to those round pairs with ``q=50`` (the ratio of the two sides' median round
-figure, bounded by the same paired bootstrap over rounds) and
-``unit="rounds"``; ``samples_needed(50, 0.99)`` = 7 rounds for any bound. See
-:mod:`perfguard.ab.rounds`.
+Rounds instead of pairs. A cell under ``load:`` is compared in *rounds*: each round
+gives each side one level's requests (one level both sides share, or one short level
+of each; see :mod:`perfguard.ab.rounds`), order randomised as for pairs. Rounds of
+whole levels one after the other are judged on one figure per side and round (its
+corrected P95), by the same rule with ``q=50`` (the ratio of the two sides' median
+round figure, bounded by the same paired bootstrap over rounds) and
+``unit="rounds"``; ``samples_needed(50, 0.99)`` = 7 rounds for any bound.
 
-*Pooled rounds* (``decide_pooled``), a candidate rule for load rounds that the gate
-does not use yet: the ratio of the two sides' percentile over every request of the
-rounds so far, its bounds from a *cluster* bootstrap (each replicate draws whole
-rounds with replacement and takes both sides of every drawn round, with all their
-requests, since the requests of one level share its slow spells). A replicate is
-never built: its percentile is read off each side's pooled sorted samples weighted
-by how often each round was drawn. Replayed on recorded rounds
-(``benchmarks/ab_load_rules-results.md``) it caught 18 of 24 +10% slowdowns against
-the median round rule's 16 (within the noise of 24 cells) and stopped sooner; but on
-synthetic rounds where a stall hits one side's level now and then
-(``tests/test_ab_pooled.py``) it raised false alarms the median rule does not (a
-pooled P95 follows how many stalled levels each side drew) and caught fewer, so the
-gate keeps the median round rule.
+*Pooled rounds* (``decide_pooled``), the rule of interleaved rounds (one level both
+sides share): the ratio of the two sides' percentile over every request of the rounds
+so far, its bounds from a *cluster* bootstrap (each replicate draws whole rounds with
+replacement and takes both sides of every drawn round, with all their requests, since
+the requests of one level share its slow spells). A replicate is never built: its
+percentile is read off each side's pooled sorted samples weighted by how often each
+round was drawn. On rounds of whole levels one after the other it is not used: where
+a stall hits one side's level now and then (``tests/test_ab_pooled.py``) it raises
+false alarms the median rule does not (a pooled P95 follows how many stalled levels
+each side drew). In an interleaved level a stall hits both sides alike; replayed on
+recorded interleaved rounds (``benchmarks/ab_load_rules-results.md``) it matched the
+median rule's false alarms and detection and stopped unchanged cells beside a busy
+neighbour sooner.
 
 "undecided" is only ever the verdict when there are too few pairs for any
 bound: fewer than ``samples_needed(q, confidence)`` (90 for P95 at 99%; see

@@ -136,7 +136,10 @@ class ABDetail:
     (and out of the JSON) for other cells and in files written before them. A profiled
     cell keeps the base side's operator profile (``profile_a``), taken in the worker
     that measured it: what the working tree's profile is diffed against; absent (and
-    out of the JSON) when the base side was not profiled."""
+    out of the JSON) when the base side was not profiled. A cell under load says how its
+    rounds ran (``levels``): ``interleaved`` (one level per round, A's and B's requests
+    alternating on every client) or ``alternating`` (a whole level of each side, one
+    after the other); absent for request pairs and in files written before it."""
 
     base: str
     base_how: str
@@ -147,6 +150,7 @@ class ABDetail:
     throughput_a: float | None = None
     load_a: Mapping[str, Any] | None = None
     profile_a: OperatorProfile | None = None
+    levels: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -163,6 +167,8 @@ class ABDetail:
             out["load_a"] = dict(self.load_a)
         if self.profile_a is not None:
             out["profile_a"] = self.profile_a.to_dict()
+        if self.levels is not None:
+            out["levels"] = self.levels
         return out
 
     @classmethod
@@ -179,6 +185,7 @@ class ABDetail:
             profile_a=(
                 OperatorProfile.from_dict(data["profile_a"]) if data.get("profile_a") else None
             ),
+            levels=data.get("levels"),
         )
 
 

@@ -1,8 +1,9 @@
 """How one cell is measured and judged: which of the three paths, and its accuracy.
 
 * same-run A/B (``--perfguard-ab``): the base revision's worker and this tree's,
-  interleaved request by request (a cell under load: in alternating rounds of whole
-  load levels), judged on the paired comparison;
+  interleaved request by request (a cell under load: in rounds of load levels, each
+  shared by both sides' requests where it can be, see :mod:`perfguard.ab.rounds`),
+  judged on the paired comparison;
 * an isolated worker process (``--perfguard-isolate``, ``isolate: true``, or a cell
   that gates ``peak_memory``: ``Scenario.own_process``): a crash fails only that cell,
   and its peak memory is its own;

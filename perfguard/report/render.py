@@ -400,18 +400,18 @@ def _ab_facts(verdict: ScenarioVerdict | None) -> list[tuple[str, str]]:
         return []
     ab = verdict.ab
     shown = ", ".join(f"{r.round}: {r.ratio:.3f}" for r in ab.rounds[:30])
-    # A load cell's round is one short load level per side (``pairs`` 1 each).
-    levels = bool(ab.rounds) and all(r.pairs == 1 for r in ab.rounds)
-    how, unit = (
-        ("in alternating rounds of whole load levels", "rounds")
-        if levels
-        else ("interleaved request by request", "pairs")
-    )
-    per_round = (
-        "one load level per side"
-        if levels
-        else (f"{ab.rounds[0].pairs} pairs" if ab.rounds else "-")
-    )
+    # A load cell's round is one short load level per side (``pairs`` 1 each), or one
+    # level both sides shared (``levels: interleaved``).
+    levels = ab.levels is not None or (bool(ab.rounds) and all(r.pairs == 1 for r in ab.rounds))
+    if ab.levels == "interleaved":
+        how, unit = "in rounds of one load level each, A's and B's requests alternating", "rounds"
+        per_round = "one shared load level"
+    elif levels:
+        how, unit = "in alternating rounds of whole load levels", "rounds"
+        per_round = "one load level per side"
+    else:
+        how, unit = "interleaved request by request", "pairs"
+        per_round = f"{ab.rounds[0].pairs} pairs" if ab.rounds else "-"
     return [
         (
             "same-run A/B",
