@@ -1,8 +1,9 @@
 """Same-run A/B of a cell under load: false alarms and detection, quiet and busy.
 
 ``python benchmarks/ab_load.py`` (``--quick``: a smoke test). The cell is a closed
-loop of 2 clients on a small CPU model whose cost is a count of 96x96 float32 matrix
-products per request (100, about 5 ms) (torch, 1 thread: real work that slows down with the host).
+loop of 2 clients (``--concurrency 2 4``: each of those) on a small CPU model whose cost
+is a count of 96x96 float32 matrix products per request (100, about 5 ms) (torch, 1
+thread: real work that slows down with the host).
 Conditions, shuffled together in one schedule:
 
 * **unchanged**: A and B the same model (every regression verdict is a false alarm);
@@ -13,15 +14,17 @@ each **quiet** or **busy**: for a busy cell the script starts one neighbour proc
 
 Each cell is measured as ``--perfguard-ab`` measures it: both cells open in slots
 ``a`` and ``b`` of one fresh worker process (``perfguard.worker``), warmed up at
-their level, then rounds of short levels of each, in random order, judged by
-``perfguard.ab.rounds`` at the default +5% P95 limit (``perfguard.ab.run.load_plan``,
-``run_load_rounds``). Then a **plain load run** of B (the ``result`` op: warm-up and
-one level of ``measure.seconds``, as the plugin measures a load cell outside A/B)
-gives the time to compare with. Times exclude the worker's start-up and the
-model's first open.
+their level, then rounds judged by ``perfguard.ab.rounds`` at the default +5% P95 limit
+(``perfguard.ab.run.load_plan``, ``run_load_rounds``): ``--levels interleaved`` (the
+default since issue 26: one level per round, A's and B's requests alternating on every
+client) or ``alternating`` (a whole level of each side, one after the other: the rule
+before). Then a **plain load run** of B (the ``result`` op: warm-up and one level of
+``measure.seconds``, as the plugin measures a load cell outside A/B) gives the time to
+compare with (``--plain-every N``: for every N-th cell only). Times exclude the
+worker's start-up and the model's first open.
 
-Writes ``benchmarks/ab_load-results.md`` (``--quick``: under ``.perfguard/``), with
-``/proc/loadavg`` before and after: the machine is shared.
+Writes ``benchmarks/ab_load-results.md`` (``--out``; ``--quick``: under
+``.perfguard/``), with ``/proc/loadavg`` before and after: the machine is shared.
 """
 
 from __future__ import annotations
@@ -117,21 +120,26 @@ def neighbour(busy: bool, settle_s: float = 0.0) -> Iterator[None]:
         proc.wait()
 
 
-def open_cell(w: WorkerProcess, folder: Path, products: int, slot: str) -> None:
-    w.request("open", timeout_s=300, slot=slot, suite=str(suite(folder, products)), cell=CELL,
-              rootdir=str(folder), cache_dir=str(ROOT / ".perfguard" / "cache"))  # fmt: skip
+def open_cell(
+    w: WorkerProcess, folder: Path, products: int, slot: str, concurrency: int = 2
+) -> None:
+    w.request("open", timeout_s=300, slot=slot, suite=str(suite(folder, products, concurrency)),
+              cell=f"cell[c{concurrency}]", rootdir=str(folder),
+              cache_dir=str(ROOT / ".perfguard" / "cache"))  # fmt: skip
 
 
-def ab(folder: Path, products: int, seed: int) -> dict[str, Any]:
+def ab(
+    folder: Path, products: int, seed: int, concurrency: int = 2, interleaved: bool = True
+) -> dict[str, Any]:
     """As ``--perfguard-ab`` does: both cells in slots of one worker, rounds of levels."""
-    scenario = load_suite(suite(folder, products)).scenarios[0]
-    plan = load_plan(scenario, seed)
+    scenario = load_suite(suite(folder, products, concurrency)).scenarios[0]
+    plan = load_plan(scenario, seed, interleaved)
     with WorkerProcess(cwd=ROOT, name="A/B", env=worker_env()) as w:
-        open_cell(w, folder, BASE_PRODUCTS, "a")
-        open_cell(w, folder, products, "b")
+        open_cell(w, folder, BASE_PRODUCTS, "a", concurrency)
+        open_cell(w, folder, products, "b", concurrency)
         t0 = time.perf_counter()
         _warm, rounds, decisions, _elapsed = run_load_rounds(
-            Slot(w, "a"), Slot(w, "b"), scenario, plan, seed=seed
+            Slot(w, "a"), Slot(w, "b"), scenario, plan, seed=seed, interleaved=interleaved
         )
         d = decisions["latency"]
         return {
@@ -145,10 +153,10 @@ def ab(folder: Path, products: int, seed: int) -> dict[str, Any]:
         }
 
 
-def plain(folder: Path, products: int) -> float:
+def plain(folder: Path, products: int, concurrency: int = 2) -> float:
     """A plain load run of the cell (warm-up and one level): its seconds."""
     with WorkerProcess(cwd=ROOT, name="plain", env=worker_env()) as w:
-        open_cell(w, folder, products, "main")
+        open_cell(w, folder, products, "main", concurrency)
         t0 = time.perf_counter()
         w.request("result", timeout_s=600)
         return time.perf_counter() - t0
@@ -160,6 +168,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--plus10", type=int, default=10, help="cells per quiet/busy")
     parser.add_argument("--plus20", type=int, default=5, help="cells per quiet/busy")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[2])
+    parser.add_argument("--levels", choices=("interleaved", "alternating"), default="interleaved")
+    parser.add_argument("--plain-every", type=int, default=1, help="a plain run every N cells")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -173,7 +184,8 @@ def main(argv: list[str] | None = None) -> None:
     folder = Path(tempfile.mkdtemp(prefix="perfguard-ab-load-bench-"))
     (folder / "load_model.py").write_text(MODEL)
     conditions = [
-        (slowdown, busy)
+        (concurrency, slowdown, busy)
+        for concurrency in args.concurrency
         for busy in (False, True)
         for slowdown, count in ((0.0, args.unchanged), (0.10, args.plus10), (0.20, args.plus20))
         for _ in range(count)
@@ -183,16 +195,22 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     rows: list[dict[str, Any]] = []
     try:
-        for i, (slowdown, busy) in enumerate(conditions, 1):
+        for i, (concurrency, slowdown, busy) in enumerate(conditions, 1):
             products = round(BASE_PRODUCTS * (1 + slowdown))
+            interleaved = args.levels == "interleaved"
             with neighbour(busy):
-                same = ab(folder, products, seed=args.seed + i)
-                plain_s = plain(folder, products)
-            rows.append({"slowdown": slowdown, "busy": busy, "plain_s": plain_s, **same})
+                same = ab(folder, products, args.seed + i, concurrency, interleaved)
+                plain_s = (
+                    plain(folder, products, concurrency) if i % args.plain_every == 0 else None
+                )
+            rows.append({"concurrency": concurrency, "slowdown": slowdown, "busy": busy,
+                         "plain_s": plain_s, **same})  # fmt: skip
+            shown = f"{plain_s:.1f} s" if plain_s is not None else "-"
             print(
-                f"cell {i}/{len(conditions)} +{slowdown:.0%} {'busy' if busy else 'quiet'}: "
-                f"{same['verdict']} (ratio {same['ratio'] or float('nan'):.3f}, "
-                f"{same['rounds']} rounds, {same['seconds']:.1f} s vs plain {plain_s:.1f} s)",
+                f"cell {i}/{len(conditions)} c{concurrency} +{slowdown:.0%} "
+                f"{'busy' if busy else 'quiet'}: {same['verdict']} "
+                f"(ratio {same['ratio'] or float('nan'):.3f}, {same['rounds']} rounds, "
+                f"{same['seconds']:.1f} s vs plain {shown})",
                 file=sys.stderr,
                 flush=True,
             )
@@ -213,44 +231,54 @@ def report(rows: list[dict[str, Any]], args: Any, before: str, after: str, elaps
         values = sorted(values)
         return values[len(values) // 2] if values else float("nan")
 
+    concurrencies = " ".join(str(c) for c in args.concurrency)
     lines = [
         "# Same-run A/B of a cell under load: false alarms and detection",
         "",
         f"`python benchmarks/ab_load.py --unchanged {args.unchanged} --plus10 {args.plus10} "
-        f"--plus20 {args.plus20} --seed {args.seed}`: {len(rows)} cells, "
+        f"--plus20 {args.plus20} --seed {args.seed} --concurrency {concurrencies} "
+        f"--levels {args.levels} --plain-every {args.plain_every}`: {len(rows)} cells, "
         f"{elapsed / 60:.1f} min in all.",
         "",
-        f"Cell: closed loop, 2 clients, a model of {BASE_PRODUCTS} 96x96 matrix products per "
-        f"request (torch, 1 thread); +10% / +20%: {round(BASE_PRODUCTS * 1.1)} / "
+        f"Cell: closed loop of 2 or 4 clients, a model of {BASE_PRODUCTS} 96x96 matrix "
+        f"products per request (torch, 1 thread); +10% / +20%: {round(BASE_PRODUCTS * 1.1)} / "
         f"{round(BASE_PRODUCTS * 1.2)} products. Gate: P95 +5% (corrected), "
-        'rounds judged by `perfguard.ab.rounds`. Busy: one `python -c "while True: pass"` '
-        "neighbour for the length of the cell.",
+        f"rounds of {args.levels} levels judged by `perfguard.ab.rounds`. Busy: one "
+        '`python -c "while True: pass"` neighbour for the length of the cell.',
         "",
         f"Machine load (`/proc/loadavg`) before: `{before}`; after: `{after}` "
         "(a 2-core machine shared with other jobs).",
         "",
-        "| condition | cells | regression verdicts | unchanged | invalid (undecided) | "
-        "median rounds | median A/B s | median plain s | A/B / plain |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| concurrency | condition | cells | regression verdicts | unchanged | "
+        "invalid (undecided) | median rounds | median A/B s | median plain s | A/B / plain |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for busy in (False, True):
-        for slowdown in (0.0, 0.10, 0.20):
-            group = [r for r in rows if r["slowdown"] == slowdown and r["busy"] == busy]
-            if not group:
-                continue
-            n = len(group)
-            alarms = sum(r["verdict"] == "regression" for r in group)
-            calm = sum(r["verdict"] in ("unchanged", "improvement") for r in group)
-            undecided = sum(r["verdict"] == "undecided" for r in group)
-            what = "false alarms" if slowdown == 0 else "caught"
-            ab_s = median([r["seconds"] for r in group])
-            plain_s = median([r["plain_s"] for r in group])
-            lines.append(
-                f"| {'+' + format(slowdown, '.0%') if slowdown else 'unchanged'}, "
-                f"{'busy' if busy else 'quiet'} | {n} | {what} {alarms}/{n} | {calm}/{n} | "
-                f"{undecided}/{n} | {median([r['rounds'] for r in group]):.0f} | {ab_s:.1f} | "
-                f"{plain_s:.1f} | {ab_s / plain_s:.1f}x |"
-            )
+    for concurrency in args.concurrency:
+        for busy in (False, True):
+            for slowdown in (0.0, 0.10, 0.20):
+                group = [
+                    r
+                    for r in rows
+                    if r["slowdown"] == slowdown
+                    and r["busy"] == busy
+                    and r.get("concurrency", 2) == concurrency
+                ]
+                if not group:
+                    continue
+                n = len(group)
+                alarms = sum(r["verdict"] == "regression" for r in group)
+                calm = sum(r["verdict"] in ("unchanged", "improvement") for r in group)
+                undecided = sum(r["verdict"] == "undecided" for r in group)
+                what = "false alarms" if slowdown == 0 else "caught"
+                ab_s = median([r["seconds"] for r in group])
+                plain_s = median([r["plain_s"] for r in group if r["plain_s"] is not None])
+                lines.append(
+                    f"| {concurrency} | "
+                    f"{'+' + format(slowdown, '.0%') if slowdown else 'unchanged'}, "
+                    f"{'busy' if busy else 'quiet'} | {n} | {what} {alarms}/{n} | {calm}/{n} | "
+                    f"{undecided}/{n} | {median([r['rounds'] for r in group]):.0f} | "
+                    f"{ab_s:.1f} | {plain_s:.1f} | {ab_s / plain_s:.1f}x |"
+                )
     lines += [
         "",
         "Times: from the A/B cells' warm-up to the verdict, against a plain load run's "
@@ -259,15 +287,17 @@ def report(rows: list[dict[str, Any]], args: Any, before: str, after: str, elaps
         "",
         "## Every cell",
         "",
-        "| # | condition | verdict | ratio | 99% lower bound | rounds | A/B s | plain s |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| # | c | condition | verdict | ratio | 99% lower bound | rounds | A/B s | plain s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for i, r in enumerate(rows, 1):
         lo = f"{(r['lo'] - 1) * 100:+.1f}%" if r["lo"] is not None else "-"
         ratio = f"{r['ratio']:.3f}" if r["ratio"] is not None else "-"
+        plain_s = f"{r['plain_s']:.1f}" if r["plain_s"] is not None else "-"
         lines.append(
-            f"| {i} | +{r['slowdown']:.0%} {'busy' if r['busy'] else 'quiet'} | {r['verdict']} "
-            f"| {ratio} | {lo} | {r['rounds']} | {r['seconds']:.1f} | {r['plain_s']:.1f} |"
+            f"| {i} | {r.get('concurrency', 2)} | +{r['slowdown']:.0%} "
+            f"{'busy' if r['busy'] else 'quiet'} | {r['verdict']} "
+            f"| {ratio} | {lo} | {r['rounds']} | {r['seconds']:.1f} | {plain_s} |"
         )
     return "\n".join(lines) + "\n"
 

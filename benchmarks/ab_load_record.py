@@ -3,7 +3,8 @@
 ``python benchmarks/ab_load_record.py --out DIR`` runs, for each condition
 (concurrency 2 and 4; unchanged and +10%; quiet and busy), cells of
 ``--rounds`` A/B rounds with no early stop, as ``--perfguard-ab`` measures them
-(one worker, slots ``a`` and ``b``, ``perfguard.ab.run.run_load_rounds``), and
+(one worker, slots ``a`` and ``b``, ``perfguard.ab.run.run_load_rounds``; ``--levels``
+``interleaved``, the default since issue 26, or ``alternating``, the rounds before), and
 writes every round's corrected samples of both sides to ``DIR/<n>.npz``. The
 model and busy neighbour are those of ``benchmarks/ab_load.py``.
 ``benchmarks/ab_load_rules.py`` replays the recordings through each candidate rule.
@@ -32,7 +33,13 @@ from perfguard.worker.client import WorkerProcess
 
 
 def record(
-    folder: Path, products: int, concurrency: int, rounds: int, seed: int, base: int = BASE_PRODUCTS
+    folder: Path,
+    products: int,
+    concurrency: int,
+    rounds: int,
+    seed: int,
+    base: int = BASE_PRODUCTS,
+    interleaved: bool = True,
 ) -> dict:
     path = suite(folder, products, concurrency)
     scenario = load_suite(path).scenarios[0]
@@ -54,7 +61,7 @@ def record(
             )
         t0 = time.perf_counter()
         _warm, got, _decisions, _elapsed = run_load_rounds(
-            Slot(w, "a"), Slot(w, "b"), scenario, plan, seed=seed
+            Slot(w, "a"), Slot(w, "b"), scenario, plan, seed=seed, interleaved=interleaved
         )
         return {"rounds": got, "seconds": time.perf_counter() - t0, "round_s": seconds}
 
@@ -66,6 +73,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--levels", choices=("interleaved", "alternating"), default="interleaved")
     ap.add_argument(
         "--products",
         type=int,
@@ -87,9 +95,11 @@ def main() -> None:
         products = round(args.products * (1 + slowdown))
         before = loadavg()
         with neighbour(busy):
-            got = record(folder, products, c, args.rounds, args.seed + i, args.products)
+            got = record(folder, products, c, args.rounds, args.seed + i, args.products,
+                         interleaved=args.levels == "interleaved")  # fmt: skip
         rs = got["rounds"]
         meta = {"concurrency": c, "slowdown": slowdown, "busy": busy, "seconds": got["seconds"],
+                "levels": args.levels,
                 "round_s": got["round_s"], "a_first": [r.a_first for r in rs],
                 "loadavg": [before, loadavg()],
                 "dropped": [r.dropped for r in rs]}  # fmt: skip

@@ -11,10 +11,20 @@ only in how they judge them. Rules:
 * ``pooled``: P95 of every request of the rounds so far, bounded by the cluster
   bootstrap over rounds (``decide_pooled``);
 * ``pooled x2``: the same on rounds twice as long (two recorded rounds merged,
-  5 to 20 of them): what longer rounds would give at the same cost.
+  5 to 20 of them): what longer rounds would give at the same cost;
+* ``median /2`` and ``pooled /2``: the rules on rounds half as long (each recorded
+  round cut in two by send order, a side's samples being in send order: 10 to 40 of
+  the halves, at half the measuring time).
+
+A recording of interleaved levels (``ab_load_record.py --levels interleaved``) replays
+the same way: a round is then one level of both sides.
 
 Prints a Markdown table: per concurrency, condition and rule, the regression
-verdicts, the median rounds to the verdict and the median measuring seconds.
+verdicts, the median rounds to the verdict and the median measuring seconds; then,
+per concurrency and condition, what the rounds themselves show whatever the rule: the
+spread of the rounds' P95 ratios (standard deviation of their logarithm, the median
+over cells) and each side's P50 and P95 over all of a cell's rounds (B/A, the median
+over cells, and the cells whose all-rounds P95 moved less than the +5% limit).
 """
 
 from __future__ import annotations
@@ -46,26 +56,33 @@ def rule(min_rounds: int, max_rounds: int, q: float) -> StoppingRule:
                         unit="rounds")  # fmt: skip
 
 
+def halves(rounds: list[np.ndarray]) -> list[np.ndarray]:
+    """Each round cut in two by send order (its first and second half of requests)."""
+    return [part for x in rounds for part in (x[: x.size // 2], x[x.size // 2 :])]
+
+
 def replay(kind: str, a: list[np.ndarray], b: list[np.ndarray]) -> tuple[str, int, float | None]:
+    if kind.endswith("/2"):
+        a, b = halves(a), halves(b)
     if kind == "pooled x2":
         a = [np.concatenate(a[i : i + 2]) for i in range(0, len(a) - 1, 2)]
         b = [np.concatenate(b[i : i + 2]) for i in range(0, len(b) - 1, 2)]
     lo, hi = (5, 20) if kind == "pooled x2" else (10, 40)
-    r = rule(lo, hi, 50.0 if kind == "median" else 95.0)
+    r = rule(lo, hi, 50.0 if kind.startswith("median") else 95.0)
     n = lo
     while True:
         n = min(n, len(a))
         # a recording shorter than the round cap ends the cell there
         cap = "the recording ends" if n >= len(a) else None
-        if kind == "median":
+        if kind.startswith("median"):
             fa = [percentile(x, 95.0) for x in a[:n]]
             fb = [percentile(x, 95.0) for x in b[:n]]
             d = decide(r, fa, fb, 0.0, cap=cap)
         else:
             d = decide_pooled(r, a[:n], b[:n], 0.0, cap=cap)
         if d.stop:
-            scale = 2 if kind == "pooled x2" else 1
-            return d.verdict.value, n * scale, d.ratio
+            scale = 2 if kind == "pooled x2" else 0.5 if kind.endswith("/2") else 1
+            return d.verdict.value, round(n * scale), d.ratio
         n += r.check_every
 
 
@@ -76,7 +93,7 @@ def main() -> None:
     for path in sorted(folder.glob("[0-9]*.npz")):
         meta, a, b = load(path)
         per_round_s = meta["seconds"] / len(a)
-        for kind in ("median", "pooled", "pooled x2"):
+        for kind in ("median", "pooled", "pooled x2", "median /2", "pooled /2"):
             verdict, used, ratio = replay(kind, a, b)
             key = (meta["concurrency"], meta["slowdown"], meta["busy"], kind)
             rows[key].append((verdict, used, ratio, used * per_round_s))
@@ -95,6 +112,30 @@ def main() -> None:
         )
         print(f"| {c} | {cond} | {kind} | {n} | {what} {flagged}/{n} | {rounds:.0f} "
               f"| {secs:.1f} | {ratio:.3f} |")  # fmt: skip
+
+
+    print()
+    print("| concurrency | condition | cells | round P95 ratio spread (sd of log) | "
+          "all-rounds P50 B/A | all-rounds P95 B/A | cells with P95 B/A < 1.05 |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    spread: dict[tuple[int, float, bool], list[tuple[float, float, float]]] = defaultdict(list)
+    for path in sorted(folder.glob("[0-9]*.npz")):
+        meta, a, b = load(path)
+        ratios = [percentile(y, 95.0) / percentile(x, 95.0) for x, y in zip(a, b, strict=True)]
+        whole_a, whole_b = np.concatenate(a), np.concatenate(b)
+        p50 = percentile(whole_b, 50.0) / percentile(whole_a, 50.0)
+        p95 = percentile(whole_b, 95.0) / percentile(whole_a, 95.0)
+        key3 = (meta["concurrency"], meta["slowdown"], meta["busy"])
+        spread[key3].append((float(np.std(np.log(ratios))), p50, p95))
+    for (c, slowdown, busy), got in sorted(spread.items()):
+        cond = f"{'+' + format(slowdown, '.0%') if slowdown else 'unchanged'}, " + (
+            "busy" if busy else "quiet"
+        )
+        sd = float(np.median([g[0] for g in got]))
+        p50 = float(np.median([g[1] for g in got]))
+        p95 = float(np.median([g[2] for g in got]))
+        under = sum(g[2] < 1.05 for g in got) if slowdown else "-"
+        print(f"| {c} | {cond} | {len(got)} | {sd:.3f} | {p50:.3f} | {p95:.3f} | {under} |")
 
 
 if __name__ == "__main__":
