@@ -33,12 +33,14 @@ from perfguard.ab.run import ABConfig, ABRun, Slot, load_round_length, run_load_
 from perfguard.ab.stats import StoppingRule, conclusion, decide
 from perfguard.ab.worktree import BaseRef
 from perfguard.core import progress
+from perfguard.core.errors import PerfguardError
 from perfguard.core.scenario import Scenario
 from perfguard.judge.verdict import DecisionKind, VerdictKind
 from perfguard.measure.cell import RunContext
 from perfguard.suite.loader import load_suite
 from tests.helpers.ab_repo import commit, comparison
 from tests.helpers.git_repos import run_git
+from tests.helpers.processes import busy_neighbour
 
 
 def sample(p95_ms: float, n: int = 60, throughput: float = 100.0, **load: Any) -> LevelSample:
@@ -299,6 +301,38 @@ def test_an_unchanged_load_cell_passes_in_ab_and_an_slo_cell_stays_archived(
     assert any("an SLO search: compared with the archived" in m for m in search["messages"])
 
 
+BUSY_SUITE = """\
+defaults:
+  warmup: {iterations: 5, seconds: 0.1}
+  measure: {iterations: 100, seconds: 0.5}
+  threads: 1
+models:
+  steady: {factory: "abmodel:sleepy", kwargs: {ms: 2.0}, inputs: {x: {shape: [1, 8]}}}
+  changed: {factory: "abmodel:sleepy", kwargs: {ms: MS}, inputs: {x: {shape: [1, 8]}}}
+scenarios:
+  - {name: steady, model: steady, load: {concurrency: 2}}
+  - {name: changed, model: changed, load: {concurrency: 2}}
+"""
+
+
+def test_beside_a_busy_neighbour_the_load_gate_passes_the_unchanged_cell_and_fails_the_slow(
+    repo: pytest.Pytester,
+) -> None:
+    """A CI runner's normal state: another process spinning on a core. At the default
+    +5% limit the unchanged closed-loop cell is not flagged, and the one three times
+    slower is, each judged on interleaved rounds."""
+    commit(repo.path, 2.0, "base", suite=BUSY_SUITE.replace("MS", "2.0"))
+    commit(repo.path, 2.0, "changed is 3x slower", suite=BUSY_SUITE.replace("MS", "6.0"))
+    with busy_neighbour():
+        result = repo.runpytest("--perfguard", "-v", "--perfguard-ab=HEAD~1")
+    result.assert_outcomes(passed=1, failed=1)
+    verdicts = {v["scenario_id"]: v for v in comparison(repo.path)["verdicts"]}
+    steady, changed = verdicts["suites/s.yaml::steady[c2]"], verdicts["suites/s.yaml::changed[c2]"]
+    assert steady["verdict"] in ("unchanged", "improvement"), steady["messages"]
+    assert changed["verdict"] == "regression" and changed["ab"]["decision"]["ratio"] > 1.5
+    assert steady["ab"]["levels"] == changed["ab"]["levels"] == "interleaved"
+
+
 # --------------------------------------------------------------------------- the verdict
 
 
@@ -453,3 +487,75 @@ def test_interleaved_rounds_need_both_sides_in_one_worker(tmp_path: Path) -> Non
             plan(),
             interleaved=True,
         )
+
+
+class FakeWorker:
+    """A worker that answers `load_warmup` and `load_interleaved` from a script."""
+
+    def __init__(self, sides: Any) -> None:
+        self.sides = sides
+        self.sent: list[tuple[str, dict[str, Any]]] = []
+
+    def request(self, op: str, timeout_s: float | None = None, **fields: Any) -> dict[str, Any]:
+        self.sent.append((op, fields))
+        if op == "load_warmup":
+            return {"cold_start_ns": 1, "iterations": 5, "elapsed_ns": 10}
+        return {"sides": self.sides(len(self.sent))}
+
+
+def level_reply(ms: float, failed: int = 0) -> dict[str, Any]:
+    errors = {"RuntimeError: boom": failed} if failed else {}
+    samples = (np.linspace(0.5, 1.0, 60) * ms * 1e6).astype(int).tolist()
+    return {
+        "samples_ns": samples,
+        "throughput": 100.0,
+        "load": {"failed": failed, "requests": 60, "errors": errors},
+    }
+
+
+def test_interleaved_rounds_ask_one_shared_level_per_round_of_twice_the_length(
+    tmp_path: Path,
+) -> None:
+    (cell,) = load_cells(tmp_path, "{concurrency: 2}").values()
+    worker = FakeWorker(lambda n: [level_reply(2.0), level_reply(3.0)])
+    p = plan()
+    _warm, rounds, decisions, _ = run_load_rounds(
+        Slot(worker, "a"),  # type: ignore[arg-type]
+        Slot(worker, "b"),  # type: ignore[arg-type]
+        cell,
+        p,
+        seed=3,
+        interleaved=True,
+    )
+    asked = [fields for op, fields in worker.sent if op == "load_interleaved"]
+    assert len(asked) == len(rounds) >= p.latency.min_pairs
+    assert all(f["slots"] == ["a", "b"] for f in asked)
+    assert all(f["seconds"] == 2 * p.seconds and f["iterations"] == 2 * p.iterations for f in asked)
+    # The round's order says which side client 0 starts on (0: A).
+    assert [f["first"] for f in asked] == [0 if r.a_first else 1 for r in rounds]
+    assert decisions["latency"].verdict is DecisionKind.REGRESSION
+
+
+@pytest.mark.parametrize(
+    ("sides", "error", "fragment"),
+    [
+        ([level_reply(2.0), level_reply(2.0, failed=3)], "LoadError", "of the working tree"),
+        ([level_reply(2.0, failed=3), level_reply(2.0)], "LoadError", "of the base revision"),
+        ([level_reply(2.0)], "ProtocolError", "expected `sides`: two load level replies"),
+    ],
+)
+def test_a_failed_or_malformed_interleaved_level_names_its_side(
+    tmp_path: Path, sides: list[dict[str, Any]], error: str, fragment: str
+) -> None:
+    (cell,) = load_cells(tmp_path, "{concurrency: 2}").values()
+    worker = FakeWorker(lambda n: sides)
+    with pytest.raises(PerfguardError) as raised:
+        run_load_rounds(
+            Slot(worker, "a"),  # type: ignore[arg-type]
+            Slot(worker, "b"),  # type: ignore[arg-type]
+            cell,
+            plan(),
+            base="abc1234",
+            interleaved=True,
+        )
+    assert type(raised.value).__name__ == error and fragment in str(raised.value)

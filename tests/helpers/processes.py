@@ -1,8 +1,12 @@
-"""Whether a process still runs (read from /proc)."""
+"""Whether a process still runs (read from /proc), and a busy neighbour process."""
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -23,3 +27,15 @@ def gone(pid: int, within_s: float = 30.0) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+@contextlib.contextmanager
+def busy_neighbour() -> Iterator[int]:
+    """A process spinning on a core for the length of the block (a CI runner's
+    normal neighbour); yields its pid, kills it on the way out."""
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
