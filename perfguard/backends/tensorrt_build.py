@@ -82,7 +82,7 @@ _FLAGS = {"fp16": "FP16", "bf16": "BF16", "int8": "INT8"}
 #: Members of ``tensorrt`` that perfguard names directly (``trt.X``) although a
 #: supported TensorRT lacks them, each with the :class:`Capabilities` field that is
 #: False there, so the code never reaches it; every other ``trt.X`` must exist in
-#: TensorRT 10 and 11 alike (tests/test_tensorrt_conformance.py reads the sources).
+#: TensorRT 10 and 11 alike (tests/backends/test_tensorrt_conformance.py reads the sources).
 OPTIONAL_MEMBERS = {"IInt8EntropyCalibrator2": "implicit_int8"}
 #: Op types an fp16 graph keeps in fp32 for a strongly typed network: normalisation
 #: accumulates in a range fp16 overflows (NVIDIA's mixed-precision guidance).

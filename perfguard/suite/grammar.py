@@ -12,7 +12,7 @@ A key added here passes the loader's key checks, is listed and is in the schema 
 (its value still needs its check in the loader). The value checks that need more than a
 type (a gate's sign and unit, a reference naming another cell, the sample count a load
 level needs...) stay in the loader, which names ``file:line``; the schema is looser than
-the loader, never stricter (``tests/test_suite_schema.py`` holds both to that).
+the loader, never stricter (``tests/suite/test_suite_schema.py`` holds both to that).
 
 Merging, in short: a value comes from the matrix cell, else the scenario, else
 ``defaults``, else the built-in default. ``warmup``/``measure``, ``gate``, ``accuracy``,

@@ -72,7 +72,7 @@ def test_an_unchanged_model_passes_and_a_new_cell_is_new(repo: pytest.Pytester) 
 
 
 def test_new_cells_keep_isolation(repo: pytest.Pytester) -> None:
-    # Cells under `load:` in A/B: tests/test_ab_load.py.
+    # Cells under `load:` in A/B: tests/ab/test_ab_load.py.
     commit(repo.path, 2.0, "one scenario")
     added = SUITE + "  - name: added\n    model: sleepy\n    isolate: true\n"
     commit(repo.path, 2.0, "an isolated scenario", suite=added)

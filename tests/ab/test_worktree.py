@@ -27,8 +27,7 @@ from perfguard.ab.worktree import (
 )
 from perfguard.core.errors import GitError
 from tests.helpers.git_repos import run_git
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers.paths import ROOT
 
 
 @pytest.fixture(autouse=True)

@@ -41,6 +41,7 @@ from perfguard.report import cli_report
 from perfguard.report import comparison as comparison_mod
 from perfguard.report.comparison import comparison_path, read_comparison, write_comparison
 from tests.helpers.envs import fp, stored_env
+from tests.helpers.paths import RECORDS
 
 FP = fp()
 SID = "suites/lin.yaml::lin[torch-cpu-fp32]"
@@ -591,14 +592,13 @@ def test_the_comparison_schema_describes_every_recorded_comparison_file() -> Non
     jsonschema = pytest.importorskip("jsonschema")
     schema = resultsio.load_schema(comparison_mod.SCHEMA_RESOURCE)
     jsonschema.Draft202012Validator.check_schema(schema)
-    records = sorted((Path(__file__).parent / "fixtures" / "records").glob("*/comparison.json"))
+    records = sorted(RECORDS.glob("*/comparison.json"))
     assert records
     for path in records:
         jsonschema.Draft202012Validator(schema).validate(json.loads(path.read_text()))
 
 
-RECORDS = Path(__file__).parent / "fixtures" / "records"
-# Found by tests/test_fuzz_stored.py: the load figures' nested objects were open in the
+# Found by tests/core/test_fuzz_stored.py: the load figures' nested objects were open in the
 # schema, and `perfguard report` rendered what they held (a TypeError or ValueError
 # traceback instead of an error line).
 FUZZ_FOUND: dict[str, tuple[str, Callable[[dict[str, Any]], None]]] = {

@@ -35,6 +35,7 @@ from perfguard.core.loadfigures import LoadFigures
 from perfguard.core.stats import summarize
 from tests.helpers.baseline_runs import FP, IDS, make_run, make_samples, sha_of
 from tests.helpers.envs import fp as fingerprint_of
+from tests.helpers.paths import RECORDS
 from tests.helpers.results import load_dict
 
 # -- format and round trip ------------------------------------------------------------
@@ -577,7 +578,7 @@ def test_pooled_load_cells_keep_the_launches_own_throughput() -> None:
 
 # -- headers: what `perfguard baseline list` reads -------------------------------------
 
-RECORDED = sorted((Path(__file__).parent / "fixtures" / "records" / "baselines").glob("*/*.json"))
+RECORDED = sorted((RECORDS / "baselines").glob("*/*.json"))
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 4096])

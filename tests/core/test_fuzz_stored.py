@@ -13,7 +13,7 @@ and the pytest-benchmark export, and ``perfguard compare``/``report`` in-process
 * the commands exit 0, 1 or 2, print no traceback, and write nothing outside the
   directory they were given.
 
-What the fuzzing found is kept as explicit cases in ``tests/test_hostile_archive.py``.
+What the fuzzing found is kept as explicit cases in ``tests/baseline/test_hostile_archive.py``.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from perfguard.interop.benchmark_json import export_command
 from perfguard.judge.verdict import MetricVerdict, ScenarioVerdict, VerdictKind
 from perfguard.report.comparison import comparison_path, read_comparison, write_comparison
 from tests.helpers.envs import fp, stored_env
+from tests.helpers.paths import RECORDS
 
 # At least this many mutants of each kind of file per run (the issue asks for 1,000);
 # PERFGUARD_FUZZ_EXAMPLES raises it for a longer hunt.
@@ -225,7 +226,6 @@ def mutated_text(draw: st.DrawFn, data: Any) -> str:
 # -- the originals: a pool of valid files, written by perfguard's writers -----------------
 
 POOL = 12
-RECORDS = Path(__file__).parent / "fixtures" / "records"
 
 
 @dataclass(frozen=True)

@@ -55,9 +55,10 @@ from perfguard.judge.verdict import (
     ScenarioVerdict,
     VerdictKind,
 )
+from tests.helpers.paths import RECORDS
 from tests.helpers.strategies import profiles
 
-FIXTURES = Path(__file__).parent / "fixtures" / "records"
+FIXTURES = RECORDS
 RESULTS = sorted(FIXTURES.glob("*/results.json"))
 COMPARISONS = sorted(FIXTURES.glob("*/comparison.json"))
 BASELINES = sorted(FIXTURES.glob("baselines/*/*.json"))

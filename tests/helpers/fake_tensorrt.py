@@ -5,7 +5,7 @@ parser errors, a failing build, log lines) that records what was asked of it; it
 "serialized engine" is JSON of the network's inputs, outputs and profile, so cache
 hits deserialize what the fake build wrote. ``FakeCuda`` is ``TorchCuda`` on the
 CPU with fake streams: device buffers are real CPU torch tensors whose
-``data_ptr()`` the fakes read. tests/test_tensorrt_conformance.py checks every name
+``data_ptr()`` the fakes read. tests/backends/test_tensorrt_conformance.py checks every name
 the fake offers against the real TensorRT bindings.
 """
 
@@ -229,7 +229,7 @@ def fake_trt(version: str = "10.3.0", bf16: bool = True) -> Any:
     """A ``tensorrt`` module: scripted by its attributes, recording what was asked of it.
 
     Shaped as its major version is: TensorRT 11 has no precision builder flags, no
-    implicit int8 calibration and no EXPLICIT_BATCH (tests/test_tensorrt_conformance.py
+    implicit int8 calibration and no EXPLICIT_BATCH (tests/backends/test_tensorrt_conformance.py
     checks each shape against the real bindings of its major).
     """
     major = int(version.split(".")[0])

@@ -60,7 +60,7 @@ What is stood in for, and why:
   console script. A runtime of ``HEAVY_RUNTIMES`` (torch, ...) that the step's lock
   (``--require-hashes -r "$VAR"``, the file in this checkout) does not pin is hidden
   from that interpreter, as it would be missing from the venv: the merge jobs run
-  without torch. Its real text is checked by tests/test_workflows.py (actionlint,
+  without torch. Its real text is checked by tests/project/test_workflows.py (actionlint,
   zizmor, the exact pip commands).
 * ``gh``: a recorder on ``PATH`` logs each call's argv and stdin (``GhRecorder``)
   and answers ``gh api .../comments`` with the comments the test planted (``--jq``

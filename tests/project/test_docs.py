@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from perfguard.suite.loader import load_suite
+from tests.helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 OPTIONS_PAGE = DOCS / "options.md"

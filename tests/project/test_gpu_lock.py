@@ -14,14 +14,13 @@ import json
 import re
 import sys
 import types
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from perfguard.backends import tensorrt_backend
+from tests.helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 REQUIREMENTS = ROOT / ".github" / "requirements"
 
 

@@ -14,11 +14,11 @@ import pkgutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
 import perfguard
+from tests.helpers.paths import TESTS
 
 # What `import perfguard.plugin.hooks` (the pytest11 entry point, imported by every
 # pytest run) must not pull in: each costs tens to hundreds of milliseconds.
@@ -114,8 +114,6 @@ def test_the_entry_point_loads_only_option_registration() -> None:
 
 # -- the tests' own imports ---------------------------------------------------------------
 
-TESTS = Path(__file__).resolve().parent
-
 
 def _is_test_module(dotted: str) -> bool:
     """Whether a module path (``tests.test_x``, ``conftest``, ``.test_x``...) names a test
@@ -161,6 +159,7 @@ def test_no_test_module_imports_another_test_module_or_conftest() -> None:
 
 IMPORT_SPELLINGS = [
     ("from tests.test_store import FP", ["tests.test_store"]),
+    ("from tests.baseline.test_store import FP", ["tests.baseline.test_store"]),
     ("from tests.conftest import run_git", ["tests.conftest"]),
     ("import tests.test_report", ["tests.test_report"]),
     ("import tests.test_report as r", ["tests.test_report"]),
@@ -214,10 +213,10 @@ def _runtimes_imported_by_running(*args: str) -> list[str]:
 
 def test_tests_that_need_no_runtime_do_not_import_one() -> None:
     # conftest.py imports the runtimes only before a test that runs pytest (pytester).
-    assert _runtimes_imported_by_running("tests/test_quiet.py") == []
+    assert _runtimes_imported_by_running("tests/measure/test_quiet.py") == []
 
 
 def test_the_runtime_check_would_see_an_import() -> None:
     pytest.importorskip("torch")
-    test = "tests/test_torch_backend.py::test_fp32_cpu_session_runs_the_factory_model"
+    test = "tests/backends/test_torch_backend.py::test_fp32_cpu_session_runs_the_factory_model"
     assert "torch" in _runtimes_imported_by_running(test)

