@@ -31,7 +31,7 @@ stops of :func:`perfguard.ab.stats.decide`), on one of two figures (``RoundPlan.
 * alternating rounds: **the median of each round's own percentile** (``decide`` with
   ``q=50`` on one figure per round and side). Pooled, a stall that hit one side's level
   and not the other's would follow that side into the pooled tail and raise false
-  alarms (``tests/test_ab_pooled.py``); a median of rounds shrugs it off.
+  alarms (``tests/ab/test_ab_pooled.py``); a median of rounds shrugs it off.
 
 Interleaving is what lets the pooled figure be trusted: a stall now hits both sides'
 requests alike. On a shared 2-core VM, recorded rounds replayed through both rules
