@@ -9,10 +9,12 @@ only that cell gets ``Scenario.error`` set and fails when it runs.
 
 The keys a suite may write, their types, defaults and meaning are declared once in
 :mod:`perfguard.suite.grammar` (``perfguard keys`` lists them; the JSON Schema is
-generated from it); this module and its helpers check the values. ``models:`` is read
-by :mod:`perfguard.suite.models`, ``accuracy:``/``quantization:``/``quantizations:`` by
-:mod:`perfguard.suite.accuracy`, ``load:``/``shapes:`` by :mod:`perfguard.suite.load`
-and ``gpu:`` by :mod:`perfguard.suite.gpu`, whose docstrings give the rules.
+generated from it); this module and its helpers check the values. Each section has
+its parser in :mod:`perfguard.suite.sections`: ``models:`` is read by
+:mod:`~perfguard.suite.sections.models`, ``accuracy:``/``quantization:``/
+``quantizations:`` by :mod:`~perfguard.suite.sections.accuracy`, ``load:``/``shapes:``
+by :mod:`~perfguard.suite.sections.load` and ``gpu:`` by
+:mod:`~perfguard.suite.sections.gpu`, whose docstrings give the rules.
 
 Rules:
 
@@ -75,7 +77,7 @@ from perfguard.core.policy import (
 )
 from perfguard.core.scenario import ModelSpec, QuantSpec, Scenario
 from perfguard.suite import grammar
-from perfguard.suite.accuracy import (
+from perfguard.suite.sections.accuracy import (
     ACCURACY,
     QUANTIZATION,
     finish_cells,
@@ -83,9 +85,9 @@ from perfguard.suite.accuracy import (
     parse_presets,
     parse_quantization,
 )
-from perfguard.suite.gpu import GPU, gpu_spec, parse_gpu
-from perfguard.suite.load import LOAD, expand_cells, parse_load, parse_shapes
-from perfguard.suite.models import parse_model
+from perfguard.suite.sections.gpu import GPU, gpu_spec, parse_gpu
+from perfguard.suite.sections.load import LOAD, expand_cells, parse_load, parse_shapes
+from perfguard.suite.sections.models import parse_model
 from perfguard.suite.yamlpos import (
     DuplicateKeyError,
     LimitExceeded,
@@ -430,7 +432,7 @@ def _scenario(
     extras: list[dict[str, object]] = []
     for cell in cells:
         merged = _merge(defaults, settings, cell)
-        # Resolved by perfguard.suite.accuracy once every cell exists (a reference
+        # Resolved by perfguard.suite.sections.accuracy once every cell exists (a reference
         # names another cell).
         extras.append({k: merged.pop(k) for k in (QUANTIZATION, ACCURACY) if k in merged})
         load = merged.pop(LOAD, None)  # the same in every cell: `load` is not an axis

@@ -30,8 +30,8 @@ from perfguard.core.scenario import (
     Scenario,
     TaskMetricSpec,
 )
-from perfguard.suite import accuracy as suite_accuracy
 from perfguard.suite.loader import Suite, load_suite
+from perfguard.suite.sections import accuracy as suite_accuracy
 from tests.helpers.suite_cases import (
     ACC_ERROR_CASES,
     BAD_GATES,

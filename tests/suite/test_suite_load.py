@@ -1,4 +1,5 @@
-"""Tests for perfguard.suite.load: `load:` levels, `shapes:` buckets, their cells and errors."""
+"""Tests for perfguard.suite.sections.load: `load:` levels, `shapes:` buckets, their cells
+and errors."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from perfguard.core.errors import Location, SuiteError
 from perfguard.core.policy import LOAD_MAX_CLIENTS, GateSpec
 from perfguard.core.scenario import BatchingSpec, LoadSpec, Scenario, SloSpec
 from perfguard.judge.compare import samples_needed
-from perfguard.suite import load as suite_load
 from perfguard.suite.loader import load_suite
+from perfguard.suite.sections import load as suite_load
 from tests.helpers.load_cases import ERROR_CASES, LOAD_AT, scen
 from tests.helpers.models import TINY_MODELS
 from tests.helpers.suites import write_suite

@@ -344,7 +344,7 @@ def expand_cells(
     ``draft`` is the merged ``load`` (``parse_load``'s dicts over ``defaults``), the
     same for every cell; ``own``: the scenario wrote ``load:`` itself. ``finish``
     runs on each (bucket, level) group of cells, aligned with ``cells``, before
-    ``shape``/``load`` join ``matrix_values``: ``perfguard.suite.accuracy``
+    ``shape``/``load`` join ``matrix_values``: ``perfguard.suite.sections.accuracy``
     resolves an accuracy reference among the matrix values of one such group.
     """
     if not cells:
