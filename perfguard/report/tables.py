@@ -1,5 +1,9 @@
-"""The terminal summary: one row per scenario with P50/P95/P99, throughput and its
-outcome (worst first), one line per outcome group, accuracy and load tables.
+"""The run's tables as rows and lines of text, made once for every output: the
+terminal summary (``summary_lines``: one row per scenario with P50/P95/P99, throughput
+and its outcome, worst first; one line per outcome group; the accuracy, load and
+telemetry lines), and what the HTML report and ``summary.md`` share with it (the load
+table's figures, groups, order and notes, the memory per added stream, the telemetry
+gaps, the cells named in a line).
 
 Names and messages come from YAML files, models and exceptions: every cell of every
 line goes through ``perfguard.core.text.one_line`` (no escape sequence, control
