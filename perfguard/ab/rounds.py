@@ -80,7 +80,7 @@ __all__ = [
     "ab_rounds",
     "alternating",
     "judge_rounds",
-    "medians",
+    "compared",
     "order_text",
     "pooled",
     "run_rounds",
@@ -355,7 +355,7 @@ def pooled(rounds: list[LoadRound], side: str) -> npt.NDArray[np.int64]:
     return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
 
 
-def medians(plan: RoundPlan, rounds: list[LoadRound]) -> dict[str, float]:
+def compared(plan: RoundPlan, rounds: list[LoadRound]) -> dict[str, float]:
     """The figures the rule compared, per side: the median (nearest rank) round
     percentile ``a``/``b`` (ns; with ``plan.pooled``, the percentile of every usable
     round's requests) and the throughput ``ta``/``tb`` whose time per request is the

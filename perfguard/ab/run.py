@@ -52,7 +52,7 @@ from perfguard.ab.rounds import (
     RoundPlan,
     ab_rounds,
     alternating,
-    medians,
+    compared,
     order_text,
     pooled,
     run_rounds,
@@ -938,7 +938,7 @@ class ABRun:
         interleaved: bool = False,
     ) -> ScenarioVerdict:
         assert self.base is not None
-        figures = medians(plan, rounds)
+        figures = compared(plan, rounds)
         metric, limit = latency_gate(scenario)
         name = metric.upper()
         d = decisions["latency"]

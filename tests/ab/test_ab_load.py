@@ -23,8 +23,8 @@ from perfguard.ab.rounds import (
     RoundPlan,
     ab_rounds,
     alternating,
+    compared,
     judge_rounds,
-    medians,
     order_text,
     pooled,
     run_rounds,
@@ -126,7 +126,7 @@ def test_throughput_is_judged_as_time_per_request_when_gated() -> None:
     assert decisions["throughput"].verdict is DecisionKind.REGRESSION
     assert decisions["throughput"].ratio == pytest.approx(2.0)  # A's throughput / B's
     assert decisions["latency"].verdict is DecisionKind.UNCHANGED
-    figures = medians(p, rounds)
+    figures = compared(p, rounds)
     assert figures["ta"] == pytest.approx(100.0) and figures["tb"] == pytest.approx(50.0)
 
 
@@ -169,7 +169,7 @@ def test_round_ratio_is_the_median_round_figure_ratio_and_bounds_contain_it(
         LoadRound(i, i % 2 == 0, sample(ms), sample(ms * factor)) for i, ms in enumerate(p95s)
     ]
     d = judge_rounds(p, rounds, 0.0)["latency"]
-    figures = medians(p, rounds)
+    figures = compared(p, rounds)
     assert d.ratio == pytest.approx(figures["b"] / figures["a"])
     assert d.lo is not None and d.hi is not None and d.lo <= d.ratio <= d.hi
     per = ab_rounds(rounds, 95.0)
@@ -396,7 +396,7 @@ def test_interleaved_rounds_are_judged_on_the_percentile_pooled_over_their_reque
     d = decisions["latency"]
     assert d.verdict is DecisionKind.REGRESSION and d.ratio == pytest.approx(1.5, rel=0.02)
     assert "P95 pooled over rounds" in d.reason
-    figures = medians(p, rounds)
+    figures = compared(p, rounds)
     pooled_a = np.concatenate([r.a.samples_ns for r in rounds])
     assert figures["a"] == pytest.approx(float(np.sort(pooled_a)[int(np.ceil(0.95 * 720)) - 1]))
     verdict = run._load_verdict(
