@@ -2,7 +2,7 @@
 
 ``configure`` registers one ``PerfguardSession`` (and the pytest-benchmark bridge);
 its hook methods delegate: settings come from ``perfguard.plugin.settings``, a cell
-is measured on the path ``perfguard.plugin.measurement`` chooses, files are written by
+is measured on the path ``perfguard.run.cell`` chooses, files are written by
 ``perfguard.report.runfiles``, the summary printed by ``perfguard.plugin.terminal``.
 Under pytest-xdist the workers measure and ship their results to the controller
 (``perfguard.plugin.xdist_transport``), which alone writes files.
@@ -26,14 +26,8 @@ from perfguard.ab.run import ABRun
 from perfguard.baseline.git import commit_info, untracked_files
 from perfguard.core import progress
 from perfguard.core.errors import (
-    AccuracyFailure,
-    BackendUnavailable,
-    GateFailure,
     GitError,
-    InconclusiveFailure,
-    InconclusiveWarning,
     PerfguardError,
-    RunInvalid,
     ShardError,
 )
 from perfguard.core.paths import display_path
@@ -49,8 +43,8 @@ from perfguard.judge.gatekeeper import (
     failure_message,
     untracked_refusal,
 )
-from perfguard.judge.outcome import RunOutcome, profile_line, run_outcome
-from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
+from perfguard.judge.outcome import RunOutcome, run_outcome
+from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.machine.env import collect_environment
 from perfguard.measure.cell import RunContext
 from perfguard.measure.quiet import QuietWaiter
@@ -58,7 +52,6 @@ from perfguard.models.factory import code_paths, forget_factory_models
 from perfguard.models.inputs import check_input_sizes
 from perfguard.plugin import pinning, xdist_transport
 from perfguard.plugin.items import ScenarioItem, SuiteFile, junit_properties
-from perfguard.plugin.measurement import CellMeasurer
 from perfguard.plugin.settings import RunSettings
 from perfguard.plugin.sharding import check_plan, keep_shard, plan_items
 from perfguard.plugin.terminal import ProgressPrinter, header_line, write_summary
@@ -72,6 +65,7 @@ from perfguard.report.runfiles import (
     write_run_files,
 )
 from perfguard.report.runfolder import RunFolder
+from perfguard.run.cell import CellMeasurer, ended_by, judged_end
 from perfguard.shard.plan import (
     PLAN_FILENAME,
     ShardPlan,
@@ -84,11 +78,6 @@ from perfguard.suite.files import SUITE_SUFFIXES, is_suite_path
 from perfguard.suite.loader import load_suite
 
 STATE_KEY = pytest.StashKey["PerfguardSession"]()
-INCONCLUSIVE_FIX = (
-    "re-run on an idle machine; raise --perfguard-contention-limit (ini "
-    "perfguard_contention_limit) if this machine is never quieter; or gate with "
-    "--perfguard-ab, whose paired design tolerates a busy neighbour"
-)
 PLUGIN_NAME = "perfguard-session"
 _SHOWN_YAML = 5  # YAML files named when no suite was collected
 
@@ -414,71 +403,36 @@ class PerfguardSession:
             self._cell_started = None
 
     def _run_item(self, item: ScenarioItem) -> None:
+        # What the outcome means is run.cell's to decide; here it is recorded and raised.
+        fails = self._inconclusive_fails()
         try:
             self._check_input_sizes(item.scenario)
             result, verdict = self.measurer.measure_and_judge(item.scenario)
-        except BackendUnavailable as exc:
-            self.record(self._unmeasured(item, Status.SKIPPED, str(exc)))
-            raise
-        except RunInvalid as exc:
-            # Untrustworthy figures (GPU throttled, load generator behind): a skip, or
-            # under --perfguard-inconclusive=fail a failure.
-            kept = exc.result if isinstance(exc.result, ScenarioResult) else None
-            record = kept or self._unmeasured(item, Status.SKIPPED, str(exc))
-            if self._inconclusive_fails():
-                failure = InconclusiveFailure(
-                    f"inconclusive, not gated: {exc}", fix=INCONCLUSIVE_FIX
-                )
-                # Recorded as the item ends, so every output says failed, as pytest does.
-                self.record(replace(record, status=Status.FAILED, message=str(failure)))
-                raise failure from exc
-            self.record(record)
-            raise
-        except PerfguardError as exc:
-            # A load cell keeps its figures (failed requests, an invalid run).
-            kept = exc.result if isinstance(exc.result, ScenarioResult) else None
-            self.record(kept or self._unmeasured(item, Status.FAILED, str(exc)))
-            raise
         except _NOT_A_CELL_FAILURE:
             raise
         except BaseException as exc:
-            # SystemExit too (a factory calling argparse, a model calling sys.exit): it is
-            # no Exception, and a cell it ended unrecorded vanished from every output and
-            # from the baseline a save wrote.
-            self.record(self._unmeasured(item, Status.ERROR, f"{type(exc).__name__}: {exc}"))
+            stopped = ended_by(
+                exc,
+                lambda status, message: self._unmeasured(item, status, message),
+                inconclusive_fails=fails,
+            )
+            self.record(stopped.record)
+            if stopped.failure is not None:
+                raise stopped.failure from exc
             raise
         self.verdicts[verdict.scenario_id] = verdict
-        regressed = verdict.failed
-        accuracy_failures = list(result.accuracy.failures) if result.accuracy else []
-        if self.settings.judging.gate and (regressed or accuracy_failures):
-            lines = ([failure_message(verdict)] if regressed else []) + accuracy_failures
-            if regressed and result.profile is not None:
-                base = self.measurer.base_profile(result, verdict)
-                lines.append(profile_line(base, result.profile))
-            message = "\n".join(lines)
-            self.record(replace(result, status=Status.FAILED, message=message))
-            if regressed:
-                raise GateFailure(message)
-            raise AccuracyFailure(message)
-        if verdict.verdict is VerdictKind.INVALID and self.settings.judging.gate:
-            header, reasons = inconclusive_header(verdict), inconclusive_reasons(verdict)
-            if self._inconclusive_fails():
-                problem = "\n".join([f"{header}:", *(f"  {line}" for line in reasons)])
-                failure = InconclusiveFailure(problem, fix=INCONCLUSIVE_FIX)
-                self.record(replace(result, status=Status.FAILED, message=str(failure)))
-                raise failure
-            self.record(result)
-            warnings.warn(
-                InconclusiveWarning(
-                    f"{header}: {'; '.join(reasons)}. It passes under "
-                    "--perfguard-inconclusive=warn; to fail it instead pass "
-                    "--perfguard-inconclusive=fail. "
-                    f"Fix: {INCONCLUSIVE_FIX}"
-                ),
-                stacklevel=2,
-            )
-            return
-        self.record(result)
+        end = judged_end(
+            result,
+            verdict,
+            gate=self.settings.judging.gate,
+            inconclusive_fails=fails,
+            base_profile=self.measurer.base_profile,
+        )
+        self.record(end.record)
+        if end.failure is not None:
+            raise end.failure
+        if end.warning is not None:
+            warnings.warn(end.warning, stacklevel=2)
 
     def _check_input_sizes(self, scenario: Scenario) -> None:
         """Refuse inputs over the size limit, or the memory available, before any is made."""
@@ -799,25 +753,6 @@ def stopped_early(session: pytest.Session, exitstatus: int) -> str | None:
         if reason:
             return f"the session stopped early ({reason})"
     return None
-
-
-def inconclusive_reasons(verdict: ScenarioVerdict) -> list[str]:
-    """What was invalid and why, with what was tried: the verdict's scenario-level
-    messages (the reason, the rounds note), after any metric invalid on its own."""
-    per_metric = {m.message for m in verdict.metrics}
-    notes = [note for note in verdict.messages if note not in per_metric]
-    # A metric invalid for a run-level reason repeats that reason (its rule); one
-    # invalid on its own (too few samples, unknown metric) says why in its message.
-    own = [
-        m.message
-        for m in verdict.metrics
-        if m.verdict is VerdictKind.INVALID and m.rule not in notes
-    ]
-    return list(dict.fromkeys(own + notes))
-
-
-def inconclusive_header(verdict: ScenarioVerdict) -> str:
-    return f"{verdict.scenario_id} is inconclusive (invalid), not gated"
 
 
 def nothing_collected(

@@ -18,29 +18,52 @@ measurement and its verdict, never inside it, on the session (or worker, or both
 worker slots) that measured it: for a cell with ``profile: true``, for every cell under
 ``--perfguard-profile``, and for every cell whose latency or throughput regressed. A
 profiler that fails leaves a note on the verdict, which stays what it was.
+
+What a cell's outcome means for its test is decided here too, whoever runs it
+(:class:`CellEnd`): what the run keeps of it, and whether it passes, warns or fails
+with which exception (:func:`judged_end` for a measured and judged cell,
+:func:`ended_by` for one an exception stopped). The pytest plugin only records it and
+raises or warns.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from perfguard.ab.run import ABRun, take_profile
 from perfguard.accuracy.run import AccuracyChecker
 from perfguard.core.blame import first_line
+from perfguard.core.errors import (
+    AccuracyFailure,
+    BackendUnavailable,
+    GateFailure,
+    InconclusiveFailure,
+    InconclusiveWarning,
+    PerfguardError,
+    RunInvalid,
+)
 from perfguard.core.policy import LATENCY_QS
 from perfguard.core.profile import OperatorProfile
-from perfguard.core.results import ScenarioResult
+from perfguard.core.results import ScenarioResult, Status
 from perfguard.core.scenario import Scenario
-from perfguard.judge.gatekeeper import Gatekeeper
-from perfguard.judge.verdict import ScenarioVerdict
+from perfguard.judge.gatekeeper import Gatekeeper, failure_message
+from perfguard.judge.outcome import profile_line
+from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
 from perfguard.measure.cell import RunContext, open_session
 from perfguard.measure.profile import PROFILE_REQUESTS, profile_session
 from perfguard.measure.runner import ScenarioRun
 from perfguard.report.runfiles import trace_paths
 from perfguard.worker.isolate import IsolatedRun
+
+#: What an inconclusive cell's message says to do.
+INCONCLUSIVE_FIX = (
+    "re-run on an idle machine; raise --perfguard-contention-limit (ini "
+    "perfguard_contention_limit) if this machine is never quieter; or gate with "
+    "--perfguard-ab, whose paired design tolerates a busy neighbour"
+)
 
 #: Gated figures whose regression has a cell profiled without being asked: time
 #: figures, which an operator profile explains. Not peak memory (a profile shows time,
@@ -186,3 +209,108 @@ class CellMeasurer:
         calibration = self.accuracy.calibration_for(scenario)
         with open_session(scenario, self.ctx, calibration) as (session, _prepared, _batch):
             return self._accuracy_of(scenario, session, result)
+
+
+# -- what a cell's outcome means for its test ------------------------------------------
+
+
+@dataclass(frozen=True)
+class CellEnd:
+    """How a cell's test ends: the record the run keeps (``record``, its status and
+    message final), the exception that fails the test (``failure``; None: it passes, or,
+    from :func:`ended_by`, the exception that stopped the cell goes on as it is), and the
+    warning a passing test gives (``warning``: an inconclusive cell under
+    ``--perfguard-inconclusive=warn``)."""
+
+    record: ScenarioResult
+    failure: PerfguardError | None = None
+    warning: InconclusiveWarning | None = None
+
+
+def judged_end(
+    result: ScenarioResult,
+    verdict: ScenarioVerdict,
+    *,
+    gate: bool,
+    inconclusive_fails: bool,
+    base_profile: Callable[[ScenarioResult, ScenarioVerdict], OperatorProfile | None],
+) -> CellEnd:
+    """A measured and judged cell: a regression (``GateFailure``, with where the time
+    went when the cell was profiled) or an accuracy failure (``AccuracyFailure``) fails
+    it when ``gate``; an invalid verdict fails it under ``inconclusive_fails``
+    (``InconclusiveFailure``, naming what was invalid and why) and warns otherwise; else
+    it passes. ``base_profile`` gives the profile a regressed cell's is diffed against."""
+    regressed = verdict.failed
+    accuracy_failures = list(result.accuracy.failures) if result.accuracy else []
+    if gate and (regressed or accuracy_failures):
+        lines = ([failure_message(verdict)] if regressed else []) + accuracy_failures
+        if regressed and result.profile is not None:
+            lines.append(profile_line(base_profile(result, verdict), result.profile))
+        message = "\n".join(lines)
+        failure: PerfguardError = GateFailure(message) if regressed else AccuracyFailure(message)
+        return CellEnd(replace(result, status=Status.FAILED, message=message), failure)
+    if verdict.verdict is VerdictKind.INVALID and gate:
+        header, reasons = inconclusive_header(verdict), inconclusive_reasons(verdict)
+        if inconclusive_fails:
+            problem = "\n".join([f"{header}:", *(f"  {line}" for line in reasons)])
+            failure = InconclusiveFailure(problem, fix=INCONCLUSIVE_FIX)
+            return CellEnd(replace(result, status=Status.FAILED, message=str(failure)), failure)
+        warning = InconclusiveWarning(
+            f"{header}: {'; '.join(reasons)}. It passes under "
+            "--perfguard-inconclusive=warn; to fail it instead pass "
+            "--perfguard-inconclusive=fail. "
+            f"Fix: {INCONCLUSIVE_FIX}"
+        )
+        return CellEnd(result, warning=warning)
+    return CellEnd(result)
+
+
+def ended_by(
+    exc: BaseException,
+    unmeasured: Callable[[Status, str], ScenarioResult],
+    *,
+    inconclusive_fails: bool,
+) -> CellEnd:
+    """A cell an exception stopped before its verdict (``unmeasured(status, message)``
+    gives its record without figures). A runtime that is missing is a skip; figures
+    that cannot be trusted (``RunInvalid``: a GPU throttled, a load generator behind) a
+    skip, or under ``inconclusive_fails`` a failure (``InconclusiveFailure``, raised
+    from ``exc``); perfguard's other errors a failure; anything else (the model's own
+    exception, ``SystemExit`` from a factory) an error. A load cell's error keeps the
+    figures it carries. ``failure`` is None where ``exc`` itself goes on."""
+    if isinstance(exc, BackendUnavailable):
+        return CellEnd(unmeasured(Status.SKIPPED, str(exc)))
+    if isinstance(exc, RunInvalid):
+        kept = exc.result if isinstance(exc.result, ScenarioResult) else None
+        record = kept or unmeasured(Status.SKIPPED, str(exc))
+        if not inconclusive_fails:
+            return CellEnd(record)
+        # Recorded as the test ends, so every output says failed, as pytest does.
+        failure = InconclusiveFailure(f"inconclusive, not gated: {exc}", fix=INCONCLUSIVE_FIX)
+        return CellEnd(replace(record, status=Status.FAILED, message=str(failure)), failure)
+    if isinstance(exc, PerfguardError):
+        kept = exc.result if isinstance(exc.result, ScenarioResult) else None
+        return CellEnd(kept or unmeasured(Status.FAILED, str(exc)))
+    # SystemExit too (a factory calling argparse, a model calling sys.exit): it is no
+    # Exception, and a cell it ended unrecorded vanished from every output and from the
+    # baseline a save wrote.
+    return CellEnd(unmeasured(Status.ERROR, f"{type(exc).__name__}: {exc}"))
+
+
+def inconclusive_reasons(verdict: ScenarioVerdict) -> list[str]:
+    """What was invalid and why, with what was tried: the verdict's scenario-level
+    messages (the reason, the rounds note), after any metric invalid on its own."""
+    per_metric = {m.message for m in verdict.metrics}
+    notes = [note for note in verdict.messages if note not in per_metric]
+    # A metric invalid for a run-level reason repeats that reason (its rule); one
+    # invalid on its own (too few samples, unknown metric) says why in its message.
+    own = [
+        m.message
+        for m in verdict.metrics
+        if m.verdict is VerdictKind.INVALID and m.rule not in notes
+    ]
+    return list(dict.fromkeys(own + notes))
+
+
+def inconclusive_header(verdict: ScenarioVerdict) -> str:
+    return f"{verdict.scenario_id} is inconclusive (invalid), not gated"

@@ -24,8 +24,8 @@ from perfguard.baseline.read import pooled_run
 from perfguard.baseline.store import DirectoryStore
 from perfguard.core.profile import NodeTime, OperatorProfile, OpTypeTime
 from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
-from perfguard.plugin.measurement import regressed_in_time
 from perfguard.report.runfiles import trace_paths
+from perfguard.run.cell import regressed_in_time
 from tests.helpers.baseline_runs import FP, IDS, make_run, sha_of
 from tests.helpers.git_repos import run_git
 
@@ -308,7 +308,7 @@ def test_a_regression_in_time_is_profiled_without_being_asked(metric: str, profi
 
 
 FAILING_PROFILER = """
-import perfguard.plugin.measurement as measurement
+import perfguard.run.cell as measurement
 
 
 def _broken(*args, **kwargs):
