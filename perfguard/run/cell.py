@@ -50,7 +50,7 @@ from perfguard.core.profile import OperatorProfile
 from perfguard.core.results import ScenarioResult, Status
 from perfguard.core.scenario import Scenario
 from perfguard.judge.gatekeeper import Gatekeeper, failure_message
-from perfguard.judge.outcome import profile_line
+from perfguard.judge.outcome import Outcome, cell_outcome, profile_line
 from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
 from perfguard.measure.cell import RunContext, open_session
 from perfguard.measure.profile import PROFILE_REQUESTS, profile_session
@@ -235,21 +235,24 @@ def judged_end(
     inconclusive_fails: bool,
     base_profile: Callable[[ScenarioResult, ScenarioVerdict], OperatorProfile | None],
 ) -> CellEnd:
-    """A measured and judged cell: a regression (``GateFailure``, with where the time
+    """A measured and judged cell, by its outcome (:func:`perfguard.judge.outcome.cell_outcome`,
+    the one every output shows): a regression (``GateFailure``, with where the time
     went when the cell was profiled) or an accuracy failure (``AccuracyFailure``) fails
     it when ``gate``; an invalid verdict fails it under ``inconclusive_fails``
     (``InconclusiveFailure``, naming what was invalid and why) and warns otherwise; else
     it passes. ``base_profile`` gives the profile a regressed cell's is diffed against."""
-    regressed = verdict.failed
-    accuracy_failures = list(result.accuracy.failures) if result.accuracy else []
-    if gate and (regressed or accuracy_failures):
+    # The outcome every output shows (judge.outcome) decides; this says it to pytest.
+    outcome = cell_outcome(result, verdict, gate=gate).outcome
+    if gate and outcome in (Outcome.REGRESSION, Outcome.ACCURACY):
+        regressed = outcome is Outcome.REGRESSION
+        accuracy_failures = list(result.accuracy.failures) if result.accuracy else []
         lines = ([failure_message(verdict)] if regressed else []) + accuracy_failures
         if regressed and result.profile is not None:
             lines.append(profile_line(base_profile(result, verdict), result.profile))
         message = "\n".join(lines)
         failure: PerfguardError = GateFailure(message) if regressed else AccuracyFailure(message)
         return CellEnd(replace(result, status=Status.FAILED, message=message), failure)
-    if verdict.verdict is VerdictKind.INVALID and gate:
+    if gate and outcome is Outcome.INCONCLUSIVE:
         header, reasons = inconclusive_header(verdict), inconclusive_reasons(verdict)
         if inconclusive_fails:
             problem = "\n".join([f"{header}:", *(f"  {line}" for line in reasons)])
