@@ -434,7 +434,6 @@ def closed_loop(
             while not is_set():
                 call, sync = served_by[side]
                 request = _Request(clock(), side)
-                side ^= flip
                 request.sent = request.scheduled
                 if server is not None:
                     request.done = threading.Event()
@@ -452,6 +451,7 @@ def closed_loop(
                         errors.add(exc, 1)
                     request.end = clock()
                 append(request)
+                side ^= flip  # after the answer: nothing added between the two clocks
                 if request.end >= cap:
                     break
 

@@ -95,13 +95,14 @@ def level_figures(
     window_s = max(t_end - t0, 1) / _NS
     completed = int(np.count_nonzero(answered))
     failed = int(np.count_nonzero(answered & log.failed))
-    throughput = int(np.count_nonzero(ok)) * request_batch / window_s
     if interleaved:
         if spec.mode != "closed" or spec.batching is not None:
             raise ValueError("only a closed loop without batching is interleaved")
         served_ns = (log.end_ns - log.scheduled_ns)[ok]
         mean_s = float(np.mean(served_ns)) / _NS if served_ns.size else 0.0
         throughput = int(spec.level) * request_batch / mean_s if mean_s > 0 else 0.0
+    else:
+        throughput = int(np.count_nonzero(ok)) * request_batch / window_s
     open_loop = spec.mode == "open"
     rate_sent = None
     if open_loop and sent.any():
