@@ -139,7 +139,7 @@ def ab(
         open_cell(w, folder, products, "b", concurrency)
         t0 = time.perf_counter()
         _warm, rounds, decisions, _elapsed = run_load_rounds(
-            Slot(w, "a"), Slot(w, "b"), scenario, plan, seed=seed, interleaved=interleaved
+            Slot(w, "a"), Slot(w, "b"), scenario, plan, seed=seed
         )
         d = decisions["latency"]
         return {

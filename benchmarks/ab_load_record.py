@@ -46,7 +46,8 @@ def record(
     seconds, iterations = load_round_length(scenario)
     plan = RoundPlan.make(q=95.0, limit=0.05, throughput_limit=None, seconds=seconds,
                           iterations=iterations, seed=seed, min_rounds=rounds,
-                          max_rounds=rounds, max_seconds=1e9)  # fmt: skip
+                          max_rounds=rounds, max_seconds=1e9,
+                          interleaved=interleaved)  # fmt: skip
     cell = f"cell[c{concurrency}]"
     with WorkerProcess(cwd=ROOT, name="A/B", env=worker_env()) as w:
         for slot, p in (("a", base), ("b", products)):
@@ -61,7 +62,7 @@ def record(
             )
         t0 = time.perf_counter()
         _warm, got, _decisions, _elapsed = run_load_rounds(
-            Slot(w, "a"), Slot(w, "b"), scenario, plan, seed=seed, interleaved=interleaved
+            Slot(w, "a"), Slot(w, "b"), scenario, plan, seed=seed
         )
         return {"rounds": got, "seconds": time.perf_counter() - t0, "round_s": seconds}
 

@@ -113,7 +113,6 @@ def main() -> None:
         print(f"| {c} | {cond} | {kind} | {n} | {what} {flagged}/{n} | {rounds:.0f} "
               f"| {secs:.1f} | {ratio:.3f} |")  # fmt: skip
 
-
     print()
     print("| concurrency | condition | cells | round P95 ratio spread (sd of log) | "
           "all-rounds P50 B/A | all-rounds P95 B/A | cells with P95 B/A < 1.05 |")  # fmt: skip

@@ -21,7 +21,7 @@ seeded, every two rounds one A-first and one B-first): which level runs first, o
 which side the first client starts on.
 
 The rounds are judged by the sequential rule of request pairs (the looks, bounds and
-stops of :func:`perfguard.ab.stats.decide`), on one of two figures (``RoundPlan.pooled``):
+stops of :func:`perfguard.ab.stats.decide`), on one of two figures (``RoundPlan.interleaved``):
 
 * interleaved rounds: **the percentile pooled over every request of the usable
   rounds** (:func:`perfguard.ab.stats.decide_pooled`), its 99% bounds from a bootstrap
@@ -162,7 +162,7 @@ class RoundPlan:
     throughput: StoppingRule | None
     seconds: float
     iterations: int
-    pooled: bool = False
+    interleaved: bool = False
 
     @property
     def max_rounds(self) -> int:
@@ -182,7 +182,7 @@ class RoundPlan:
         max_rounds: int = LOAD_MAX_ROUNDS,
         check_every: int = LOAD_CHECK_EVERY,
         max_seconds: float = LOAD_MAX_SECONDS,
-        pooled: bool = False,
+        interleaved: bool = False,
     ) -> RoundPlan:
         def rule(lim: float, label: str, percentile: float = 50.0) -> StoppingRule:
             return StoppingRule(
@@ -201,7 +201,7 @@ class RoundPlan:
             q=q,
             latency=(
                 rule(limit, f"P{q:g} pooled over rounds", q)
-                if pooled
+                if interleaved
                 else rule(limit, f"median round P{q:g}")
             ),
             throughput=(
@@ -211,7 +211,7 @@ class RoundPlan:
             ),
             seconds=seconds,
             iterations=iterations,
-            pooled=pooled,
+            interleaved=interleaved,
         )
 
 
@@ -231,7 +231,7 @@ def judge_rounds(
     ...]}``. Throughput is compared as time per request (1/throughput): its ratio is
     A's throughput over B's, above 1 when B serves fewer requests per second."""
     a, b, ta, tb = _figures(plan, rounds)
-    if plan.pooled:
+    if plan.interleaved:  # one level both sides share: its requests pooled
         used = [r for r in rounds if r.dropped is None]
         latency = decide_pooled(
             plan.latency,
@@ -357,13 +357,13 @@ def pooled(rounds: list[LoadRound], side: str) -> npt.NDArray[np.int64]:
 
 def compared(plan: RoundPlan, rounds: list[LoadRound]) -> dict[str, float]:
     """The figures the rule compared, per side: the median (nearest rank) round
-    percentile ``a``/``b`` (ns; with ``plan.pooled``, the percentile of every usable
+    percentile ``a``/``b`` (ns; for interleaved rounds, the percentile of every usable
     round's requests) and the throughput ``ta``/``tb`` whose time per request is the
     median round's (/s). Empty without a usable round."""
     a, b, ta, tb = _figures(plan, rounds)
     if a.size == 0:
         return {}
-    if plan.pooled:
+    if plan.interleaved:
         fa = float(percentile(pooled(rounds, "a"), plan.q))
         fb = float(percentile(pooled(rounds, "b"), plan.q))
     else:

@@ -280,7 +280,7 @@ def load_plan(scenario: Scenario, seed: int = 0, interleaved: bool = False) -> R
         seconds=seconds,
         iterations=iterations,
         seed=seed,
-        pooled=interleaved,
+        interleaved=interleaved,
     )
 
 
@@ -293,16 +293,16 @@ def run_load_rounds(
     seed: int = 0,
     base: str = "",
     open_limit_s: float = OPEN_TIMEOUT_S,
-    interleaved: bool = False,
 ) -> tuple[dict[str, dict[str, Any]], list[LoadRound], dict[str, Decision], float]:
     """Both open load cells warmed up (``load_warmup``), then rounds until ``plan``'s
     rules stop: the warm-up replies, the rounds, the decisions, the seconds.
 
-    ``interleaved`` (both slots in one worker, a closed loop without batching:
+    ``plan.interleaved`` (both slots in one worker, a closed loop without batching:
     :func:`perfguard.measure.load.interleavable`): each round is one ``load_interleaved``
     level of twice the plan's length and requests, A's and B's requests alternating on
     every client; else one ``load_level`` of each side (:func:`alternating`). A level
     with failed requests raises ``LoadError``."""
+    interleaved = plan.interleaved
     if interleaved and a.worker is not b.worker:
         raise ValueError("interleaved load rounds need both sides in one worker process")
     level_timeout = REQUEST_TIMEOUT_S + 5.0 * max(2 * plan.seconds, scenario.measure.max_seconds)
@@ -863,8 +863,7 @@ class ABRun:
         (:mod:`perfguard.ab.rounds`) until the rule stops; B's pooled figures as the
         result, the paired verdict on the rounds. A profile of a load cell is one
         stream of requests at concurrency 1 on each side (:meth:`_profile_sides`)."""
-        interleaved = self.interleaves(scenario)
-        plan = load_plan(scenario, self.config.seed, interleaved)
+        plan = load_plan(scenario, self.config.seed, self.interleaves(scenario))
         with self._sides(scenario, ctx) as (a, b, opened):
             warm, rounds, decisions, elapsed = run_load_rounds(
                 a,
@@ -874,12 +873,9 @@ class ABRun:
                 seed=self.config.seed,
                 base=self.label,
                 open_limit_s=ctx.worker_open_limit_s,
-                interleaved=interleaved,
             )
             result = self._load_result(scenario, ctx, rounds, warm["b"], opened)
-            verdict = self._load_verdict(
-                scenario, ctx, plan, rounds, decisions, elapsed, interleaved
-            )
+            verdict = self._load_verdict(scenario, ctx, plan, rounds, decisions, elapsed)
             result, verdict = self._profile_sides(scenario, a, b, result, verdict, profile)
         return self._memory(scenario, ctx, result, verdict)
 
@@ -935,7 +931,6 @@ class ABRun:
         rounds: list[LoadRound],
         decisions: Mapping[str, Decision],
         elapsed: float,
-        interleaved: bool = False,
     ) -> ScenarioVerdict:
         assert self.base is not None
         figures = compared(plan, rounds)
@@ -945,12 +940,12 @@ class ABRun:
         used = sum(1 for r in rounds if r.dropped is None)
         how = (
             f"{d.pairs} rounds of {2 * plan.seconds:g} s interleaved load levels"
-            if interleaved
+            if plan.interleaved
             else f"{d.pairs} rounds of {plan.seconds:g} s load levels"
         )
         pa, pb = figures.get("a"), figures.get("b")
         bounds = (d.lo, d.hi) if d.lo is not None and d.hi is not None else None
-        figure = "pooled over rounds" if plan.pooled else "median round"
+        figure = "pooled over rounds" if plan.interleaved else "median round"
         message = self._message(
             f"{name} latency under load (corrected, {figure})",
             f"{pa / 1e6:.3f} ms" if pa is not None else "-",
@@ -970,7 +965,7 @@ class ABRun:
                     f"same-run A/B under load: ratio of the {name}s of every request of the "
                     "rounds (corrected) beyond the limit and its 99% bound from a bootstrap "
                     "drawing whole rounds beyond 1"
-                    if plan.pooled
+                    if plan.interleaved
                     else f"same-run A/B under load: ratio of the median round {name}s "
                     "(corrected) beyond the limit and its 99% paired-bootstrap bound over "
                     "rounds beyond 1"
@@ -1043,7 +1038,7 @@ class ABRun:
                 samples_a_ns=tuple(int(x) for x in pooled(rounds, "a")),
                 throughput_a=throughput_a,
                 load_a=load_a or None,
-                levels="interleaved" if interleaved else "alternating",
+                levels="interleaved" if plan.interleaved else "alternating",
             ),
         )
 

@@ -8,6 +8,7 @@ time (the slower commit sleeps three times as long).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,7 @@ def plan(**kw: Any) -> RoundPlan:
     n_boot = args.pop("n_boot")
     made = RoundPlan.make(**args)
     latency = StoppingRule(**{**made.latency.__dict__, "n_boot": n_boot})
-    return RoundPlan(made.q, latency, made.throughput, made.seconds, made.iterations)
+    return dataclasses.replace(made, latency=latency)
 
 
 def fake_levels(
@@ -388,7 +389,7 @@ def test_interleaved_rounds_are_judged_on_the_percentile_pooled_over_their_reque
     requests of each side, here 2.0 ms against 3.0 ms."""
     run, cell = ab_run(tmp_path), load_cell(tmp_path)
     p = RoundPlan.make(
-        q=95.0, limit=0.05, throughput_limit=None, seconds=0.1, iterations=10, pooled=True
+        q=95.0, limit=0.05, throughput_limit=None, seconds=0.1, iterations=10, interleaved=True
     )
     assert p.latency.q == 95.0 and p.latency.label == "P95 pooled over rounds"
     rounds = [LoadRound(i, i % 2 == 0, sample(2.0), sample(3.0)) for i in range(12)]
@@ -399,9 +400,7 @@ def test_interleaved_rounds_are_judged_on_the_percentile_pooled_over_their_reque
     figures = compared(p, rounds)
     pooled_a = np.concatenate([r.a.samples_ns for r in rounds])
     assert figures["a"] == pytest.approx(float(np.sort(pooled_a)[int(np.ceil(0.95 * 720)) - 1]))
-    verdict = run._load_verdict(
-        cell, RunContext(tmp_path, tmp_path), p, rounds, decisions, 3.0, interleaved=True
-    )
+    verdict = run._load_verdict(cell, RunContext(tmp_path, tmp_path), p, rounds, decisions, 3.0)
     first = verdict.messages[0]
     assert first.startswith("P95 latency under load (corrected, pooled over rounds) +50.")
     assert "12 rounds of 0.2 s interleaved load levels" in first
@@ -484,8 +483,7 @@ def test_interleaved_rounds_need_both_sides_in_one_worker(tmp_path: Path) -> Non
             Slot(one, "a"),  # type: ignore[arg-type]
             Slot(two, "b"),  # type: ignore[arg-type]
             cell,
-            plan(),
-            interleaved=True,
+            plan(interleaved=True),
         )
 
 
@@ -518,14 +516,13 @@ def test_interleaved_rounds_ask_one_shared_level_per_round_of_twice_the_length(
 ) -> None:
     (cell,) = load_cells(tmp_path, "{concurrency: 2}").values()
     worker = FakeWorker(lambda n: [level_reply(2.0), level_reply(3.0)])
-    p = plan()
+    p = plan(interleaved=True)
     _warm, rounds, decisions, _ = run_load_rounds(
         Slot(worker, "a"),  # type: ignore[arg-type]
         Slot(worker, "b"),  # type: ignore[arg-type]
         cell,
         p,
         seed=3,
-        interleaved=True,
     )
     asked = [fields for op, fields in worker.sent if op == "load_interleaved"]
     assert len(asked) == len(rounds) >= p.latency.min_pairs
@@ -554,8 +551,7 @@ def test_a_failed_or_malformed_interleaved_level_names_its_side(
             Slot(worker, "a"),  # type: ignore[arg-type]
             Slot(worker, "b"),  # type: ignore[arg-type]
             cell,
-            plan(),
+            plan(interleaved=True),
             base="abc1234",
-            interleaved=True,
         )
     assert type(raised.value).__name__ == error and fragment in str(raised.value)
