@@ -3,7 +3,7 @@
 ``configure`` registers one ``PerfguardSession`` (and the pytest-benchmark bridge);
 its hook methods delegate: settings come from ``perfguard.plugin.settings``, a cell
 is measured on the path ``perfguard.run.cell`` chooses, files are written by
-``perfguard.report.runfiles``, the summary printed by ``perfguard.plugin.terminal``.
+``perfguard.run.finish``, the summary printed by ``perfguard.plugin.terminal``.
 Under pytest-xdist the workers measure and ship their results to the controller
 (``perfguard.plugin.xdist_transport``), which alone writes files.
 """
@@ -57,7 +57,7 @@ from perfguard.plugin.sharding import check_plan, keep_shard, plan_items
 from perfguard.plugin.terminal import ProgressPrinter, header_line, write_summary
 from perfguard.plugin.threads import ThreadWatch
 from perfguard.plugin.upfront import first_problem
-from perfguard.report.runfiles import (
+from perfguard.run.finish import (
     WRITE_FAILED_EXIT,
     RunFiles,
     base_side,

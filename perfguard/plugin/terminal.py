@@ -17,7 +17,7 @@ from perfguard.core.text import one_line
 from perfguard.judge.outcome import PROFILE_LINE, Outcome, RunOutcome
 from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.report.github import annotation, in_github_actions
-from perfguard.report.runfiles import RunFiles
+from perfguard.run.finish import RunFiles
 from perfguard.report.tables import (
     accuracy_lines,
     load_lines,

@@ -34,7 +34,7 @@ from perfguard.core.resultsio import RESULTS_FILENAME
 from perfguard.report import SUMMARY_FILENAME
 from perfguard.report.comparison import COMPARISON_FILENAME
 from perfguard.report.index import REPORT_FILENAME, render_index
-from perfguard.report.runfiles import TRACES_DIR
+from perfguard.run.finish import TRACES_DIR
 
 #: The lock a run holds on its folder while it runs.
 LOCK_FILENAME = ".run.lock"

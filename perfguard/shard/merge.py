@@ -33,7 +33,7 @@ from perfguard.judge.gatekeeper import SAVE_REFUSED_FIX, Gatekeeper, GateSetting
 from perfguard.judge.outcome import run_outcome
 from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.report.comparison import StoredComparison, comparison_path, read_comparison
-from perfguard.report.runfiles import TRACES_DIR, BaseSide, RunFiles, run_dir, write_run_files
+from perfguard.run.finish import TRACES_DIR, BaseSide, RunFiles, run_dir, write_run_files
 from perfguard.shard.plan import PLAN_FILENAME, ShardPlan, ShardSpec, read_plan
 
 #: How many cell ids a refusal names before "and N more".

@@ -37,7 +37,7 @@ from perfguard.report.markdown import COMMENT_LIMIT, MARKER
 from perfguard.report.model import ReportInput
 from perfguard.report.plots import BASELINE_COLOR, CURRENT_COLOR
 from perfguard.report.render import FULL_PLOT_BUDGET
-from perfguard.report.runfiles import base_side
+from perfguard.run.finish import base_side
 from tests.helpers.results import BASE_SHA, SHA, p95_verdict, run_of, scenario
 
 EVIL = "<script>alert(1)</script>\"quoted\" 'single'"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from perfguard.plugin.threads import ThreadWatch
-from perfguard.report.runfiles import TRACES_DIR
+from perfguard.run.finish import TRACES_DIR
 from perfguard.report.runfolder import HOLDER_FILENAME, RUN_FILES, RunFolder, RunFolderBusy
 
 # -- the claim, on its own --------------------------------------------------------

@@ -20,7 +20,7 @@ from perfguard.machine.telemetry import TelemetrySampler, telemetry_gap
 from perfguard.plugin.terminal import write_summary
 from perfguard.report import render_html, render_markdown
 from perfguard.report.model import ReportInput
-from perfguard.report.runfiles import RunFiles
+from perfguard.run.finish import RunFiles
 from perfguard.report.tables import telemetry_gaps, telemetry_lines
 
 DRIVER_NOT_LOADED = (

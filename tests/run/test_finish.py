@@ -1,4 +1,4 @@
-"""The files a run leaves (``perfguard.report.runfiles``): where a profiled cell's
+"""The files a run leaves (``perfguard.run.finish``): where a profiled cell's
 Chrome traces go."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from perfguard.core.profile import NodeTime, OperatorProfile, OpTypeTime
 from perfguard.core.results import ScenarioResult
 from perfguard.report.profile import profile_view
-from perfguard.report.runfiles import TRACES_DIR, trace_paths
+from perfguard.run.finish import TRACES_DIR, trace_paths
 
 RUN = Path("reports") / "0123456789ab"
 
