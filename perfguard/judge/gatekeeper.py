@@ -198,7 +198,6 @@ class Gatekeeper:
         self.rootdir = rootdir
         self.environment = environment
         self.store = DirectoryStore(settings.baseline_dir)
-        self.verdicts: dict[str, ScenarioVerdict] = {}
         self.quiet: QuietWaits = quiet if quiet is not None else _NoWait()
         # Set by save(): the inconclusive cells that refused (or were marked in) the save.
         self.save_refused: dict[str, str] = {}
@@ -342,7 +341,6 @@ class Gatekeeper:
             chosen = results[max(i for i, v in enumerate(verdicts) if not v.failed)]
         if note:
             verdict = verdict.with_note(note)
-        self.verdicts[verdict.scenario_id] = verdict
         return chosen, verdict
 
     def remeasurable(
@@ -425,19 +423,21 @@ class Gatekeeper:
             )
         return result, verdict, note
 
-    def missing(self, collected_suites: set[str], collected_ids: set[str]) -> None:
-        """Record ``missing`` for baseline scenarios of collected suites that are gone."""
+    def missing(
+        self, collected_suites: set[str], collected_ids: set[str]
+    ) -> dict[str, ScenarioVerdict]:
+        """``missing`` verdicts for baseline scenarios of collected suites that are gone."""
         baseline = self.choice.baseline
         if baseline is None:
-            return
+            return {}
+        found: dict[str, ScenarioVerdict] = {}
         for sid in baseline.scenario_ids():
             suite = sid.split("::", 1)[0]
             if suite in collected_suites and sid not in collected_ids:
                 base = baseline.pooled(sid)
                 if base is not None:
-                    self.verdicts[sid] = compare_scenario(
-                        None, base, (), baseline_commit=baseline.sha
-                    )
+                    found[sid] = compare_scenario(None, base, (), baseline_commit=baseline.sha)
+        return found
 
     # -- saving -------------------------------------------------------------------
     def contaminated_cells(self, run: RunResult) -> dict[str, str]:

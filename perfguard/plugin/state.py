@@ -23,10 +23,9 @@ import pytest
 
 from perfguard import __version__
 from perfguard.ab.run import ABRun
-from perfguard.baseline.git import commit_info, untracked_files
+from perfguard.baseline.git import commit_info
 from perfguard.core import progress
 from perfguard.core.errors import (
-    GitError,
     PerfguardError,
     ShardError,
 )
@@ -37,18 +36,16 @@ from perfguard.core.scenario import Scenario
 from perfguard.core.text import plain
 from perfguard.interop.benchmark_bridge import register_bridge
 from perfguard.judge.gatekeeper import (
-    SAVE_REFUSED_FIX,
     Gatekeeper,
     check_can_save,
     failure_message,
-    untracked_refusal,
 )
-from perfguard.judge.outcome import RunOutcome, run_outcome
+from perfguard.judge.outcome import run_outcome
 from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.machine.env import collect_environment
 from perfguard.measure.cell import RunContext
 from perfguard.measure.quiet import QuietWaiter
-from perfguard.models.factory import code_paths, forget_factory_models
+from perfguard.models.factory import forget_factory_models
 from perfguard.models.inputs import check_input_sizes
 from perfguard.plugin import pinning, xdist_transport
 from perfguard.plugin.items import ScenarioItem, SuiteFile, junit_properties
@@ -57,15 +54,18 @@ from perfguard.plugin.sharding import check_plan, keep_shard, plan_items
 from perfguard.plugin.terminal import ProgressPrinter, header_line, write_summary
 from perfguard.plugin.threads import ThreadWatch
 from perfguard.plugin.upfront import first_problem
+from perfguard.report.runfolder import RunFolder, run_dir
+from perfguard.run.cell import CellMeasurer, ended_by, judged_end
 from perfguard.run.finish import (
     WRITE_FAILED_EXIT,
+    Finished,
     RunFiles,
     base_side,
-    run_dir,
-    write_run_files,
+    finish_run,
+    missing_verdicts,
+    save_withheld,
+    untracked_note,
 )
-from perfguard.report.runfolder import RunFolder
-from perfguard.run.cell import CellMeasurer, ended_by, judged_end
 from perfguard.shard.plan import (
     PLAN_FILENAME,
     ShardPlan,
@@ -75,7 +75,6 @@ from perfguard.shard.plan import (
     write_plan_file,
 )
 from perfguard.suite.files import SUITE_SUFFIXES, is_suite_path
-from perfguard.suite.loader import load_suite
 
 STATE_KEY = pytest.StashKey["PerfguardSession"]()
 PLUGIN_NAME = "perfguard-session"
@@ -144,12 +143,8 @@ class PerfguardSession:
         # Collection, for the explanation when no suite is collected (nothing_collected).
         self.suite_files = 0
         self.other_yaml: list[Path] = []  # YAML files seen that matched no suite pattern
-        self.outcome: RunOutcome | None = None
-        #: Why ``--perfguard-save`` saved nothing: the session stopped early, or
-        #: untracked files lie where the suites and factories come from.
-        self.save_withheld: str | None = None
-        #: Why the run is dirty for saving by its untracked files (with the fix).
-        self.untracked_problem: str | None = None
+        #: The run's end (files, exit status, outcome, the save), from sessionfinish.
+        self.finished: Finished | None = None
         # --perfguard-shard: who measures what (on an xdist controller, from a worker).
         self.plan: ShardPlan | None = None
         self._plan_out_tried = False  # --perfguard-shard-plan-out: written once,
@@ -516,9 +511,6 @@ class PerfguardSession:
         if self.is_worker:
             # Every worker collected every suite: their missing verdicts agree.
             self._judge_missing()
-            self.verdicts.update(
-                {k: v for k, v in self.gatekeeper.verdicts.items() if k not in self.verdicts}
-            )
             output = self.config.workeroutput  # type: ignore[attr-defined]
             xdist_transport.ship(output, self.results.values(), self.verdicts.values(), self.plan)
             if self.usage_error is not None:
@@ -550,129 +542,64 @@ class PerfguardSession:
             if self.ab is not None:
                 self.ab.close()
             return
-        gatekeeper = self.gatekeeper
         try:
             self._judge_missing()
         finally:
             if self.ab is not None:
                 self.ab.close()  # the base worktree goes on every exit path
-        self.verdicts.update(
-            {k: v for k, v in gatekeeper.verdicts.items() if k not in self.verdicts}
+        settings, gatekeeper = self.settings, self.gatekeeper
+        self._commit, untracked = untracked_note(
+            self.commit,
+            self.rootdir,
+            self.results.values(),
+            exclude=(
+                settings.report_dir,
+                settings.cache_dir,
+                settings.judging.baseline_dir,
+                self.rootdir / ".pytest_cache",
+            ),
         )
-        self._note_untracked()
         run = self.run_result()
-        self.save_withheld = self._save_withheld(session, exitstatus)
+        choice = gatekeeper.choice
         ab_base = (self.ab.base.sha, self.ab.how) if self.ab and self.ab.base else None
-        status = write_run_files(
+        also = []
+        if shard is not None and plan is not None:
+            folder = run_dir(settings.report_dir, run.commit, run.mode)
+            limit = settings.judging.contention_limit
+            also.append(
+                (
+                    "the shard plan",
+                    plan_path(folder),
+                    lambda: write_plan(plan, shard, folder, contention_limit=limit),
+                )
+            )
+        self.finished = finish_run(
             run,
             self.verdicts,
-            report_dir=self.settings.report_dir,
-            judging=self.settings.judging,
+            report_dir=settings.report_dir,
+            judging=settings.judging,
             gatekeeper=gatekeeper,
             base=base_side(
-                gatekeeper,
-                self.verdicts,
+                choice.to_dict(),
+                choice.baseline,
                 run,
-                ab=self.ab is not None,
-                ab_base=ab_base,
+                self.verdicts,
+                history={r.id: gatekeeper.history_results(r.id) for r in run.scenarios},
+                ab_base=ab_base if self.ab is not None else None,
+            ),
+            exit_status=int(exitstatus),
+            save_withheld=save_withheld(
+                settings.judging,
+                stopped=stopped_early(session, exitstatus),
+                untracked=untracked,
             ),
             files=self.files,
-            exit_status=int(exitstatus),
-            save_withheld=self.save_withheld,
+            also=also,
         )
-        if shard is not None and plan is not None and self.files.results is not None:
-            run_dir = self.files.results.parent
-            self.files.attempt(
-                "the shard plan",
-                plan_path(run_dir),
-                lambda: write_plan(
-                    plan,
-                    shard,
-                    run_dir,
-                    contention_limit=self.settings.judging.contention_limit,
-                ),
-            )
-            if self.files.failed and not status:
-                status = WRITE_FAILED_EXIT
-        if status and session.exitstatus == pytest.ExitCode.OK:
+        if self.finished.status and session.exitstatus == pytest.ExitCode.OK:
             # A refused save: the CI baseline job must fail visibly, not leave the old
             # baseline in place (the files written above already say so).
-            session.exitstatus = pytest.ExitCode(status)
-        self.outcome = run_outcome(
-            self.results.values(),
-            self.verdicts.values(),
-            exit_status=status,
-            gate=self.settings.judging.gate,
-        )
-
-    def _save_withheld(self, session: pytest.Session, exitstatus: int) -> str | None:
-        """Why ``--perfguard-save`` must save nothing now that every cell has run, with
-        the fix; None to save (or when not saving)."""
-        if not self.settings.judging.save:
-            return None
-        stopped = stopped_early(session, exitstatus)
-        if stopped is not None:
-            return (
-                f"{stopped}; a baseline saved now would lack the cells that did not run. "
-                "Fix: run the whole suite to its end (without -x or --maxfail) with "
-                "--perfguard-save"
-            )
-        if self.settings.judging.allow_dirty:
-            return None
-        return self.untracked_problem
-
-    def _note_untracked(self) -> None:
-        """A run that saw untracked files where its suites and models come from is a
-        dirty run (so ``perfguard merge --save`` refuses its shard too), and a save of
-        it is withheld with the files named (``untracked_problem``)."""
-        commit = self.commit
-        if commit.sha is None:
-            return
-        untracked: tuple[str, ...]
-        try:
-            untracked = untracked_files(
-                self.rootdir,
-                self._code_paths(),
-                exclude=(
-                    self.settings.report_dir,
-                    self.settings.cache_dir,
-                    self.settings.judging.baseline_dir,
-                    self.rootdir / ".pytest_cache",
-                ),
-            )
-        except GitError as exc:  # unknown counts as dirty, as in commit_info
-            problem: str | None = (
-                f"could not list the untracked files: {exc.problem}. Fix: {exc.fix}"
-            )
-            untracked = ()
-        else:
-            problem = untracked_refusal(untracked, commit.sha)
-        if problem is None:
-            return
-        self.untracked_problem = problem
-        shown = ", ".join(untracked[:3]) + (" ..." if len(untracked) > 3 else "")
-        said = f"untracked files: {shown}" if untracked else "untracked files unknown"
-        self._commit = replace(
-            commit, dirty=True, note="; ".join(n for n in (commit.note, said) if n)
-        )
-
-    def _code_paths(self) -> list[Path]:
-        """The folders and files the measured cells' suites and models come from (the
-        suites read again here: under xdist the controller collected none)."""
-        paths: list[Path] = []
-        for name in sorted({r.suite for r in self.results.values()}):
-            path = self.rootdir / name
-            paths.append(path)
-            if path.suffix not in SUITE_SUFFIXES:
-                continue  # a pytest-benchmark test file: its own path
-            try:
-                suite = load_suite(path)
-            except (PerfguardError, OSError):  # the run already said what is wrong
-                continue
-            # By name: a model's kwargs may hold a mapping, which makes it unhashable.
-            for model in {sc.model.name: sc.model for sc in suite.scenarios}.values():
-                paths.extend(code_paths(model))
-        return paths
+            session.exitstatus = pytest.ExitCode(self.finished.status)
 
     def _judge_missing(self) -> None:
         """``missing`` verdicts for the base's cells this run did not collect (none on
@@ -681,11 +608,9 @@ class PerfguardSession:
         shard = self.settings.shard
         if shard is not None and shard.index != 1:
             return
-        if self.ab is not None:
-            for sid, verdict in self.ab.missing_verdicts(self.suites, self.collected_ids):
-                self.verdicts.setdefault(sid, verdict)
-        else:
-            self.gatekeeper.missing(self.collected_suites, self.collected_ids)
+        found = missing_verdicts(self.gatekeeper, self.ab, self.suites, self.collected_ids)
+        for sid, verdict in found.items():
+            self.verdicts.setdefault(sid, verdict)
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         return [header_line(self.commit, self.environment, self.report_dir)]
@@ -709,9 +634,14 @@ class PerfguardSession:
         if self.ab is not None and self.ab.base is not None:
             how = f"same-run A/B against {self.ab.label}"
         # Set at sessionfinish with pytest's exit status; judged here without it only
-        # when writing the files failed before that.
-        outcome = self.outcome or run_outcome(
-            self.results.values(), self.verdicts.values(), gate=self.settings.judging.gate
+        # when the session ended before its files were written.
+        finished = self.finished
+        outcome = (
+            finished.outcome
+            if finished is not None
+            else run_outcome(
+                self.results.values(), self.verdicts.values(), gate=self.settings.judging.gate
+            )
         )
         write_summary(
             terminalreporter,
@@ -722,27 +652,11 @@ class PerfguardSession:
             files=self.files,
             outcome=outcome,
         )
-        self._write_save_outcome(terminalreporter)
+        if finished is not None:
+            for line, failed in finished.save_lines():
+                terminalreporter.write_line(line, **({"red": True} if failed else {"yellow": True}))
         for line in self.threads.summary_lines():
             terminalreporter.write_line(line, yellow=True)
-
-    def _write_save_outcome(self, terminalreporter: Any) -> None:
-        """One line per inconclusive cell that refused (or was marked in) the save."""
-        gatekeeper = self.gatekeeper
-        if self.save_withheld is not None:
-            terminalreporter.write_line(
-                f"perfguard: baseline NOT saved: {self.save_withheld}", red=True
-            )
-        for sid, why in gatekeeper.save_refused.items():
-            terminalreporter.write_line(
-                f"perfguard: baseline NOT saved: {sid} is inconclusive: {why}", red=True
-            )
-        if gatekeeper.save_refused:
-            terminalreporter.write_line(f"perfguard: Fix: {SAVE_REFUSED_FIX}", red=True)
-        for sid, why in gatekeeper.save_marked.items():
-            terminalreporter.write_line(
-                f"perfguard: baseline saved with {sid} marked inconclusive: {why}", yellow=True
-            )
 
 
 def stopped_early(session: pytest.Session, exitstatus: int) -> str | None:

@@ -17,7 +17,6 @@ from perfguard.core.text import one_line
 from perfguard.judge.outcome import PROFILE_LINE, Outcome, RunOutcome
 from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.report.github import annotation, in_github_actions
-from perfguard.run.finish import RunFiles
 from perfguard.report.tables import (
     accuracy_lines,
     load_lines,
@@ -25,6 +24,7 @@ from perfguard.report.tables import (
     summary_lines,
     telemetry_lines,
 )
+from perfguard.run.finish import RunFiles
 
 
 def header_line(commit: CommitInfo, environment: Environment, report_dir: Path) -> str:
@@ -99,14 +99,8 @@ def write_summary(
         write(line, **({"red": True} if failed else {"yellow": True}))
     for line in github_annotations(results, locations, outcome):
         write(line)
-    if files.results is not None:
-        write(f"results: {files.results}")
-    if files.report is not None:
-        write(f"report: {files.report}")
-    if files.saved is not None:
-        write(f"baseline saved: {files.saved}")
-    for line in files.failed:
-        write(one_line(line), red=True)
+    for line, failed in files.lines():
+        write(one_line(line), **({"red": True} if failed else {}))
     colour = {"failed": "red", "warnings": "yellow", "passed": "green"}[outcome.state]
     write(f"perfguard: {outcome.summary()}", **{colour: True, "bold": True})
 

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import hashlib
 import os
+import re
 import shutil
 import socket
 import sys
@@ -30,11 +32,16 @@ import filelock
 
 from perfguard.core.atomicio import read_json, write_json_atomic
 from perfguard.core.errors import PerfguardError, ResultsError
-from perfguard.core.resultsio import RESULTS_FILENAME
+from perfguard.core.results import CommitInfo
+from perfguard.core.resultsio import RESULTS_FILENAME, results_path
 from perfguard.report import SUMMARY_FILENAME
 from perfguard.report.comparison import COMPARISON_FILENAME
 from perfguard.report.index import REPORT_FILENAME, render_index
-from perfguard.run.finish import TRACES_DIR
+
+#: The folder of a run's Chrome traces of profiled cells, in the run's report folder.
+TRACES_DIR = "traces"
+#: Added to the trace's name of the base side of a same-run A/B cell.
+BASE_TRACE_SUFFIX = "-base"
 
 #: The lock a run holds on its folder while it runs.
 LOCK_FILENAME = ".run.lock"
@@ -43,6 +50,36 @@ HOLDER_FILENAME = ".run.holder"
 #: The files (and the traces folder) a run writes into its folder; ``clear`` removes
 #: them, and whatever else the caller names (a shard's plan), nothing else.
 RUN_FILES = (RESULTS_FILENAME, COMPARISON_FILENAME, REPORT_FILENAME, SUMMARY_FILENAME)
+
+
+def run_dir(report_dir: Path, commit: CommitInfo, mode: str) -> Path:
+    """The run's report folder (``<commit12>``, ``<commit12>-ab``): results.json's."""
+    return results_path(report_dir, commit, mode).parent
+
+
+def trace_paths(run_folder: Path, scenario_id: str) -> tuple[Path, Path]:
+    """Where a profiled cell's Chrome trace goes, and its A/B base side's:
+    ``traces/<readable name>-<hash>.json`` and ``traces/<readable name>-<hash>-base.json``.
+
+    The readable name is the id made file-safe and cut short, so two ids can share it
+    (``m-1`` and ``m[1]``; ``x/s.yaml`` and ``x-s.yaml``; a long common start; a case
+    that differs only in case); the hash is of the whole id, so two cells never share a
+    file. A cell's own name always ends in the hash's hex digits and a base side's in
+    ``BASE_TRACE_SUFFIX``, which is not hex, so neither is the other cell's.
+    """
+    digest = hashlib.sha256(scenario_id.encode("utf-8", "surrogatepass")).hexdigest()
+    readable = _UNSAFE.sub("-", scenario_id).strip("-.")[:_NAME_CHARS].rstrip("-.") or "cell"
+    name = f"{readable}-{digest[:_HASH_CHARS]}"
+    folder = run_folder / TRACES_DIR
+    return folder / f"{name}.json", folder / f"{name}{BASE_TRACE_SUFFIX}.json"
+
+
+# What the report links as a trace (report.profile): letters, digits, ``_ . -``, no ``..``.
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+|\.\.+")
+# The readable part stays well under a file name's 255 bytes with the hash and suffix.
+_NAME_CHARS = 160
+# 64 bits of the id's sha256: no two cells of a run share them by chance.
+_HASH_CHARS = 16
 
 
 class RunFolderBusy(PerfguardError):

@@ -55,7 +55,7 @@ from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
 from perfguard.measure.cell import RunContext, open_session
 from perfguard.measure.profile import PROFILE_REQUESTS, profile_session
 from perfguard.measure.runner import ScenarioRun
-from perfguard.run.finish import trace_paths
+from perfguard.report.runfolder import trace_paths
 from perfguard.worker.isolate import IsolatedRun
 
 #: What an inconclusive cell's message says to do.

@@ -1,39 +1,55 @@
-"""The files a run leaves: ``results.json``, ``comparison.json``, the archived baseline,
-``report.html`` + ``summary.md`` (and the index), and GitHub's job summary.
+"""A run's finish, once for ``pytest --perfguard`` and ``perfguard merge``.
 
-Only the controller writes them (an xdist worker ships its results instead). Each file
-is written on its own: one that cannot be written (a full disk, a directory that went
-away) is one line in ``RunFiles.failed`` (the path, the error, the fix) and a failed
-run, while the others are still written and the terminal summary still printed.
+After the last cell: the verdicts of the base's cells this run did not collect
+(``missing_verdicts``), a run made dirty by untracked files among its suites and
+models (``untracked_note``), whether a save must be withheld (``save_withheld``), what
+the run was compared with (``base_side``), then every file a run leaves
+(``finish_run``): ``results.json``, the archived baseline, ``comparison.json``,
+``report.html`` + ``summary.md`` (and the index), GitHub's job summary, and any file of
+the run mode's own (a shard's plan). It returns the run's exit status, its outcome
+(``perfguard.judge.outcome``, the one rule every output follows) and the lines the
+terminal shows about the files and the save (``Finished.lines``), which the plugin
+and the merge both print.
+
+Only the controller writes files (an xdist worker ships its results instead). Each
+file is written on its own: one that cannot be written (a full disk, a directory that
+went away) is one line in ``RunFiles.failed`` (the path, the error, the fix) and a
+failed run, while the others are still written and the terminal summary still printed.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from perfguard.ab.run import ABRun
+from perfguard.baseline.git import untracked_files
 from perfguard.baseline.read import pooled_run
-from perfguard.core.errors import PerfguardError
+from perfguard.baseline.store import Baseline
+from perfguard.core.errors import GitError, PerfguardError
 from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
 from perfguard.core.resultsio import results_path, write_results
+from perfguard.core.scenario import Scenario
 from perfguard.judge.abside import base_results
 from perfguard.judge.changes import archive_changes
-from perfguard.judge.gatekeeper import Gatekeeper, GateSettings
+from perfguard.judge.gatekeeper import (
+    SAVE_REFUSED_FIX,
+    Gatekeeper,
+    GateSettings,
+    untracked_refusal,
+)
+from perfguard.judge.outcome import RunOutcome, run_outcome
 from perfguard.judge.verdict import ScenarioVerdict
+from perfguard.models.factory import code_paths
 from perfguard.report import render_markdown, report_files, run_report_dir
 from perfguard.report.comparison import comparison_path, write_comparison
 from perfguard.report.github import in_github_actions, write_step_summary
 from perfguard.report.model import ReportInput
-
-#: The folder of a run's Chrome traces of profiled cells, in the run's report folder.
-TRACES_DIR = "traces"
-#: Added to the trace's name of the base side of a same-run A/B cell.
-BASE_TRACE_SUFFIX = "-base"
+from perfguard.suite.files import SUITE_SUFFIXES
+from perfguard.suite.loader import load_suite
 
 #: pytest's exit status for a run whose ``--perfguard-save`` was refused (tests failed).
 SAVE_REFUSED_EXIT = 1
@@ -69,35 +85,13 @@ class RunFiles:
             self.failed.append(f"perfguard: could not write {what} {path}: {exc}")
         return None
 
-
-def run_dir(report_dir: Path, commit: CommitInfo, mode: str) -> Path:
-    """The run's report folder (``<commit12>``, ``<commit12>-ab``): results.json's."""
-    return results_path(report_dir, commit, mode).parent
-
-
-def trace_paths(run_folder: Path, scenario_id: str) -> tuple[Path, Path]:
-    """Where a profiled cell's Chrome trace goes, and its A/B base side's:
-    ``traces/<readable name>-<hash>.json`` and ``traces/<readable name>-<hash>-base.json``.
-
-    The readable name is the id made file-safe and cut short, so two ids can share it
-    (``m-1`` and ``m[1]``; ``x/s.yaml`` and ``x-s.yaml``; a long common start; a case
-    that differs only in case); the hash is of the whole id, so two cells never share a
-    file. A cell's own name always ends in the hash's hex digits and a base side's in
-    ``BASE_TRACE_SUFFIX``, which is not hex, so neither is the other cell's.
-    """
-    digest = hashlib.sha256(scenario_id.encode("utf-8", "surrogatepass")).hexdigest()
-    readable = _UNSAFE.sub("-", scenario_id).strip("-.")[:_NAME_CHARS].rstrip("-.") or "cell"
-    name = f"{readable}-{digest[:_HASH_CHARS]}"
-    folder = run_folder / TRACES_DIR
-    return folder / f"{name}.json", folder / f"{name}{BASE_TRACE_SUFFIX}.json"
-
-
-# What the report links as a trace (report.profile): letters, digits, ``_ . -``, no ``..``.
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+|\.\.+")
-# The readable part stays well under a file name's 255 bytes with the hash and suffix.
-_NAME_CHARS = 160
-# 64 bits of the id's sha256: no two cells of a run share them by chance.
-_HASH_CHARS = 16
+    def lines(self) -> list[tuple[str, bool]]:
+        """(line, is a failure): each file written, then each that could not be."""
+        named = (("results", self.results), ("report", self.report))
+        lines = [(f"{label}: {path}", False) for label, path in named if path is not None]
+        if self.saved is not None:
+            lines.append((f"baseline saved: {self.saved}", False))
+        return lines + [(line, True) for line in self.failed]
 
 
 @dataclass(frozen=True)
@@ -115,37 +109,192 @@ class BaseSide:
 
 
 def base_side(
-    gatekeeper: Gatekeeper,
-    verdicts: Mapping[str, ScenarioVerdict],
+    choice: Mapping[str, Any],
+    baseline: Baseline | None,
     run: RunResult,
+    verdicts: Mapping[str, ScenarioVerdict],
     *,
-    ab: bool = False,
+    history: Mapping[str, Sequence[tuple[str, ScenarioResult]]],
     ab_base: tuple[str | None, str] | None = None,
 ) -> BaseSide:
-    """The base side of ``run``: the archived baseline ``gatekeeper`` chose, or for a
-    same-run A/B run (``ab``) the base revision's figures of this run, over the archived
-    baseline's for the cells A/B judged against it (an SLO search, a cell under load on
-    one side only); ``ab_base`` is that base's (commit, how it was chosen) when known."""
-    choice = gatekeeper.choice
+    """The base side of ``run``: ``choice`` is how its archived ``baseline`` was chosen
+    (comparison.json's ``baseline``; None: no baseline, or not at hand). For a same-run
+    A/B run (``ab_base``: the base revision's commit and how it was chosen) it is the
+    base revision's figures of this run, over the archived baseline's for the cells A/B
+    judged against it (an SLO search, a cell under load on one side only)."""
     results = {r.id: r for r in run.scenarios}
-    baseline: dict[str, ScenarioResult] = {}
-    if choice.baseline is not None:
-        baseline = {r.id: r for r in pooled_run(choice.baseline).scenarios}
-    if ab:
-        archived = {sid for sid, v in verdicts.items() if v.mode != "ab" and sid in baseline}
-        baseline = {
-            **{sid: baseline[sid] for sid in archived},
+    archived: dict[str, ScenarioResult] = {}
+    environment = None
+    info = dict(choice)
+    if baseline is not None:
+        pooled = pooled_run(baseline)
+        archived = {r.id: r for r in pooled.scenarios}
+        environment = pooled.environment
+        if baseline.path is not None:  # where this machine read it
+            info["path"] = str(baseline.path)
+    if ab_base is not None:
+        kept = {sid for sid, v in verdicts.items() if v.mode != "ab" and sid in archived}
+        archived = {
+            **{sid: archived[sid] for sid in kept},
             **base_results(verdicts, results),
         }
-    info = choice.to_dict()
-    if ab_base is not None:
         info = {**info, "commit": ab_base[0], "how": ab_base[1]}
     return BaseSide(
-        choice=choice.to_dict(),
-        info=info,
-        results=baseline,
-        environment=choice.baseline.launches[-1].environment if choice.baseline else None,
-        history={sid: gatekeeper.history_results(sid) for sid in results},
+        choice=choice, info=info, results=archived, environment=environment, history=history
+    )
+
+
+def missing_verdicts(
+    gatekeeper: Gatekeeper,
+    ab: ABRun | None,
+    suites: Mapping[Path, tuple[Scenario, ...]],
+    collected: set[str],
+) -> dict[str, ScenarioVerdict]:
+    """``missing`` verdicts for the base's cells of the collected suites this run did
+    not collect (``collected``: the ids collected): the base revision's in a same-run
+    A/B run (``suites``: the collected suites' cells), else the archived baseline's."""
+    if ab is not None:
+        return dict(ab.missing_verdicts(suites, collected))
+    return gatekeeper.missing({sid.split("::", 1)[0] for sid in collected}, collected)
+
+
+def untracked_note(
+    commit: CommitInfo,
+    rootdir: Path,
+    results: Iterable[ScenarioResult],
+    *,
+    exclude: Sequence[Path],
+) -> tuple[CommitInfo, str | None]:
+    """A run that saw untracked files where its suites and models come from is a dirty
+    run (so ``perfguard merge --save`` refuses its shard too), and a save of it is
+    withheld with the files named: the commit as recorded, and that refusal (None when
+    there are none). ``exclude``: the run's own folders (reports, cache, archive)."""
+    if commit.sha is None:
+        return commit, None
+    untracked: tuple[str, ...]
+    try:
+        untracked = untracked_files(rootdir, _code_paths(rootdir, results), exclude=exclude)
+    except GitError as exc:  # unknown counts as dirty, as in commit_info
+        problem: str | None = f"could not list the untracked files: {exc.problem}. Fix: {exc.fix}"
+        untracked = ()
+    else:
+        problem = untracked_refusal(untracked, commit.sha)
+    if problem is None:
+        return commit, None
+    shown = ", ".join(untracked[:3]) + (" ..." if len(untracked) > 3 else "")
+    said = f"untracked files: {shown}" if untracked else "untracked files unknown"
+    note = "; ".join(n for n in (commit.note, said) if n)
+    return replace(commit, dirty=True, note=note), problem
+
+
+def _code_paths(rootdir: Path, results: Iterable[ScenarioResult]) -> list[Path]:
+    """The folders and files the measured cells' suites and models come from (the
+    suites read again here: under xdist the controller collected none)."""
+    paths: list[Path] = []
+    for name in sorted({r.suite for r in results}):
+        path = rootdir / name
+        paths.append(path)
+        if path.suffix not in SUITE_SUFFIXES:
+            continue  # a pytest-benchmark test file: its own path
+        try:
+            suite = load_suite(path)
+        except (PerfguardError, OSError):  # the run already said what is wrong
+            continue
+        # By name: a model's kwargs may hold a mapping, which makes it unhashable.
+        for model in {sc.model.name: sc.model for sc in suite.scenarios}.values():
+            paths.extend(code_paths(model))
+    return paths
+
+
+def save_withheld(
+    judging: GateSettings, *, stopped: str | None, untracked: str | None
+) -> str | None:
+    """Why ``--perfguard-save`` must save nothing now that every cell has run, with the
+    fix; None to save (or when not saving). ``stopped``: how the session stopped before
+    running every cell; ``untracked``: ``untracked_note``'s refusal."""
+    if not judging.save:
+        return None
+    if stopped is not None:
+        return (
+            f"{stopped}; a baseline saved now would lack the cells that did not run. "
+            "Fix: run the whole suite to its end (without -x or --maxfail) with "
+            "--perfguard-save"
+        )
+    return None if judging.allow_dirty else untracked
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A finished run: the exit status its files record (0 when nothing failed), its
+    outcome, the files, and what became of ``--perfguard-save``."""
+
+    status: int
+    outcome: RunOutcome
+    files: RunFiles
+    save_withheld: str | None = None
+    save_refused: Mapping[str, str] = field(default_factory=dict)
+    save_marked: Mapping[str, str] = field(default_factory=dict)
+
+    def save_lines(self) -> list[tuple[str, bool]]:
+        """(line, is a failure): why the save saved nothing, or which cells it marked."""
+        lines: list[tuple[str, bool]] = []
+        if self.save_withheld is not None:
+            lines.append((f"perfguard: baseline NOT saved: {self.save_withheld}", True))
+        for sid, why in self.save_refused.items():
+            lines.append((f"perfguard: baseline NOT saved: {sid} is inconclusive: {why}", True))
+        if self.save_refused:
+            lines.append((f"perfguard: Fix: {SAVE_REFUSED_FIX}", True))
+        for sid, why in self.save_marked.items():
+            lines.append(
+                (f"perfguard: baseline saved with {sid} marked inconclusive: {why}", False)
+            )
+        return lines
+
+
+def finish_run(
+    run: RunResult,
+    verdicts: Mapping[str, ScenarioVerdict],
+    *,
+    report_dir: Path,
+    judging: GateSettings,
+    gatekeeper: Gatekeeper,
+    base: BaseSide,
+    exit_status: int,
+    save_withheld: str | None = None,
+    files: RunFiles | None = None,
+    also: Sequence[tuple[str, Path, Callable[[], object]]] = (),
+) -> Finished:
+    """Write every file of ``run`` (``write_run_files``), then ``also``'s (what, path,
+    write: a run mode's own files), and judge the run's outcome with the exit status
+    the files record.
+
+    ``exit_status``: pytest's, or for a merge the shards' worst."""
+    files = files if files is not None else RunFiles()
+    status = write_run_files(
+        run,
+        verdicts,
+        report_dir=report_dir,
+        judging=judging,
+        gatekeeper=gatekeeper,
+        base=base,
+        files=files,
+        exit_status=exit_status,
+        save_withheld=save_withheld,
+    )
+    for what, path, write in also:
+        files.attempt(what, path, write)
+    if files.failed and not status:
+        status = WRITE_FAILED_EXIT
+    status = status or 0
+    return Finished(
+        status=status,
+        outcome=run_outcome(
+            run.scenarios, verdicts.values(), exit_status=status, gate=judging.gate
+        ),
+        files=files,
+        save_withheld=save_withheld if judging.save else None,
+        save_refused=dict(gatekeeper.save_refused),
+        save_marked=dict(gatekeeper.save_marked),
     )
 
 

@@ -21,19 +21,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfguard.baseline.read import pooled_run
 from perfguard.baseline.store import DirectoryStore
 from perfguard.core.atomicio import write_text_atomic
 from perfguard.core.errors import PerfguardError, ShardError
 from perfguard.core.policy import CONTENTION_LIMIT
 from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult, Status
 from perfguard.core.resultsio import RESULTS_FILENAME, read_results
-from perfguard.judge.abside import ab_how, base_results
-from perfguard.judge.gatekeeper import SAVE_REFUSED_FIX, Gatekeeper, GateSettings, check_can_save
+from perfguard.judge.abside import ab_how
+from perfguard.judge.gatekeeper import Gatekeeper, GateSettings, check_can_save
 from perfguard.judge.outcome import run_outcome
 from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.report.comparison import StoredComparison, comparison_path, read_comparison
-from perfguard.run.finish import TRACES_DIR, BaseSide, RunFiles, run_dir, write_run_files
+from perfguard.report.runfolder import TRACES_DIR, run_dir
+from perfguard.run.finish import BaseSide, base_side, finish_run
 from perfguard.shard.plan import PLAN_FILENAME, ShardPlan, ShardSpec, read_plan
 
 #: How many cell ids a refusal names before "and N more".
@@ -346,40 +346,26 @@ def merged_base_side(
     baseline_dir: Path,
     history: Mapping[str, Sequence[tuple[str, ScenarioResult]]],
 ) -> BaseSide:
-    """The base side of the merged run's report: for A/B, the base revision's samples
-    of the shards' own runs; else the archived baseline the shards judged against,
-    read from ``baseline_dir`` when it is there."""
-    results = {r.id: r for r in merged.run.scenarios}
-    info = dict(merged.choice)
-    if merged.run.mode == "ab":
-        details = [v.ab for v in merged.verdicts.values() if v.ab is not None]
-        if details:
-            info = {
-                **info,
-                "commit": details[0].base,
-                "how": ab_how(details[0].base, details[0].base_how),
-            }
-        return BaseSide(
-            choice=merged.choice,
-            info=info,
-            results=base_results(merged.verdicts, results),
-            history=history,
-        )
-    base: dict[str, ScenarioResult] = {}
-    environment = None
+    """The base side of the merged run's report (``perfguard.run.finish.base_side``):
+    the archived baseline the shards judged against, read from ``baseline_dir`` when it
+    is there; for A/B, the base revision's samples of the shards' own runs over it."""
+    baseline = None
     sha = merged.choice.get("commit")
     if isinstance(sha, str):
         try:
-            stored = DirectoryStore(baseline_dir).load(merged.run.environment.fingerprint, sha)
+            baseline = DirectoryStore(baseline_dir).load(merged.run.environment.fingerprint, sha)
         except PerfguardError:
-            stored = None
-        if stored is not None:
-            info["path"] = str(stored.path) if stored.path else info.get("path")
-            pooled = pooled_run(stored)
-            environment = pooled.environment
-            base = {r.id: r for r in pooled.scenarios}
-    return BaseSide(
-        choice=merged.choice, info=info, results=base, environment=environment, history=history
+            baseline = None
+    ab_base = None
+    if merged.run.mode == "ab":
+        details = [v.ab for v in merged.verdicts.values() if v.ab is not None]
+        ab_base = (
+            (details[0].base, ab_how(details[0].base, details[0].base_how))
+            if details
+            else (merged.choice.get("commit"), str(merged.choice.get("how", "")))
+        )
+    return base_side(
+        merged.choice, baseline, merged.run, merged.verdicts, history=history, ab_base=ab_base
     )
 
 
@@ -448,31 +434,19 @@ def merge_command(
         merged.present, dirs_by_shard, run_dir(Path(out_dir), merged.run.commit, merged.run.mode)
     ):
         say(f"perfguard: trace not copied: {skipped} is not a regular file (a link or folder)")
-    files = RunFiles()
-    written = write_run_files(
+    finished = finish_run(
         merged.run,
         merged.verdicts,
         report_dir=Path(out_dir),
         judging=settings,
         gatekeeper=gatekeeper,
         base=merged_base_side(merged, Path(baseline_dir), history),
-        files=files,
         exit_status=status,
     )
-    for line in files.failed:
-        say(line)
-    for sid, why in gatekeeper.save_refused.items():
-        say(f"perfguard: baseline NOT saved: {sid} is inconclusive: {why}")
-    if gatekeeper.save_refused:
-        say(f"perfguard: Fix: {SAVE_REFUSED_FIX}")
-    for path in (files.results, files.report, files.saved):
-        if path is not None:
-            say(f"perfguard: wrote {path}")
-    outcome = run_outcome(
-        merged.run.scenarios, merged.verdicts.values(), exit_status=written or status, gate=gate
-    )
-    say(f"perfguard: {outcome.headline()}")
-    return 1 if written or status else 0
+    for line, _failed in finished.files.lines() + finished.save_lines():
+        say(line if line.startswith("perfguard: ") else f"perfguard: {line}")
+    say(f"perfguard: {finished.outcome.headline()}")
+    return 1 if finished.status else 0
 
 
 def gather_traces(

@@ -24,7 +24,7 @@ from perfguard.baseline.read import pooled_run
 from perfguard.baseline.store import DirectoryStore
 from perfguard.core.profile import NodeTime, OperatorProfile, OpTypeTime
 from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
-from perfguard.run.finish import trace_paths
+from perfguard.report.runfolder import trace_paths
 from perfguard.run.cell import regressed_in_time
 from tests.helpers.baseline_runs import FP, IDS, make_run, sha_of
 from tests.helpers.git_repos import run_git

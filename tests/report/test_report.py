@@ -6,7 +6,6 @@ import json
 import re
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -352,9 +351,7 @@ LOAD_A: dict[str, Any] = {
 def test_the_ab_base_side_of_a_load_cell_has_the_base_figures(tmp_path: Path) -> None:
     base_run = run_of([scenario("s::slo", seed=4)], sha=BASE_SHA)
     archived = Baseline(base_run.environment.fingerprint, base_run.commit, (base_run,), None)
-    gatekeeper: Any = SimpleNamespace(
-        choice=BaselineChoice(archived, "nearest ancestor"), history_results=lambda sid: []
-    )
+    choice = BaselineChoice(archived, "nearest ancestor")
     head = LoadFigures.from_dict({**LOAD_A, "throughput": 300.0, "queue_share": 0.2})
     current = replace(scenario("s::load", seed=1, scale_ms=6.0), throughput=300.0, load=head)
     samples_a = scenario("s::load", seed=2, scale_ms=2.0).samples_ns
@@ -370,7 +367,9 @@ def test_the_ab_base_side_of_a_load_cell_has_the_base_figures(tmp_path: Path) ->
         "s::slo": p95_verdict("s::slo", VerdictKind.REGRESSION, 1.12, "+12.0%"),
     }
     run = run_of([current, scenario("s::slo", seed=5)])
-    side = base_side(gatekeeper, verdicts, run, ab=True, ab_base=(BASE_SHA, "HEAD~1"))
+    side = base_side(
+        choice.to_dict(), archived, run, verdicts, history={}, ab_base=(BASE_SHA, "HEAD~1")
+    )
     load = side.results["s::load"]
     assert load.samples_ns == samples_a and load.throughput == 900.0
     assert load.load is not None and load.load.to_dict() == LoadFigures.from_dict(LOAD_A).to_dict()

@@ -11,8 +11,13 @@ from pathlib import Path
 import pytest
 
 from perfguard.plugin.threads import ThreadWatch
-from perfguard.run.finish import TRACES_DIR
-from perfguard.report.runfolder import HOLDER_FILENAME, RUN_FILES, RunFolder, RunFolderBusy
+from perfguard.report.runfolder import (
+    HOLDER_FILENAME,
+    RUN_FILES,
+    TRACES_DIR,
+    RunFolder,
+    RunFolderBusy,
+)
 
 # -- the claim, on its own --------------------------------------------------------
 from tests.helpers.git_repos import run_git

@@ -20,8 +20,8 @@ from perfguard.machine.telemetry import TelemetrySampler, telemetry_gap
 from perfguard.plugin.terminal import write_summary
 from perfguard.report import render_html, render_markdown
 from perfguard.report.model import ReportInput
-from perfguard.run.finish import RunFiles
 from perfguard.report.tables import telemetry_gaps, telemetry_lines
+from perfguard.run.finish import RunFiles
 
 DRIVER_NOT_LOADED = (
     "NVML could not start: Driver Not Loaded. Fix: load the NVIDIA kernel module "

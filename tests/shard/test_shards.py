@@ -22,7 +22,7 @@ from perfguard.core.policy import DEFAULT_GATES
 from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
 from perfguard.judge.compare import compare_scenario
 from perfguard.report.comparison import StoredComparison
-from perfguard.run.finish import TRACES_DIR
+from perfguard.report.runfolder import TRACES_DIR
 from perfguard.shard.merge import (
     ShardOutput,
     gather_traces,

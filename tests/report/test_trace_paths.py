@@ -1,5 +1,5 @@
-"""The files a run leaves (``perfguard.run.finish``): where a profiled cell's
-Chrome traces go."""
+"""Where a profiled cell's Chrome traces go in its run folder
+(``perfguard.report.runfolder.trace_paths``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from perfguard.core.profile import NodeTime, OperatorProfile, OpTypeTime
 from perfguard.core.results import ScenarioResult
 from perfguard.report.profile import profile_view
-from perfguard.run.finish import TRACES_DIR, trace_paths
+from perfguard.report.runfolder import TRACES_DIR, trace_paths
 
 RUN = Path("reports") / "0123456789ab"
 
