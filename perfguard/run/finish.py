@@ -264,28 +264,68 @@ def finish_run(
     files: RunFiles | None = None,
     also: Sequence[tuple[str, Path, Callable[[], object]]] = (),
 ) -> Finished:
-    """Write every file of ``run`` (``write_run_files``), then ``also``'s (what, path,
-    write: a run mode's own files), and judge the run's outcome with the exit status
-    the files record.
+    """Write every file of ``run``, in order (then ``also``'s: what, path, write, a
+    run mode's own files), recording each path in ``files`` as it lands.
 
-    ``exit_status``: pytest's, or for a merge the shards' worst."""
+    ``exit_status`` is pytest's: comparison.json keeps it, so the report index says how
+    the run ended, and the report's outcome agrees with it. A refused ``--perfguard-save``
+    fails the run (the CI baseline job must not pass leaving the old baseline in
+    place), so it is tried first and the exit status the files record is ``Finished.status``. So
+    does a file that could not be written (``files.failed``); the others still are.
+    ``gatekeeper`` saves the baseline (``judging.save``); ``base`` is what the run was
+    compared with. ``save_withheld``: why the save must not happen (the session stopped
+    before every cell ran, untracked files lie among the suites and models); a save
+    is then refused too, as such a baseline would pass for its commit's whole. The run's
+    outcome is judged with the exit status the files record.
+    """
+    status: int = exit_status
     files = files if files is not None else RunFiles()
-    status = write_run_files(
-        run,
-        verdicts,
-        report_dir=report_dir,
-        judging=judging,
-        gatekeeper=gatekeeper,
-        base=base,
-        files=files,
-        exit_status=exit_status,
-        save_withheld=save_withheld,
+    target = results_path(report_dir, run.commit, run.mode)
+    files.results = files.attempt("the results", target, lambda: write_results(run, report_dir))
+    if judging.save and save_withheld is not None:
+        status = status or SAVE_REFUSED_EXIT
+    elif judging.save:
+        files.saved = files.attempt(
+            "the baseline of HEAD",
+            gatekeeper.save_target(run),
+            lambda: gatekeeper.save(run),
+        )
+        if gatekeeper.save_refused and not status:
+            status = SAVE_REFUSED_EXIT
+    if files.failed and not status:
+        status = WRITE_FAILED_EXIT
+    comparison = comparison_path(target)
+    files.attempt(
+        "the comparison",
+        comparison,
+        lambda: write_comparison(
+            comparison,
+            baseline=base.choice,
+            gate=judging.gate,
+            verdicts=verdicts.values(),
+            exit_status=status,
+        ),
     )
+    if files.failed and not status:
+        status = WRITE_FAILED_EXIT
+    report = ReportInput(
+        run=run,
+        verdicts=tuple(verdicts.values()),
+        baseline=base.results,
+        baseline_info=base.info,
+        baseline_environment=base.environment,
+        history=base.history,
+        gate=judging.gate,
+        exit_status=status,
+        changes=archive_changes(base.history, run.commit.sha),
+    )
+    files.report = _write_report(report, report_dir, files)
+    if files.failed and not status:
+        status = WRITE_FAILED_EXIT
     for what, path, write in also:
         files.attempt(what, path, write)
     if files.failed and not status:
         status = WRITE_FAILED_EXIT
-    status = status or 0
     return Finished(
         status=status,
         outcome=run_outcome(
@@ -296,75 +336,6 @@ def finish_run(
         save_refused=dict(gatekeeper.save_refused),
         save_marked=dict(gatekeeper.save_marked),
     )
-
-
-def write_run_files(
-    run: RunResult,
-    verdicts: Mapping[str, ScenarioVerdict],
-    *,
-    report_dir: Path,
-    judging: GateSettings,
-    gatekeeper: Gatekeeper,
-    base: BaseSide,
-    files: RunFiles,
-    exit_status: int | None = None,
-    save_withheld: str | None = None,
-) -> int | None:
-    """Write every file of the run, in order, recording each path in ``files`` as it lands.
-
-    ``exit_status`` is pytest's: comparison.json keeps it, so the report index says how
-    the run ended, and the report's outcome agrees with it. A refused ``--perfguard-save``
-    fails the run (the CI baseline job must not pass leaving the old baseline in
-    place), so it is tried first and the exit status the files record is returned. So
-    does a file that could not be written (``files.failed``); the others still are.
-    ``gatekeeper`` saves the baseline (``judging.save``); ``base`` is what the run was
-    compared with. ``save_withheld``: why the save must not happen (the session stopped
-    before every cell ran, untracked files lie among the suites and models); a save
-    is then refused too, as such a baseline would pass for its commit's whole.
-    """
-    target = results_path(report_dir, run.commit, run.mode)
-    files.results = files.attempt("the results", target, lambda: write_results(run, report_dir))
-    if judging.save and save_withheld is not None:
-        exit_status = exit_status or SAVE_REFUSED_EXIT
-    elif judging.save:
-        files.saved = files.attempt(
-            "the baseline of HEAD",
-            gatekeeper.save_target(run),
-            lambda: gatekeeper.save(run),
-        )
-        if gatekeeper.save_refused and not exit_status:
-            exit_status = SAVE_REFUSED_EXIT
-    if files.failed and not exit_status:
-        exit_status = WRITE_FAILED_EXIT
-    comparison = comparison_path(target)
-    files.attempt(
-        "the comparison",
-        comparison,
-        lambda: write_comparison(
-            comparison,
-            baseline=base.choice,
-            gate=judging.gate,
-            verdicts=verdicts.values(),
-            exit_status=exit_status,
-        ),
-    )
-    if files.failed and not exit_status:
-        exit_status = WRITE_FAILED_EXIT
-    report = ReportInput(
-        run=run,
-        verdicts=tuple(verdicts.values()),
-        baseline=base.results,
-        baseline_info=base.info,
-        baseline_environment=base.environment,
-        history=base.history,
-        gate=judging.gate,
-        exit_status=exit_status,
-        changes=archive_changes(base.history, run.commit.sha),
-    )
-    files.report = _write_report(report, report_dir, files)
-    if files.failed and not exit_status:
-        exit_status = WRITE_FAILED_EXIT
-    return exit_status
 
 
 def _write_report(report: ReportInput, root: Path, files: RunFiles) -> Path | None:
