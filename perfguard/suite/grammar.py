@@ -78,12 +78,15 @@ __all__ = [
     "ACCURACY_INPUTS",
     "ACCURACY_LIMITS",
     "AXES",
+    "BUCKET_PATTERN",
     "BATCHING",
     "DEFAULTS",
     "DIMENSION",
     "EXCLUDE_ENTRY",
+    "FUNCTION_PATTERN",
     "GATE",
     "GPU",
+    "IDENT_PATTERN",
     "INPUT",
     "KL",
     "KL_ON",
@@ -93,6 +96,7 @@ __all__ = [
     "MIN_RATE",
     "MATRIX",
     "MODEL",
+    "NAME_PATTERN",
     "NO_DEFAULT",
     "PROFILE",
     "QUANT",
@@ -261,9 +265,12 @@ _BOOL = Scalar("boolean")
 _FALSE = Scalar("boolean", choices=(False,), text="false")
 _TEXT = Scalar("string", pattern=r"\S", text="string")  # non-empty
 _ANY = Scalar("any")
-_FUNCTION_PATTERN = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$"
-_FUNCTION = Scalar("string", pattern=_FUNCTION_PATTERN, text="module:function")
-_IDENT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# The patterns the loader also matches names and values with (its own messages and fixes).
+FUNCTION_PATTERN = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$"
+_FUNCTION = Scalar("string", pattern=FUNCTION_PATTERN, text="module:function")
+IDENT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"  # tags, presets, kwargs
+NAME_PATTERN = r"^[A-Za-z0-9_.+-]+$"  # a scenario's name
+BUCKET_PATTERN = r"^[A-Za-z0-9_.+]+$"  # a shape bucket's name (`-` joins cell ids)
 _DEVICE = Scalar("string", pattern=f"^({DEVICE_RE.pattern})$", text="cpu | cuda | cuda:N")
 # PyYAML reads `1e-3` as a string; tolerances are written that way, so they may be one.
 _NUMERIC_STRING = Scalar(
@@ -338,7 +345,7 @@ MODEL = Section(
         ),
         Key(
             "kwargs",
-            MapOf(_ANY, key_text="keyword", key_pattern=_IDENT_PATTERN),
+            MapOf(_ANY, key_text="keyword", key_pattern=IDENT_PATTERN),
             "keyword arguments for the factory (plain data; lists become tuples)",
         ),
         Key("opset", _int(1), "ONNX export opset (factory models)", _default(ModelSpec, "opset")),
@@ -801,7 +808,7 @@ GPU = Section(
 
 # Tags become pytest markers; these names already mean something to pytest.
 RESERVED_TAGS = ("skip", "skipif", "xfail", "parametrize", "usefixtures", "filterwarnings")
-_TAG = Scalar("string", pattern=_IDENT_PATTERN, forbidden=RESERVED_TAGS, text="identifier")
+_TAG = Scalar("string", pattern=IDENT_PATTERN, forbidden=RESERVED_TAGS, text="identifier")
 
 # Settings that may also be matrix axes, in the order errors list them.
 _AXIS_KEYS = (
@@ -899,7 +906,7 @@ SCENARIO = Section(
     (
         Key(
             "name",
-            Scalar("string", pattern=r"^[A-Za-z0-9_.+-]+$", text="letters, digits, _ . + -"),
+            Scalar("string", pattern=NAME_PATTERN, text="letters, digits, _ . + -"),
             "unique in the file; pytest shows name[cell_id]",
             required=True,
         ),
@@ -910,7 +917,7 @@ SCENARIO = Section(
             MapOf(
                 MapOf(_SHAPE, key_text="input", min_items=1),
                 key_text="bucket",
-                key_pattern=r"^[A-Za-z0-9_.+]+$",
+                key_pattern=BUCKET_PATTERN,
                 min_items=1,
             ),
             "input-shape buckets: bucket -> input -> shape, one set of cells each",
@@ -927,7 +934,7 @@ SUITE = Section(
         Key("defaults", DEFAULTS, "settings every scenario starts from"),
         Key(
             "quantizations",
-            MapOf(QUANT, key_text="preset", key_pattern=_IDENT_PATTERN, key_forbidden=("custom",)),
+            MapOf(QUANT, key_text="preset", key_pattern=IDENT_PATTERN, key_forbidden=("custom",)),
             "named int8 presets (`default` always exists and may be redefined)",
         ),
         Key("models", MapOf(MODEL, key_text="model"), "the models scenarios measure"),

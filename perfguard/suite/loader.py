@@ -115,8 +115,8 @@ _DEFAULTS_HINTS = {
     if k not in _SETTINGS
 }
 _GATE_RE = re.compile(r"([+-]?)\s*(\d+(?:\.\d*)?|\.\d+)\s*(.*)")
-_IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_NAME_RE = re.compile(r"[A-Za-z0-9_.+-]+")
+_IDENT_RE = re.compile(grammar.IDENT_PATTERN)
+_NAME_RE = re.compile(grammar.NAME_PATTERN)
 _TAG_FORM = "letters, digits and `_`, not starting with a digit (tags become pytest markers)"
 _CHOICES = grammar.DEFAULTS.choice_keys
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(Scenario)}

@@ -273,6 +273,6 @@ def _plain(node: Node) -> Any:
     if node.choices:
         return node.choices[0]
     if node.kind == "string":
-        return "a:b" if node.pattern == grammar.MODEL.scalar("factory").pattern else "x"
+        return "a:b" if node.pattern == grammar.FUNCTION_PATTERN else "x"
     bound = next((b for b in (node.minimum, node.exclusive_minimum) if b is not None), 0)
     return int(bound) + 1 if node.kind == "integer" else bound + 1

@@ -104,8 +104,8 @@ _STATIC_ONLY = ("activation_type", "calibration", "calibration_samples", "symmet
 _QUANT_CHOICES = grammar.QUANT.choice_keys
 _REF_CHOICES = grammar.REFERENCE.choice_keys
 # Preset names end up in cell ids, which are joined with "-".
-_PRESET_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_FUNCTION_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+_PRESET_RE = re.compile(grammar.IDENT_PATTERN)
+_FUNCTION_RE = re.compile(grammar.FUNCTION_PATTERN)
 _SPEC = AccuracySpec()
 
 

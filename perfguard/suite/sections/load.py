@@ -130,7 +130,7 @@ _CLIENTS = next(
     if isinstance(o, grammar.Scalar)
 )
 _RATE_RE = re.compile(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?:/\s*s)?")
-_BUCKET_RE = re.compile(r"[A-Za-z0-9_.+]+")
+_BUCKET_RE = re.compile(grammar.BUCKET_PATTERN)
 _LINE = "@"  # draft key holding the line of the `load:` key (the scenario's wins the merge)
 
 

@@ -34,7 +34,7 @@ from perfguard.suite.yamlpos import Reader, found, frozen
 __all__ = ["MODEL_KEYS", "parse_model"]
 
 MODEL_KEYS = grammar.MODEL.names
-_FACTORY_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+_FACTORY_RE = re.compile(grammar.FUNCTION_PATTERN)
 
 
 def _input(rd: Reader, name: object, value: object, line: int, model: str) -> InputSpec:
