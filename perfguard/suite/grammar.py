@@ -4,15 +4,21 @@ One declarative tree of frozen dataclasses is the single source for
 
 * the loader's allowed-key checks and did-you-mean (``Reader.keys(m, SECTION.names, ...)``
   in :mod:`perfguard.suite.loader`, ``models``, ``accuracy``, ``load``, ``gpu``),
+* the loader's rules: required keys, ``exactly_one``/``requires``/``at_most_one``
+  groups, numeric bounds and defaults, which it enforces and takes from here through
+  :mod:`perfguard.suite.rules` (``check_section``, ``integer``, ``number``),
 * the JSON Schema of suite files (:func:`json_schema`, shipped as
   ``perfguard/schemas/suite.schema.json`` for editors), and
 * ``perfguard keys`` (:func:`walk`: one row per key with its path, type, default, doc).
 
 A key added here passes the loader's key checks, is listed and is in the schema at once
-(its value still needs its check in the loader). The value checks that need more than a
-type (a gate's sign and unit, a reference naming another cell, the sample count a load
-level needs...) stay in the loader, which names ``file:line``; the schema is looser than
-the loader, never stricter (``tests/suite/test_suite_schema.py`` holds both to that).
+(its value still needs its reader in the loader, which takes the bounds from here). The
+value checks that need more than the grammar says (a gate's sign and unit, a reference
+naming another cell, the sample count a load level needs, ``low < high``...) stay in the
+loader, which names ``file:line``; the schema is looser than the loader, never stricter
+(``tests/suite/test_suite_schema.py`` holds both to that), and
+``tests/suite/test_suite_rules.py`` breaks each rule declared here and expects the loader
+to refuse it.
 
 Merging, in short: a value comes from the matrix cell, else the scenario, else
 ``defaults``, else the built-in default. ``warmup``/``measure``, ``gate``, ``accuracy``,
@@ -72,11 +78,15 @@ __all__ = [
     "ACCURACY_INPUTS",
     "ACCURACY_LIMITS",
     "AXES",
+    "BUCKET_PATTERN",
     "BATCHING",
     "DEFAULTS",
+    "DIMENSION",
     "EXCLUDE_ENTRY",
+    "FUNCTION_PATTERN",
     "GATE",
     "GPU",
+    "IDENT_PATTERN",
     "INPUT",
     "KL",
     "KL_ON",
@@ -86,6 +96,7 @@ __all__ = [
     "MIN_RATE",
     "MATRIX",
     "MODEL",
+    "NAME_PATTERN",
     "NO_DEFAULT",
     "PROFILE",
     "QUANT",
@@ -129,7 +140,8 @@ class Scalar:
     """A single value: ``kind`` is a JSON type (``any`` for anything).
 
     ``text`` is how ``perfguard keys`` shows the type when the kind and choices do not
-    say enough (``cpu | cuda | cuda:N``). Bounds follow JSON Schema's names.
+    say enough (``cpu | cuda | cuda:N``). Bounds follow JSON Schema's names; ``why``, for
+    an upper bound that is a perfguard limit, is the reason the loader's message gives.
     """
 
     kind: str
@@ -141,6 +153,7 @@ class Scalar:
     maximum: float | None = None
     exclusive_maximum: float | None = None
     text: str = ""
+    why: str = ""  # why the upper bound is there, for the loader's message
 
 
 @dataclass(frozen=True)
@@ -197,6 +210,12 @@ class Section:
             if isinstance(k.type, Scalar) and k.type.kind == "string" and k.type.choices
         }
 
+    def scalar(self, name: str) -> Scalar:
+        """The type of key ``name``, a ``Scalar`` (a number's bounds, for the loader)."""
+        node = self.key(name).type
+        assert isinstance(node, Scalar), name
+        return node
+
     def choices(self, name: str) -> tuple[str, ...]:
         """The choices of key ``name`` (a ``Scalar`` with choices)."""
         node = self.key(name).type
@@ -219,7 +238,8 @@ class Key:
     """One key of a ``Section``: its name, type, default and one line of meaning.
 
     ``default`` is a JSON value (``NO_DEFAULT``: none); ``default_text`` describes a
-    default that is not a fixed value (``the runtime's``).
+    default that is not a fixed value (``the runtime's``). ``example``: a value the
+    loader's fix suggests when the key is missing (``add `shape: [1, 64]```).
     """
 
     name: str
@@ -228,6 +248,7 @@ class Key:
     default: Any = NO_DEFAULT
     default_text: str = ""
     required: bool = False
+    example: str = ""  # a value the loader's fix suggests (`add `shape: [1, 64]``)
 
 
 def _default(cls: type, name: str) -> Any:
@@ -244,9 +265,12 @@ _BOOL = Scalar("boolean")
 _FALSE = Scalar("boolean", choices=(False,), text="false")
 _TEXT = Scalar("string", pattern=r"\S", text="string")  # non-empty
 _ANY = Scalar("any")
-_FUNCTION_PATTERN = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$"
-_FUNCTION = Scalar("string", pattern=_FUNCTION_PATTERN, text="module:function")
-_IDENT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# The patterns the loader also matches names and values with (its own messages and fixes).
+FUNCTION_PATTERN = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$"
+_FUNCTION = Scalar("string", pattern=FUNCTION_PATTERN, text="module:function")
+IDENT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"  # tags, presets, kwargs
+NAME_PATTERN = r"^[A-Za-z0-9_.+-]+$"  # a scenario's name
+BUCKET_PATTERN = r"^[A-Za-z0-9_.+]+$"  # a shape bucket's name (`-` joins cell ids)
 _DEVICE = Scalar("string", pattern=f"^({DEVICE_RE.pattern})$", text="cpu | cuda | cuda:N")
 # PyYAML reads `1e-3` as a string; tolerances are written that way, so they may be one.
 _NUMERIC_STRING = Scalar(
@@ -256,8 +280,8 @@ _NUMERIC_STRING = Scalar(
 )
 
 
-def _int(minimum: int, maximum: int | None = None) -> Scalar:
-    return Scalar("integer", minimum=minimum, maximum=maximum)
+def _int(minimum: int, maximum: int | None = None, why: str = "") -> Scalar:
+    return Scalar("integer", minimum=minimum, maximum=maximum, why=why)
 
 
 def _num(
@@ -265,6 +289,7 @@ def _num(
     exclusive_minimum: float | None = None,
     maximum: float | None = None,
     exclusive_maximum: float | None = None,
+    why: str = "",
 ) -> Scalar:
     return Scalar(
         "number",
@@ -272,6 +297,7 @@ def _num(
         exclusive_minimum=exclusive_minimum,
         maximum=maximum,
         exclusive_maximum=exclusive_maximum,
+        why=why,
     )
 
 
@@ -284,13 +310,20 @@ def _tolerance(number: Scalar) -> OneOf:
     return OneOf((number, _NUMERIC_STRING))
 
 
-_SHAPE = ListOf(_int(1))
+DIMENSION = _int(1)  # of a shape
+_SHAPE = ListOf(DIMENSION)
 
 # --------------------------------------------------------------------------- models
 
 INPUT = Section(
     (
-        Key("shape", _SHAPE, "dimensions, integers >= 1 (`[]` for a scalar)", required=True),
+        Key(
+            "shape",
+            _SHAPE,
+            "dimensions, integers >= 1 (`[]` for a scalar)",
+            required=True,
+            example="[1, 64]",
+        ),
         Key("dtype", _choice(DTYPES), "numpy dtype", _default(InputSpec, "dtype")),
         Key("low", _num(), "lower bound of the random range (with `high`)"),
         Key("high", _num(), "upper bound (exclusive for integers); low < high"),
@@ -304,20 +337,36 @@ INPUT = Section(
 
 MODEL = Section(
     (
-        Key("factory", _FUNCTION, "Python factory returning a torch.nn.Module (or `onnx`)"),
+        Key(
+            "factory",
+            _FUNCTION,
+            "Python factory returning a torch.nn.Module (or `onnx`)",
+            example="package.module:function",
+        ),
         Key(
             "kwargs",
-            MapOf(_ANY, key_text="keyword", key_pattern=_IDENT_PATTERN),
+            MapOf(_ANY, key_text="keyword", key_pattern=IDENT_PATTERN),
             "keyword arguments for the factory (plain data; lists become tuples)",
         ),
         Key("opset", _int(1), "ONNX export opset (factory models)", _default(ModelSpec, "opset")),
-        Key("onnx", _TEXT, "ONNX file, relative to the suite's folder (or `factory`)"),
+        Key(
+            "onnx",
+            _TEXT,
+            "ONNX file, relative to the suite's folder (or `factory`)",
+            example="model.onnx",
+        ),
         Key(
             "inputs",
             MapOf(INPUT, key_text="input", min_items=1),
             "input name -> generated input spec (or `inputs_file`)",
+            example="{x: {shape: [1, 64]}}",
         ),
-        Key("inputs_file", _TEXT, ".npz of real inputs keyed by input name (or `inputs`)"),
+        Key(
+            "inputs_file",
+            _TEXT,
+            ".npz of real inputs keyed by input name (or `inputs`)",
+            example="inputs.npz",
+        ),
         Key("outputs", ListOf(_TEXT), "output names"),
     ),
     exactly_one=(("factory", "onnx"), ("inputs", "inputs_file")),
@@ -329,17 +378,27 @@ MODEL = Section(
 
 _LOOP_DEFAULTS = {"warmup": _default(Scenario, "warmup"), "measure": _default(Scenario, "measure")}
 
+_LOOP_WHY = "perfguard's loop limit, one hour"
 LOOP = Section(
     (
-        Key("iterations", _int(1, LOOP_MAX_ITERATIONS), "runs at least this many requests"),
+        Key(
+            "iterations",
+            _int(
+                1,
+                LOOP_MAX_ITERATIONS,
+                "perfguard's loop limit: every request keeps a latency "
+                f"sample; {LOOP_MAX_ITERATIONS} requests already resolve any percentile",
+            ),
+            "runs at least this many requests",
+        ),
         Key(
             "seconds",
-            _num(minimum=0, maximum=LOOP_MAX_SECONDS),
+            _num(minimum=0, maximum=LOOP_MAX_SECONDS, why=_LOOP_WHY),
             "and for at least this many seconds (at most `max_seconds`)",
         ),
         Key(
             "max_seconds",
-            _num(exclusive_minimum=0, maximum=LOOP_MAX_SECONDS),
+            _num(exclusive_minimum=0, maximum=LOOP_MAX_SECONDS, why=_LOOP_WHY),
             "caps the loop",
             _default(LoopSpec, "max_seconds"),
         ),
@@ -479,7 +538,13 @@ KL = Section(
 _TASK = TaskMetricSpec("a:b")
 TASK = Section(
     (
-        Key("function", _FUNCTION, "module:function(outputs, labels) -> float", required=True),
+        Key(
+            "function",
+            _FUNCTION,
+            "module:function(outputs, labels) -> float",
+            required=True,
+            example="mymetrics:accuracy",
+        ),
         Key("higher_is_better", _BOOL, "direction of the metric", _TASK.higher_is_better),
         Key(
             "drop_max",
@@ -551,7 +616,12 @@ _SLO = SloSpec(95.0, 1.0, 1.0)
 SLO = Section(
     (
         *(
-            Key(k, _num(exclusive_minimum=0), f"search target: P{q:g} latency in ms")
+            Key(
+                k,
+                _num(exclusive_minimum=0),
+                f"search target: P{q:g} latency in ms",
+                example="50" if k == "p95_ms" else "",
+            )
             for k, q in SLO_TARGETS.items()
         ),
         Key("factor", _num(exclusive_minimum=1), "level multiplier while searching", _SLO.factor),
@@ -564,8 +634,20 @@ SLO = Section(
 
 BATCHING = Section(
     (
-        Key("max_batch", _int(2), "most requests served in one model call", required=True),
-        Key("max_wait_ms", _num(minimum=0), "longest wait for a batch to fill", required=True),
+        Key(
+            "max_batch",
+            _int(2),
+            "most requests served in one model call",
+            required=True,
+            example="8",
+        ),
+        Key(
+            "max_wait_ms",
+            _num(minimum=0),
+            "longest wait for a batch to fill",
+            required=True,
+            example="2",
+        ),
     ),
     title="batching",
 )
@@ -583,7 +665,8 @@ _RATE = OneOf(
         ),
     )
 )
-_CONCURRENCY = _int(1, LOAD_MAX_CLIENTS)
+_CLIENTS_WHY = "perfguard's limit: each is a thread of the load generator"
+_CONCURRENCY = _int(1, LOAD_MAX_CLIENTS, _CLIENTS_WHY)
 
 LOAD = Section(
     (
@@ -601,7 +684,7 @@ LOAD = Section(
         Key("seed", _int(0), "seeds the poisson schedule", _LOAD.seed),
         Key(
             "workers",
-            _int(1, LOAD_MAX_CLIENTS),
+            _int(1, LOAD_MAX_CLIENTS, _CLIENTS_WHY),
             "model instances serving the queue",
             _LOAD.workers,
         ),
@@ -636,9 +719,9 @@ _GPU = GpuSpec()
 _TRT = TensorRTSpec()
 PROFILE = Section(
     (
-        Key("min", _SHAPE, "smallest shape", required=True),
-        Key("opt", _SHAPE, "shape TensorRT tunes for", required=True),
-        Key("max", _SHAPE, "largest shape", required=True),
+        Key("min", _SHAPE, "smallest shape", required=True, example="[...]"),
+        Key("opt", _SHAPE, "shape TensorRT tunes for", required=True, example="[...]"),
+        Key("max", _SHAPE, "largest shape", required=True, example="[...]"),
     ),
     title="tensorrtProfile",
 )
@@ -725,7 +808,7 @@ GPU = Section(
 
 # Tags become pytest markers; these names already mean something to pytest.
 RESERVED_TAGS = ("skip", "skipif", "xfail", "parametrize", "usefixtures", "filterwarnings")
-_TAG = Scalar("string", pattern=_IDENT_PATTERN, forbidden=RESERVED_TAGS, text="identifier")
+_TAG = Scalar("string", pattern=IDENT_PATTERN, forbidden=RESERVED_TAGS, text="identifier")
 
 # Settings that may also be matrix axes, in the order errors list them.
 _AXIS_KEYS = (
@@ -823,7 +906,7 @@ SCENARIO = Section(
     (
         Key(
             "name",
-            Scalar("string", pattern=r"^[A-Za-z0-9_.+-]+$", text="letters, digits, _ . + -"),
+            Scalar("string", pattern=NAME_PATTERN, text="letters, digits, _ . + -"),
             "unique in the file; pytest shows name[cell_id]",
             required=True,
         ),
@@ -834,7 +917,7 @@ SCENARIO = Section(
             MapOf(
                 MapOf(_SHAPE, key_text="input", min_items=1),
                 key_text="bucket",
-                key_pattern=r"^[A-Za-z0-9_.+]+$",
+                key_pattern=BUCKET_PATTERN,
                 min_items=1,
             ),
             "input-shape buckets: bucket -> input -> shape, one set of cells each",
@@ -851,7 +934,7 @@ SUITE = Section(
         Key("defaults", DEFAULTS, "settings every scenario starts from"),
         Key(
             "quantizations",
-            MapOf(QUANT, key_text="preset", key_pattern=_IDENT_PATTERN, key_forbidden=("custom",)),
+            MapOf(QUANT, key_text="preset", key_pattern=IDENT_PATTERN, key_forbidden=("custom",)),
             "named int8 presets (`default` always exists and may be redefined)",
         ),
         Key("models", MapOf(MODEL, key_text="model"), "the models scenarios measure"),
@@ -860,6 +943,7 @@ SUITE = Section(
             ListOf(SCENARIO, min_items=1),
             "what to measure; each expands into its matrix cells",
             required=True,
+            example="[{name: ..., model: ...}]",
         ),
     )
 )

@@ -64,7 +64,6 @@ import yaml
 
 from perfguard.core.errors import CellError, Location, SuiteError
 from perfguard.core.policy import (
-    LOOP_MAX_ITERATIONS,
     LOOP_MAX_SECONDS,
     NAME_MAX_CHARS,
     REFUSED_METRICS,
@@ -77,6 +76,7 @@ from perfguard.core.policy import (
 )
 from perfguard.core.scenario import ModelSpec, QuantSpec, Scenario
 from perfguard.suite import grammar
+from perfguard.suite.rules import check_section, integer, number
 from perfguard.suite.sections.accuracy import (
     ACCURACY,
     QUANTIZATION,
@@ -115,8 +115,8 @@ _DEFAULTS_HINTS = {
     if k not in _SETTINGS
 }
 _GATE_RE = re.compile(r"([+-]?)\s*(\d+(?:\.\d*)?|\.\d+)\s*(.*)")
-_IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_NAME_RE = re.compile(r"[A-Za-z0-9_.+-]+")
+_IDENT_RE = re.compile(grammar.IDENT_PATTERN)
+_NAME_RE = re.compile(grammar.NAME_PATTERN)
 _TAG_FORM = "letters, digits and `_`, not starting with a digit (tags become pytest markers)"
 _CHOICES = grammar.DEFAULTS.choice_keys
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(Scenario)}
@@ -135,19 +135,9 @@ def _loop(rd: Reader, value: object, line: int, what: str) -> dict[str, float]:
     rd.keys(m, grammar.LOOP.names, what)
     out: dict[str, float] = {}
     for key, v in m.items():
-        at, name = m.key_line(key), f"`{key}` in {what}"
-        if key == "iterations":
-            out[key] = rd.as_int(v, at, name, 1)
-            why = "perfguard's loop limit: every request keeps a latency sample"
-            fix = f"lower it; {LOOP_MAX_ITERATIONS} requests already resolve any percentile"
-            rd.at_most(out[key], LOOP_MAX_ITERATIONS, at, name, why, fix)
-            continue
-        if key == "seconds":
-            out[key] = rd.as_num(v, at, name, "a number >= 0", lambda x: x >= 0)
-        else:
-            out[key] = rd.as_num(v, at, name, "a number > 0", lambda x: x > 0)
-        why = "perfguard's loop limit, one hour"
-        rd.at_most(out[key], LOOP_MAX_SECONDS, at, name, why, f"lower `{key}`")
+        at, name, node = m.key_line(key), f"`{key}` in {what}", grammar.LOOP.scalar(key)
+        read = integer if node.kind == "integer" else number
+        out[key] = read(rd, v, at, name, node)
     return out
 
 
@@ -242,7 +232,8 @@ def _setting(rd: Reader, key: str, value: object, line: int, where: str) -> obje
     if key in _CHOICES:
         return rd.as_choice(value, line, what, _CHOICES[key])
     if key == "threads":
-        threads, limit = rd.as_int(value, line, what, 1), threads_limit()
+        threads = integer(rd, value, line, what, grammar.DEFAULTS.scalar(key))
+        limit = threads_limit()
         why = (
             f"{THREADS_MARGIN} x this machine's {os.cpu_count() or 1} CPUs, or "
             f"{THREADS_FLOOR}; more threads than that only measure oversubscription"
@@ -260,7 +251,7 @@ def _setting(rd: Reader, key: str, value: object, line: int, where: str) -> obje
             rd.fail(line, f"{what} is {found(value)}", "true or false", f"write `{key}: true`")
         return value
     if key == "stability_tolerance":
-        return rd.as_num(value, line, what, "a number with 0 < x < 1", lambda x: 0 < x < 1)
+        return number(rd, value, line, what, grammar.DEFAULTS.scalar(key))
     if key in _LOOPS:
         return _loop(rd, value, line, what)
     if key == QUANTIZATION:
@@ -364,8 +355,6 @@ def _excludes(
     if "exclude" not in m:
         return []
     line = m.key_line("exclude")
-    if not axes:
-        rd.fail(line, f"{where} has `exclude` but no `matrix`", "a `matrix`", "remove `exclude`")
     known = {axis: [str(v) for v in values] for axis, values in axes}
     entries = rd.as_list(m["exclude"], line, f"`exclude` of {where}")
     rules = []
@@ -396,11 +385,7 @@ def _scenario(
     named = isinstance(name, str) and len(name) <= NAME_MAX_CHARS
     where = f"scenario `{name}`" if named else f"scenario #{index + 1}"
     rd.keys(m, grammar.SCENARIO.names, where)
-    for key in ("name", "model"):
-        if key not in m:
-            rd.fail(
-                m.line, f"{where} has no `{key}`", f"`{key}:` on every scenario", f"add `{key}:`"
-            )
+    check_section(rd, m, grammar.SCENARIO, m.line, where)
     name, at = rd.as_name(name, m.key_line("name"), f"`name` of {where}"), m.key_line("name")
     if not _NAME_RE.fullmatch(name):
         fix = f"rename it, e.g. `{re.sub(r'[^A-Za-z0-9_.+-]', '_', name)}`"
@@ -562,10 +547,8 @@ def load_suite(path: Path) -> Suite:
             return _settings(rd, d, "`defaults`")
 
         defaults = errors.check(read_defaults)
+    errors.check(lambda: check_section(rd, top, grammar.SUITE, top.line, "the suite file"))
     if "scenarios" not in top:
-        fix = "add `scenarios:` with `- name: ...` entries"
-        problem = "the suite file has no `scenarios`"
-        errors.check(lambda: rd.fail(top.line, problem, "a `scenarios:` list", fix))
         raise combined(errors.found)
     entries = errors.check(
         lambda: rd.as_list(top["scenarios"], top.key_line("scenarios"), "`scenarios`")

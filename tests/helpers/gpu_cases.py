@@ -25,6 +25,6 @@ BAD_GPU_VALUES = [
     ),
     (
         "gpu: {tensorrt: {profiles: {x: {min: [1, 8], max: [8, 8]}}}}  # <-",
-        ("lacks", "`opt: [...]`"),
+        ("has no `opt`", "`opt: [...]`"),
     ),
 ]

@@ -134,14 +134,14 @@ ERROR_CASES = [
         "did you mean `max_wait_ms`?",
     ),
     # slo
-    case("load:\n  rate: 100\n  slo: {factor: 2}  # <-\n", "has no latency target", "`p95_ms: 50`"),
+    case("load:\n  rate: 100\n  slo: {factor: 2}  # <-\n", "has none of `p50_ms`", "`p95_ms: 50`"),
     case(
         "load:\n  rate: 100\n  slo:\n    p95_ms: 50\n    p99_ms: 80  # <-\n",
-        "two latency targets, `p95_ms` and `p99_ms`",
+        "has both `p95_ms` and `p99_ms`",
         "keep only one of them",
         "`p50_ms`, `p90_ms`, `p95_ms`, `p99_ms`",
     ),
-    case("load:\n  rate: 100\n  slo: {p95_ms: 0}  # <-\n", "`p95_ms`", "milliseconds > 0"),
+    case("load:\n  rate: 100\n  slo: {p95_ms: 0}  # <-\n", "`p95_ms`", "a number > 0"),
     case("load:\n  rate: 100\n  slo: {p95_ms: 5, factor: 1}  # <-\n", "`factor`", "a number > 1"),
     case("load:\n  rate: 100\n  slo: {p95_ms: 5, refine: -1}  # <-\n", "`refine`", ">= 0"),
     case("load:\n  rate: 100\n  slo: {p95_ms: 5, p96_ms: 1}  # <-\n", "`p96_ms`", "did you mean"),

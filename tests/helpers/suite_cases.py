@@ -171,8 +171,10 @@ ERROR_CASES = [
     ),
     case(
         "factory-and-onnx",
-        edit("  m:", "  m:  # <-\n    onnx: a.onnx"),
-        "both `factory` and `onnx`",
+        edit(
+            "    factory: pkg.mod:build\n", "    onnx: a.onnx\n    factory: pkg.mod:build  # <-\n"
+        ),
+        "both `onnx` and `factory`",
         "exactly one of",
     ),
     case(
@@ -183,8 +185,8 @@ ERROR_CASES = [
     ),
     case(
         "inputs-and-file",
-        edit("  m:", "  m:  # <-\n    inputs_file: a.npz"),
-        "both `inputs` and `inputs_file`",
+        edit("    inputs:\n", "    inputs_file: a.npz\n    inputs:  # <-\n"),
+        "both `inputs_file` and `inputs`",
     ),
     case(
         "factory-form",
@@ -200,8 +202,8 @@ ERROR_CASES = [
     case(
         "opset-on-onnx",
         edit("factory: pkg.mod:build", "onnx: a.onnx\n    opset: 13  # <-"),
-        "`opset`",
-        "only on `factory:` models",
+        "has `opset` but no `factory`",
+        "`opset` only with `factory`",
     ),
     case(
         "bool-opset",
@@ -246,7 +248,7 @@ ERROR_CASES = [
     case(
         "fill-and-range",
         inp("{shape: [1], low: 0, high: 2, fill: 1}"),
-        "both `fill` and `low`/`high`",
+        "both `low` and `fill`",
     ),
     case("negative-seed", inp("{shape: [1], seed: -1}"), "`seed`", "an integer >= 0"),
     case("nan-fill", inp("{shape: [1], fill: .nan}"), "`fill`", "a finite number"),
@@ -419,8 +421,8 @@ ACC_ERROR_CASES = [
     case(
         "acc-seed-with-file",
         acc("inputs:\n  file: a.npz\n  seed: 3  # <-\n"),
-        "inputs come from `file`",
-        "`seed` only for generated inputs",
+        "has both `file` and `seed`",
+        "`seed` (generated input i uses seed + i)",
     ),
     case(
         "acc-function-form",

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
+import yaml
 from hypothesis import strategies as st
 
 from perfguard.suite import grammar
@@ -178,3 +180,99 @@ def documents(draw: st.DrawFn, focus: str) -> dict[str, Any]:
         parent[rest[-1]] = value
     scenario.update({"name": "s", "model": "m"})
     return doc
+
+
+# --------------------------------------------------------------------------- rule cases
+
+# One small suite every rule case starts from; a section's mapping goes in at its place.
+_BASE_SUITE: dict[str, Any] = {
+    "models": {"m": {"factory": "pkg.mod:build", "inputs": dict(M_INPUTS)}},
+    "scenarios": [{"name": "s", "model": "m", "measure": {"iterations": 500, "seconds": 60}}],
+}
+_LOAD = {"scenarios.0.load": {"rate": 100}}
+
+# Section name in perfguard.suite.grammar -> (where its mapping goes, a valid mapping,
+# what else the suite needs there: dotted path -> value). "" is the whole file.
+PLACES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
+    "SUITE": ("", _BASE_SUITE, {}),
+    "DEFAULTS": ("defaults", {}, {}),
+    "SCENARIO": ("scenarios.0", {"name": "s", "model": "m"}, {}),
+    "MODEL": ("models.m", _BASE_SUITE["models"]["m"], {}),
+    "INPUT": ("models.m.inputs.x", {"shape": [1, 4]}, {}),
+    "QUANT": ("quantizations.q", {}, {}),
+    "LOOP": ("scenarios.0.measure", {}, {}),
+    "GATE": ("scenarios.0.gate", {}, {}),
+    "MATRIX": ("scenarios.0.matrix", {"backend": ["torch"]}, {}),
+    "EXCLUDE_ENTRY": (
+        "scenarios.0.exclude.0",
+        {"backend": "torch"},
+        {"scenarios.0.matrix": {"backend": ["torch", "onnxruntime"]}, "scenarios.0.exclude": [{}]},
+    ),
+    "ACCURACY": ("scenarios.0.accuracy", {}, {}),
+    "ACCURACY_INPUTS": ("scenarios.0.accuracy.inputs", {}, {}),
+    "ACCURACY_LIMITS": ("scenarios.0.accuracy.gate", {}, {}),
+    "KL": ("scenarios.0.accuracy.kl", {}, {}),
+    "TASK": ("scenarios.0.accuracy.task", {"function": "a:b"}, {}),
+    "REFERENCE": (
+        "scenarios.0.accuracy.reference",
+        {"backend": "torch"},
+        {"scenarios.0.matrix": {"backend": ["torch", "onnxruntime"]}},
+    ),
+    "LOAD": ("scenarios.0.load", {"rate": 100}, {}),
+    "SLO": ("scenarios.0.load.slo", {"p95_ms": 50}, _LOAD),
+    "BATCHING": ("scenarios.0.load.batching", {"max_batch": 2, "max_wait_ms": 1}, _LOAD),
+    "GPU": ("scenarios.0.gpu", {}, {}),
+    "TENSORRT": ("scenarios.0.gpu.tensorrt", {}, {}),
+    "PROFILE": (
+        "scenarios.0.gpu.tensorrt.profiles.x",
+        {"min": [1], "opt": [1], "max": [1]},
+        {"scenarios.0.gpu": {"tensorrt": {"profiles": {}}}},
+    ),
+}
+
+
+def _put(doc: Any, where: str, value: Any) -> None:
+    *parents, last = where.split(".")
+    for part in parents:
+        doc = doc[int(part)] if isinstance(doc, list) else doc.setdefault(part, {})
+    if isinstance(doc, list):
+        doc[int(last)] = value
+    else:
+        doc[last] = value
+
+
+def suite_with(section: str, mapping: dict[str, Any]) -> dict[str, Any]:
+    """The base suite with ``mapping`` as the mapping of grammar section ``section``."""
+    where, _, setup = PLACES[section]
+    if not where:
+        return copy.deepcopy(mapping)
+    doc = copy.deepcopy(_BASE_SUITE)
+    for path, value in setup.items():
+        _put(doc, path, copy.deepcopy(value))
+    _put(doc, where, copy.deepcopy(mapping))
+    return doc
+
+
+def sample(key: Key) -> Any:
+    """A value of ``key`` that the loader takes on its own (its example, its default,
+    else the plainest value of its type)."""
+    if key.example:
+        return yaml.safe_load(key.example)
+    if key.default is not grammar.NO_DEFAULT:
+        return copy.deepcopy(key.default)
+    return _plain(key.type)
+
+
+def _plain(node: Node) -> Any:
+    if isinstance(node, OneOf):
+        return _plain(node.options[0])
+    if isinstance(node, ListOf):
+        return []
+    if isinstance(node, MapOf | Section):
+        return {}
+    if node.choices:
+        return node.choices[0]
+    if node.kind == "string":
+        return "a:b" if node.pattern == grammar.FUNCTION_PATTERN else "x"
+    bound = next((b for b in (node.minimum, node.exclusive_minimum) if b is not None), 0)
+    return int(bound) + 1 if node.kind == "integer" else bound + 1

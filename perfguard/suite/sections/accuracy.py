@@ -87,13 +87,14 @@ from perfguard.core.scenario import (
     TaskMetricSpec,
 )
 from perfguard.suite import grammar
+from perfguard.suite.grammar import OneOf, Scalar
+from perfguard.suite.rules import check_section, integer, number
 from perfguard.suite.yamlpos import PosDict, Reader, found, one_of, suggest
 
 __all__ = ["ACCURACY", "PRESETS", "QUANTIZATION", "QuantRef", "finish_cells", "parse_accuracy"]
 __all__ += ["parse_presets", "parse_quantization"]
 
 T = TypeVar("T")
-Check = tuple[str, Callable[[float], bool]]  # (expected text, test)
 
 QUANTIZATION = "quantization"  # scenario key and matrix axis
 ACCURACY = "accuracy"  # scenario key
@@ -102,22 +103,9 @@ _CUSTOM = "custom"  # the name of an inline `quantization:` mapping
 _STATIC_ONLY = ("activation_type", "calibration", "calibration_samples", "symmetric")
 _QUANT_CHOICES = grammar.QUANT.choice_keys
 _REF_CHOICES = grammar.REFERENCE.choice_keys
-# fmt: off
-_INT_LIMITS = {"topk": 1, "nonfinite_max": 0}  # name -> minimum; these cannot be switched off
-_COSINE: Check = ("a number in [-1, 1]", lambda x: -1 <= x <= 1)
-_NON_NEGATIVE: Check = ("a number >= 0", lambda x: x >= 0)
-_FLOAT_LIMITS: dict[str, Check] = {
-    "cosine_min": _COSINE, "cosine_mean_min": _COSINE, "baseline_cosine_min": _COSINE,
-    "topk_agreement_min": ("a number in [0, 1]", lambda x: 0 <= x <= 1),
-    **dict.fromkeys(
-        ("kl_max", "max_abs_err", "mean_abs_err", "max_rel_err", "cosine_drift_max"),
-        _NON_NEGATIVE,
-    ),
-}
-# fmt: on
 # Preset names end up in cell ids, which are joined with "-".
-_PRESET_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_FUNCTION_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+_PRESET_RE = re.compile(grammar.IDENT_PATTERN)
+_FUNCTION_RE = re.compile(grammar.FUNCTION_PATTERN)
 _SPEC = AccuracySpec()
 
 
@@ -140,12 +128,21 @@ class _Reference:
     line: int
 
 
-def _num(rd: Reader, value: object, line: int, what: str, check: Check) -> float:
+def _number_type(section: grammar.Section, name: str) -> Scalar:
+    """The number a tolerance (a number, a numeric string or null) of ``name`` is."""
+    node = section.key(name).type
+    if isinstance(node, OneOf):
+        node = next(o for o in node.options if isinstance(o, Scalar) and o.kind == "number")
+    assert isinstance(node, Scalar), name
+    return node
+
+
+def _num(rd: Reader, value: object, line: int, what: str, node: Scalar) -> float:
     # PyYAML (YAML 1.1) reads `1e-3` as a string, and tolerances are written that way.
     if isinstance(value, str):
         with contextlib.suppress(ValueError):
             value = float(value)
-    return rd.as_num(value, line, what, *check)
+    return number(rd, value, line, what, node)
 
 
 def _function(rd: Reader, value: object, line: int, what: str) -> str:
@@ -178,7 +175,7 @@ def _quant_spec(rd: Reader, value: object, line: int, where: str, name: str) -> 
         if key in _QUANT_CHOICES:
             fields[key] = rd.as_choice(v, at, what, _QUANT_CHOICES[key])
         elif key == "calibration_samples":
-            fields[key] = rd.as_int(v, at, what, 1)
+            fields[key] = integer(rd, v, at, what, grammar.QUANT.scalar(key))
         else:
             fields[key] = rd.as_bool(v, at, what)
     spec = QuantSpec(name=name, **fields)
@@ -266,19 +263,12 @@ def parse_accuracy(rd: Reader, value: object, line: int, where: str) -> dict[str
 def _inputs(rd: Reader, value: object, line: int, what: str) -> AccuracyInputs:
     m = rd.as_map(value, line, what)
     rd.keys(m, grammar.ACCURACY_INPUTS.names, what)
-    sources = [key for key in ("file", "function") if key in m]
-    if len(sources) == 2:
-        expected = "at most one of `file` and `function` (neither: generated from the input specs)"
-        problem = f"{what} has both `file` and `function`"
-        rd.fail(m.key_line("function"), problem, expected, "remove one of them")
-    if "seed" in m and sources:
-        problem = f"`seed` is set in {what}, whose inputs come from `{sources[0]}`"
-        rd.fail(m.key_line("seed"), problem, "`seed` only for generated inputs", "remove `seed`")
+    check_section(rd, m, grammar.ACCURACY_INPUTS, line, what)
     fields: dict[str, Any] = {}
     for key, v in m.items():
         at, name = m.key_line(key), f"`{key}` of {what}"
         if key in ("count", "seed"):
-            fields[key] = rd.as_int(v, at, name, 1 if key == "count" else 0)
+            fields[key] = integer(rd, v, at, name, grammar.ACCURACY_INPUTS.scalar(key))
         else:
             fields[key] = (_path if key == "file" else _function)(rd, v, at, name)
     return AccuracyInputs(**fields)
@@ -298,11 +288,11 @@ def _kl(rd: Reader, value: object, line: int, what: str) -> tuple[str, float]:
         m["on"] = m.pop(True)
         m.key_lines["on"] = m.key_lines.pop(True)
     rd.keys(m, grammar.KL.names, what)
-    on = m.get("on", _SPEC.kl_on)
+    on = m.get("on", grammar.KL.key("on").default)
     on = rd.as_choice(on, m.key_line("on"), f"`on` of {what}", grammar.KL_ON)
-    positive: Check = ("a number > 0", lambda x: x > 0)
-    temp, at = m.get("temperature", _SPEC.temperature), m.key_line("temperature")
-    return on, _num(rd, temp, at, f"`temperature` of {what}", positive)
+    temp = m.get("temperature", grammar.KL.key("temperature").default)
+    at, node = m.key_line("temperature"), _number_type(grammar.KL, "temperature")
+    return on, _num(rd, temp, at, f"`temperature` of {what}", node)
 
 
 def _reference(rd: Reader, value: object, line: int, what: str) -> _Reference:
@@ -317,7 +307,7 @@ def _reference(rd: Reader, value: object, line: int, what: str) -> _Reference:
         if key in _REF_CHOICES:
             pairs[key] = rd.as_choice(v, at, name, _REF_CHOICES[key])
         elif key == "threads":
-            pairs[key] = str(rd.as_int(v, at, name, 1))
+            pairs[key] = str(integer(rd, v, at, name, grammar.REFERENCE.scalar(key)))
         elif key == "device" and (not isinstance(v, str) or not grammar.DEVICE_RE.fullmatch(v)):
             rd.fail(at, f"{name} is {found(v)}", "`cpu`, `cuda` or `cuda:N`", "write e.g. `cpu`")
         else:  # a device, or a preset name (checked against the presets with the cells)
@@ -331,21 +321,20 @@ def _limits(rd: Reader, value: object, line: int, what: str) -> dict[str, float 
     out: dict[str, float | int | None] = {}
     for key, v in m.items():
         at, name = m.key_line(key), f"`{key}` in {what}"
-        if key in _INT_LIMITS:
-            out[key] = rd.as_int(v, at, name, _INT_LIMITS[key])
+        node = _number_type(grammar.ACCURACY_LIMITS, key)
+        if node.kind == "integer":  # `topk`, `nonfinite_max`: these cannot be switched off
+            out[key] = integer(rd, v, at, name, node)
         elif v is None:  # switches a limit off, e.g. the default `baseline_cosine_min`
             out[key] = None
         else:
-            out[key] = _num(rd, v, at, name, _FLOAT_LIMITS[key])
+            out[key] = _num(rd, v, at, name, node)
     return out
 
 
 def _task(rd: Reader, value: object, line: int, what: str) -> TaskMetricSpec:
     m = rd.as_map(value, line, what)
     rd.keys(m, grammar.TASK.names, what)
-    if "function" not in m:
-        expected = "`function: module:function` computing the metric from (outputs, labels)"
-        rd.fail(line, f"{what} has no `function`", expected, "add `function: mymetrics:accuracy`")
+    check_section(rd, m, grammar.TASK, line, what)
     fields: dict[str, Any] = {}
     for key, v in m.items():
         at, name = m.key_line(key), f"`{key}` of {what}"
@@ -354,7 +343,7 @@ def _task(rd: Reader, value: object, line: int, what: str) -> TaskMetricSpec:
         elif key == "higher_is_better":
             fields[key] = rd.as_bool(v, at, name)
         else:
-            fields[key] = _num(rd, v, at, name, _NON_NEGATIVE)
+            fields[key] = _num(rd, v, at, name, _number_type(grammar.TASK, key))
     return TaskMetricSpec(**fields)
 
 
@@ -362,7 +351,8 @@ def _task(rd: Reader, value: object, line: int, what: str) -> TaskMetricSpec:
 # fmt: off
 _PARSERS: dict[str, Callable[[Reader, object, int, str], object]] = {
     "inputs": _inputs, "labels": _path, "reference": _reference, "baseline": Reader.as_bool,
-    "golden": lambda rd, v, line, what: rd.as_int(v, line, what, 0),
+    "golden": lambda rd, v, line, what: integer(
+        rd, v, line, what, grammar.ACCURACY.scalar("golden")),
     "outputs": _outputs, "kl": _kl, "task": _task,
 }
 # fmt: on

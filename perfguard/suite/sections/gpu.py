@@ -15,6 +15,7 @@ from typing import Any
 
 from perfguard.core.scenario import COMPILE_MODES, ORT_GPU_PROVIDERS, GpuSpec, TensorRTSpec
 from perfguard.suite import grammar
+from perfguard.suite.rules import check_section, integer
 from perfguard.suite.yamlpos import PosDict, Reader, found
 
 __all__ = ["GPU", "gpu_spec", "parse_gpu"]
@@ -27,7 +28,8 @@ _PROFILE_KEYS = grammar.PROFILE.names
 def _shape(rd: Reader, value: object, line: int, what: str) -> tuple[int, ...]:
     dims = rd.as_list(value, line, what)
     return tuple(
-        rd.as_int(d, dims.item_line(i), f"dimension {i} of {what}", 1) for i, d in enumerate(dims)
+        integer(rd, d, dims.item_line(i), f"dimension {i} of {what}", grammar.DIMENSION)
+        for i, d in enumerate(dims)
     )
 
 
@@ -41,10 +43,7 @@ def _profiles(
         at = m.key_line(name)
         entry = rd.as_map(raw, at, f"the profile of input `{name}` in {where}")
         rd.keys(entry, _PROFILE_KEYS, f"the profile of input `{name}`")
-        missing = [k for k in _PROFILE_KEYS if k not in entry]
-        if missing:
-            fix = f"add {', '.join(f'`{k}: [...]`' for k in missing)}"
-            rd.fail(at, f"the profile of input `{name}` lacks {missing}", "min, opt and max", fix)
+        check_section(rd, entry, grammar.PROFILE, at, f"the profile of input `{name}`")
         shapes = [
             _shape(rd, entry[k], entry.key_line(k), f"`{k}` of input `{name}`")
             for k in _PROFILE_KEYS
@@ -68,13 +67,8 @@ def _tensorrt(rd: Reader, value: object, line: int, where: str) -> TensorRTSpec:
     spec: dict[str, Any] = {}
     for key, raw in m.items():
         at = m.key_line(key)
-        if key == "workspace_mib":
-            spec[key] = rd.as_int(raw, at, f"`{key}` in {what}", 1)
-        elif key == "builder_optimization_level":
-            level = rd.as_int(raw, at, f"`{key}` in {what}", 0)
-            if level > 5:
-                rd.fail(at, f"`{key}` is {level}", "an integer 0..5", "use 0 to 5 (3 is default)")
-            spec[key] = level
+        if key in ("workspace_mib", "builder_optimization_level"):
+            spec[key] = integer(rd, raw, at, f"`{key}` in {what}", grammar.TENSORRT.scalar(key))
         elif key == "timing_cache":
             spec[key] = rd.as_bool(raw, at, f"`{key}` in {what}")
         else:

@@ -92,7 +92,6 @@ from typing import Any, cast
 from perfguard.core.policy import (
     CONFIDENCE,
     LATENCY_QS,
-    LOAD_MAX_CLIENTS,
     LOOP_MAX_ITERATIONS,
     NAME_MAX_CHARS,
     SLO_GATE,
@@ -108,6 +107,7 @@ from perfguard.core.scenario import (
     SloSpec,
 )
 from perfguard.suite import grammar
+from perfguard.suite.rules import check_section, integer, number
 from perfguard.suite.yamlpos import PosDict, PosList, Reader, found, one_of, suggest
 
 __all__ = ["LOAD", "MAX_RATE", "SHAPES", "expand_cells", "parse_load", "parse_shapes"]
@@ -117,13 +117,20 @@ SHAPES = "shapes"  # scenario key
 MAX_RATE = grammar.MAX_RATE
 MIN_RATE = grammar.MIN_RATE
 _DEFAULTS_WHERE = "`defaults`"  # how perfguard.suite.loader names `defaults` in `where`
-_LEVEL_KEYS = ("concurrency", "rate")
+# `concurrency` and `rate`: at most one in a written `load` (the grammar's rule), exactly one
+# in a scenario's merged one (`_loads`, which knows where each came from).
+_LEVEL_KEYS = grammar.LOAD.at_most_one[0]
 # Keys copied into LoadSpec as they are.
 _OPTIONS = tuple(k for k in grammar.LOAD.names if k not in (*_LEVEL_KEYS, "slo"))
 _SLO_TARGETS = grammar.SLO_TARGETS
-_SLO_DEFAULTS = SloSpec(percentile=95.0, target_ms=1.0, start=1.0)
+# A closed loop's level: the first form of `concurrency` (the other is a list of them).
+_CLIENTS = next(
+    o
+    for o in cast("grammar.OneOf", grammar.LOAD.key("concurrency").type).options
+    if isinstance(o, grammar.Scalar)
+)
 _RATE_RE = re.compile(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?:/\s*s)?")
-_BUCKET_RE = re.compile(r"[A-Za-z0-9_.+]+")
+_BUCKET_RE = re.compile(grammar.BUCKET_PATTERN)
 _LINE = "@"  # draft key holding the line of the `load:` key (the scenario's wins the merge)
 
 
@@ -164,7 +171,7 @@ def _rate(rd: Reader, value: object, line: int, what: str) -> float:
         rd.fail(line, f"{what} is {rate:g}/s", expected, f"raise it to {MIN_RATE:g}/s or more")
     if rate > MAX_RATE:
         expected = (
-            "at most 1e6/s: perfguard's load generator is a Python thread; beyond ~1e6/s "
+            f"at most {MAX_RATE:g}/s: perfguard's load generator is a Python thread; beyond ~1e6/s "
             "it cannot send requests on schedule and every level would be invalid"
         )
         fix = "lower the rate to 1e6/s or less"
@@ -200,52 +207,49 @@ def _levels(
 
 
 def _clients(rd: Reader, value: object, line: int, what: str) -> int:
-    """A count of load-generator threads (``concurrency``, ``workers``), within the limit."""
-    count = rd.as_int(value, line, what, 1)
-    why = "perfguard's limit: each is a thread of the load generator"
-    rd.at_most(count, LOAD_MAX_CLIENTS, line, what, why, f"lower it to {LOAD_MAX_CLIENTS} or less")
-    return count
+    """A ``concurrency`` level: a count of load-generator threads, within the limit."""
+    return integer(rd, value, line, what, _CLIENTS)
 
 
 def _batching(rd: Reader, value: object, line: int, what: str) -> BatchingSpec:
     m = rd.as_map(value, line, what)
     rd.keys(m, grammar.BATCHING.names, what)
-    for key, example in zip(grammar.BATCHING.names, (8, 2), strict=True):
-        if key not in m:
-            expected = "both `max_batch` and `max_wait_ms`"
-            rd.fail(line, f"{what} has no `{key}`", expected, f"add `{key}: {example}`")
+    check_section(rd, m, grammar.BATCHING, line, what)
     at, name = m.key_line("max_wait_ms"), f"`max_wait_ms` of {what}"
     return BatchingSpec(
-        rd.as_int(m["max_batch"], m.key_line("max_batch"), f"`max_batch` of {what}", 2),
-        rd.as_num(m["max_wait_ms"], at, name, "a number >= 0", lambda x: x >= 0),
-    )
+        integer(rd, m["max_batch"], m.key_line("max_batch"), f"`max_batch` of {what}",
+                grammar.BATCHING.scalar("max_batch")),
+        number(rd, m["max_wait_ms"], at, name, grammar.BATCHING.scalar("max_wait_ms")),
+    )  # fmt: skip
 
 
 def _slo(rd: Reader, value: object, line: int, what: str) -> _Slo:
     m = rd.as_map(value, line, what)
     rd.keys(m, grammar.SLO.names, what)
-    targets = [key for key in m if key in _SLO_TARGETS]
-    if len(targets) != 1:
-        expected = f"exactly one latency target: {one_of(_SLO_TARGETS)}"
-        if not targets:
-            rd.fail(line, f"{what} has no latency target", expected, "add e.g. `p95_ms: 50`")
-        problem = f"{what} has two latency targets, `{targets[0]}` and `{targets[1]}`"
-        rd.fail(m.key_line(targets[1]), problem, expected, "keep only one of them")
-    key = targets[0]
+    check_section(rd, m, grammar.SLO, line, what)
+    key = next(key for key in m if key in _SLO_TARGETS)
 
-    def num(k: str, expected: str, ok: Callable[[float], bool]) -> float:
-        return rd.as_num(m[k], m.key_line(k), f"`{k}` of {what}", expected, ok)
+    def num(k: str) -> float:
+        return number(rd, m[k], m.key_line(k), f"`{k}` of {what}", grammar.SLO.scalar(k))
 
-    factor = num("factor", "a number > 1", lambda x: x > 1) if "factor" in m else None
-    refine = m.get("refine", _SLO_DEFAULTS.refine)
+    refine = m.get("refine", grammar.SLO.key("refine").default)
     return _Slo(
         _SLO_TARGETS[key],
-        num(key, "a number of milliseconds > 0", lambda x: x > 0),
-        _SLO_DEFAULTS.factor if factor is None else factor,
-        rd.as_int(refine, m.key_line("refine"), f"`refine` of {what}", 0),
-        num("max", "a number > 0", lambda x: x > 0) if "max" in m else None,
+        num(key),
+        num("factor") if "factor" in m else grammar.SLO.key("factor").default,
+        integer(rd, refine, m.key_line("refine"), f"`refine` of {what}",
+                grammar.SLO.scalar("refine")),
+        num("max") if "max" in m else None,
         m.key_line("max"),
-    )
+    )  # fmt: skip
+
+
+def _option(name: str) -> Callable[[Reader, object, int, str], object]:
+    """The parser of a number option of ``load`` (its bounds from the grammar)."""
+    node = grammar.LOAD.scalar(name)
+    if node.kind == "integer":
+        return lambda rd, v, line, what: integer(rd, v, line, what, node)
+    return lambda rd, v, line, what: number(rd, v, line, what, node)
 
 
 # fmt: off
@@ -255,11 +259,7 @@ _PARSERS: dict[str, Callable[[Reader, object, int, str], object]] = {
     "batching": _batching, "slo": _slo,
     "arrivals": lambda rd, v, line, what: rd.as_choice(v, line, what, ARRIVALS),
     "sessions": lambda rd, v, line, what: rd.as_choice(v, line, what, SESSION_MODES),
-    "seed": lambda rd, v, line, what: rd.as_int(v, line, what, 0),
-    "workers": _clients,
-    "late_ms": lambda rd, v, line, what: rd.as_num(v, line, what, "a number > 0", lambda x: x > 0),
-    "late_max": lambda rd, v, line, what: rd.as_num(
-        v, line, what, "a number with 0 <= x < 1", lambda x: 0 <= x < 1),
+    **{k: _option(k) for k in ("seed", "workers", "late_ms", "late_max")},
 }
 # fmt: on
 

@@ -28,12 +28,13 @@ from perfguard.core.errors import Location
 from perfguard.core.policy import NAME_MAX_CHARS
 from perfguard.core.scenario import DTYPES, InputSpec, ModelSpec
 from perfguard.suite import grammar
+from perfguard.suite.rules import check_section, integer, number
 from perfguard.suite.yamlpos import Reader, found, frozen
 
 __all__ = ["MODEL_KEYS", "parse_model"]
 
 MODEL_KEYS = grammar.MODEL.names
-_FACTORY_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+_FACTORY_RE = re.compile(grammar.FUNCTION_PATTERN)
 
 
 def _input(rd: Reader, name: object, value: object, line: int, model: str) -> InputSpec:
@@ -45,37 +46,29 @@ def _input(rd: Reader, name: object, value: object, line: int, model: str) -> In
     m = rd.as_map(value, line, where)
     rd.keys(m, grammar.INPUT.names, where)
     name = rd.as_name(name, line, f"the name of {where}")
-    if "shape" not in m:
-        rd.fail(line, f"{where} has no `shape`", "`shape: [d1, ...]`", "add `shape: [1, 64]`")
+    check_section(rd, m, grammar.INPUT, line, where)
     dims = rd.as_list(m["shape"], m.key_line("shape"), f"`shape` of {where}")
     shape = tuple(
-        rd.as_int(d, dims.item_line(i), f"dimension {i} of `shape` of {where}", 1)
+        integer(rd, d, dims.item_line(i), f"dimension {i} of `shape` of {where}", grammar.DIMENSION)
         for i, d in enumerate(dims)
     )
-    dtype = m.get("dtype", "float32")
+    dtype = m.get("dtype", grammar.INPUT.key("dtype").default)
     dtype = rd.as_choice(dtype, m.key_line("dtype"), f"`dtype` of {where}", DTYPES)
     nums = {
-        k: rd.as_num(m[k], m.key_line(k), f"`{k}` of {where}", "a finite number", lambda x: True)
+        k: number(rd, m[k], m.key_line(k), f"`{k}` of {where}", grammar.INPUT.scalar(k))
         for k in ("low", "high", "fill")
         if k in m
     }
     low, high, fill = nums.get("low"), nums.get("high"), nums.get("fill")
-    if (low is None) != (high is None):
-        given, missing = ("low", "high") if high is None else ("high", "low")
-        fix = f"add `{missing}`, or use `fill`"
-        rd.fail(m.key_line(given), f"{where} has `{given}` but no `{missing}`", "both", fix)
-    if low is not None and fill is not None:
-        expected = "either a constant `fill` or a random range `low`/`high`"
-        fix = "remove `fill`, or remove `low` and `high`"
-        rd.fail(m.key_line("fill"), f"{where} has both `fill` and `low`/`high`", expected, fix)
     if low is not None and high is not None and low >= high:
         fix = "make `high` larger than `low` (high is exclusive for integers)"
         rd.fail(m.key_line("low"), f"{where} has low={low:g} >= high={high:g}", "low < high", fix)
-    seed = rd.as_int(
+    seed = integer(
+        rd,
         m.get("seed", grammar.INPUT.key("seed").default),
         m.key_line("seed"),
         f"`seed` of {where}",
-        0,
+        grammar.INPUT.scalar("seed"),
     )
     return InputSpec(name, shape, dtype, low, high, fill, seed)
 
@@ -85,13 +78,7 @@ def parse_model(rd: Reader, name: object, value: object, line: int, base_dir: Pa
     m = rd.as_map(value, line, where)
     rd.keys(m, grammar.MODEL.names, where)
     name = rd.as_name(name, line, "the model name")
-    for a, b, fix in (
-        ("factory", "onnx", "give `factory: package.module:function` or `onnx: model.onnx`"),
-        ("inputs", "inputs_file", "give `inputs:` (name -> shape/dtype) or `inputs_file: x.npz`"),
-    ):
-        if (a in m) == (b in m):
-            both = f"both `{a}` and `{b}`" if a in m else f"neither `{a}` nor `{b}`"
-            rd.fail(line, f"{where} has {both}", f"exactly one of `{a}` and `{b}`", fix)
+    check_section(rd, m, grammar.MODEL, line, where)
 
     def path(key: str) -> Path:
         return base_dir / rd.as_str(m[key], m.key_line(key), f"`{key}` of {where}")
@@ -114,13 +101,10 @@ def parse_model(rd: Reader, name: object, value: object, line: int, base_dir: Pa
                     rd.fail(kw.key_line(k), problem, "a Python identifier", "rename the key")
             kwargs = tuple((k, frozen(v)) for k, v in kw.items())
         if "opset" in m:
-            opset = rd.as_int(m["opset"], m.key_line("opset"), f"`opset` of {where}", 1)
+            at, what = m.key_line("opset"), f"`opset` of {where}"
+            opset = integer(rd, m["opset"], at, what, grammar.MODEL.scalar("opset"))
     else:
         onnx = path("onnx")
-        for key in ("kwargs", "opset"):
-            if key in m:
-                problem = f"`{key}` is set on {where}, which loads an `onnx:` file"
-                rd.fail(m.key_line(key), problem, f"`{key}` only on `factory:` models", "remove it")
     inputs: list[InputSpec] = []
     if "inputs" in m:
         spec = rd.as_map(m["inputs"], m.key_line("inputs"), f"`inputs` of {where}")
