@@ -259,17 +259,23 @@ class ScenarioResult:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], *, source: str = "<results>") -> ScenarioResult:
+    def from_dict(
+        cls, data: dict[str, Any], *, source: str = "<results>", path: str = "$"
+    ) -> ScenarioResult:
         known = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in known}
         kwargs["status"] = Status(kwargs.get("status", Status.PASSED))
         if kwargs.get("latency_ns") is not None:
-            kwargs["latency_ns"] = LatencySummary.from_dict(kwargs["latency_ns"])
+            kwargs["latency_ns"] = LatencySummary.from_dict(
+                kwargs["latency_ns"], source=source, path=f"{path}.latency_ns"
+            )
         kwargs["runtime"] = RuntimeInfo.from_dict(kwargs.get("runtime") or {})
         if kwargs.get("accuracy") is not None:
             kwargs["accuracy"] = AccuracyFigures.from_dict(kwargs["accuracy"])
         if kwargs.get("load") is not None:
-            kwargs["load"] = LoadFigures.from_dict(kwargs["load"])
+            kwargs["load"] = LoadFigures.from_dict(
+                kwargs["load"], source=source, path=f"{path}.load"
+            )
         if kwargs.get("profile") is not None:
             kwargs["profile"] = OperatorProfile.from_dict(kwargs["profile"], source=source)
         kwargs["tags"] = tuple(kwargs.get("tags", ()))
@@ -339,7 +345,8 @@ class RunResult:
                 commit=CommitInfo.from_dict(data["commit"]),
                 environment=Environment.from_dict(data["environment"]),
                 scenarios=tuple(
-                    ScenarioResult.from_dict(s, source=source) for s in data["scenarios"]
+                    ScenarioResult.from_dict(s, source=source, path=f"$.scenarios[{i}]")
+                    for i, s in enumerate(data["scenarios"])
                 ),
                 mode=str(data.get("mode", "plain")),
             )
