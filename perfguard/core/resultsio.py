@@ -28,6 +28,9 @@ from typing import Any
 
 from perfguard.core.atomicio import read_json, write_json_atomic
 from perfguard.core.errors import ResultsError
+from perfguard.core.figures import LatencySummary
+from perfguard.core.loadfigures import LoadFigures
+from perfguard.core.record import TAMPERED_FIX, Record, schema_defs
 from perfguard.core.results import CommitInfo, RunResult
 
 RESULTS_FILENAME = "results.json"
@@ -220,11 +223,25 @@ def read_results(path: Path) -> RunResult:
     return results_from_dict(data, path)
 
 
-#: The fix for a stored results document holding a value perfguard never writes.
-TAMPERED_FIX = (
-    "the file was not written by perfguard or was edited: restore it from git, or "
-    "re-create it with `pytest --perfguard`"
-)
+#: The records of results.json declared once (``perfguard.core.record``): their ``$defs``
+#: entries in the results schema are generated (``results_schema_text``), with every
+#: record they hold. The rest of the schema is still written by hand.
+DECLARED_RECORDS: tuple[type[Record], ...] = (LatencySummary, LoadFigures)
+
+
+def generated_results_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """``schema`` (the results schema) with the ``$defs`` of ``DECLARED_RECORDS``
+    replaced by the ones generated from their declarations."""
+    out = dict(schema)
+    out["$defs"] = {**schema["$defs"], **schema_defs(*DECLARED_RECORDS)}
+    return out
+
+
+def results_schema_text(schema: Mapping[str, Any] | None = None) -> str:
+    """The results schema as ``perfguard/schemas/results.schema.json`` holds it (1-space
+    indent, final newline): the shipped one with its declared parts regenerated."""
+    current = load_schema() if schema is None else schema
+    return json.dumps(generated_results_schema(current), indent=1, ensure_ascii=False) + "\n"
 
 
 def results_from_dict(data: dict[str, Any], where: Path | str) -> RunResult:
