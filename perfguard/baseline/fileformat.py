@@ -140,15 +140,9 @@ def _check_header(doc: dict[str, Any], fingerprint: str, sha: str, where: Path) 
         raise _corrupt(where, f"it says fingerprint {stated!r}, filed under {fingerprint!r}")
     if not isinstance(doc.get("commit"), dict):
         raise _corrupt(where, "'commit' is missing or malformed")
-    check_stored(
-        doc["commit"],
-        where=where,
-        what="baseline commit",
-        fix=MOVE_AWAY_FIX,
-        schema=None,
-        pointer="commit",
+    commit = CommitInfo.from_dict(
+        doc["commit"], source=str(where), what="baseline commit", fix=MOVE_AWAY_FIX
     )
-    commit = CommitInfo.from_dict(doc["commit"])
     if not isinstance(commit.sha, str) or not FULL_SHA_RE.fullmatch(commit.sha):
         raise _corrupt(where, f"its commit sha {commit.sha!r} is not a full commit sha")
     if commit.sha != sha:

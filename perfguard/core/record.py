@@ -78,6 +78,7 @@ class FieldSpec:
     description: str | None = None
     inline: bool = False
     min_length: int | None = None
+    read_pattern: str | None = None
 
 
 def spec(
@@ -92,11 +93,12 @@ def spec(
     description: str | None = None,
     inline: bool = False,
     min_length: int | None = None,
+    read_pattern: str | None = None,
 ) -> dict[str, Any]:
     """A field's metadata (``field(metadata=spec(...))``). Bounds, ``values`` and
     ``pattern`` apply to the innermost scalar: the items of a tuple, the values of a
     dict."""
-    return {
+    return {  # see the module docstring; read_pattern: a reader's looser pattern
         _META: FieldSpec(
             key,
             omit,
@@ -108,6 +110,7 @@ def spec(
             description,
             inline,
             min_length,
+            read_pattern,
         )
     }
 
@@ -126,8 +129,16 @@ class Record:
         return encode(self)
 
     @classmethod
-    def from_dict(cls: type[R], data: Any, *, source: str = "<results>", path: str = "$") -> R:
-        return decode(cls, data, source=source, path=path)
+    def from_dict(
+        cls: type[R],
+        data: Any,
+        *,
+        source: str = "<results>",
+        path: str = "$",
+        what: str = "stored record",
+        fix: str = TAMPERED_FIX,
+    ) -> R:
+        return decode(cls, data, source=source, path=path, what=what, fix=fix)
 
 
 # --------------------------------------------------------------------------- types
@@ -346,8 +357,9 @@ def _decode_value(value: Any, shape: Shape, meta: FieldSpec, at: str, reading: _
         raise reading.refuse(at, value, _expected(shape, meta))
     if meta.values is not None and value not in meta.values:
         raise reading.refuse(at, value, _expected(shape, meta))
-    if isinstance(value, str) and meta.pattern is not None and not re.search(meta.pattern, value):
-        raise reading.refuse(at, value, f"a string matching {meta.pattern}")
+    pattern = meta.read_pattern or meta.pattern
+    if isinstance(value, str) and pattern is not None and not re.search(pattern, value):
+        raise reading.refuse(at, value, f"a string matching {pattern}")
     if isinstance(value, str) and meta.min_length is not None and len(value) < meta.min_length:
         raise reading.refuse(at, value, f"a string of at least {meta.min_length} characters")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -428,6 +440,9 @@ def _scalar_schema(shape: Shape, meta: FieldSpec) -> dict[str, Any]:
         out["minLength"] = meta.min_length
     if meta.pattern is not None:
         out["pattern"] = meta.pattern
+    if meta.read_pattern is not None:
+        # What a reader accepts where it is looser than what perfguard writes.
+        out["x-read-pattern"] = meta.read_pattern
     if meta.minimum is not None:
         out["minimum"] = _bound(meta.minimum)
     if meta.maximum is not None:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from perfguard.core.accuracyfigures import AccuracyFigures
 from perfguard.core.errors import ResultsError, check_schema_version
@@ -24,6 +24,7 @@ from perfguard.core.figures import JSON, LatencySummary, RuntimeInfo
 from perfguard.core.loadfigures import LoadFigures
 from perfguard.core.paths import display_path
 from perfguard.core.profile import OperatorProfile
+from perfguard.core.record import Record, spec
 from perfguard.core.scenario import Scenario
 
 __all__ = [
@@ -71,30 +72,29 @@ class Status(WordEnum):
 
 
 @dataclass(frozen=True)
-class CommitInfo:
-    """The git state a run was measured at. ``sha`` is None outside a git checkout."""
+class CommitInfo(Record):
+    """The git state a run was measured at. ``sha`` is None outside a git checkout.
 
-    sha: str | None
-    branch: str | None
-    dirty: bool
+    A reader is tolerant of a missing key (None, ``dirty`` False), as it always was."""
+
+    SCHEMA_NAME: ClassVar[str] = "commit"
+
+    sha: str | None = field(
+        default=None,
+        metadata=spec(
+            pattern="^([0-9a-f]{40}|[0-9a-f]{64})$",
+            description="Full commit id: 40 hex digits (64 in a SHA-256 repository); "
+            "null outside git.",
+        ),
+    )
+    branch: str | None = None
+    dirty: bool = False
     note: str | None = None  # e.g. "not a git repository", "detached HEAD"
 
     @property
     def short(self) -> str:
         """The 12-character directory name for reports; ``uncommitted`` outside git."""
         return self.sha[:12] if self.sha else "uncommitted"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"sha": self.sha, "branch": self.branch, "dirty": self.dirty, "note": self.note}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CommitInfo:
-        return cls(
-            sha=data.get("sha"),
-            branch=data.get("branch"),
-            dirty=bool(data.get("dirty", False)),
-            note=data.get("note"),
-        )
 
 
 def fingerprint(comparable: Mapping[str, str]) -> str:
@@ -105,7 +105,7 @@ def fingerprint(comparable: Mapping[str, str]) -> str:
 
 
 @dataclass(frozen=True)
-class Environment:
+class Environment(Record):
     """Where a run was measured.
 
     ``comparable`` holds the fields that must match for two runs to be compared
@@ -114,16 +114,19 @@ class Environment:
     of ``comparable``.
     """
 
-    fingerprint: str
+    SCHEMA_NAME: ClassVar[str] = "environment"
+
+    fingerprint: str = field(
+        metadata=spec(
+            pattern="^[0-9a-f]{12}$",
+            # It names a directory of the baseline archive: one safe path component.
+            read_pattern="^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$",
+            description="perfguard writes 12 hex digits; a reader accepts any one safe path "
+            "component (x-read-pattern: it names a directory of the baseline archive)",
+        )
+    )
     comparable: dict[str, str] = field(default_factory=dict)
     recorded: dict[str, str] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "fingerprint": self.fingerprint,
-            "comparable": dict(self.comparable),
-            "recorded": dict(self.recorded),
-        }
 
     @classmethod
     def of(
@@ -131,14 +134,6 @@ class Environment:
     ) -> Environment:
         """The environment of these fields, its fingerprint computed from them."""
         return cls(fingerprint(comparable), dict(comparable), dict(recorded or {}))
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Environment:
-        return cls(
-            fingerprint=str(data["fingerprint"]),
-            comparable={str(k): str(v) for k, v in data.get("comparable", {}).items()},
-            recorded={str(k): str(v) for k, v in data.get("recorded", {}).items()},
-        )
 
     def mismatch(self) -> str | None:
         """Why this stored environment cannot be trusted, or None: a fingerprint that is
@@ -342,8 +337,10 @@ class RunResult:
                 schema_version=SCHEMA_VERSION,  # checked above
                 perfguard_version=str(data.get("perfguard_version", "unknown")),
                 created_at=str(data["created_at"]),
-                commit=CommitInfo.from_dict(data["commit"]),
-                environment=Environment.from_dict(data["environment"]),
+                commit=CommitInfo.from_dict(data["commit"], source=source, path="$.commit"),
+                environment=Environment.from_dict(
+                    data["environment"], source=source, path="$.environment"
+                ),
                 scenarios=tuple(
                     ScenarioResult.from_dict(s, source=source, path=f"$.scenarios[{i}]")
                     for i, s in enumerate(data["scenarios"])

@@ -31,7 +31,7 @@ from perfguard.core.errors import ResultsError
 from perfguard.core.figures import LatencySummary
 from perfguard.core.loadfigures import LoadFigures
 from perfguard.core.record import TAMPERED_FIX, Record, schema_defs
-from perfguard.core.results import CommitInfo, RunResult
+from perfguard.core.results import CommitInfo, Environment, RunResult
 
 RESULTS_FILENAME = "results.json"
 SCHEMA_RESOURCE = "schemas/results.schema.json"
@@ -226,7 +226,7 @@ def read_results(path: Path) -> RunResult:
 #: The records of results.json declared once (``perfguard.core.record``): their ``$defs``
 #: entries in the results schema are generated (``results_schema_text``), with every
 #: record they hold. The rest of the schema is still written by hand.
-DECLARED_RECORDS: tuple[type[Record], ...] = (LatencySummary, LoadFigures)
+DECLARED_RECORDS: tuple[type[Record], ...] = (CommitInfo, Environment, LatencySummary, LoadFigures)
 
 
 def generated_results_schema(schema: Mapping[str, Any]) -> dict[str, Any]:

@@ -31,12 +31,13 @@ from perfguard.core.loadfigures import (
     SloStep,
 )
 from perfguard.core.record import Record, decode, encode, json_schema, schema_defs, spec
+from perfguard.core.results import CommitInfo, Environment
 from perfguard.core.resultsio import DECLARED_RECORDS, results_schema_text
 from tests.helpers.strategies import records
 
 SCHEMA_FILE = Path(perfguard.__file__).parent / "schemas" / "results.schema.json"
 DECLARED = [LatencySummary, LateFigures, SloStep, SloSearch, LevelMemory, BatchingFigures]
-DECLARED += [LoadFigures]
+DECLARED += [LoadFigures, CommitInfo, Environment]
 SOURCE = "baselines/abc/def.json"
 
 

@@ -49,8 +49,8 @@ def _scalars(shape: Shape, spec: FieldSpec) -> st.SearchStrategy[Any]:
     if shape.base is float:
         # A float field may hold a whole number as an int (as a file can); both round-trip.
         return st.floats(low, high, allow_nan=False) | st.integers(int(low), int(high))
-    if spec.key_pattern is not None or spec.pattern is not None:
-        raise NotImplementedError("no strategy for a patterned string")
+    if spec.pattern is not None:
+        return st.from_regex(spec.pattern, fullmatch=True)
     return st.text(min_size=spec.min_length or 0, max_size=12)
 
 
