@@ -29,7 +29,7 @@ import json
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, ClassVar, Literal, TypeVar
@@ -65,6 +65,20 @@ R = TypeVar("R", bound="Record")
 
 
 @dataclass(frozen=True)
+class Codec:
+    """A hand-written JSON form for a value whose shape is not a plain record (an open
+    object, rows of a table): ``encode`` it, ``decode(value, source, path)`` it (raising
+    ResultsError, or KeyError/TypeError/ValueError/AttributeError/IndexError, which
+    become a ResultsError at its place), and its JSON ``schema`` (null included when
+    the field may hold None)."""
+
+    encode: Callable[[Any], Any]
+    decode: Callable[[Any, str, str], Any]
+    schema: Mapping[str, Any]
+    expected: str
+
+
+@dataclass(frozen=True)
 class FieldSpec:
     """How one field is stored (see the module docstring)."""
 
@@ -72,13 +86,14 @@ class FieldSpec:
     omit: Omit = "never"
     minimum: float | None = None
     maximum: float | None = None
-    values: tuple[str | None, ...] | None = None
+    values: tuple[Any, ...] | None = None
     pattern: str | None = None
     key_pattern: str | None = None
     description: str | None = None
     inline: bool = False
     min_length: int | None = None
     read_pattern: str | None = None
+    codec: Codec | None = None
 
 
 def spec(
@@ -87,13 +102,14 @@ def spec(
     omit: Omit = "never",
     minimum: float | None = None,
     maximum: float | None = None,
-    values: tuple[str | None, ...] | None = None,
+    values: tuple[Any, ...] | None = None,
     pattern: str | None = None,
     key_pattern: str | None = None,
     description: str | None = None,
     inline: bool = False,
     min_length: int | None = None,
     read_pattern: str | None = None,
+    codec: Codec | None = None,
 ) -> dict[str, Any]:
     """A field's metadata (``field(metadata=spec(...))``). Bounds, ``values`` and
     ``pattern`` apply to the innermost scalar: the items of a tuple, the values of a
@@ -111,6 +127,7 @@ def spec(
             inline,
             min_length,
             read_pattern,
+            codec,
         )
     }
 
@@ -124,6 +141,8 @@ class Record:
 
     SCHEMA_NAME: ClassVar[str]
     SCHEMA_DESCRIPTION: ClassVar[str | None] = None
+    #: The JSON keys' order where it is not the fields' (field names; all of them).
+    KEY_ORDER: ClassVar[tuple[str, ...] | None] = None
 
     def to_dict(self) -> dict[str, Any]:
         return encode(self)
@@ -189,6 +208,13 @@ def _shape(hint: Any) -> Shape:
     raise TypeError(f"unsupported type in a record: {hint!r}")
 
 
+def _codec_shape(hint: Any) -> Shape:
+    nullable = typing.get_origin(hint) in (typing.Union, types.UnionType) and _NONE in (
+        typing.get_args(hint)
+    )
+    return Shape("codec", nullable=nullable)
+
+
 @dataclass(frozen=True)
 class StoredField:
     """One field of a record: its JSON key, shape, spec and default."""
@@ -219,12 +245,18 @@ def stored_fields(cls: type[Record]) -> tuple[StoredField, ...]:
 def _read_fields(cls: type[Record]) -> tuple[StoredField, ...]:
     hints = typing.get_type_hints(cls)
     out = []
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+    declared = dataclasses.fields(cls)  # type: ignore[arg-type]
+    if cls.KEY_ORDER is not None:
+        by_name = {f.name: f for f in declared}
+        if sorted(by_name) != sorted(cls.KEY_ORDER):
+            raise TypeError(f"{cls.__name__}.KEY_ORDER must name every field once")
+        declared = tuple(by_name[name] for name in cls.KEY_ORDER)
+    for f in declared:
         meta = f.metadata.get(_META, FieldSpec())
         factory = f.default_factory is not dataclasses.MISSING
         has_default = factory or f.default is not dataclasses.MISSING
         default = f.default_factory if factory else f.default
-        shape = _shape(hints[f.name])
+        shape = _codec_shape(hints[f.name]) if meta.codec is not None else _shape(hints[f.name])
         if meta.inline and shape.kind != "record":
             raise TypeError(f"{cls.__name__}.{f.name}: only a record can be inline")
         out.append(
@@ -236,19 +268,22 @@ def _read_fields(cls: type[Record]) -> tuple[StoredField, ...]:
 # --------------------------------------------------------------------------- encode
 
 
-def _encode_value(value: Any, shape: Shape) -> Any:
+def _encode_value(value: Any, shape: Shape, meta: FieldSpec) -> Any:
     if value is None:
         return None
+    if shape.kind == "codec":
+        assert meta.codec is not None
+        return meta.codec.encode(value)
     if shape.kind == "record":
         return encode(value)
     if shape.kind == "enum":
         return value.value
     if shape.kind == "tuple":
         assert shape.item is not None
-        return [_encode_value(v, shape.item) for v in value]
+        return [_encode_value(v, shape.item, meta) for v in value]
     if shape.kind == "dict":
         assert shape.item is not None
-        return {k: _encode_value(v, shape.item) for k, v in value.items()}
+        return {k: _encode_value(v, shape.item, meta) for k, v in value.items()}
     return value
 
 
@@ -264,7 +299,7 @@ def encode(record: Record) -> dict[str, Any]:
             continue
         if f.spec.omit == "default" and f.has_default and value == f.default_value():
             continue
-        out[f.key] = _encode_value(value, f.shape)
+        out[f.key] = _encode_value(value, f.shape, f.spec)
     return out
 
 
@@ -318,6 +353,12 @@ def _decode_value(value: Any, shape: Shape, meta: FieldSpec, at: str, reading: _
         raise reading.refuse(at, value, _expected(shape, meta))
     if shape.kind == "any":
         return value
+    if shape.kind == "codec":
+        assert meta.codec is not None
+        try:
+            return meta.codec.decode(value, reading.source, at)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            raise reading.refuse(at, value, meta.codec.expected) from exc
     if shape.kind == "record":
         if not isinstance(value, dict):
             raise reading.refuse(at, value, _expected(shape, meta))
@@ -329,7 +370,7 @@ def _decode_value(value: Any, shape: Shape, meta: FieldSpec, at: str, reading: _
         return shape.base(value)
     if shape.kind == "tuple":
         assert shape.item is not None
-        if not isinstance(value, list):
+        if not isinstance(value, (list, tuple)):  # a tuple: samples decoded by the reader
             raise reading.refuse(at, value, _expected(shape, meta))
         item = shape.item
         if (
@@ -379,6 +420,8 @@ def _expected(shape: Shape, meta: FieldSpec) -> str:
         return "one of " + ", ".join(json.dumps(v) for v in meta.values)
     if shape.kind == "enum":
         return "one of " + ", ".join(json.dumps(m.value) for m in shape.base)
+    if meta.codec is not None:
+        return meta.codec.expected
     name = {
         "record": "object",
         "tuple": "array",
@@ -427,6 +470,10 @@ def decode(
 
 
 def _scalar_schema(shape: Shape, meta: FieldSpec) -> dict[str, Any]:
+    if meta.codec is not None:
+        return dict(meta.codec.schema)
+    if meta.values is not None and len(meta.values) == 1:
+        return {"const": meta.values[0]}
     if meta.values is not None:
         return {"enum": list(meta.values)}
     if shape.kind == "enum":

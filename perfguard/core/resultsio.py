@@ -28,10 +28,8 @@ from typing import Any
 
 from perfguard.core.atomicio import read_json, write_json_atomic
 from perfguard.core.errors import ResultsError
-from perfguard.core.figures import LatencySummary
-from perfguard.core.loadfigures import LoadFigures
-from perfguard.core.record import TAMPERED_FIX, Record, schema_defs
-from perfguard.core.results import CommitInfo, Environment, RunResult
+from perfguard.core.record import TAMPERED_FIX, json_schema
+from perfguard.core.results import CommitInfo, RunResult
 
 RESULTS_FILENAME = "results.json"
 SCHEMA_RESOURCE = "schemas/results.schema.json"
@@ -223,25 +221,17 @@ def read_results(path: Path) -> RunResult:
     return results_from_dict(data, path)
 
 
-#: The records of results.json declared once (``perfguard.core.record``): their ``$defs``
-#: entries in the results schema are generated (``results_schema_text``), with every
-#: record they hold. The rest of the schema is still written by hand.
-DECLARED_RECORDS: tuple[type[Record], ...] = (CommitInfo, Environment, LatencySummary, LoadFigures)
+def results_schema() -> dict[str, Any]:
+    """The results JSON Schema, generated from the record declarations
+    (``perfguard.core.record``: ``RunResult`` and every record it holds)."""
+    return json_schema(RunResult, title="perfguard results")
 
 
-def generated_results_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
-    """``schema`` (the results schema) with the ``$defs`` of ``DECLARED_RECORDS``
-    replaced by the ones generated from their declarations."""
-    out = dict(schema)
-    out["$defs"] = {**schema["$defs"], **schema_defs(*DECLARED_RECORDS)}
-    return out
-
-
-def results_schema_text(schema: Mapping[str, Any] | None = None) -> str:
-    """The results schema as ``perfguard/schemas/results.schema.json`` holds it (1-space
-    indent, final newline): the shipped one with its declared parts regenerated."""
-    current = load_schema() if schema is None else schema
-    return json.dumps(generated_results_schema(current), indent=1, ensure_ascii=False) + "\n"
+def results_schema_text() -> str:
+    """:func:`results_schema` as ``perfguard/schemas/results.schema.json`` holds it
+    (1-space indent, final newline). Regenerate the file with
+    ``python -m perfguard.core.resultsio > perfguard/schemas/results.schema.json``."""
+    return json.dumps(results_schema(), indent=1, ensure_ascii=False) + "\n"
 
 
 def results_from_dict(data: dict[str, Any], where: Path | str) -> RunResult:
@@ -250,3 +240,9 @@ def results_from_dict(data: dict[str, Any], where: Path | str) -> RunResult:
     RunResult.check_version(data, source=str(where))
     check_stored(data, where=where, what="results file", fix=TAMPERED_FIX)
     return RunResult.from_dict(data, source=str(where))
+
+
+if __name__ == "__main__":  # python -m perfguard.core.resultsio > .../results.schema.json
+    import sys
+
+    sys.stdout.write(results_schema_text())
