@@ -47,6 +47,7 @@ __all__ = [
     "encode",
     "json_schema",
     "schema_defs",
+    "schema_problem",
     "spec",
     "stored_fields",
 ]
@@ -355,6 +356,10 @@ def _decode_value(value: Any, shape: Shape, meta: FieldSpec, at: str, reading: _
         return value
     if shape.kind == "codec":
         assert meta.codec is not None
+        found = schema_problem(value, meta.codec.schema, meta.codec.schema, at)
+        if found is not None:
+            place, expected, bad = found
+            raise reading.refuse(place, bad, expected)
         try:
             return meta.codec.decode(value, reading.source, at)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
@@ -467,6 +472,98 @@ def decode(
 
 
 # --------------------------------------------------------------------------- schema
+# The reading check of a JSON Schema, for what a declaration does not describe itself:
+# the schema of a hand-written codec (read before its decoder runs) and the schemas of
+# documents not declared yet (comparison.json, via resultsio.check_stored).
+
+_JSON_TYPES: Mapping[str, tuple[type, ...]] = {
+    "object": (dict,),
+    "array": (list, tuple),
+    "string": (str,),
+    "number": (int, float),
+    "integer": (int,),
+    "boolean": (bool,),
+    "null": (type(None),),
+}
+
+
+# An array of these (raw latency samples) is checked in one pass.
+_COUNT: Mapping[str, Any] = {"type": "integer", "minimum": 0}
+
+
+def _is_type(value: Any, name: str) -> bool:
+    if isinstance(value, bool) and name in ("number", "integer"):
+        return False
+    return isinstance(value, _JSON_TYPES[name])
+
+
+def schema_problem(
+    value: Any, schema: Mapping[str, Any], root: Mapping[str, Any], where: str
+) -> tuple[str, str, Any] | None:
+    """``(place, what was expected, the value)`` of the first value in ``value`` that ``schema``
+    refuses, else None. The subset of JSON Schema perfguard's own schemas use; tolerant
+    of missing and unknown keys (see the module docstring)."""
+    ref = schema.get("$ref")
+    if isinstance(ref, str):
+        target: Any = root
+        for part in ref.removeprefix("#/").split("/"):
+            target = target[part]
+        found = schema_problem(value, target, root, where)
+        if found is not None:
+            return found
+    for key in ("oneOf", "anyOf"):
+        if key in schema:
+            options = [schema_problem(value, s, root, where) for s in schema[key]]
+            if all(o is not None for o in options):
+                # Name the deepest option's complaint: it is the one that got furthest.
+                return max((o for o in options if o is not None), key=lambda o: len(o[0]))
+    kinds = schema.get("type")
+    if kinds is not None:
+        names = [kinds] if isinstance(kinds, str) else list(kinds)
+        if not any(_is_type(value, n) for n in names):
+            return where, " or ".join(names), value
+    if "const" in schema and value != schema["const"]:
+        return where, json.dumps(schema["const"]), value
+    if "enum" in schema and not any(
+        value == option and type(value) is type(option) for option in schema["enum"]
+    ):
+        return where, "one of " + ", ".join(json.dumps(o) for o in schema["enum"]), value
+    if isinstance(value, str):
+        # x-read-pattern: what a reader accepts where it is looser than what perfguard
+        # writes (checked by ``validate``), e.g. a fingerprint from an older writer.
+        pattern = schema.get("x-read-pattern", schema.get("pattern"))
+        if isinstance(pattern, str) and not re.search(pattern, value):
+            return where, f"a string matching {pattern}", value
+        if len(value) < schema.get("minLength", 0):
+            return where, f"a string of at least {schema['minLength']} characters", value
+        if "maxLength" in schema and len(value) > schema["maxLength"]:
+            return where, f"a string of at most {schema['maxLength']} characters", value
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            return where, f"a number >= {schema['minimum']}", value
+        if "maximum" in schema and value > schema["maximum"]:
+            return where, f"a number <= {schema['maximum']}", value
+    elif isinstance(value, dict):
+        properties = schema.get("properties", {})
+        extra = schema.get("additionalProperties")
+        names = schema.get("propertyNames", {}).get("pattern")
+        for key, item in value.items():
+            if names is not None and not re.search(names, key):
+                return f"{where}.{key}", f"keys matching {names}", key
+            sub = properties.get(key, extra if isinstance(extra, dict) else None)
+            if sub is not None:
+                found = schema_problem(item, sub, root, f"{where}.{key}")
+                if found is not None:
+                    return found
+    elif isinstance(value, (list, tuple)) and isinstance(schema.get("items"), dict):
+        items = schema["items"]
+        if items == _COUNT and all(type(v) is int and v >= 0 for v in value):
+            return None  # raw samples: up to millions of them, checked in one pass
+        for index, item in enumerate(value):
+            found = schema_problem(item, schema["items"], root, f"{where}[{index}]")
+            if found is not None:
+                return found
+    return None
 
 
 def _scalar_schema(shape: Shape, meta: FieldSpec) -> dict[str, Any]:
