@@ -195,7 +195,7 @@ def _shape(hint: Any) -> Shape:
         if len(parts) != 2 or parts[1] is not Ellipsis:
             raise TypeError(f"only tuple[T, ...] is supported in a record: {hint!r}")
         return Shape("tuple", item=_shape(parts[0]))
-    if origin is dict:
+    if origin in (dict, Mapping):  # a Mapping field is read back as a dict
         key, value = typing.get_args(hint)
         if key is not str:
             raise TypeError(f"only dict[str, T] is supported in a record: {hint!r}")
@@ -473,8 +473,7 @@ def decode(
 
 # --------------------------------------------------------------------------- schema
 # The reading check of a JSON Schema, for what a declaration does not describe itself:
-# the schema of a hand-written codec (read before its decoder runs) and the schemas of
-# documents not declared yet (comparison.json, via resultsio.check_stored).
+# the schema of a hand-written codec, checked before its decoder runs.
 
 _JSON_TYPES: Mapping[str, tuple[type, ...]] = {
     "object": (dict,),

@@ -23,7 +23,7 @@ from perfguard.core.errors import ResultsError, check_schema_version
 from perfguard.core.figures import JSON, LatencySummary, RuntimeInfo
 from perfguard.core.loadfigures import LoadFigures
 from perfguard.core.paths import display_path
-from perfguard.core.profile import OperatorProfile
+from perfguard.core.profile import PROFILE_CODEC, OperatorProfile
 from perfguard.core.record import TAMPERED_FIX, Codec, Record, decode, spec
 from perfguard.core.scenario import Scenario
 
@@ -158,7 +158,7 @@ def _object(value: Any) -> Mapping[str, Any]:
 # runtime is an open object (the backend's own facts first, perfguard's keys after,
 # each only when set: RuntimeInfo.to_dict/from_dict); accuracy's figures hold
 # non-finite values written as null and per-metric tables (AccuracyFigures); a profile
-# is stored as rows of a table under its column names (OperatorProfile).
+# is stored as rows of a table under its column names (profile.PROFILE_CODEC).
 _RUNTIME = Codec(
     encode=lambda runtime: runtime.to_dict(),
     decode=lambda value, source, path: RuntimeInfo.from_dict(_object(value)),
@@ -173,59 +173,6 @@ _ACCURACY = Codec(
         "description": "accuracy figures and checks against the reference cell and the baseline",
     },
     expected="accuracy figures written by perfguard",
-)
-_PROFILE = Codec(
-    encode=lambda profile: profile.to_dict(),
-    decode=lambda value, source, path: OperatorProfile.from_dict(_object(value), source=source),
-    schema={
-        "description": "The cell's operator profile (perfguard.core.profile): taken after the "
-        "timed measurement with the runtime's own profiler; median time per request per node "
-        "and per op type, in ns. Absent when the cell was not profiled.",
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["profiler", "requests", "total_ns", "columns", "nodes", "op_types"],
-        "properties": {
-            "profiler": {"enum": ["torch.profiler", "onnxruntime", "tensorrt"]},
-            "requests": {"type": "integer", "minimum": 1},
-            "total_ns": {"type": "integer", "minimum": 0},
-            "trace": {
-                "type": ["string", "null"],
-                "description": "The Chrome trace, relative to the run's report directory "
-                "(traces/<file>.json).",
-            },
-            "wall_ns": {
-                "type": ["integer", "null"],
-                "minimum": 0,
-                "description": "What the profiling pass took, apart from the cell's "
-                "measuring time.",
-            },
-            "columns": {"const": ["name", "op_type", "provider", "ns"]},
-            "nodes": {
-                "type": "array",
-                "items": {
-                    "type": "array",
-                    "prefixItems": [
-                        {"type": "string"},
-                        {"type": "string"},
-                        {"type": "string"},
-                        {"type": "integer", "minimum": 0},
-                    ],
-                    "minItems": 4,
-                    "maxItems": 4,
-                },
-            },
-            "op_types": {
-                "type": "array",
-                "items": {
-                    "type": "array",
-                    "prefixItems": [{"type": "string"}, {"type": "integer", "minimum": 0}],
-                    "minItems": 2,
-                    "maxItems": 2,
-                },
-            },
-        },
-    },
-    expected="a profile written by perfguard",
 )
 _NON_NEGATIVE = spec(minimum=0)
 
@@ -312,7 +259,7 @@ class ScenarioResult(Record):
     # Where the time went (perfguard.core.profile): taken after the timed measurement
     # for a cell with `profile: true`, `--perfguard-profile`, or one that regressed.
     profile: OperatorProfile | None = field(
-        default=None, metadata=spec(omit="none", codec=_PROFILE)
+        default=None, metadata=spec(omit="none", codec=PROFILE_CODEC)
     )
 
     def __post_init__(self) -> None:

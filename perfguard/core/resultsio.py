@@ -1,19 +1,19 @@
 """Where a run's results live on disk, and writing/reading them safely.
 
-``reports/<commit12>/results.json`` holds ``RunResult.to_dict()`` (``<commit12>-ab/`` for
-a same-run A/B run). Writes are
-atomic (see ``atomicio``) and checked against the packaged JSON Schema when
-``jsonschema`` is installed. That schema, ``perfguard/schemas/results.schema.json``, is
-generated from the record declarations (``perfguard.core.record``; ``results_schema_text``,
-kept in step by tests/core/test_record.py).
+``reports/<commit12>/results.json`` holds ``RunResult.to_dict()`` (``<commit12>-ab/``
+for a same-run A/B run). Writes are atomic (see ``atomicio``) and checked against the
+packaged JSON Schema when ``jsonschema`` is installed. That schema,
+``perfguard/schemas/results.schema.json``, is generated from the record declarations
+(``perfguard.core.record``; ``results_schema_text``, kept in step by
+tests/core/test_record.py).
 
 Every file is checked again when it is *read*, with no third-party checker: a results
 file or a baseline is decoded by its declarations (``RunResult.from_dict``), which check
-every value as they read it; a ``comparison.json`` is checked against its hand-written
-schema (``check_stored``). Such a file may come from a branch every collaborator can
-push to, so a value no perfguard writes (a path-like sha, a negative figure, an unknown
-status, a string where a list belongs) is refused with its place in the file, never
-passed on to a report or a file name. The reading check is tolerant where versions
+every value as they read it; so is a ``comparison.json``
+(``perfguard.report.comparison``). Such a file may come from a branch every collaborator
+can push to, so a value no perfguard writes (a path-like sha, a negative figure, an
+unknown status, a string where a list belongs) is refused with its place in the file,
+never passed on to a report or a file name. The reading check is tolerant where versions
 differ: keys missing (written by an older perfguard of the same schema version) take
 their defaults and unknown ones (a newer one) are ignored.
 """
@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from perfguard.core.atomicio import read_json, write_json_atomic
 from perfguard.core.errors import ResultsError
-from perfguard.core.record import TAMPERED_FIX, describe_value, json_schema, schema_problem
+from perfguard.core.record import TAMPERED_FIX, json_schema
 from perfguard.core.results import CommitInfo, RunResult
 
 RESULTS_FILENAME = "results.json"
@@ -54,32 +53,6 @@ def load_schema(resource: str = SCHEMA_RESOURCE) -> dict[str, Any]:
     text = resources.files("perfguard").joinpath(resource).read_text(encoding="utf-8")
     schema: dict[str, Any] = json.loads(text)
     return schema
-
-
-def check_stored(
-    data: Any,
-    *,
-    where: Path | str,
-    what: str,
-    fix: str,
-    schema: Mapping[str, Any] | None = None,
-    pointer: str = "",
-) -> None:
-    """Refuse ``data`` read from ``where`` unless valid against ``schema`` (the results
-    schema by default; ``pointer``: a ``$defs`` entry to check against instead, e.g.
-    ``"scenario"``). ResultsError naming the file, the place, the value found and what
-    was expected."""
-    root = load_schema() if schema is None else schema
-    sub: Mapping[str, Any] = root["$defs"][pointer] if pointer else root
-    found = schema_problem(data, sub, root, "$")
-    if found is None:
-        return
-    place, expected, value = found
-    raise ResultsError(
-        f"{where}: {what} holds {describe_value(value)} at {place}",
-        expected=expected,
-        fix=fix,
-    )
 
 
 def validate(data: dict[str, Any]) -> None:
