@@ -4,12 +4,14 @@ A record class derives from :class:`Record` and describes each field's JSON form
 its metadata (:func:`spec`): the key when it differs from the field's name, when the
 key is left out (``omit``: never, when None, when equal to the default), bounds on
 numbers (``minimum``/``maximum``), the words a string may hold (``values``), a string's
-``pattern``, a dict's ``key_pattern``, a ``description`` for the JSON Schema, and
-``inline`` for a record whose keys sit in its parent's object. From that one
-declaration come
+``pattern`` (``read_pattern``: a reader's looser one), ``min_length``, a dict's
+``key_pattern``, a ``description`` for the JSON Schema, ``inline`` for a record whose
+keys sit in its parent's object, and ``codec`` (:class:`Codec`) for a value whose JSON
+form is written by hand (an open object, rows of a table): its schema is checked on
+read before its decoder runs. From that one declaration come
 
-* :func:`encode`: the JSON dict (key order = field order, so the bytes of a file are
-  those a reviewer diffs);
+* :func:`encode`: the JSON dict (key order = field order, or ``KEY_ORDER``, so the
+  bytes of a file are those a reviewer diffs);
 * :func:`decode`: the record read back, every value checked as it is read (type,
   bounds, words), a ResultsError naming the file, the JSON path of the bad value,
   what was expected and the fix otherwise; missing keys of defaulted fields take the
@@ -169,8 +171,9 @@ _NONE = type(None)
 @dataclass(frozen=True)
 class Shape:
     """A field's type, taken apart once: ``kind`` is one of scalar (``base``: int, float,
-    str, bool), enum, record, tuple, dict, any; ``item`` the shape of a container's
-    items; ``nullable`` whether None is allowed."""
+    str, bool), enum, record, tuple, dict, any, codec (a field with a hand-written
+    codec); ``item`` the shape of a container's items; ``nullable`` whether None is
+    allowed."""
 
     kind: str
     nullable: bool = False
