@@ -33,7 +33,6 @@ from perfguard.core.codec import decode_samples, encode_samples
 from perfguard.core.errors import Location, ResultsError, check_schema_version
 from perfguard.core.policy import MAX_STORED_FILE_BYTES
 from perfguard.core.results import CommitInfo, RunResult
-from perfguard.core.resultsio import check_stored
 
 BASELINE_SCHEMA_VERSION = 1
 BASELINE_KIND = "perfguard-baseline"
@@ -140,15 +139,9 @@ def _check_header(doc: dict[str, Any], fingerprint: str, sha: str, where: Path) 
         raise _corrupt(where, f"it says fingerprint {stated!r}, filed under {fingerprint!r}")
     if not isinstance(doc.get("commit"), dict):
         raise _corrupt(where, "'commit' is missing or malformed")
-    check_stored(
-        doc["commit"],
-        where=where,
-        what="baseline commit",
-        fix=MOVE_AWAY_FIX,
-        schema=None,
-        pointer="commit",
+    commit = CommitInfo.from_dict(
+        doc["commit"], source=str(where), what="baseline commit", fix=MOVE_AWAY_FIX
     )
-    commit = CommitInfo.from_dict(doc["commit"])
     if not isinstance(commit.sha, str) or not FULL_SHA_RE.fullmatch(commit.sha):
         raise _corrupt(where, f"its commit sha {commit.sha!r} is not a full commit sha")
     if commit.sha != sha:
@@ -331,15 +324,11 @@ def decode_document(
                 for s in launch["scenarios"]
             ]
             decoded = {**launch, "scenarios": scenarios}
-            RunResult.check_version(decoded, source=label)
-            # The samples were checked as they were decoded (count, int64, >= 0).
-            check_stored(
-                {**decoded, "scenarios": [{**s, "samples_ns": []} for s in scenarios]},
-                where=label,
-                what="baseline launch",
-                fix=MOVE_AWAY_FIX,
+            # The samples were checked as they were decoded (count, int64, >= 0); every
+            # other value is checked as the launch is read.
+            run = RunResult.from_dict(
+                decoded, source=label, what="baseline launch", fix=MOVE_AWAY_FIX, verify=False
             )
-            run = RunResult.from_dict(decoded, source=label, verify=False)
         except (KeyError, TypeError, AttributeError) as exc:
             raise corrupt(f"launch {index} is malformed ({exc!r})") from exc
         problem = run.environment.mismatch()

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, ClassVar
+
+from perfguard.core.record import Record, spec
 
 __all__ = [
     "RESERVED_KEYS",
@@ -25,27 +27,28 @@ __all__ = [
 JSON = Any
 
 
+_NS = spec(minimum=0)
+
+
 @dataclass(frozen=True)
-class LatencySummary:
+class LatencySummary(Record):
     """Summary of per-request latencies, all in nanoseconds (percentiles: nearest rank)."""
 
-    n: int
-    min: float
-    max: float
-    mean: float
-    std: float
-    p50: float
-    p90: float
-    p95: float
-    p99: float
-    p999: float
+    SCHEMA_NAME: ClassVar[str] = "latency"
+    SCHEMA_DESCRIPTION: ClassVar[str | None] = (
+        "Latency summary in nanoseconds (nearest-rank percentiles)."
+    )
 
-    def to_dict(self) -> dict[str, float | int]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> LatencySummary:
-        return cls(**{f.name: data[f.name] for f in fields(cls)})
+    n: int = field(metadata=spec(minimum=0))
+    min: float = field(metadata=_NS)
+    max: float = field(metadata=_NS)
+    mean: float = field(metadata=_NS)
+    std: float = field(metadata=_NS)
+    p50: float = field(metadata=_NS)
+    p90: float = field(metadata=_NS)
+    p95: float = field(metadata=_NS)
+    p99: float = field(metadata=_NS)
+    p999: float = field(metadata=_NS)
 
 
 def summary_or_none(data: Mapping[str, Any] | None) -> LatencySummary | None:

@@ -11,11 +11,11 @@ alone.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import ClassVar
 
-from perfguard.core.figures import LatencySummary, summary_or_none
+from perfguard.core.figures import LatencySummary
+from perfguard.core.record import Record, spec
 
 __all__ = [
     "BatchingFigures",
@@ -28,130 +28,102 @@ __all__ = [
 ]
 
 
+#: A figure that is never negative (a share, a time) and a count.
+_NON_NEGATIVE = spec(minimum=0)
+_COUNT = spec(minimum=0)
+
+
 @dataclass(frozen=True)
-class LateFigures:
+class LateFigures(Record):
     """Requests dispatched more than ``limit_ms`` after their scheduled time (or never)."""
 
-    count: int
-    share: float
-    limit_ms: float
-    max_share: float
-    lag_p99_ms: float | None
-    lag_max_ms: float | None
+    SCHEMA_NAME: ClassVar[str] = "late"
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> LateFigures:
-        return cls(**{f.name: data[f.name] for f in fields(cls)})
+    count: int = field(metadata=_COUNT)
+    share: float = field(metadata=_NON_NEGATIVE)
+    limit_ms: float = field(metadata=_NON_NEGATIVE)
+    max_share: float = field(metadata=_NON_NEGATIVE)
+    lag_p99_ms: float | None = field(metadata=_NON_NEGATIVE)
+    lag_max_ms: float | None = field(metadata=_NON_NEGATIVE)
 
 
 @dataclass(frozen=True)
-class ServiceProbe:
+class ServiceProbe(Record):
     """The model's own service time alone and at the largest batch, and the capacities
-    they imply (filled by ``perfguard.measure.load`` after the level ran)."""
+    they imply (filled by ``perfguard.measure.load`` after the level ran). Stored inline:
+    its keys sit in the batching object."""
 
-    service_ms_batch1: float | None = None
-    service_ms_max_batch: float | None = None
-    capacity_unbatched: float | None = None
-    capacity_batched: float | None = None
-    gain: float | None = None
+    SCHEMA_NAME: ClassVar[str] = "service_probe"
+
+    service_ms_batch1: float | None = field(default=None, metadata=_NON_NEGATIVE)
+    service_ms_max_batch: float | None = field(default=None, metadata=_NON_NEGATIVE)
+    capacity_unbatched: float | None = field(default=None, metadata=_NON_NEGATIVE)
+    capacity_batched: float | None = field(default=None, metadata=_NON_NEGATIVE)
+    gain: float | None = field(default=None, metadata=_NON_NEGATIVE)
 
 
 @dataclass(frozen=True)
-class BatchingFigures:
+class BatchingFigures(Record):
     """Dynamic batching of one level: how requests were grouped, and how long they waited."""
 
-    max_batch: int
-    max_wait_ms: float
-    batches: int
-    mean_batch: float | None
-    sizes: dict[str, int]  # batch size (as a string, a JSON key) -> batches of that size
-    wait_ns: LatencySummary | None
-    probe: ServiceProbe = field(default_factory=ServiceProbe)
+    SCHEMA_NAME: ClassVar[str] = "batching"
+    SCHEMA_DESCRIPTION: ClassVar[str | None] = (
+        "Dynamic batching under load: batch sizes, waits, the service probe and its gain "
+        "(perfguard.core.loadfigures.BatchingFigures)."
+    )
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "max_batch": self.max_batch,
-            "max_wait_ms": self.max_wait_ms,
-            "batches": self.batches,
-            "mean_batch": self.mean_batch,
-            "sizes": dict(self.sizes),
-            "wait_ns": self.wait_ns.to_dict() if self.wait_ns is not None else None,
-            **asdict(self.probe),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> BatchingFigures:
-        return cls(
-            max_batch=data["max_batch"],
-            max_wait_ms=data["max_wait_ms"],
-            batches=data["batches"],
-            mean_batch=data["mean_batch"],
-            sizes=dict(data["sizes"]),
-            wait_ns=summary_or_none(data.get("wait_ns")),
-            probe=ServiceProbe(**{f.name: data.get(f.name) for f in fields(ServiceProbe)}),
+    max_batch: int = field(metadata=spec(minimum=1))
+    max_wait_ms: float = field(metadata=_NON_NEGATIVE)
+    batches: int = field(metadata=_COUNT)
+    mean_batch: float | None = field(metadata=_NON_NEGATIVE)
+    # batch size (as a string, a JSON key) -> batches of that size
+    sizes: dict[str, int] = field(
+        metadata=spec(
+            minimum=0,
+            key_pattern="^[0-9]+$",
+            description="batches per batch size (the size as a string key)",
         )
+    )
+    wait_ns: LatencySummary | None
+    probe: ServiceProbe = field(default_factory=ServiceProbe, metadata=spec(inline=True))
 
 
 @dataclass(frozen=True)
-class SloStep:
+class SloStep(Record):
     """One level tried by an SLO search; ``invalid`` says why it could not count."""
 
-    level: float
-    p_ms: float | None
-    throughput: float
+    SCHEMA_NAME: ClassVar[str] = "slo_step"
+
+    level: float = field(metadata=_NON_NEGATIVE)
+    p_ms: float | None = field(metadata=_NON_NEGATIVE)
+    throughput: float = field(metadata=_NON_NEGATIVE)
     ok: bool
     invalid: str | None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SloStep:
-        return cls(**{f.name: data[f.name] for f in fields(cls)})
-
 
 @dataclass(frozen=True)
-class SloSearch:
+class SloSearch(Record):
     """An SLO search: the levels tried (``over`` concurrency or rate) and the best one
-    meeting ``P<percentile> <= target_ms`` (None when none did)."""
+    meeting ``P<percentile> <= target_ms`` (None when none did). In JSON ``steps``
+    comes last, after the best level."""
 
-    percentile: float
-    target_ms: float
+    SCHEMA_NAME: ClassVar[str] = "slo"
+    SCHEMA_DESCRIPTION: ClassVar[str | None] = (
+        "The search for the highest load meeting a latency target "
+        "(perfguard.core.loadfigures.SloSearch)."
+    )
+
+    percentile: float = field(metadata=spec(minimum=0, maximum=100))
+    target_ms: float = field(metadata=_NON_NEGATIVE)
     over: str
-    steps: tuple[SloStep, ...]
-    best_level: float | None = None
-    best_throughput: float | None = None
-    best_p_ms: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "percentile": self.percentile,
-            "target_ms": self.target_ms,
-            "over": self.over,
-            "best_level": self.best_level,
-            "best_throughput": self.best_throughput,
-            "best_p_ms": self.best_p_ms,
-            "steps": [s.to_dict() for s in self.steps],
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SloSearch:
-        return cls(
-            percentile=data["percentile"],
-            target_ms=data["target_ms"],
-            over=data["over"],
-            steps=tuple(SloStep.from_dict(s) for s in data["steps"]),
-            best_level=data.get("best_level"),
-            best_throughput=data.get("best_throughput"),
-            best_p_ms=data.get("best_p_ms"),
-        )
+    best_level: float | None = field(default=None, metadata=_NON_NEGATIVE)
+    best_throughput: float | None = field(default=None, metadata=_NON_NEGATIVE)
+    best_p_ms: float | None = field(default=None, metadata=_NON_NEGATIVE)
+    steps: tuple[SloStep, ...] = ()
 
 
 @dataclass(frozen=True)
-class LevelMemory:
+class LevelMemory(Record):
     """Host memory of one load level, in MiB (the process's RSS; Linux only).
 
     ``idle_mib`` is resident after the cell's first session opened, before any
@@ -164,24 +136,26 @@ class LevelMemory:
     each added stream costs (``perfguard.report.tables.memory_growth``).
     """
 
-    idle_mib: float
-    level_peak_mib: float
-    streams: int
+    SCHEMA_NAME: ClassVar[str] = "level_memory"
+    SCHEMA_DESCRIPTION: ClassVar[str | None] = (
+        "Host memory of the level in MiB (perfguard.core.loadfigures.LevelMemory): resident "
+        "after the first session opened, before any request (idle_mib); the RSS high-water "
+        "mark over the measured level alone (level_peak_mib); the requests served at once "
+        "(streams: clients, or workers in an open loop). Absent from older files and where "
+        "the RSS is not read."
+    )
+
+    idle_mib: float = field(metadata=_NON_NEGATIVE)
+    level_peak_mib: float = field(metadata=_NON_NEGATIVE)
+    streams: int = field(metadata=spec(minimum=1))
 
     @property
     def held_mib(self) -> float:
         return self.level_peak_mib - self.idle_mib
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> LevelMemory:
-        return cls(**{f.name: data[f.name] for f in fields(cls)})
-
 
 @dataclass(frozen=True)
-class LoadFigures:
+class LoadFigures(Record):
     """One measured load level (or the chosen level of an SLO search).
 
     ``mode`` is ``closed`` (``concurrency`` clients) or ``open`` (``rate_asked``
@@ -190,29 +164,40 @@ class LoadFigures:
     behind), None when it can.
     """
 
-    mode: str
-    level: str
-    concurrency: int | None
-    rate_asked: float | None
-    rate_sent: float | None
-    rate_achieved: float | None
-    arrivals: str | None
-    workers: int
-    sessions: str
-    requests: int
-    completed: int
-    failed: int
-    unserved: int
-    duration_s: float
-    throughput: float
+    SCHEMA_NAME: ClassVar[str] = "load"
+    SCHEMA_DESCRIPTION: ClassVar[str | None] = (
+        "A cell measured under concurrent load (perfguard.measure.load; the record is "
+        "perfguard.core.loadfigures.LoadFigures). Latencies in ns; corrected = from the "
+        "scheduled send time, uncorrected = from the start of the model call."
+    )
+
+    mode: str = field(metadata=spec(values=("closed", "open")))
+    level: str = field(metadata=spec(min_length=1))
+    concurrency: int | None = field(metadata=spec(minimum=1))
+    rate_asked: float | None = field(metadata=_NON_NEGATIVE)
+    rate_sent: float | None = field(metadata=_NON_NEGATIVE)
+    rate_achieved: float | None = field(metadata=_NON_NEGATIVE)
+    arrivals: str | None = field(metadata=spec(values=("poisson", "constant", None)))
+    workers: int = field(metadata=spec(minimum=1))
+    sessions: str = field(metadata=spec(values=("shared", "per_worker")))
+    requests: int = field(metadata=_COUNT)
+    completed: int = field(metadata=_COUNT)
+    failed: int = field(metadata=_COUNT)
+    unserved: int = field(metadata=_COUNT)
+    duration_s: float = field(metadata=_NON_NEGATIVE)
+    # None in a pooled level's file (the launches keep their own throughput)
+    throughput: float | None = field(metadata=_NON_NEGATIVE)
     uncorrected_ns: LatencySummary | None
-    queue_share: float | None
+    queue_share: float | None = field(metadata=_NON_NEGATIVE)
     late: LateFigures
-    errors: dict[str, int]  # error text -> count
+    errors: dict[str, int] = field(  # error text -> count
+        metadata=spec(minimum=1, description="failed requests per first line of the error")
+    )
     batching: BatchingFigures | None = None
     slo: SloSearch | None = None
     invalid: str | None = None
-    memory: LevelMemory | None = None  # absent from older files, and where RSS is not read
+    # absent from older files, and where RSS is not read
+    memory: LevelMemory | None = field(default=None, metadata=spec(omit="none"))
 
     @property
     def is_open(self) -> bool:
@@ -223,26 +208,3 @@ class LoadFigures:
         if self.batching is None:
             raise ValueError("only a level with dynamic batching has a service probe")
         return replace(self, batching=replace(self.batching, probe=probe))
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            out[f.name] = value.to_dict() if hasattr(value, "to_dict") else value
-        out["errors"] = dict(self.errors)
-        if self.memory is None:  # files from before the figure, and systems without it
-            del out["memory"]
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> LoadFigures:
-        kwargs = {f.name: data[f.name] for f in fields(cls) if f.name in data}
-        kwargs["uncorrected_ns"] = summary_or_none(data.get("uncorrected_ns"))
-        kwargs["late"] = LateFigures.from_dict(data["late"])
-        kwargs["errors"] = dict(data.get("errors") or {})
-        batching, slo = data.get("batching"), data.get("slo")
-        kwargs["batching"] = BatchingFigures.from_dict(batching) if batching else None
-        kwargs["slo"] = SloSearch.from_dict(slo) if slo else None
-        memory = data.get("memory")
-        kwargs["memory"] = LevelMemory.from_dict(memory) if memory else None
-        return cls(**kwargs)

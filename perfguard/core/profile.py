@@ -24,8 +24,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from perfguard.core.errors import ResultsError
+from perfguard.core.record import Codec
 
 __all__ = [
+    "PROFILE_CODEC",
     "PROFILERS",
     "Contribution",
     "NodeTime",
@@ -364,3 +366,67 @@ def _contributions(
 
 def _sorted(rows: Sequence[Contribution], direction: float) -> list[Contribution]:
     return sorted(rows, key=lambda c: (-direction * c.delta_ns, c.key))
+
+
+def _object(value: Any) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"a JSON object, not {type(value).__name__}")
+    return value
+
+
+#: A profile in a stored record (``ScenarioResult.profile``, ``ABDetail.profile_a``): its
+#: JSON form is hand-written (rows of a table under their column names), its schema is
+#: checked before ``from_dict`` reads it.
+PROFILE_CODEC = Codec(
+    encode=lambda profile: profile.to_dict(),
+    decode=lambda value, source, path: OperatorProfile.from_dict(_object(value), source=source),
+    schema={
+        "description": "The cell's operator profile (perfguard.core.profile): taken after the "
+        "timed measurement with the runtime's own profiler; median time per request per node "
+        "and per op type, in ns. Absent when the cell was not profiled.",
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["profiler", "requests", "total_ns", "columns", "nodes", "op_types"],
+        "properties": {
+            "profiler": {"enum": ["torch.profiler", "onnxruntime", "tensorrt"]},
+            "requests": {"type": "integer", "minimum": 1},
+            "total_ns": {"type": "integer", "minimum": 0},
+            "trace": {
+                "type": ["string", "null"],
+                "description": "The Chrome trace, relative to the run's report directory "
+                "(traces/<file>.json).",
+            },
+            "wall_ns": {
+                "type": ["integer", "null"],
+                "minimum": 0,
+                "description": "What the profiling pass took, apart from the cell's "
+                "measuring time.",
+            },
+            "columns": {"const": ["name", "op_type", "provider", "ns"]},
+            "nodes": {
+                "type": "array",
+                "items": {
+                    "type": "array",
+                    "prefixItems": [
+                        {"type": "string"},
+                        {"type": "string"},
+                        {"type": "string"},
+                        {"type": "integer", "minimum": 0},
+                    ],
+                    "minItems": 4,
+                    "maxItems": 4,
+                },
+            },
+            "op_types": {
+                "type": "array",
+                "items": {
+                    "type": "array",
+                    "prefixItems": [{"type": "string"}, {"type": "integer", "minimum": 0}],
+                    "minItems": 2,
+                    "maxItems": 2,
+                },
+            },
+        },
+    },
+    expected="a profile written by perfguard",
+)

@@ -13,17 +13,18 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from perfguard.core.accuracyfigures import AccuracyFigures
 from perfguard.core.errors import ResultsError, check_schema_version
 from perfguard.core.figures import JSON, LatencySummary, RuntimeInfo
 from perfguard.core.loadfigures import LoadFigures
 from perfguard.core.paths import display_path
-from perfguard.core.profile import OperatorProfile
+from perfguard.core.profile import PROFILE_CODEC, OperatorProfile
+from perfguard.core.record import TAMPERED_FIX, Codec, Record, decode, spec
 from perfguard.core.scenario import Scenario
 
 __all__ = [
@@ -71,30 +72,29 @@ class Status(WordEnum):
 
 
 @dataclass(frozen=True)
-class CommitInfo:
-    """The git state a run was measured at. ``sha`` is None outside a git checkout."""
+class CommitInfo(Record):
+    """The git state a run was measured at. ``sha`` is None outside a git checkout.
 
-    sha: str | None
-    branch: str | None
-    dirty: bool
+    A reader is tolerant of a missing key (None, ``dirty`` False), as it always was."""
+
+    SCHEMA_NAME: ClassVar[str] = "commit"
+
+    sha: str | None = field(
+        default=None,
+        metadata=spec(
+            pattern="^([0-9a-f]{40}|[0-9a-f]{64})$",
+            description="Full commit id: 40 hex digits (64 in a SHA-256 repository); "
+            "null outside git.",
+        ),
+    )
+    branch: str | None = None
+    dirty: bool = False
     note: str | None = None  # e.g. "not a git repository", "detached HEAD"
 
     @property
     def short(self) -> str:
         """The 12-character directory name for reports; ``uncommitted`` outside git."""
         return self.sha[:12] if self.sha else "uncommitted"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"sha": self.sha, "branch": self.branch, "dirty": self.dirty, "note": self.note}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CommitInfo:
-        return cls(
-            sha=data.get("sha"),
-            branch=data.get("branch"),
-            dirty=bool(data.get("dirty", False)),
-            note=data.get("note"),
-        )
 
 
 def fingerprint(comparable: Mapping[str, str]) -> str:
@@ -105,7 +105,7 @@ def fingerprint(comparable: Mapping[str, str]) -> str:
 
 
 @dataclass(frozen=True)
-class Environment:
+class Environment(Record):
     """Where a run was measured.
 
     ``comparable`` holds the fields that must match for two runs to be compared
@@ -114,16 +114,19 @@ class Environment:
     of ``comparable``.
     """
 
-    fingerprint: str
+    SCHEMA_NAME: ClassVar[str] = "environment"
+
+    fingerprint: str = field(
+        metadata=spec(
+            pattern="^[0-9a-f]{12}$",
+            # It names a directory of the baseline archive: one safe path component.
+            read_pattern="^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$",
+            description="perfguard writes 12 hex digits; a reader accepts any one safe path "
+            "component (x-read-pattern: it names a directory of the baseline archive)",
+        )
+    )
     comparable: dict[str, str] = field(default_factory=dict)
     recorded: dict[str, str] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "fingerprint": self.fingerprint,
-            "comparable": dict(self.comparable),
-            "recorded": dict(self.recorded),
-        }
 
     @classmethod
     def of(
@@ -131,14 +134,6 @@ class Environment:
     ) -> Environment:
         """The environment of these fields, its fingerprint computed from them."""
         return cls(fingerprint(comparable), dict(comparable), dict(recorded or {}))
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Environment:
-        return cls(
-            fingerprint=str(data["fingerprint"]),
-            comparable={str(k): str(v) for k, v in data.get("comparable", {}).items()},
-            recorded={str(k): str(v) for k, v in data.get("recorded", {}).items()},
-        )
 
     def mismatch(self) -> str | None:
         """Why this stored environment cannot be trusted, or None: a fingerprint that is
@@ -153,8 +148,37 @@ class Environment:
         )
 
 
+def _object(value: Any) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"a JSON object, not {type(value).__name__}")
+    return value
+
+
+# Hand-written codecs, kept where the JSON form is more than a record's shape:
+# runtime is an open object (the backend's own facts first, perfguard's keys after,
+# each only when set: RuntimeInfo.to_dict/from_dict); accuracy's figures hold
+# non-finite values written as null and per-metric tables (AccuracyFigures); a profile
+# is stored as rows of a table under its column names (profile.PROFILE_CODEC).
+_RUNTIME = Codec(
+    encode=lambda runtime: runtime.to_dict(),
+    decode=lambda value, source, path: RuntimeInfo.from_dict(_object(value)),
+    schema={"type": "object", "description": "Open: providers, library versions, options."},
+    expected="object",
+)
+_ACCURACY = Codec(
+    encode=lambda accuracy: accuracy.to_dict(),
+    decode=lambda value, source, path: AccuracyFigures.from_dict(_object(value)),
+    schema={
+        "type": ["object", "null"],
+        "description": "accuracy figures and checks against the reference cell and the baseline",
+    },
+    expected="accuracy figures written by perfguard",
+)
+_NON_NEGATIVE = spec(minimum=0)
+
+
 @dataclass(frozen=True)
-class ScenarioResult:
+class ScenarioResult(Record):
     """Everything measured for one scenario cell.
 
     On any ``status`` but ``passed`` the figures may be absent and ``message`` says
@@ -166,7 +190,9 @@ class ScenarioResult:
     per-request latencies).
     """
 
-    id: str
+    SCHEMA_NAME: ClassVar[str] = "scenario"
+
+    id: str = field(metadata=spec(min_length=1))
     suite: str
     name: str
     backend: str
@@ -174,36 +200,67 @@ class ScenarioResult:
     precision: str
     status: Status = Status.PASSED
     message: str | None = None
-    batch_size: int = 1
-    threads: int | None = None
+    batch_size: int = field(default=1, metadata=spec(minimum=1))
+    threads: int | None = field(
+        default=None, metadata=spec(minimum=0, description="null or 0: the runtime's default")
+    )
     latency_ns: LatencySummary | None = None
-    throughput: float | None = None  # samples per second, counting the batch
-    cold_start_ns: int | None = None
-    warmup_iterations: int = 0
-    warmup_ns: int = 0
+    # samples per second, counting the batch
+    throughput: float | None = field(
+        default=None, metadata=spec(minimum=0, description="samples per second")
+    )
+    cold_start_ns: int | None = field(default=None, metadata=_NON_NEGATIVE)
+    warmup_iterations: int = field(default=0, metadata=_NON_NEGATIVE)
+    warmup_ns: int = field(default=0, metadata=_NON_NEGATIVE)
     stable: bool = True
-    stability_ratio: float | None = None  # median(last third) / median(first third)
-    runtime: RuntimeInfo = field(default_factory=RuntimeInfo)
+    # median(last third) / median(first third)
+    stability_ratio: float | None = field(default=None, metadata=_NON_NEGATIVE)
+    runtime: RuntimeInfo = field(default_factory=RuntimeInfo, metadata=spec(codec=_RUNTIME))
     # Median time of the machine-speed canary measured beside this scenario (ns);
     # the ratio of two runs' canaries normalises their latencies for host slow spells.
-    canary_ns: float | None = None
-    peak_memory_mib: float | None = None
+    canary_ns: float | None = field(
+        default=None,
+        metadata=spec(
+            minimum=0,
+            description="median time of the machine-speed canary measured beside the scenario",
+        ),
+    )
+    peak_memory_mib: float | None = field(default=None, metadata=_NON_NEGATIVE)
     # Peak device memory allocated by the runtime during the cell (torch on CUDA:
     # torch.cuda.max_memory_allocated after a reset); None where not measured.
-    gpu_peak_memory_mib: float | None = None
-    accuracy: AccuracyFigures | None = None
+    gpu_peak_memory_mib: float | None = field(
+        default=None,
+        metadata=spec(minimum=0, description="peak device memory allocated during the cell (MiB)"),
+    )
+    accuracy: AccuracyFigures | None = field(default=None, metadata=spec(codec=_ACCURACY))
     # Outputs of the first few accuracy inputs, archived with a baseline so the next
     # commit can be checked against them: {output: perfguard.core.codec.encode_array(...)}.
-    golden_outputs: dict[str, dict[str, JSON]] | None = None
+    golden_outputs: dict[str, dict[str, JSON]] | None = field(
+        default=None,
+        metadata=spec(
+            description="encoded outputs of the first accuracy inputs, archived with baselines"
+        ),
+    )
     load: LoadFigures | None = None
     tags: tuple[str, ...] = ()
-    samples_ns: tuple[int, ...] = ()
+    samples_ns: tuple[int, ...] = field(default=(), metadata=_NON_NEGATIVE)
     # Everything the cell took in its run (model open, warm-up, measurement, rounds,
     # A/B pairs, load levels): the cost a shard plan balances (perfguard.shard.plan).
-    wall_ns: int | None = None
+    wall_ns: int | None = field(
+        default=None,
+        metadata=spec(
+            omit="none",  # absent from older files: they encode to their own bytes
+            minimum=0,
+            description="The cell's wall time in its run (model open, warm-up, measurement, "
+            "confirmation rounds, A/B pairs, load levels), in ns: the cost a shard plan "
+            "balances. Absent from older files.",
+        ),
+    )
     # Where the time went (perfguard.core.profile): taken after the timed measurement
     # for a cell with `profile: true`, `--perfguard-profile`, or one that regressed.
-    profile: OperatorProfile | None = None
+    profile: OperatorProfile | None = field(
+        default=None, metadata=spec(omit="none", codec=PROFILE_CODEC)
+    )
 
     def __post_init__(self) -> None:
         # Callers may pass the word itself ("skipped"); the record always holds the enum.
@@ -239,79 +296,54 @@ class ScenarioResult:
     def passed(self) -> bool:
         return self.status == Status.PASSED
 
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            data[f.name] = value.to_dict() if hasattr(value, "to_dict") else value
-        data["status"] = self.status.value
-        data["golden_outputs"] = (
-            {k: dict(v) for k, v in self.golden_outputs.items()}
-            if self.golden_outputs is not None
-            else None
-        )
-        data["tags"] = list(self.tags)
-        data["samples_ns"] = list(self.samples_ns)
-        # Optional keys: a file written before they existed encodes to its own bytes.
-        for optional in ("wall_ns", "profile"):
-            if data[optional] is None:
-                del data[optional]
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], *, source: str = "<results>") -> ScenarioResult:
-        known = {f.name for f in fields(cls)}
-        kwargs = {k: v for k, v in data.items() if k in known}
-        kwargs["status"] = Status(kwargs.get("status", Status.PASSED))
-        if kwargs.get("latency_ns") is not None:
-            kwargs["latency_ns"] = LatencySummary.from_dict(kwargs["latency_ns"])
-        kwargs["runtime"] = RuntimeInfo.from_dict(kwargs.get("runtime") or {})
-        if kwargs.get("accuracy") is not None:
-            kwargs["accuracy"] = AccuracyFigures.from_dict(kwargs["accuracy"])
-        if kwargs.get("load") is not None:
-            kwargs["load"] = LoadFigures.from_dict(kwargs["load"])
-        if kwargs.get("profile") is not None:
-            kwargs["profile"] = OperatorProfile.from_dict(kwargs["profile"], source=source)
-        kwargs["tags"] = tuple(kwargs.get("tags", ()))
-        kwargs["samples_ns"] = tuple(int(s) for s in kwargs.get("samples_ns", ()))
-        return cls(**kwargs)
-
 
 #: ``RunResult.mode`` values: how a run's figures were measured.
 RUN_MODES: tuple[str, ...] = ("plain", "ab")
 
 
 @dataclass(frozen=True)
-class RunResult:
+class RunResult(Record):
     """One pytest session's results: commit, environment and every scenario."""
+
+    SCHEMA_NAME: ClassVar[str] = "run"
+    SCHEMA_DESCRIPTION: ClassVar[str | None] = (
+        "One pytest session's results, as written to reports/<commit12>/results.json by "
+        "RunResult.to_dict(). Generated from the record declarations "
+        "(perfguard.core.record); closed objects, only `runtime` is open."
+    )
+    KEY_ORDER: ClassVar[tuple[str, ...] | None] = (
+        "schema_version",
+        "perfguard_version",
+        "created_at",
+        "commit",
+        "environment",
+        "scenarios",
+        "mode",
+    )
 
     commit: CommitInfo
     environment: Environment
     scenarios: tuple[ScenarioResult, ...]
-    created_at: str  # ISO 8601, UTC
-    perfguard_version: str
-    schema_version: int = SCHEMA_VERSION
+    created_at: str = field(metadata=spec(min_length=1, description="ISO 8601, UTC"))
+    perfguard_version: str = field(metadata=spec(min_length=1))
+    schema_version: int = field(default=SCHEMA_VERSION, metadata=spec(values=(SCHEMA_VERSION,)))
     #: How the figures were measured: ``plain`` (one revision, as archived baselines
     #: are) or ``ab`` (same-run A/B: interleaved with the base revision, so slower
     #: than a plain run and judged only against that base, never an archived baseline).
-    mode: str = "plain"
+    mode: str = field(
+        default="plain",
+        metadata=spec(
+            omit="default",  # a plain run's file is as it always was
+            values=RUN_MODES,
+            description="How the figures were measured: plain (absent from older files) or "
+            "ab (same-run A/B, interleaved with the base revision; never judged against an "
+            "archived baseline).",
+        ),
+    )
 
     def __post_init__(self) -> None:
         if self.mode not in RUN_MODES:
             raise ValueError(f"run mode {self.mode!r}; expected one of {', '.join(RUN_MODES)}")
-
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "schema_version": self.schema_version,
-            "perfguard_version": self.perfguard_version,
-            "created_at": self.created_at,
-            "commit": self.commit.to_dict(),
-            "environment": self.environment.to_dict(),
-            "scenarios": [s.to_dict() for s in self.scenarios],
-        }
-        if self.mode != "plain":  # a plain run's file is as it always was
-            data["mode"] = self.mode
-        return data
 
     @staticmethod
     def check_version(data: Any, *, source: str = "<results>") -> None:
@@ -324,25 +356,27 @@ class RunResult:
             older_fix="re-create the file with this perfguard version",
         )
 
+    # Hand-written beyond the shape: the version is checked first (a newer perfguard's
+    # file says "upgrade", not "bad value"), an older file without perfguard_version
+    # reads as "unknown", and the environment's fingerprint is verified.
     @classmethod
     def from_dict(
-        cls, data: dict[str, Any], *, source: str = "<results>", verify: bool = True
+        cls,
+        data: Any,
+        *,
+        source: str = "<results>",
+        path: str = "$",
+        what: str = "results file",
+        fix: str = TAMPERED_FIX,
+        verify: bool = True,
     ) -> RunResult:
-        """A stored run read back; ``verify``: refuse an environment whose fingerprint
-        is not its fields' hash (a baseline file checks it itself, as corruption)."""
+        """A stored run read back, every value checked as it is read; ``verify``: refuse
+        an environment whose fingerprint is not its fields' hash (a baseline file checks
+        it itself, as corruption)."""
         cls.check_version(data, source=source)
+        data = {"perfguard_version": "unknown", **data}
         try:
-            run = cls(
-                schema_version=SCHEMA_VERSION,  # checked above
-                perfguard_version=str(data.get("perfguard_version", "unknown")),
-                created_at=str(data["created_at"]),
-                commit=CommitInfo.from_dict(data["commit"]),
-                environment=Environment.from_dict(data["environment"]),
-                scenarios=tuple(
-                    ScenarioResult.from_dict(s, source=source) for s in data["scenarios"]
-                ),
-                mode=str(data.get("mode", "plain")),
-            )
+            run = decode(cls, data, source=source, path=path, what=what, fix=fix)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ResultsError(
                 f"{source}: results file is missing or has a malformed field ({exc!r})",

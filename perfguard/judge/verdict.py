@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
 
 from perfguard.core.policy import gate_metric, limit_unit
-from perfguard.core.profile import OperatorProfile
+from perfguard.core.profile import PROFILE_CODEC, OperatorProfile
+from perfguard.core.record import Codec, Record, spec
 from perfguard.core.results import WordEnum
 
 
@@ -77,56 +78,48 @@ class DecisionKind(WordEnum):
         return VerdictKind(self.value)
 
 
+_NON_NEGATIVE = spec(minimum=0)
+_SHA = spec(pattern="^([0-9a-f]{40}|[0-9a-f]{64})$")
+
+
 @dataclass(frozen=True)
-class Decision:
+class Decision(Record):
     """What the A/B stopping rule concluded at one look; ``ratio``/``lo``/``hi`` are None
     without pairs."""
 
+    SCHEMA_NAME: ClassVar[str] = "decision"
+
     stop: bool
     verdict: DecisionKind
-    ratio: float | None
-    lo: float | None
-    hi: float | None
-    pairs: int
+    ratio: float | None = field(metadata=_NON_NEGATIVE)
+    lo: float | None = field(metadata=_NON_NEGATIVE)
+    hi: float | None = field(metadata=_NON_NEGATIVE)
+    pairs: int = field(metadata=_NON_NEGATIVE)
     reason: str
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "verdict", DecisionKind(self.verdict))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "verdict": self.verdict.value}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Decision:
-        kwargs = {f.name: data[f.name] for f in fields(cls)}
-        kwargs["verdict"] = DecisionKind(kwargs["verdict"])
-        return cls(**kwargs)
-
 
 @dataclass(frozen=True)
-class ABRound:
+class ABRound(Record):
     """Figures of one round of consecutive A/B pairs (nearest rank, in ns): a drift or a
     slow spell shows as one round out of line, on both sides if pairing did its job."""
 
-    round: int
-    first_pair: int
-    pairs: int
-    a_p50: float
-    a_p95: float
-    b_p50: float
-    b_p95: float
-    ratio: float  # b_p95 / a_p95
+    SCHEMA_NAME: ClassVar[str] = "round"
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ABRound:
-        return cls(**{f.name: data[f.name] for f in fields(cls)})
+    round: int = field(metadata=_NON_NEGATIVE)
+    first_pair: int = field(metadata=_NON_NEGATIVE)
+    pairs: int = field(metadata=_NON_NEGATIVE)
+    a_p50: float = field(metadata=_NON_NEGATIVE)
+    a_p95: float = field(metadata=_NON_NEGATIVE)
+    b_p50: float = field(metadata=_NON_NEGATIVE)
+    b_p95: float = field(metadata=_NON_NEGATIVE)
+    ratio: float = field(metadata=_NON_NEGATIVE)  # b_p95 / a_p95
 
 
 @dataclass(frozen=True)
-class ABDetail:
+class ABDetail(Record):
     """The paired figures behind a same-run A/B verdict (``ScenarioVerdict.ab``): the base
     commit and how it was chosen, the stopping rule's decision, the time spent, the
     per-round figures and the base side's raw samples (the report's baseline). A cell
@@ -141,56 +134,34 @@ class ABDetail:
     alternating on every client) or ``alternating`` (a whole level of each side, one
     after the other); absent for request pairs and in files written before it."""
 
+    SCHEMA_NAME: ClassVar[str] = "ab"
+
     base: str
     base_how: str
     decision: Decision
-    elapsed_s: float
-    rounds: tuple[ABRound, ...]
-    samples_a_ns: tuple[int, ...]
-    throughput_a: float | None = None
-    load_a: Mapping[str, Any] | None = None
-    profile_a: OperatorProfile | None = None
-    levels: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "base": self.base,
-            "base_how": self.base_how,
-            "decision": self.decision.to_dict(),
-            "elapsed_s": self.elapsed_s,
-            "rounds": [r.to_dict() for r in self.rounds],
-            "samples_a_ns": list(self.samples_a_ns),
-        }
-        if self.throughput_a is not None:
-            out["throughput_a"] = self.throughput_a
-        if self.load_a is not None:
-            out["load_a"] = dict(self.load_a)
-        if self.profile_a is not None:
-            out["profile_a"] = self.profile_a.to_dict()
-        if self.levels is not None:
-            out["levels"] = self.levels
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ABDetail:
-        return cls(
-            base=data["base"],
-            base_how=data["base_how"],
-            decision=Decision.from_dict(data["decision"]),
-            elapsed_s=data["elapsed_s"],
-            rounds=tuple(ABRound.from_dict(r) for r in data.get("rounds", ())),
-            samples_a_ns=tuple(int(x) for x in data.get("samples_a_ns", ())),
-            throughput_a=data.get("throughput_a"),
-            load_a=data.get("load_a"),
-            profile_a=(
-                OperatorProfile.from_dict(data["profile_a"]) if data.get("profile_a") else None
-            ),
-            levels=data.get("levels"),
-        )
+    elapsed_s: float = field(metadata=_NON_NEGATIVE)
+    rounds: tuple[ABRound, ...] = ()
+    samples_a_ns: tuple[int, ...] = field(default=(), metadata=_NON_NEGATIVE)
+    throughput_a: float | None = field(default=None, metadata=spec(omit="none", minimum=0))
+    load_a: Mapping[str, Any] | None = field(default=None, metadata=spec(omit="none"))
+    profile_a: OperatorProfile | None = field(
+        default=None, metadata=spec(omit="none", codec=PROFILE_CODEC)
+    )
+    levels: str | None = field(
+        default=None,
+        metadata=spec(
+            omit="none",
+            values=("interleaved", "alternating"),
+            description="How a cell under load ran its rounds: one level per round whose "
+            "clients alternate between A's and B's requests (interleaved), or a whole level "
+            "of each side, one after the other (alternating); absent for request pairs and "
+            "in files written before it.",
+        ),
+    )
 
 
 @dataclass(frozen=True)
-class MetricVerdict:
+class MetricVerdict(Record):
     """One gated figure of one scenario, compared against the baseline.
 
     Units: ``unit`` is ``ns`` for latency percentiles, ``/s`` for throughput and
@@ -209,30 +180,32 @@ class MetricVerdict:
     order-statistic minimum per run for a percentile gate.
     """
 
+    SCHEMA_NAME: ClassVar[str] = "metric"
+
     metric: str
     verdict: VerdictKind
     message: str
     rule: str
     unit: str = "ns"
-    baseline: float | None = None
-    current: float | None = None
-    ratio: float | None = None
-    ratio_raw: float | None = None
-    lower: float | None = None
-    upper: float | None = None
-    confidence: float = 0.99
+    baseline: float | None = field(default=None, metadata=_NON_NEGATIVE)
+    current: float | None = field(default=None, metadata=_NON_NEGATIVE)
+    ratio: float | None = field(default=None, metadata=_NON_NEGATIVE)
+    ratio_raw: float | None = field(default=None, metadata=_NON_NEGATIVE)
+    lower: float | None = field(default=None, metadata=_NON_NEGATIVE)
+    upper: float | None = field(default=None, metadata=_NON_NEGATIVE)
+    confidence: float = field(default=0.99, metadata=spec(minimum=0, maximum=1))
     normalised: bool = False
-    canary_ratio: float | None = None
+    canary_ratio: float | None = field(default=None, metadata=_NON_NEGATIVE)
     limit: float = 0.0
     relative: bool = True
     higher_is_worse: bool = True
     effective_limit: float = 0.0
-    noise_floor: float | None = None
-    noise_commits: int = 0
-    noise_k: float = 0.0
-    n_baseline: int | None = None
-    n_current: int | None = None
-    samples_needed: int | None = None
+    noise_floor: float | None = field(default=None, metadata=_NON_NEGATIVE)
+    noise_commits: int = field(default=0, metadata=_NON_NEGATIVE)
+    noise_k: float = field(default=0.0, metadata=_NON_NEGATIVE)
+    n_baseline: int | None = field(default=None, metadata=_NON_NEGATIVE)
+    n_current: int | None = field(default=None, metadata=_NON_NEGATIVE)
+    samples_needed: int | None = field(default=None, metadata=_NON_NEGATIVE)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "verdict", VerdictKind(self.verdict))
@@ -290,16 +263,35 @@ class MetricVerdict:
         """How messages name the metric: ``P95 latency``, ``throughput``, ``peak memory``."""
         return metric_name(self.metric)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "verdict": self.verdict.value}
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> MetricVerdict:
-        return cls(**{**data, "verdict": VerdictKind(data["verdict"])})
+#: ``{baseline, current}`` of one differing environment field (``[baseline, current]`` in
+#: a baseline choice).
+PAIR_SCHEMA: dict[str, Any] = {
+    "type": ["object", "array"],
+    "description": "{baseline, current} in a verdict, [baseline, current] in the baseline choice",
+    "properties": {
+        "baseline": {"type": ["string", "null"]},
+        "current": {"type": ["string", "null"]},
+    },
+    "items": {"type": ["string", "null"]},
+}
+
+
+def _env_diff(value: Any) -> dict[str, tuple[str | None, str | None]]:
+    return {str(k): (v.get("baseline"), v.get("current")) for k, v in value.items()}
+
+
+# Hand-written: a pair is a tuple in the record and a {baseline, current} object in JSON.
+ENV_DIFF_CODEC = Codec(
+    encode=lambda diff: {k: {"baseline": b, "current": c} for k, (b, c) in diff.items()},
+    decode=lambda value, source, path: _env_diff(value),
+    schema={"type": "object", "additionalProperties": PAIR_SCHEMA},
+    expected="an object of {baseline, current} pairs",
+)
 
 
 @dataclass(frozen=True)
-class ScenarioVerdict:
+class ScenarioVerdict(Record):
     """All gates of one scenario: the worst metric verdict, and why.
 
     ``env_diff`` maps each differing environment field to (baseline, current);
@@ -308,15 +300,19 @@ class ScenarioVerdict:
     metric, then notes added later (e.g. by confirmation re-measurement).
     """
 
-    scenario_id: str
+    SCHEMA_NAME: ClassVar[str] = "verdict"
+
+    scenario_id: str = field(metadata=spec(min_length=1))
     verdict: VerdictKind
     metrics: tuple[MetricVerdict, ...] = ()
-    baseline_commit: str | None = None
-    env_diff: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    baseline_commit: str | None = field(default=None, metadata=_SHA)
+    env_diff: dict[str, tuple[str | None, str | None]] = field(
+        default_factory=dict, metadata=spec(codec=ENV_DIFF_CODEC)
+    )
     messages: tuple[str, ...] = ()
     # "archived": against a stored baseline; "ab": the base revision measured again
     # in this run, interleaved request by request (``ab`` then holds the paired figures).
-    mode: str = "archived"
+    mode: str = field(default="archived", metadata=spec(values=("archived", "ab")))
     ab: ABDetail | None = None
 
     def __post_init__(self) -> None:
@@ -333,36 +329,6 @@ class ScenarioVerdict:
 
     def with_note(self, note: str) -> ScenarioVerdict:
         return replace(self, messages=(*self.messages, note))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "scenario_id": self.scenario_id,
-            "verdict": self.verdict.value,
-            "metrics": [m.to_dict() for m in self.metrics],
-            "baseline_commit": self.baseline_commit,
-            "env_diff": {
-                k: {"baseline": base, "current": cur} for k, (base, cur) in self.env_diff.items()
-            },
-            "messages": list(self.messages),
-            "mode": self.mode,
-            "ab": self.ab.to_dict() if self.ab is not None else None,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ScenarioVerdict:
-        return cls(
-            scenario_id=str(data["scenario_id"]),
-            verdict=VerdictKind(data["verdict"]),
-            metrics=tuple(MetricVerdict.from_dict(m) for m in data.get("metrics", ())),
-            baseline_commit=data.get("baseline_commit"),
-            env_diff={
-                str(k): (v.get("baseline"), v.get("current"))
-                for k, v in data.get("env_diff", {}).items()
-            },
-            messages=tuple(str(m) for m in data.get("messages", ())),
-            mode=str(data.get("mode", "archived")),
-            ab=ABDetail.from_dict(data["ab"]) if data.get("ab") else None,
-        )
 
 
 # --------------------------------------------------------------------------- confirmation

@@ -176,7 +176,7 @@ def _point(result: ScenarioResult) -> plots.LoadPoint | None:
     if load is None:
         return None
     thrpt = result.throughput if result.throughput is not None else load.throughput
-    if lat is None or load.slo is not None:
+    if lat is None or load.slo is not None or thrpt is None:
         return None
     unc = _ms(load.uncorrected_ns, "p95") if load.is_open else None
     return plots.LoadPoint(

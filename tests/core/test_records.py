@@ -132,18 +132,22 @@ finite = st.floats(-1e12, 1e12, allow_nan=False)
 maybe = st.none() | finite
 count = st.integers(0, 10**9)
 words = st.text(min_size=1, max_size=12)
+# Stored figures are never negative (the declarations refuse such a value on read).
+non_negative = st.floats(0, 1e12)
+maybe_nn = st.none() | non_negative
+positive = st.integers(1, 10**9)
 summaries = st.builds(
     LatencySummary,
     n=count,
-    min=finite,
-    max=finite,
-    mean=finite,
-    std=finite,
-    p50=finite,
-    p90=finite,
-    p95=finite,
-    p99=finite,
-    p999=finite,
+    min=non_negative,
+    max=non_negative,
+    mean=non_negative,
+    std=non_negative,
+    p50=non_negative,
+    p90=non_negative,
+    p95=non_negative,
+    p99=non_negative,
+    p999=non_negative,
 )
 json_leaf = st.none() | st.booleans() | st.integers(-(2**31), 2**31) | finite | words
 json_values = st.recursive(
@@ -156,51 +160,55 @@ loads = st.builds(
     LoadFigures,
     mode=st.sampled_from(["closed", "open"]),
     level=words,
-    concurrency=st.none() | count,
-    rate_asked=maybe,
-    rate_sent=maybe,
-    rate_achieved=maybe,
+    concurrency=st.none() | positive,
+    rate_asked=maybe_nn,
+    rate_sent=maybe_nn,
+    rate_achieved=maybe_nn,
     arrivals=st.none() | st.sampled_from(["poisson", "constant"]),
-    workers=count,
+    workers=positive,
     sessions=st.sampled_from(["shared", "per_worker"]),
     requests=count,
     completed=count,
     failed=count,
     unserved=count,
-    duration_s=finite,
-    throughput=finite,
+    duration_s=non_negative,
+    throughput=non_negative,
     uncorrected_ns=st.none() | summaries,
-    queue_share=maybe,
-    late=st.builds(LateFigures, count, finite, finite, finite, maybe, maybe),
-    errors=st.dictionaries(words, count, max_size=3),
+    queue_share=maybe_nn,
+    late=st.builds(
+        LateFigures, count, non_negative, non_negative, non_negative, maybe_nn, maybe_nn
+    ),
+    errors=st.dictionaries(words, positive, max_size=3),
     batching=st.none()
     | st.builds(
         BatchingFigures,
-        max_batch=count,
-        max_wait_ms=finite,
+        max_batch=positive,
+        max_wait_ms=non_negative,
         batches=count,
-        mean_batch=maybe,
+        mean_batch=maybe_nn,
         sizes=st.dictionaries(st.integers(1, 64).map(str), count, max_size=4),
         wait_ns=st.none() | summaries,
-        probe=st.builds(ServiceProbe, maybe, maybe, maybe, maybe, maybe),
+        probe=st.builds(ServiceProbe, maybe_nn, maybe_nn, maybe_nn, maybe_nn, maybe_nn),
     ),
     slo=st.none()
     | st.builds(
         SloSearch,
-        percentile=finite,
-        target_ms=finite,
+        percentile=st.floats(0, 100),
+        target_ms=non_negative,
         over=st.sampled_from(["rate", "concurrency"]),
         steps=st.lists(
-            st.builds(SloStep, finite, maybe, finite, st.booleans(), st.none() | words),
+            st.builds(
+                SloStep, non_negative, maybe_nn, non_negative, st.booleans(), st.none() | words
+            ),
             min_size=1,
             max_size=3,
         ).map(tuple),
-        best_level=maybe,
-        best_throughput=maybe,
-        best_p_ms=maybe,
+        best_level=maybe_nn,
+        best_throughput=maybe_nn,
+        best_p_ms=maybe_nn,
     ),
     invalid=st.none() | words,
-    memory=st.none() | st.builds(LevelMemory, finite, finite, st.integers(1, 10**6)),
+    memory=st.none() | st.builds(LevelMemory, non_negative, non_negative, st.integers(1, 10**6)),
 )
 
 ints = st.lists(st.integers(0, 10**6), max_size=4).map(tuple)
@@ -269,19 +277,19 @@ abs_ = st.builds(
         Decision,
         stop=st.booleans(),
         verdict=st.sampled_from(list(DecisionKind)),
-        ratio=maybe,
-        lo=maybe,
-        hi=maybe,
+        ratio=maybe_nn,
+        lo=maybe_nn,
+        hi=maybe_nn,
         pairs=count,
         reason=words,
     ),
-    elapsed_s=finite,
+    elapsed_s=non_negative,
     rounds=st.lists(
-        st.builds(ABRound, count, count, count, finite, finite, finite, finite, finite),
+        st.builds(ABRound, count, count, count, *[non_negative] * 5),
         max_size=3,
     ).map(tuple),
     samples_a_ns=st.lists(st.integers(0, 10**12), max_size=20).map(tuple),
-    throughput_a=maybe,
+    throughput_a=maybe_nn,
     load_a=st.none() | st.dictionaries(words, st.integers(0, 100), max_size=3),
     profile_a=st.none() | profiles,
 )

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import strategies as st
 
 from perfguard.core.profile import PROFILERS, NodeTime, OperatorProfile, OpTypeTime
+from perfguard.core.record import FieldSpec, Record, Shape, stored_fields
 
 names = st.text(max_size=20)
 
@@ -25,3 +28,56 @@ profiles = st.builds(
     trace=st.none() | names,
     wall_ns=st.none() | st.integers(0, 10**12),
 )
+
+
+# ----------------------------------------------------------------- declared records
+
+
+def _scalars(shape: Shape, spec: FieldSpec) -> st.SearchStrategy[Any]:
+    if spec.values is not None:
+        return st.sampled_from([v for v in spec.values if v is not None])
+    if shape.kind == "enum":
+        return st.sampled_from(list(shape.base))
+    if shape.kind == "any":
+        return st.none() | st.booleans() | st.integers(-100, 100) | names
+    low = spec.minimum if spec.minimum is not None else -1e12
+    high = spec.maximum if spec.maximum is not None else 1e12
+    if shape.base is bool:
+        return st.booleans()
+    if shape.base is int:
+        return st.integers(int(low), int(min(high, 10**12)))
+    if shape.base is float:
+        # A float field may hold a whole number as an int (as a file can); both round-trip.
+        return st.floats(low, high, allow_nan=False) | st.integers(int(low), int(high))
+    if spec.pattern is not None:
+        return st.from_regex(spec.pattern, fullmatch=True)
+    return st.text(min_size=spec.min_length or 0, max_size=12)
+
+
+def _values(shape: Shape, spec: FieldSpec) -> st.SearchStrategy[Any]:
+    if shape.kind == "record":
+        inner: st.SearchStrategy[Any] = records(shape.base)
+    elif shape.kind == "tuple":
+        assert shape.item is not None
+        inner = st.lists(_values(shape.item, spec), max_size=3).map(tuple)
+    elif shape.kind == "dict":
+        assert shape.item is not None
+        keys = (
+            st.integers(1, 64).map(str)
+            if spec.key_pattern == "^[0-9]+$"
+            else st.text(min_size=1, max_size=8)
+        )
+        inner = st.dictionaries(keys, _values(shape.item, spec), max_size=3)
+    else:
+        inner = _scalars(shape, spec)
+    nullable = shape.nullable or (spec.values is not None and None in spec.values)
+    return (st.none() | inner) if nullable else inner
+
+
+def records(cls: type[Record]) -> st.SearchStrategy[Any]:
+    """Any ``cls`` record its declaration allows (``perfguard.core.record``)."""
+    # A field of a hand-written codec keeps its default (its own tests draw it).
+    drawn = [f for f in stored_fields(cls) if f.shape.kind != "codec"]
+    return st.builds(
+        cls, **{f.name: st.deferred(lambda f=f: _values(f.shape, f.spec)) for f in drawn}
+    )
