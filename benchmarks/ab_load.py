@@ -15,7 +15,7 @@ each **quiet** or **busy**: for a busy cell the script starts one neighbour proc
 Each cell is measured as ``--perfguard-ab`` measures it: both cells open in slots
 ``a`` and ``b`` of one fresh worker process (``perfguard.worker``), warmed up at
 their level, then rounds judged by ``perfguard.ab.rounds`` at the default +5% P95 limit
-(``perfguard.ab.run.load_plan``, ``run_load_rounds``): ``--levels interleaved`` (the
+(``perfguard.ab.abrun.load_plan``, ``run_load_rounds``): ``--levels interleaved`` (the
 default since issue 26: one level per round, A's and B's requests alternating on every
 client) or ``alternating`` (a whole level of each side, one after the other: the rule
 before). Then a **plain load run** of B (the ``result`` op: warm-up and one level of
@@ -43,7 +43,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from perfguard.ab.run import Slot, load_plan, run_load_rounds, worker_env
+from perfguard.ab.abrun import Slot, load_plan, run_load_rounds, worker_env
 from perfguard.suite.loader import load_suite
 from perfguard.worker.client import WorkerProcess
 

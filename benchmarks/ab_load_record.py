@@ -3,7 +3,7 @@
 ``python benchmarks/ab_load_record.py --out DIR`` runs, for each condition
 (concurrency 2 and 4; unchanged and +10%; quiet and busy), cells of
 ``--rounds`` A/B rounds with no early stop, as ``--perfguard-ab`` measures them
-(one worker, slots ``a`` and ``b``, ``perfguard.ab.run.run_load_rounds``; ``--levels``
+(one worker, slots ``a`` and ``b``, ``perfguard.ab.abrun.run_load_rounds``; ``--levels``
 ``interleaved``, the default since issue 26, or ``alternating``, the rounds before), and
 writes every round's corrected samples of both sides to ``DIR/<n>.npz``. The
 model and busy neighbour are those of ``benchmarks/ab_load.py``.
@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ab_load import BASE_PRODUCTS, MODEL, ROOT, loadavg, neighbour, suite
 
+from perfguard.ab.abrun import Slot, load_round_length, run_load_rounds, worker_env
 from perfguard.ab.rounds import RoundPlan
-from perfguard.ab.run import Slot, load_round_length, run_load_rounds, worker_env
 from perfguard.suite.loader import load_suite
 from perfguard.worker.client import WorkerProcess
 

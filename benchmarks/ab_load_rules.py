@@ -39,7 +39,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from perfguard.ab.stats import StoppingRule, decide, decide_pooled
+from perfguard.ab.paired import StoppingRule, decide, decide_pooled
 from perfguard.core.stats import percentile
 
 

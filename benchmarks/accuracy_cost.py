@@ -39,8 +39,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from perfguard.accuracy.metrics import compare_outputs
-from perfguard.core.accuracyfigures import AccuracyReport
 from perfguard.core.scenario import AccuracyGates, AccuracySpec
+from perfguard.records.accuracyfigures import AccuracyReport
 
 TARGET = 0.10
 SPEC = AccuracySpec(

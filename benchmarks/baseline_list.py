@@ -33,8 +33,8 @@ from perfguard.baseline.fileformat import encode_document, encode_launch
 from perfguard.baseline.store import DirectoryStore
 from perfguard.cli import main
 from perfguard.core.atomicio import dumps_json
-from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
 from perfguard.core.stats import summarize
+from perfguard.records.results import CommitInfo, Environment, RunResult, ScenarioResult
 
 PLACEHOLDER_SHA = "f" * 40
 PLACEHOLDER_TIME = "1999-01-01T00:00:00+00:00"

@@ -188,7 +188,7 @@ def make_bomb(results: Path, out_dir: Path, inflated_mib: int) -> Path:
     """A baseline file of one launch whose samples inflate to ``inflated_mib`` MiB."""
     sys.path.insert(0, str(REPO))
     from perfguard.baseline.fileformat import encode_document, encode_launch
-    from perfguard.core.results import RunResult
+    from perfguard.records.results import RunResult
 
     run = RunResult.from_dict(json.loads(results.read_text()), source=str(results))
     launch = encode_launch(run)

@@ -1,7 +1,7 @@
 """What does an operator profile cost a cell: time next to its measuring time, and bytes?
 
 ``pytest --perfguard suites/examples.yaml --perfguard-profile`` profiles every cell in
-a pass of its own after the cell's timed measurement (``perfguard.measure.profile``).
+a pass of its own after the cell's timed measurement (``perfguard.measure.profiling``).
 This runs it twice in the repository (the first run fills the export/quantization
 cache; the second is read), with ``--perfguard-baseline=none`` and a temporary report
 folder, and reads from its ``results.json``, per cell:

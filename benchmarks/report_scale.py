@@ -18,15 +18,15 @@ from pathlib import Path
 
 import numpy as np
 
-from perfguard.core.results import (
+from perfguard.core.stats import summarize, throughput
+from perfguard.judge.verdict import MetricVerdict, ScenarioVerdict, VerdictKind
+from perfguard.records.results import (
     CommitInfo,
     Environment,
     LatencySummary,
     RunResult,
     ScenarioResult,
 )
-from perfguard.core.stats import summarize, throughput
-from perfguard.judge.verdict import MetricVerdict, ScenarioVerdict, VerdictKind
 from perfguard.report import render_html, write_report
 from perfguard.report.model import ReportInput
 from perfguard.report.render import FULL_PLOT_BUDGET

@@ -15,7 +15,7 @@ measurement goes through perfguard's own worker processes
   ``--aa`` unchanged runs and ``--ab`` runs each at +5%, +10% and +20%.
 * Each run is measured twice: (1) **same-run A/B**: workers A (unchanged) and B
   (this condition), warmed up, alternating single requests in random order
-  under ``perfguard.ab.stats``'s stopping rule (``perfguard.ab.run.run_pairs``) at the
+  under ``perfguard.ab.paired``'s stopping rule (``perfguard.ab.abrun.run_pairs``) at the
   default +5% limit, and at +2% for the +5% condition as the issue asks (at a
   +5% limit a true +5% sits on the boundary); (2) a **plain run** of B, judged by
   pytest-benchmark's ``mean:5%`` against the single baseline and by perfguard's
@@ -47,13 +47,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from perfguard.ab.run import Slot, run_pairs, worker_env
-from perfguard.ab.stats import StoppingRule
+from perfguard.ab.abrun import Slot, run_pairs, worker_env
+from perfguard.ab.paired import StoppingRule
 from perfguard.core.policy import GateSpec
-from perfguard.core.results import ScenarioResult
 from perfguard.core.stats import percentile, summarize
 from perfguard.judge.compare import compare_scenario, confirm, needs_confirmation
 from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
+from perfguard.records.results import ScenarioResult
 from perfguard.worker.client import WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,7 +18,7 @@ it ran, so it stays +10% of the time beside a busy neighbour too).
   (P95 bound rule, noise floor, confirmation round, contention check with the
   default limit; a run other processes disturbed is ``invalid``, and with
   ``--perfguard-inconclusive=fail``, the workflow's setting, it fails the check),
-  and (2) **same-run A/B** of base and head (``perfguard.ab.run.run_pairs``, +5%).
+  and (2) **same-run A/B** of base and head (``perfguard.ab.abrun.run_pairs``, +5%).
   (3) **Screen-then-confirm** is decided from the same two: the archived verdict is
   the screen; a cell it leaves clearly unchanged (``unchanged`` and not blind:
   ``MetricVerdict.detectable`` within the limit) passes on it alone and costs only
@@ -55,8 +55,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ab_load import neighbour
 from verdicts_ab import GATES, WARMUP, ab, result, suite
 
-from perfguard.core.figures import CpuShares, RuntimeInfo
-from perfguard.core.results import ScenarioResult
 from perfguard.core.stats import percentile
 from perfguard.judge.compare import compare_scenario
 from perfguard.judge.verdict import (
@@ -66,6 +64,8 @@ from perfguard.judge.verdict import (
     needs_confirmation,
 )
 from perfguard.measure.canary import cpu_shares, cpu_snapshot
+from perfguard.records.figures import CpuShares, RuntimeInfo
+from perfguard.records.results import ScenarioResult
 from perfguard.worker.client import WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -43,7 +43,6 @@ from perfguard.core.errors import (
 )
 from perfguard.core.paths import under_root
 from perfguard.core.policy import CONFIDENCE, CONTENTION_LIMIT, NORMALISE
-from perfguard.core.results import RunResult, ScenarioResult
 from perfguard.core.scenario import InputSpec, ModelSpec
 from perfguard.core.text import one_line
 from perfguard.interop.benchmark_json import export_command
@@ -59,6 +58,7 @@ from perfguard.models.factory import (
     on_sys_path,
 )
 from perfguard.models.inputs import make_inputs
+from perfguard.records.results import RunResult, ScenarioResult
 from perfguard.report.cli_report import report_command
 from perfguard.shard.merge import merge_command
 from perfguard.suite import grammar, starter

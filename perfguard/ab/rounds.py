@@ -1,12 +1,12 @@
 """Same-run A/B of a cell under ``load:``: rounds of load levels, A's and B's figures paired.
 
 A load level's figure (the corrected P95: latency from each request's *scheduled*
-send time, see :mod:`perfguard.measure.loadstats`) belongs to the whole level, not
+send time, see :mod:`perfguard.measure.levelfigures`) belongs to the whole level, not
 to one request, so request pairs cannot carry it. Instead each **round** gives one
 figure per side, in one of two ways (the caller's ``play``):
 
 * **interleaved** (a closed loop without batching, both sides in one process:
-  :func:`perfguard.measure.load.interleavable`): ONE level of twice the length whose
+  :func:`perfguard.measure.loadcell.interleavable`): ONE level of twice the length whose
   clients alternate between A's and B's model request by request, so that both sides'
   requests share the level's streams, scheduler and slow spells; each side's figure
   comes from its own requests.
@@ -16,15 +16,15 @@ figure per side, in one of two ways (the caller's ``play``):
   the machine that lasts a round hits both of its levels and cancels in its ratio, a
   shorter one does not.
 
-Either way the order is drawn per round (:func:`perfguard.ab.stats.pair_orders`:
+Either way the order is drawn per round (:func:`perfguard.ab.paired.pair_orders`:
 seeded, every two rounds one A-first and one B-first): which level runs first, or
 which side the first client starts on.
 
 The rounds are judged by the sequential rule of request pairs (the looks, bounds and
-stops of :func:`perfguard.ab.stats.decide`), on one of two figures (``RoundPlan.interleaved``):
+stops of :func:`perfguard.ab.paired.decide`), on one of two figures (``RoundPlan.interleaved``):
 
 * interleaved rounds: **the percentile pooled over every request of the usable
-  rounds** (:func:`perfguard.ab.stats.decide_pooled`), its 99% bounds from a bootstrap
+  rounds** (:func:`perfguard.ab.paired.decide_pooled`), its 99% bounds from a bootstrap
   that draws whole rounds, both sides of each together (a level's requests share its
   slow spells). Every request counts, where one figure per round from some 80 requests
   a side is noisy in a busy machine's tail;
@@ -63,7 +63,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from perfguard.ab.stats import StoppingRule, decide, decide_pooled, pair_orders, progress_text
+from perfguard.ab.paired import StoppingRule, decide, decide_pooled, pair_orders, progress_text
 from perfguard.core import progress
 from perfguard.core.progress import Throttle
 from perfguard.core.stats import percentile

@@ -53,9 +53,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from perfguard.core.accuracyfigures import AccuracyReport, Check, OutputMetrics, TaskMetricFigures
 from perfguard.core.errors import AccuracyError
 from perfguard.core.scenario import AccuracySpec, TaskMetricSpec
+from perfguard.records.accuracyfigures import (
+    AccuracyReport,
+    Check,
+    OutputMetrics,
+    TaskMetricFigures,
+)
 
 EPS = 1e-12  # probabilities are clipped to [EPS, 1] before KL
 DISTRIBUTION_TOL = 1e-3  # |row sum - 1| allowed under kl_on: probabilities

@@ -6,7 +6,7 @@ so a missing runtime costs nothing until a cell needs it. ``open`` returns a
 
 A session whose runtime has a profiler also implements ``ProfilingSession``: its
 ``profiler(prepared)`` starts an ``OperatorProfiler`` pass, run by
-``perfguard.measure.profile`` after (never inside) the timed loop.
+``perfguard.measure.profiling`` after (never inside) the timed loop.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class ProfiledRequests:
     run in a request is absent). ``node_info`` gives each node's op type and where it
     ran (execution provider, ``cpu``/``cuda``; ``""`` when unknown). ``trace`` is the
     runtime's Chrome trace as JSON text (an object with ``traceEvents``), ``None``
-    when the runtime gives none. ``profiler`` is one of ``core.profile.PROFILERS``.
+    when the runtime gives none. ``profiler`` is one of ``records.opprofile.PROFILERS``.
     """
 
     profiler: str
@@ -100,7 +100,7 @@ class OperatorProfiler(Protocol):
 
     The pass starts when the profiler is made (hooks, the runtime's profiler or a
     profiling twin of the session) and ``finish`` always ends it, leaving the session
-    as it was; ``perfguard.measure.profile.profile_session`` drives it, never inside
+    as it was; ``perfguard.measure.profiling.profile_session`` drives it, never inside
     the timed loop::
 
         profiler = session.profiler(prepared)

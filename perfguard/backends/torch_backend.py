@@ -36,10 +36,10 @@ from perfguard.backends.torch_cuda import (
     self_device_us,
 )
 from perfguard.core.errors import CellError
-from perfguard.core.profile import PATH_SEPARATOR
 from perfguard.core.scenario import Scenario
 from perfguard.models.factory import check_forward_inputs, feeds_positionally, load_factory
 from perfguard.models.quantize import quantize_torch_int8
+from perfguard.records.opprofile import PATH_SEPARATOR
 
 if TYPE_CHECKING:
     import torch

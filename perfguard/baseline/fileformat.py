@@ -1,7 +1,7 @@
 """The baseline file format: the whole document's codec.
 
 A baseline keeps every raw sample (pooling launches and re-summarising needs them),
-stored compactly by :func:`perfguard.core.codec.encode_samples` (little-endian int64,
+stored compactly by :func:`perfguard.records.arrays.encode_samples` (little-endian int64,
 zlib-compressed and base64-encoded, in their original order, with ``n`` in clear so
 a truncated or hand-edited blob is detected instead of misread).
 
@@ -29,10 +29,10 @@ from typing import Any, BinaryIO
 
 from perfguard.baseline.git import FULL_SHA_RE
 from perfguard.core.atomicio import loads_json, read_capped, too_large
-from perfguard.core.codec import decode_samples, encode_samples
 from perfguard.core.errors import Location, ResultsError, check_schema_version
 from perfguard.core.policy import MAX_STORED_FILE_BYTES
-from perfguard.core.results import CommitInfo, RunResult
+from perfguard.records.arrays import decode_samples, encode_samples
+from perfguard.records.results import CommitInfo, RunResult
 
 BASELINE_SCHEMA_VERSION = 1
 BASELINE_KIND = "perfguard-baseline"

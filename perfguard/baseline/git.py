@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from perfguard.core.errors import GitError
-from perfguard.core.results import CommitInfo
+from perfguard.records.results import CommitInfo
 
 # A full commit id, lower case: 40 hex digits (SHA-1) or 64 (SHA-256 repositories).
 FULL_SHA_RE = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")

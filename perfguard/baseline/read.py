@@ -14,8 +14,8 @@ from perfguard.baseline.fileformat import BASELINE_KIND, decode_document
 from perfguard.baseline.store import Baseline
 from perfguard.core.atomicio import read_json, read_stored_bytes
 from perfguard.core.errors import ResultsError
-from perfguard.core.results import RunResult
-from perfguard.core.resultsio import results_from_dict
+from perfguard.records.results import RunResult
+from perfguard.records.resultsfile import results_from_dict
 
 
 def read_baseline_file(path: Path) -> Baseline:

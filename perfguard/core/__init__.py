@@ -1,4 +1,4 @@
-"""The core every other part builds on: the exception tree, the frozen scenario spec, result
-records (``results``; their typed parts in ``figures``, ``loadfigures`` and
-``accuracyfigures``), the one percentile definition and statistics, rootdir-relative paths,
-atomic file io and the compressed-array codec. Imports nothing else of perfguard."""
+"""The core every other part builds on: the exception tree and who owns an exception
+(``blame``), the judging policy and every limit (``policy``), the frozen scenario spec, the
+one percentile definition and statistics, rootdir-relative paths, atomic file io, sanitised
+text and progress events. Imports nothing else of perfguard."""

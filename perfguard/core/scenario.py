@@ -346,14 +346,14 @@ class Scenario:
     # Set when the cell's combination is unsupported: the cell fails with it.
     error: str | None = None
     matrix_values: tuple[tuple[str, str], ...] = field(default=())
-    # Concurrent load (perfguard.measure.load); None: one request at a time.
+    # Concurrent load (perfguard.measure.loadcell); None: one request at a time.
     load: LoadSpec | None = None
     # The `shapes:` bucket this cell's inputs come from ("" without buckets).
     shape_bucket: str = ""
     gpu: GpuSpec = GpuSpec()
     # Measure this cell in a worker process of its own (perfguard.worker.isolate).
     isolate: bool = False
-    # Take an operator profile after the timed measurement (perfguard.measure.profile);
+    # Take an operator profile after the timed measurement (perfguard.measure.profiling);
     # a cell whose latency regressed is profiled without it.
     profile: bool = False
     # fp16 from a converted ONNX graph (onnxruntime; TensorRT 11's strongly typed

@@ -29,8 +29,8 @@ import numpy as np
 import numpy.typing as npt
 from scipy import stats as _scipy_stats
 
-from perfguard.core.figures import LatencySummary
 from perfguard.core.policy import LATENCY_QS
+from perfguard.records.figures import LatencySummary
 
 __all__ = [
     "RatioBound",

@@ -1,7 +1,7 @@
 """pytest-benchmark tests as perfguard results: one results file, one gate, one report.
 
 With ``--perfguard``, a test that uses pytest-benchmark's ``benchmark`` fixture
-becomes a :class:`~perfguard.core.results.ScenarioResult` once its body has run, and
+becomes a :class:`~perfguard.records.results.ScenarioResult` once its body has run, and
 is recorded, compared and gated exactly like a YAML scenario (the session's
 callback does that; see :func:`register_bridge`).
 
@@ -36,10 +36,10 @@ from typing import Any
 
 import pytest
 
-from perfguard.core.figures import BenchmarkFacts, RuntimeInfo
 from perfguard.core.paths import display_path
-from perfguard.core.results import ScenarioResult, Status
 from perfguard.core.stats import is_stable, stability_ratio, summarize, throughput
+from perfguard.records.figures import BenchmarkFacts, RuntimeInfo
+from perfguard.records.results import ScenarioResult, Status
 
 __all__ = [
     "BRIDGE_PLUGIN_NAME",

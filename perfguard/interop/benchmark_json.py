@@ -28,8 +28,8 @@ from typing import Any
 
 from perfguard.core.atomicio import write_json_atomic
 from perfguard.core.errors import ResultsError
-from perfguard.core.results import RunResult, ScenarioResult
-from perfguard.core.resultsio import read_results
+from perfguard.records.results import RunResult, ScenarioResult
+from perfguard.records.resultsfile import read_results
 
 __all__ = ["FORMATS", "benchmark_stats", "export_command", "to_pytest_benchmark"]
 

@@ -1,6 +1,6 @@
 """The base side of a same-run A/B verdict, as the reports and a shard merge read it.
 
-Same-run A/B (:mod:`perfguard.ab.run`) stores its base revision's figures in the
+Same-run A/B (:mod:`perfguard.ab.abrun`) stores its base revision's figures in the
 verdict (``ABDetail``); :func:`base_results` turns them back into the results a report
 shows beside the head's, and :func:`ab_label`/:func:`ab_how` name the base. They live
 here, below both the A/B runner and the reports, so a report needs nothing of ``ab/``.
@@ -11,12 +11,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from perfguard.core.figures import RuntimeInfo
-from perfguard.core.loadfigures import LoadFigures
 from perfguard.core.policy import MetricKind, gate_metric
-from perfguard.core.results import ScenarioResult
 from perfguard.core.stats import summarize
 from perfguard.judge.verdict import ScenarioVerdict
+from perfguard.records.figures import RuntimeInfo
+from perfguard.records.loadfigures import LoadFigures
+from perfguard.records.results import ScenarioResult
 
 __all__ = ["ab_how", "ab_label", "base_results"]
 

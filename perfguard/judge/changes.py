@@ -32,7 +32,7 @@ import numpy as np
 
 from perfguard.baseline.git import git_error, run_git
 from perfguard.core.errors import GitError
-from perfguard.core.results import ScenarioResult, Status
+from perfguard.records.results import ScenarioResult, Status
 
 #: PELT's penalty per change point is ``PENALTY * log(n)`` in units of the series'
 #: noise (L1 cost); ``MIN_SEGMENT`` commits at least per level; a boundary stands only

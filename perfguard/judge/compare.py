@@ -75,7 +75,6 @@ from perfguard.core.policy import (
     limit_unit,
     samples_needed,
 )
-from perfguard.core.results import Environment, RunResult, ScenarioResult, Status
 from perfguard.core.stats import noise_floor, percentile, percentile_ratio_bound
 from perfguard.judge.verdict import (
     MetricVerdict,
@@ -87,6 +86,7 @@ from perfguard.judge.verdict import (
     needs_confirmation,
     worst,
 )
+from perfguard.records.results import Environment, RunResult, ScenarioResult, Status
 
 __all__ = [
     "compare_memory",

@@ -47,7 +47,6 @@ from perfguard.core.policy import (
     TARGET_BRANCH,
     GateSpec,
 )
-from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
 from perfguard.judge.compare import compare_scenario, environment_diff
 from perfguard.judge.verdict import (
     ScenarioVerdict,
@@ -55,6 +54,7 @@ from perfguard.judge.verdict import (
     confirm,
     needs_confirmation,
 )
+from perfguard.records.results import CommitInfo, Environment, RunResult, ScenarioResult
 
 REMEASURE_STEP = "re-measuring"
 

@@ -30,9 +30,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from perfguard.core.profile import OperatorProfile, diff_profiles
-from perfguard.core.results import ScenarioResult, Status, WordEnum
 from perfguard.judge.verdict import MetricVerdict, ScenarioVerdict, VerdictKind
+from perfguard.records.opprofile import OperatorProfile, diff_profiles
+from perfguard.records.results import ScenarioResult, Status, WordEnum
 
 #: How a regressed cell's failure message (its result's ``message``) starts the line
 #: that says where the time went; the terminal summary repeats those lines.

@@ -15,9 +15,9 @@ from pathlib import Path
 from perfguard.core.errors import ResultsError
 from perfguard.core.paths import under_root
 from perfguard.core.policy import CONFIDENCE, CONTENTION_LIMIT, NORMALISE, GateSpec
-from perfguard.core.results import RunResult
 from perfguard.judge.compare import compare_runs
 from perfguard.judge.verdict import ScenarioVerdict
+from perfguard.records.results import RunResult
 from perfguard.suite.loader import Suite, load_suite
 
 __all__ = ["check_plain_runs", "judge_runs", "suite_gates"]

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from perfguard.core.policy import gate_metric, limit_unit
-from perfguard.core.profile import PROFILE_CODEC, OperatorProfile
-from perfguard.core.record import Codec, Record, spec
-from perfguard.core.results import WordEnum
+from perfguard.records.declare import Codec, Record, spec
+from perfguard.records.opprofile import PROFILE_CODEC, OperatorProfile
+from perfguard.records.results import WordEnum
 
 
 class VerdictKind(WordEnum):
@@ -59,7 +59,7 @@ def worst(kinds: Iterable[VerdictKind]) -> VerdictKind:
 
 
 class DecisionKind(WordEnum):
-    """What same-run A/B's stopping rule (``perfguard.ab.stats.decide``) concluded.
+    """What same-run A/B's stopping rule (``perfguard.ab.paired.decide``) concluded.
 
     The verdict kinds it can reach, plus ``undecided`` (too few pairs for a bound);
     :attr:`verdict` is the scenario verdict each one gives.

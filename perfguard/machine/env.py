@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from perfguard import __version__ as perfguard_version
-from perfguard.core.results import Environment
 from perfguard.machine.placement import nvml_index
 from perfguard.machine.telemetry import load_nvml, nvml_fix, static_info
+from perfguard.records.results import Environment
 
 ABSENT = "absent"
 

@@ -12,7 +12,7 @@ worker is *placed* before it imports any runtime:
   ``CUDA_VISIBLE_DEVICES`` (the device list setting, else one per visible GPU,
   :func:`visible_devices`; none visible: no binding).
 * **threads**: a scenario without ``threads:`` runs with one intra-op thread per core
-  of its slice (:func:`inherited_threads`, read by ``perfguard.measure.cell``).
+  of its slice (:func:`inherited_threads`, read by ``perfguard.measure.opencell``).
 
 The placement travels to the worker's children (isolated workers, A/B workers) the way
 a process's environment does: the affinity is inherited, and the environment variables

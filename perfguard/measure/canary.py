@@ -47,8 +47,8 @@ from pathlib import Path
 
 import numpy as np
 
-from perfguard.core.figures import CpuShares
 from perfguard.machine.placement import run_cpu_ns, run_root_pid
+from perfguard.records.figures import CpuShares
 
 # 3 x 4 KiB operands: L1-resident wherever the pages land (see above).
 MATRIX_SIZE = 32

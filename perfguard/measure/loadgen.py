@@ -1,8 +1,8 @@
 """Load generation: closed loop, open loop without coordinated omission, dynamic batching.
 
 Mechanics only: callables in, one timestamp record per request out
-(:class:`LoadLog`). :mod:`perfguard.measure.load` connects scenarios and sessions to
-it and turns the log into figures (:func:`perfguard.measure.loadstats.level_figures`).
+(:class:`LoadLog`). :mod:`perfguard.measure.loadcell` connects scenarios and sessions to
+it and turns the log into figures (:func:`perfguard.measure.levelfigures.level_figures`).
 
 Every request carries four times (``perf_counter_ns``):
 

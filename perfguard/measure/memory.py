@@ -12,7 +12,7 @@ A load level also takes a *section* of its own (``section()``, then
 level, the peak of the scenario so far kept aside, so ``peak_mib()`` still covers
 the whole scenario. With ``resident_mib()`` (``VmRSS``) read before the first
 request, it gives what serving the level held above the idle model
-(``perfguard.core.loadfigures.LevelMemory``).
+(``perfguard.records.loadfigures.LevelMemory``).
 """
 
 from __future__ import annotations

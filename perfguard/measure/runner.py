@@ -1,7 +1,7 @@
 """Measure one scenario cell: backend -> inputs -> warm-up and timed loop -> result.
 
 ``ScenarioRun`` strings the pieces together for one cell (its session stays open for
-confirmation rounds); a cell under ``load:`` is handed to ``perfguard.measure.load``.
+confirmation rounds); a cell under ``load:`` is handed to ``perfguard.measure.loadcell``.
 """
 
 from __future__ import annotations
@@ -21,16 +21,16 @@ from perfguard.core.errors import (
     NonFiniteOutputError,
     PerfguardError,
 )
-from perfguard.core.figures import RuntimeInfo
-from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import Scenario
 from perfguard.core.stats import stability_ratio, summarize, throughput
 from perfguard.measure.canary import CanaryProbe
-from perfguard.measure.cell import RunContext, open_session
-from perfguard.measure.gpu import GpuWatch, is_out_of_memory
-from perfguard.measure.load import LoadRunner, measure_load
+from perfguard.measure.gpuwatch import GpuWatch, is_out_of_memory
+from perfguard.measure.loadcell import LoadRunner, measure_load
 from perfguard.measure.memory import PeakMemory
+from perfguard.measure.opencell import RunContext, open_session
 from perfguard.measure.timing import Measurement, measure
+from perfguard.records.figures import RuntimeInfo
+from perfguard.records.results import ScenarioResult
 
 
 def run_loop(scenario: Scenario, session: Session, prepared: object) -> Measurement:

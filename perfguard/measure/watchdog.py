@@ -11,7 +11,7 @@ was at and the fix; the session goes on with the next cell.
 
 The limit is the setting ``--perfguard-open-timeout`` (ini ``perfguard_open_timeout``,
 default ``perfguard.core.policy.OPEN_TIMEOUT_S``). ``cell_limit`` makes it the limit of
-the steps inside a cell's open session (``perfguard.measure.cell.open_session`` sets it,
+the steps inside a cell's open session (``perfguard.measure.opencell.open_session`` sets it,
 ``perfguard.measure.timing.measure`` watches its warm-up with ``watch``).
 
 Limits, by design:

@@ -17,10 +17,10 @@ from _pytest._io import TerminalWriter
 
 from perfguard.core.blame import blame, failure_text
 from perfguard.core.errors import BackendUnavailable, PerfguardError, RunInvalid, SuiteError
-from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import Scenario
 from perfguard.core.text import plain
 from perfguard.judge.verdict import ScenarioVerdict
+from perfguard.records.results import ScenarioResult
 from perfguard.suite.loader import load_suite
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from perfguard.ab.run import ABConfig
+from perfguard.ab.abrun import ABConfig
 from perfguard.core.errors import ShardError
 from perfguard.core.policy import INCONCLUSIVE_CHOICES, MAX_INPUT_MIB, OPEN_TIMEOUT_S
 from perfguard.judge.gatekeeper import GateSettings

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from perfguard import __version__
-from perfguard.ab.run import ABRun
+from perfguard.ab.abrun import ABRun
 from perfguard.baseline.git import commit_info
 from perfguard.core import progress
 from perfguard.core.errors import (
@@ -31,7 +31,6 @@ from perfguard.core.errors import (
 )
 from perfguard.core.paths import display_path
 from perfguard.core.policy import DEFAULT_GATES
-from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult, Status
 from perfguard.core.scenario import Scenario
 from perfguard.core.text import plain
 from perfguard.interop.benchmark_bridge import register_bridge
@@ -43,7 +42,7 @@ from perfguard.judge.gatekeeper import (
 from perfguard.judge.outcome import run_outcome
 from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.machine.env import collect_environment
-from perfguard.measure.cell import RunContext
+from perfguard.measure.opencell import RunContext
 from perfguard.measure.quiet import QuietWaiter
 from perfguard.models.factory import forget_factory_models
 from perfguard.models.inputs import check_input_sizes
@@ -54,6 +53,7 @@ from perfguard.plugin.sharding import check_plan, keep_shard, plan_items
 from perfguard.plugin.terminal import ProgressPrinter, header_line, write_summary
 from perfguard.plugin.threads import ThreadWatch
 from perfguard.plugin.upfront import first_problem
+from perfguard.records.results import CommitInfo, Environment, RunResult, ScenarioResult, Status
 from perfguard.report.runfolder import RunFolder, run_dir
 from perfguard.run.cell import CellMeasurer, ended_by, judged_end
 from perfguard.run.finish import (

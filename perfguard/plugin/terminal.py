@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from perfguard.core.progress import ProgressEvent
-from perfguard.core.results import CommitInfo, Environment, ScenarioResult, Status
 from perfguard.core.text import one_line
 from perfguard.judge.outcome import PROFILE_LINE, Outcome, RunOutcome
 from perfguard.judge.verdict import ScenarioVerdict
+from perfguard.records.results import CommitInfo, Environment, ScenarioResult, Status
 from perfguard.report.github import annotation, in_github_actions
 from perfguard.report.tables import (
     accuracy_lines,

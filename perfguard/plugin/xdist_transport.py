@@ -11,8 +11,8 @@ import json
 from collections.abc import Iterable, MutableMapping
 from typing import Any
 
-from perfguard.core.results import ScenarioResult
 from perfguard.judge.verdict import ScenarioVerdict
+from perfguard.records.results import ScenarioResult
 from perfguard.shard.plan import ShardPlan
 
 _RESULTS_KEY = "perfguard_results"

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from perfguard.core.atomicio import write_text_atomic
-from perfguard.core.resultsio import run_dir_name
+from perfguard.records.resultsfile import run_dir_name
 from perfguard.report.index import INDEX_FILENAME, REPORT_FILENAME, render_index
 from perfguard.report.markdown import render_markdown
 from perfguard.report.model import ReportInput

@@ -17,12 +17,12 @@ from perfguard.baseline.store import DEFAULT_ROOT
 from perfguard.core.errors import Location, ResultsError
 from perfguard.core.paths import under_root
 from perfguard.core.policy import CONFIDENCE, CONTENTION_LIMIT, NORMALISE
-from perfguard.core.results import RunResult, ScenarioResult
-from perfguard.core.resultsio import read_results, run_dir_name
 from perfguard.judge.abside import base_results
 from perfguard.judge.compare import environment_diff
 from perfguard.judge.stored import judge_runs
 from perfguard.judge.verdict import ScenarioVerdict
+from perfguard.records.results import RunResult, ScenarioResult
+from perfguard.records.resultsfile import read_results, run_dir_name
 from perfguard.report import write_report_files
 from perfguard.report.comparison import comparison_path, read_comparison
 from perfguard.report.index import render_index

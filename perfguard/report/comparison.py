@@ -21,8 +21,8 @@ from typing import Any, ClassVar
 
 from perfguard.core.atomicio import read_json, write_json_atomic
 from perfguard.core.errors import ResultsError, check_schema_version
-from perfguard.core.record import Codec, Record, decode, encode, json_schema, spec
 from perfguard.judge.verdict import PAIR_SCHEMA, ScenarioVerdict
+from perfguard.records.declare import Codec, Record, decode, encode, json_schema, spec
 
 COMPARISON_FILENAME = "comparison.json"
 SCHEMA_VERSION = 1
@@ -68,7 +68,7 @@ class StoredComparison(Record):
         "The verdicts of one run and how its baseline was chosen, as written to "
         "reports/<commit12>/comparison.json by perfguard.report.comparison.write_comparison "
         "(ScenarioVerdict.to_dict() per scenario). Generated from the record declarations "
-        "(perfguard.core.record), which check every value when the file is read."
+        "(perfguard.records.declare), which check every value when the file is read."
     )
     KEY_ORDER: ClassVar[tuple[str, ...] | None] = (
         "schema_version",

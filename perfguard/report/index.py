@@ -15,10 +15,10 @@ from urllib.parse import quote
 
 from perfguard.core.atomicio import write_text_atomic
 from perfguard.core.errors import PerfguardError
-from perfguard.core.results import RunResult
-from perfguard.core.resultsio import RESULTS_FILENAME, read_results
 from perfguard.judge.outcome import OUTCOMES, run_outcome
 from perfguard.judge.verdict import ScenarioVerdict
+from perfguard.records.results import RunResult
+from perfguard.records.resultsfile import RESULTS_FILENAME, read_results
 from perfguard.report.comparison import comparison_path, read_comparison
 from perfguard.report.render import environment, run_token
 

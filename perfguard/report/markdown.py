@@ -21,13 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from perfguard.core.profile import diff_profiles
-from perfguard.core.results import ScenarioResult
 from perfguard.core.text import md_code, md_text
 from perfguard.judge.changes import ChangePoint, uncaught
 from perfguard.judge.outcome import CellOutcome, Outcome
+from perfguard.records.opprofile import diff_profiles
+from perfguard.records.results import ScenarioResult
 from perfguard.report.model import ReportInput
-from perfguard.report.profile import markdown_headline
+from perfguard.report.profilediff import markdown_headline
 from perfguard.report.tables import (
     cells_named,
     load_figures,

@@ -11,10 +11,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfguard.core.results import Environment, RunResult, ScenarioResult
 from perfguard.judge.changes import ChangePoint
 from perfguard.judge.outcome import RunOutcome, run_outcome
 from perfguard.judge.verdict import ScenarioVerdict
+from perfguard.records.results import Environment, RunResult, ScenarioResult
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Everything a template shows is a plain string or number prepared here, so the
 template stays logic-light and every user-supplied string passes through Jinja's
 autoescape; only the SVGs made by ``perfguard.report.plots`` and the icicle of
-``perfguard.report.profile`` (which escapes every name it draws) are marked safe.
+``perfguard.report.profilediff`` (which escapes every name it draws) are marked safe.
 """
 
 from __future__ import annotations
@@ -20,16 +20,16 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from perfguard.core.accuracyfigures import AccuracyFigures, AccuracyReport
-from perfguard.core.results import RunResult, ScenarioResult
 from perfguard.core.text import plain
 from perfguard.judge.outcome import OUTCOMES, CellOutcome, Outcome, blind_note
 from perfguard.judge.verdict import ScenarioVerdict, VerdictKind, pct
 from perfguard.machine.env import diff_comparable
+from perfguard.records.accuracyfigures import AccuracyFigures, AccuracyReport
+from perfguard.records.results import RunResult, ScenarioResult
 from perfguard.report import plots
-from perfguard.report.load import load_context, load_fact
+from perfguard.report.loadsections import load_context, load_fact
 from perfguard.report.model import ReportInput
-from perfguard.report.profile import ProfileView, profile_view
+from perfguard.report.profilediff import ProfileView, profile_view
 from perfguard.report.tables import cells_named, telemetry_gaps
 
 #: Scenarios (in table order: regressions first) drawn as full matplotlib figures;
@@ -292,7 +292,7 @@ class Row:
     scatter_legend: list[tuple[int, str, str, str]] = field(default_factory=list)
     runtime: list[tuple[str, str]] = field(default_factory=list)
     facts: list[tuple[str, str]] = field(default_factory=list)
-    #: "Where the time went" (``perfguard.report.profile``), for a cell with a profile.
+    #: "Where the time went" (``perfguard.report.profilediff``), for a cell with a profile.
     profile: ProfileView | None = None
 
 
@@ -500,7 +500,7 @@ def build_rows(inp: ReportInput) -> list[Row]:
     order = list(outcomes)
     siblings: dict[tuple[str, str], list[ScenarioResult]] = {}
     for s in inp.run.scenarios:
-        if not s.load:  # load levels get their own curve (perfguard.report.load)
+        if not s.load:  # load levels get their own curve (perfguard.report.loadsections)
             siblings.setdefault((s.suite, s.name), []).append(s)
     found = inp.changes
     rows = []

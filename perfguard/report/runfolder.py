@@ -32,8 +32,8 @@ import filelock
 
 from perfguard.core.atomicio import read_json, write_json_atomic
 from perfguard.core.errors import PerfguardError, ResultsError
-from perfguard.core.results import CommitInfo
-from perfguard.core.resultsio import RESULTS_FILENAME, results_path
+from perfguard.records.results import CommitInfo
+from perfguard.records.resultsfile import RESULTS_FILENAME, results_path
 from perfguard.report import SUMMARY_FILENAME
 from perfguard.report.comparison import COMPARISON_FILENAME
 from perfguard.report.index import REPORT_FILENAME, render_index
@@ -74,7 +74,7 @@ def trace_paths(run_folder: Path, scenario_id: str) -> tuple[Path, Path]:
     return folder / f"{name}.json", folder / f"{name}{BASE_TRACE_SUFFIX}.json"
 
 
-# What the report links as a trace (report.profile): letters, digits, ``_ . -``, no ``..``.
+# What the report links as a trace (report.profilediff): letters, digits, ``_ . -``, no ``..``.
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+|\.\.+")
 # The readable part stays well under a file name's 255 bytes with the hash and suffix.
 _NAME_CHARS = 160

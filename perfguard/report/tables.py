@@ -18,13 +18,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfguard.core.figures import LatencySummary
-from perfguard.core.loadfigures import BatchingFigures, LoadFigures, SloSearch
-from perfguard.core.results import ScenarioResult
 from perfguard.core.text import one_line
 from perfguard.judge.outcome import CellOutcome, RunOutcome, grouped, run_outcome
 from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.machine.telemetry import telemetry_gap
+from perfguard.records.figures import LatencySummary
+from perfguard.records.loadfigures import BatchingFigures, LoadFigures, SloSearch
+from perfguard.records.results import ScenarioResult
 
 _HEADERS = (
     "scenario",

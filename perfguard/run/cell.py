@@ -13,7 +13,7 @@ A cell A/B cannot take (new in this tree, or an SLO search) goes through the
 isolated or in-process path, and its verdict says why. Outside A/B a suspected
 regression is re-measured (the gatekeeper's confirmation rounds) before it stands.
 
-Operator profiles (:mod:`perfguard.measure.profile`) are taken after the cell's timed
+Operator profiles (:mod:`perfguard.measure.profiling`) are taken after the cell's timed
 measurement and its verdict, never inside it, on the session (or worker, or both A/B
 worker slots) that measured it: for a cell with ``profile: true``, for every cell under
 ``--perfguard-profile``, and for every cell whose latency or throughput regressed. A
@@ -33,8 +33,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from perfguard.ab.run import ABRun, take_profile
-from perfguard.accuracy.run import AccuracyChecker
+from perfguard.ab.abrun import ABRun, take_profile
+from perfguard.accuracy.checker import AccuracyChecker
 from perfguard.core.blame import first_line
 from perfguard.core.errors import (
     AccuracyFailure,
@@ -46,15 +46,15 @@ from perfguard.core.errors import (
     RunInvalid,
 )
 from perfguard.core.policy import LATENCY_QS
-from perfguard.core.profile import OperatorProfile
-from perfguard.core.results import ScenarioResult, Status
 from perfguard.core.scenario import Scenario
 from perfguard.judge.gatekeeper import Gatekeeper, failure_message
 from perfguard.judge.outcome import Outcome, cell_outcome, profile_line
 from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
-from perfguard.measure.cell import RunContext, open_session
-from perfguard.measure.profile import PROFILE_REQUESTS, profile_session
+from perfguard.measure.opencell import RunContext, open_session
+from perfguard.measure.profiling import PROFILE_REQUESTS, profile_session
 from perfguard.measure.runner import ScenarioRun
+from perfguard.records.opprofile import OperatorProfile
+from perfguard.records.results import ScenarioResult, Status
 from perfguard.report.runfolder import trace_paths
 from perfguard.worker.isolate import IsolatedRun
 

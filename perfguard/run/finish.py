@@ -25,13 +25,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from perfguard.ab.run import ABRun
+from perfguard.ab.abrun import ABRun
 from perfguard.baseline.git import untracked_files
 from perfguard.baseline.read import pooled_run
 from perfguard.baseline.store import Baseline
 from perfguard.core.errors import GitError, PerfguardError
-from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
-from perfguard.core.resultsio import results_path, write_results
 from perfguard.core.scenario import Scenario
 from perfguard.judge.abside import base_results
 from perfguard.judge.changes import archive_changes
@@ -44,6 +42,8 @@ from perfguard.judge.gatekeeper import (
 from perfguard.judge.outcome import RunOutcome, run_outcome
 from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.models.factory import code_paths
+from perfguard.records.results import CommitInfo, Environment, RunResult, ScenarioResult
+from perfguard.records.resultsfile import results_path, write_results
 from perfguard.report import render_markdown, report_files, run_report_dir
 from perfguard.report.comparison import comparison_path, write_comparison
 from perfguard.report.github import in_github_actions, write_step_summary

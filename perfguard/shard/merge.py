@@ -25,12 +25,12 @@ from perfguard.baseline.store import DirectoryStore
 from perfguard.core.atomicio import write_text_atomic
 from perfguard.core.errors import PerfguardError, ShardError
 from perfguard.core.policy import CONTENTION_LIMIT
-from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult, Status
-from perfguard.core.resultsio import RESULTS_FILENAME, read_results
 from perfguard.judge.abside import ab_how
 from perfguard.judge.gatekeeper import Gatekeeper, GateSettings, check_can_save
 from perfguard.judge.outcome import run_outcome
 from perfguard.judge.verdict import ScenarioVerdict
+from perfguard.records.results import CommitInfo, Environment, RunResult, ScenarioResult, Status
+from perfguard.records.resultsfile import RESULTS_FILENAME, read_results
 from perfguard.report.comparison import StoredComparison, comparison_path, read_comparison
 from perfguard.report.runfolder import TRACES_DIR, run_dir
 from perfguard.run.finish import BaseSide, base_side, finish_run

@@ -33,7 +33,7 @@ from typing import Any
 from perfguard.baseline.store import Baseline
 from perfguard.core.atomicio import read_json, write_json_atomic
 from perfguard.core.errors import ResultsError, ShardError
-from perfguard.core.results import ScenarioResult
+from perfguard.records.results import ScenarioResult
 
 #: The environment variable a CI matrix sets instead of ``--perfguard-shard``.
 SHARD_ENV = "PERFGUARD_SHARD"

@@ -30,8 +30,8 @@ from typing import IO, Any
 
 from perfguard.core.errors import PerfguardError, ProtocolError, WorkerError
 from perfguard.core.policy import OPEN_TIMEOUT_S
-from perfguard.core.profile import OperatorProfile
 from perfguard.core.text import plain
+from perfguard.records.opprofile import OperatorProfile
 from perfguard.worker.protocol import (
     PROTOCOL_VERSION,
     LineReader,

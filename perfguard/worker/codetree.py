@@ -51,7 +51,7 @@ def parse_tree(field: Any) -> tuple[CodeTree, tuple[str, ...]]:
             f"request `open` has code={field!r}",
             expected='`code`: {"root": <path>, "others": [<path>, ...], "label": <text>, '
             '"pythonpath": [<path>, ...]}',
-            fix="send `open` with perfguard.ab.run's code switch",
+            fix="send `open` with perfguard.ab.abrun's code switch",
         )
     others = [str(p) for p in field.get("others") or [] if isinstance(p, str)]
     root = resolved([Path(field["root"])])[0]

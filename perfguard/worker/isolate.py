@@ -12,7 +12,7 @@ Opening the cell may take ``RunContext.open_timeout_s`` (``--perfguard-open-time
 a worker past it is killed with its process group (whatever the model started).
 Accuracy checks, when the cell has them, run in the parent afterwards. ``profile()``
 takes the cell's operator profile in the same worker after its measurement
-(``perfguard.measure.profile``), never inside it.
+(``perfguard.measure.profiling``), never inside it.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from perfguard.core.errors import WorkerTimeout
-from perfguard.core.profile import OperatorProfile
-from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import Scenario
-from perfguard.measure.cell import RunContext
+from perfguard.measure.opencell import RunContext
+from perfguard.records.opprofile import OperatorProfile
+from perfguard.records.results import ScenarioResult
 from perfguard.worker.client import WorkerProcess
 
 __all__ = ["IsolatedRun", "measure_timeout_s"]

@@ -31,7 +31,7 @@ Ops (fields of the request -> fields of the ``ok: true`` reply):
 * ``check`` -> ``outputs``: one more request whose outputs must be finite.
 * ``profile`` [``requests``: default ``PROFILE_REQUESTS``, ``trace_path``: where to write
   the Chrome trace] -> ``profile``: the open cell's operator profile
-  (:func:`perfguard.measure.profile.profile_session`, after and apart from any timed
+  (:func:`perfguard.measure.profiling.profile_session`, after and apart from any timed
   loop; the session keeps serving), as ``OperatorProfile.to_dict()``.
 * ``load_warmup`` (a cell under ``load:``) -> ``cold_start_ns``, ``iterations``,
   ``elapsed_ns``: the cold start and the cell's warm-up at its load level, discarded.
@@ -66,10 +66,10 @@ from perfguard.backends import Session
 from perfguard.core.blame import blame, model_trace, owner, trace_of
 from perfguard.core.errors import CellNotFound, Location, PerfguardError, ProtocolError
 from perfguard.core.scenario import LoopSpec, Scenario
-from perfguard.measure.cell import RunContext
-from perfguard.measure.load import LoadRunner
-from perfguard.measure.loadstats import LevelFigures
-from perfguard.measure.profile import PROFILE_REQUESTS, profile_session
+from perfguard.measure.levelfigures import LevelFigures
+from perfguard.measure.loadcell import LoadRunner
+from perfguard.measure.opencell import RunContext
+from perfguard.measure.profiling import PROFILE_REQUESTS, profile_session
 from perfguard.measure.runner import ScenarioRun, check_outputs, run_loop
 from perfguard.measure.timing import warm_up
 from perfguard.suite.loader import load_suite
@@ -349,7 +349,7 @@ class Server:
             raise ProtocolError(
                 f"request `pairs` has order={quote(json.dumps(order).encode())}",
                 expected="`order`: a non-empty list of booleans (true: slot a first)",
-                fix="send the pair orders from perfguard.ab.stats.pair_orders",
+                fix="send the pair orders from perfguard.ab.paired.pair_orders",
             )
         cells = self._two_cells("pairs", request)
         clock = time.perf_counter_ns

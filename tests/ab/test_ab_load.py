@@ -18,6 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from perfguard.ab.abrun import ABConfig, ABRun, Slot, load_round_length, run_load_rounds
+from perfguard.ab.paired import StoppingRule, conclusion, decide
 from perfguard.ab.rounds import (
     LevelSample,
     LoadRound,
@@ -30,14 +32,12 @@ from perfguard.ab.rounds import (
     pooled,
     run_rounds,
 )
-from perfguard.ab.run import ABConfig, ABRun, Slot, load_round_length, run_load_rounds
-from perfguard.ab.stats import StoppingRule, conclusion, decide
 from perfguard.ab.worktree import BaseRef
 from perfguard.core import progress
 from perfguard.core.errors import PerfguardError
 from perfguard.core.scenario import Scenario
 from perfguard.judge.verdict import DecisionKind, VerdictKind
-from perfguard.measure.cell import RunContext
+from perfguard.measure.opencell import RunContext
 from perfguard.suite.loader import load_suite
 from tests.helpers.ab_repo import commit, comparison
 from tests.helpers.git_repos import run_git

@@ -1,4 +1,4 @@
-"""``perfguard.ab.run.run_pairs``: how pairs are requested from the workers, and when it stops.
+"""``perfguard.ab.abrun.run_pairs``: how pairs are requested from the workers, and when it stops.
 
 Fake workers answer the protocol's ``measure`` and ``pairs`` ops with fixed
 latencies, so the tests check the scheduling (order within pairs, blocks ending at
@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from perfguard.ab.run import SETTLE_PAIRS, Slot, run_pairs
-from perfguard.ab.stats import StoppingRule, pair_orders
+from perfguard.ab.abrun import SETTLE_PAIRS, Slot, run_pairs
+from perfguard.ab.paired import StoppingRule, pair_orders
 
 A_NS, B_NS = 1_000_000, 1_300_000  # B is 30% slower: a clear regression
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfguard.ab.stats import (
+from perfguard.ab.paired import (
     POOLED_ROUNDS_NEEDED,
     StoppingRule,
     _pooled_sorted,

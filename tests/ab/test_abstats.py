@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfguard.ab.stats import (
+from perfguard.ab.paired import (
     StoppingRule,
     decide,
     pair_orders,

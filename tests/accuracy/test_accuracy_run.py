@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from perfguard.accuracy.run import collect_outputs, figure_drift, find_reference
-from perfguard.core.accuracyfigures import AccuracyFigures, AccuracyReport, OutputMetrics
+from perfguard.accuracy.checker import collect_outputs, figure_drift, find_reference
 from perfguard.core.errors import AccuracyError, Location
-from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import AccuracyGates, AccuracySpec, ModelSpec, Scenario
+from perfguard.records.accuracyfigures import AccuracyFigures, AccuracyReport, OutputMetrics
+from perfguard.records.results import ScenarioResult
 
 LOC = Location(Path("suites/s.yaml"), 3)
 MODEL = ModelSpec(name="m", location=LOC, base_dir=Path())

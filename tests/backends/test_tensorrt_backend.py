@@ -43,7 +43,7 @@ from perfguard.core.scenario import (
     Scenario,
     TensorRTSpec,
 )
-from perfguard.measure.profile import PROFILE_WARM_REQUESTS, profile_session
+from perfguard.measure.profiling import PROFILE_WARM_REQUESTS, profile_session
 from perfguard.models.cache import quiet
 from perfguard.models.inputs import make_inputs
 from tests.helpers.fake_tensorrt import (

@@ -261,7 +261,7 @@ def test_load_workers_on_cuda_each_run_on_their_own_stream(
 def test_a_failing_request_under_the_profiler_leaves_the_session_as_it_was(
     tmp_path: Path,
 ) -> None:
-    from perfguard.measure.profile import profile_session
+    from perfguard.measure.profiling import profile_session
 
     sc = scenario(tmp_path)
     session, feeds = open_session(sc, tmp_path)

@@ -553,7 +553,7 @@ def cuda_profiler(monkeypatch: pytest.MonkeyPatch, cuda: Cuda) -> SimpleNamespac
 def test_cuda_profile_is_device_time_per_module_and_op(
     tmp_path: Path, cuda: Cuda, cuda_profiler: SimpleNamespace
 ) -> None:
-    from perfguard.measure.profile import PROFILE_WARM_REQUESTS, profile_session
+    from perfguard.measure.profiling import PROFILE_WARM_REQUESTS, profile_session
 
     sc = scenario(tmp_path, device="cuda:0")
     session, feeds = open_session(sc, tmp_path)
@@ -585,7 +585,7 @@ def test_a_graphed_cuda_session_is_profiled_as_one_node(
     tmp_path: Path, cuda: Cuda, cuda_profiler: SimpleNamespace
 ) -> None:
     """Graph replays run no module hooks: the whole request is the model's node."""
-    from perfguard.measure.profile import profile_session
+    from perfguard.measure.profiling import profile_session
 
     sc = scenario(tmp_path, device="cuda:0", gpu=GpuSpec(cuda_graph=True))
     with gpu_session(tmp_path, cuda, cuda_graph=True) as (session, feeds):

@@ -32,11 +32,11 @@ from perfguard.baseline import read as baseline_read
 from perfguard.baseline import store as store_mod
 from perfguard.core import codec, policy, resultsio
 from perfguard.core.errors import PerfguardError, ResultsError, StoreError
-from perfguard.core.results import CommitInfo, RunResult, ScenarioResult
-from perfguard.core.resultsio import read_results, write_results
 from perfguard.core.stats import summarize, throughput
 from perfguard.judge import stored as judge_stored
 from perfguard.judge.verdict import MetricVerdict, ScenarioVerdict, VerdictKind
+from perfguard.records.results import CommitInfo, RunResult, ScenarioResult
+from perfguard.records.resultsfile import read_results, write_results
 from perfguard.report import cli_report
 from perfguard.report import comparison as comparison_mod
 from perfguard.report.comparison import comparison_path, read_comparison, write_comparison

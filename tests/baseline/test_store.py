@@ -29,10 +29,10 @@ from perfguard.baseline.store import (
     select_auto_baseline,
 )
 from perfguard.core import progress
-from perfguard.core.codec import SAMPLES_ENCODING as ENCODING
 from perfguard.core.errors import GitError, ResultsError, StoreError
-from perfguard.core.loadfigures import LoadFigures
 from perfguard.core.stats import summarize
+from perfguard.records.arrays import SAMPLES_ENCODING as ENCODING
+from perfguard.records.loadfigures import LoadFigures
 from tests.helpers.baseline_runs import FP, IDS, make_run, make_samples, sha_of
 from tests.helpers.envs import fp as fingerprint_of
 from tests.helpers.paths import RECORDS
@@ -233,7 +233,7 @@ _WORKER = textwrap.dedent(
     """
     import dataclasses, json, sys, time
     from pathlib import Path
-    from perfguard.core.results import RunResult
+    from perfguard.records.results import RunResult
     from perfguard.baseline.store import DirectoryStore
 
     root, run_file, go_file, worker = sys.argv[1:]
@@ -280,7 +280,7 @@ _KILLER = textwrap.dedent(
     """
     import json, os, sys
     from pathlib import Path
-    from perfguard.core.results import RunResult
+    from perfguard.records.results import RunResult
     from perfguard.baseline.store import DirectoryStore
 
     root, run_file, target = sys.argv[1:]

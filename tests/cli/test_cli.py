@@ -15,10 +15,10 @@ import pytest
 
 from perfguard.baseline.store import DirectoryStore
 from perfguard.cli import main
-from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult, Status
-from perfguard.core.results import fingerprint as env_fingerprint
-from perfguard.core.resultsio import write_results
 from perfguard.core.stats import summarize, throughput
+from perfguard.records.results import CommitInfo, Environment, RunResult, ScenarioResult, Status
+from perfguard.records.results import fingerprint as env_fingerprint
+from perfguard.records.resultsfile import write_results
 
 COMPARABLE = {"cpu_model": "test-cpu", "cpu_count": "2", "python": "3.11"}
 OTHER_COMPARABLE = {**COMPARABLE, "cpu_model": "other-cpu"}

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from scipy import stats as sps
 
 from perfguard.core import stats
-from perfguard.core.results import LatencySummary
+from perfguard.records.results import LatencySummary
 
 # No wall-clock deadline: the CI hosts are shared and noisy.
 SETTINGS = settings(deadline=None, max_examples=150)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from perfguard.core.figures import RuntimeInfo
-from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
 from perfguard.core.stats import summarize
+from perfguard.records.figures import RuntimeInfo
+from perfguard.records.results import CommitInfo, Environment, RunResult, ScenarioResult
 from tests.helpers.envs import fp as fingerprint_of
 from tests.helpers.envs import stored_env
 

@@ -7,7 +7,7 @@ made-up fingerprint: it names its environment, and the fingerprint follows.
 
 from __future__ import annotations
 
-from perfguard.core.results import Environment
+from perfguard.records.results import Environment
 
 
 def stored_env(name: str = "test", **recorded: str) -> Environment:

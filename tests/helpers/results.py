@@ -7,14 +7,14 @@ from typing import Any
 
 import numpy as np
 
-from perfguard.core.accuracyfigures import AccuracyFigures
-from perfguard.core.figures import RuntimeInfo
-from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
 from perfguard.core.stats import summarize, throughput
 from perfguard.judge.verdict import (
     MetricVerdict,
     ScenarioVerdict,
 )
+from perfguard.records.accuracyfigures import AccuracyFigures
+from perfguard.records.figures import RuntimeInfo
+from perfguard.records.results import CommitInfo, Environment, RunResult, ScenarioResult
 
 SHA = "a" * 40
 

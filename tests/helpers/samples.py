@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfguard.core.results import ScenarioResult
 from perfguard.core.stats import summarize
+from perfguard.records.results import ScenarioResult
 
 SID = "suites/s.yaml::minilm[ort]"
 

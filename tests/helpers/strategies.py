@@ -6,8 +6,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from perfguard.core.profile import PROFILERS, NodeTime, OperatorProfile, OpTypeTime
-from perfguard.core.record import FieldSpec, Record, Shape, stored_fields
+from perfguard.records.declare import FieldSpec, Record, Shape, stored_fields
+from perfguard.records.opprofile import PROFILERS, NodeTime, OperatorProfile, OpTypeTime
 
 names = st.text(max_size=20)
 
@@ -75,7 +75,7 @@ def _values(shape: Shape, spec: FieldSpec) -> st.SearchStrategy[Any]:
 
 
 def records(cls: type[Record]) -> st.SearchStrategy[Any]:
-    """Any ``cls`` record its declaration allows (``perfguard.core.record``)."""
+    """Any ``cls`` record its declaration allows (``perfguard.records.declare``)."""
     # A field of a hand-written codec keeps its default (its own tests draw it).
     drawn = [f for f in stored_fields(cls) if f.shape.kind != "codec"]
     return st.builds(

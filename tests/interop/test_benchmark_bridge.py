@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
-from perfguard.core.resultsio import validate
+from perfguard.records.results import CommitInfo, Environment, RunResult, ScenarioResult
+from perfguard.records.resultsfile import validate
 
 pytest.importorskip("pytest_benchmark")
 

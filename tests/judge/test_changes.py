@@ -15,9 +15,6 @@ from hypothesis import strategies as st
 
 from perfguard.baseline.store import DirectoryStore
 from perfguard.cli import main
-from perfguard.core.accuracyfigures import AccuracyFigures
-from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult, Status
-from perfguard.core.results import fingerprint as env_fingerprint
 from perfguard.core.stats import summarize
 from perfguard.judge.changes import (
     MIN_SEGMENT,
@@ -27,6 +24,9 @@ from perfguard.judge.changes import (
     history_changes,
     uncaught,
 )
+from perfguard.records.accuracyfigures import AccuracyFigures
+from perfguard.records.results import CommitInfo, Environment, RunResult, ScenarioResult, Status
+from perfguard.records.results import fingerprint as env_fingerprint
 from perfguard.report import plots, render_html, render_markdown
 from perfguard.report.model import ReportInput
 from perfguard.report.render import build_rows

@@ -10,9 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfguard.core.figures import CpuShares, RuntimeInfo
 from perfguard.core.policy import GateSpec
-from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
 from perfguard.judge.compare import (
     compare_runs,
     compare_scenario,
@@ -22,6 +20,8 @@ from perfguard.judge.compare import (
     samples_needed,
 )
 from perfguard.judge.verdict import SEVERITY, MetricVerdict, ScenarioVerdict, worst
+from perfguard.records.figures import CpuShares, RuntimeInfo
+from perfguard.records.results import CommitInfo, Environment, RunResult, ScenarioResult
 from tests.helpers.samples import SID, lognormal, result
 
 COMMIT = "1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from perfguard.core.results import fingerprint
+from perfguard.records.results import fingerprint
 from tests.helpers.gate_repo import CONFTEST, Repo, suite_text
 
 

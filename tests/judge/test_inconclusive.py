@@ -16,10 +16,8 @@ import pytest
 
 from perfguard.baseline.store import Baseline, DirectoryStore
 from perfguard.core import progress
-from perfguard.core.figures import CpuShares, RuntimeInfo
 from perfguard.core.policy import INCONCLUSIVE_ROUNDS, GateSpec
 from perfguard.core.progress import ProgressEvent
-from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
 from perfguard.judge.gatekeeper import (
     REMEASURE_STEP,
     BaselineChoice,
@@ -29,6 +27,8 @@ from perfguard.judge.gatekeeper import (
 )
 from perfguard.judge.verdict import VerdictKind
 from perfguard.measure.quiet import WAIT_STEP, QuietWaiter
+from perfguard.records.figures import CpuShares, RuntimeInfo
+from perfguard.records.results import CommitInfo, Environment, RunResult, ScenarioResult
 from tests.helpers.fake_machine import FakeMachine
 from tests.helpers.samples import lognormal, result
 

@@ -12,11 +12,8 @@ from _pytest._io import TerminalWriter
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfguard.core.accuracyfigures import AccuracyFigures
 from perfguard.core.policy import GateSpec
 from perfguard.core.progress import ProgressEvent
-from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult, Status
-from perfguard.core.resultsio import write_results
 from perfguard.core.stats import summarize
 from perfguard.judge.compare import compare_scenario
 from perfguard.judge.outcome import (
@@ -30,6 +27,9 @@ from perfguard.judge.outcome import (
 from perfguard.judge.verdict import MetricVerdict, ScenarioVerdict, VerdictKind
 from perfguard.plugin.items import PlainRepr
 from perfguard.plugin.terminal import ProgressPrinter
+from perfguard.records.accuracyfigures import AccuracyFigures
+from perfguard.records.results import CommitInfo, Environment, RunResult, ScenarioResult, Status
+from perfguard.records.resultsfile import write_results
 from perfguard.report.comparison import comparison_path, read_comparison, write_comparison
 from perfguard.report.index import render_index
 from perfguard.worker.client import WorkerProcess

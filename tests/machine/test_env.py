@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from perfguard.core.results import Environment, fingerprint
 from perfguard.machine import env
 from perfguard.machine.env import collect_environment, diff_comparable, package_version
+from perfguard.records.results import Environment, fingerprint
 
 GPU_KEYS = {"gpu_model", "gpu_memory_gib", "gpu_driver_major", "cuda_major"}
 

@@ -19,7 +19,7 @@ import pytest
 
 from perfguard.core.errors import Location, ModelError
 from perfguard.core.scenario import GpuSpec, InputSpec, LoopSpec, ModelSpec, Scenario
-from perfguard.measure.cell import RunContext, open_session
+from perfguard.measure.opencell import RunContext, open_session
 from perfguard.measure.runner import run_loop
 from tests.helpers.models import TINY_MODELS
 from tests.helpers.suites import write_suite

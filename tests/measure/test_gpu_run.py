@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from perfguard.core.errors import Location, ModelError, RunInvalid
-from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import GpuSpec, InputSpec, LoopSpec, ModelSpec, Scenario
 from perfguard.measure import gpu
-from perfguard.measure.gpu import GpuWatch, cuda_unavailable, device_index, is_out_of_memory
+from perfguard.measure.gpuwatch import GpuWatch, cuda_unavailable, device_index, is_out_of_memory
 from perfguard.measure.runner import run_loop
+from perfguard.records.results import ScenarioResult
 from tests.helpers.suites import write_suite
 
 MODEL = ModelSpec(

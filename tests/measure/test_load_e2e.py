@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from perfguard.core.resultsio import validate
+from perfguard.records.resultsfile import validate
 from tests.helpers.models import SLEEPY_MODEL
 from tests.helpers.suites import write_suite
 

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from perfguard.core.scenario import BatchingSpec, LoadSpec
 from perfguard.core.stats import percentile
 from perfguard.measure import loadgen
+from perfguard.measure.levelfigures import level_figures
 from perfguard.measure.loadgen import Batching, Worker, closed_loop, open_loop, schedule
-from perfguard.measure.loadstats import level_figures
 
 
 def sleeper(seconds: float) -> Callable[[], None]:

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from perfguard.core.scenario import LoadSpec
-from perfguard.measure.load import kept_up
+from perfguard.measure.levelfigures import level_figures
+from perfguard.measure.loadcell import kept_up
 from perfguard.measure.loadgen import LoadLog
-from perfguard.measure.loadstats import level_figures
 
 MS = 1_000_000
 

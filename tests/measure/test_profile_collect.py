@@ -1,4 +1,4 @@
-"""Taking operator profiles (perfguard.measure.profile) on real CPU sessions.
+"""Taking operator profiles (perfguard.measure.profiling) on real CPU sessions.
 
 A planted slowdown (extra convolutions inside one named block of a small CNN built
 like ``perfguard_examples/convnet.py``, but with named blocks) must be the top
@@ -22,15 +22,15 @@ import pytest
 
 from perfguard.backends.base import ProfiledRequests
 from perfguard.core.errors import CellError, Location
-from perfguard.core.profile import OperatorProfile, diff_profiles
 from perfguard.core.scenario import InputSpec, ModelSpec, Scenario
-from perfguard.measure.cell import RunContext, open_session
-from perfguard.measure.profile import (
+from perfguard.measure.opencell import RunContext, open_session
+from perfguard.measure.profiling import (
     PROFILE_WARM_REQUESTS,
     other_node,
     profile_session,
     summarize_profile,
 )
+from perfguard.records.opprofile import OperatorProfile, diff_profiles
 from tests.helpers.paths import ROOT
 
 torch = pytest.importorskip("torch")

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from perfguard.ab.run import ab_metric
+from perfguard.ab.abrun import ab_metric
 from perfguard.baseline.read import pooled_run
 from perfguard.baseline.store import DirectoryStore
-from perfguard.core.profile import NodeTime, OperatorProfile, OpTypeTime
 from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
+from perfguard.records.opprofile import NodeTime, OperatorProfile, OpTypeTime
 from perfguard.report.runfolder import trace_paths
 from perfguard.run.cell import regressed_in_time
 from tests.helpers.baseline_runs import FP, IDS, make_run, sha_of

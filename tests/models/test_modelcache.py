@@ -554,7 +554,7 @@ scenarios:
 def test_a_factory_model_is_built_once_for_the_cells_that_need_it(tmp_path: Path) -> None:
     import dataclasses
 
-    from perfguard.measure.cell import RunContext, open_session
+    from perfguard.measure.opencell import RunContext, open_session
     from perfguard.models.factory import forget_factory_models, load_factory
     from perfguard.suite.loader import load_suite
 

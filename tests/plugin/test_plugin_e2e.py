@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from perfguard.core.resultsio import validate
+from perfguard.records.resultsfile import validate
 from tests.helpers.git_repos import run_git
 from tests.helpers.suites import FAST_DEFAULTS, write_suite
 

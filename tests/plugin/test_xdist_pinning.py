@@ -40,7 +40,7 @@ from perfguard.machine.placement import (
     worker_index,
 )
 from perfguard.measure import canary
-from perfguard.measure.cell import RunContext
+from perfguard.measure.opencell import RunContext
 from perfguard.plugin import pinning
 from tests.helpers.models import TINY_MODELS
 

@@ -174,7 +174,7 @@ IMPORT_SPELLINGS = [
     ("from tests.helpers.results import run_of", []),
     ("from tests.helpers import suite_cases", []),
     ("import perfguard.suite.loader", []),
-    ("from perfguard.core.results import Environment", []),
+    ("from perfguard.records.results import Environment", []),
 ]
 
 

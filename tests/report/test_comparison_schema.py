@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 import perfguard
 from perfguard.core.errors import ResultsError
-from perfguard.core.record import decode, encode
 from perfguard.judge.verdict import MetricVerdict, ScenarioVerdict, VerdictKind
+from perfguard.records.declare import decode, encode
 from perfguard.report.comparison import (
     StoredComparison,
     comparison_schema,

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from perfguard.core.loadfigures import LevelMemory, LoadFigures
-from perfguard.core.results import ScenarioResult
 from perfguard.core.stats import summarize
+from perfguard.records.loadfigures import LevelMemory, LoadFigures
+from perfguard.records.results import ScenarioResult
 from perfguard.report import render_html, render_markdown
 from perfguard.report.model import ReportInput
 from perfguard.report.plots import BASELINE_COLOR

@@ -14,9 +14,6 @@ from hypothesis import strategies as st
 
 from perfguard.baseline.store import Baseline
 from perfguard.core.errors import ResultsError
-from perfguard.core.loadfigures import LoadFigures
-from perfguard.core.results import Environment, ScenarioResult
-from perfguard.core.resultsio import write_results
 from perfguard.core.stats import summarize
 from perfguard.judge.abside import base_results
 from perfguard.judge.gatekeeper import BaselineChoice
@@ -29,6 +26,9 @@ from perfguard.judge.verdict import (
     ScenarioVerdict,
     VerdictKind,
 )
+from perfguard.records.loadfigures import LoadFigures
+from perfguard.records.results import Environment, ScenarioResult
+from perfguard.records.resultsfile import write_results
 from perfguard.report import render_html, render_index, render_markdown, write_report
 from perfguard.report.cli_report import report_command
 from perfguard.report.comparison import comparison_path, write_comparison

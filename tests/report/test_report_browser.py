@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from perfguard.report.plots import BASELINE_COLOR, CURRENT_COLOR
-from perfguard.report.profile import change_colour
+from perfguard.report.profilediff import change_colour
 from tests.helpers.browser import FLAGS
 from tests.helpers.gate_repo import Repo
 from tests.helpers.git_repos import run_git

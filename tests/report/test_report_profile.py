@@ -1,4 +1,4 @@
-"""'Where the time went' in report.html and summary.md (``perfguard.report.profile``)."""
+"""'Where the time went' in report.html and summary.md (``perfguard.report.profilediff``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from perfguard.core.profile import (
+from perfguard.records.opprofile import (
     NodeTime,
     OperatorProfile,
     OpTypeTime,
@@ -19,10 +19,10 @@ from perfguard.core.profile import (
     layer_of,
     signed_ms,
 )
-from perfguard.core.results import ScenarioResult
+from perfguard.records.results import ScenarioResult
 from perfguard.report import render_html, render_markdown
 from perfguard.report.model import ReportInput
-from perfguard.report.profile import (
+from perfguard.report.profilediff import (
     ICICLE_WIDTH,
     TOP_NODES,
     change_colour,

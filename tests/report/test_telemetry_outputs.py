@@ -13,11 +13,11 @@ from typing import Any
 import pynvml as real
 import pytest
 
-from perfguard.core.figures import GpuFacts, RuntimeInfo
-from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult, Status
 from perfguard.judge.outcome import run_outcome
 from perfguard.machine.telemetry import TelemetrySampler, telemetry_gap
 from perfguard.plugin.terminal import write_summary
+from perfguard.records.figures import GpuFacts, RuntimeInfo
+from perfguard.records.results import CommitInfo, Environment, RunResult, ScenarioResult, Status
 from perfguard.report import render_html, render_markdown
 from perfguard.report.model import ReportInput
 from perfguard.report.tables import telemetry_gaps, telemetry_lines

@@ -8,9 +8,9 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfguard.core.profile import NodeTime, OperatorProfile, OpTypeTime
-from perfguard.core.results import ScenarioResult
-from perfguard.report.profile import profile_view
+from perfguard.records.opprofile import NodeTime, OperatorProfile, OpTypeTime
+from perfguard.records.results import ScenarioResult
+from perfguard.report.profilediff import profile_view
 from perfguard.report.runfolder import TRACES_DIR, trace_paths
 
 RUN = Path("reports") / "0123456789ab"

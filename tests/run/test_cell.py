@@ -7,7 +7,6 @@ import dataclasses
 
 import pytest
 
-from perfguard.core.accuracyfigures import AccuracyFigures
 from perfguard.core.errors import (
     AccuracyFailure,
     BackendUnavailable,
@@ -16,9 +15,10 @@ from perfguard.core.errors import (
     LoadError,
     RunInvalid,
 )
-from perfguard.core.profile import OperatorProfile
-from perfguard.core.results import ScenarioResult, Status
 from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
+from perfguard.records.accuracyfigures import AccuracyFigures
+from perfguard.records.opprofile import OperatorProfile
+from perfguard.records.results import ScenarioResult, Status
 from perfguard.run.cell import INCONCLUSIVE_FIX, ended_by, judged_end
 from tests.helpers.results import p95_verdict, scenario
 

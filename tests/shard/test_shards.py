@@ -19,8 +19,8 @@ from perfguard.cli import main as cli_main
 from perfguard.core.atomicio import write_json_atomic
 from perfguard.core.errors import ResultsError, ShardError
 from perfguard.core.policy import DEFAULT_GATES
-from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
 from perfguard.judge.compare import compare_scenario
+from perfguard.records.results import CommitInfo, Environment, RunResult, ScenarioResult
 from perfguard.report.comparison import StoredComparison
 from perfguard.report.runfolder import TRACES_DIR
 from perfguard.shard.merge import (

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from perfguard.accuracy.run import find_reference
+from perfguard.accuracy.checker import find_reference
 from perfguard.core.errors import Location, SuiteError
 from perfguard.core.policy import LOAD_MAX_CLIENTS, GateSpec
 from perfguard.core.scenario import BatchingSpec, LoadSpec, Scenario, SloSpec

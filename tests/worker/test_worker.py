@@ -28,10 +28,10 @@ from perfguard.core.errors import (
     WorkerRequestFailed,
     WorkerTimeout,
 )
-from perfguard.core.profile import OperatorProfile
-from perfguard.core.results import ScenarioResult
-from perfguard.measure.cell import RunContext
-from perfguard.measure.profile import PROFILE_REQUESTS
+from perfguard.measure.opencell import RunContext
+from perfguard.measure.profiling import PROFILE_REQUESTS
+from perfguard.records.opprofile import OperatorProfile
+from perfguard.records.results import ScenarioResult
 from perfguard.suite.loader import load_suite
 from perfguard.worker import PROTOCOL_VERSION, WorkerProcess, describe_exit
 from perfguard.worker.isolate import IsolatedRun

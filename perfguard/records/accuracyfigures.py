@@ -1,7 +1,7 @@
 """A cell's accuracy against its reference, as typed records (``ScenarioResult.accuracy``).
 
 :mod:`perfguard.accuracy.metrics` computes the figures (its docstring defines each
-one) and :mod:`perfguard.accuracy.run` gathers them per cell; the plugin and the
+one) and :mod:`perfguard.accuracy.checker` gathers them per cell; the plugin and the
 reports only read them. ``to_dict`` gives exactly the JSON of ``results.json``:
 results files are strict JSON, so a NaN or infinite figure is written as null (and
 reads back as None).

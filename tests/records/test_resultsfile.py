@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 from perfguard.core.atomicio import write_json_atomic
 from perfguard.core.errors import ResultsError
-from perfguard.core.figures import RESERVED_KEYS, RuntimeInfo
-from perfguard.core.profile import NodeTime, OperatorProfile
-from perfguard.core.results import (
+from perfguard.records.figures import RESERVED_KEYS, RuntimeInfo
+from perfguard.records.opprofile import NodeTime, OperatorProfile
+from perfguard.records.results import (
     RUN_MODES,
     SCHEMA_VERSION,
     CommitInfo,
@@ -29,7 +29,7 @@ from perfguard.core.results import (
     RunResult,
     ScenarioResult,
 )
-from perfguard.core.resultsio import (
+from perfguard.records.resultsfile import (
     load_schema,
     read_results,
     results_path,

@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from perfguard.core.figures import LatencySummary
-from perfguard.core.loadfigures import BatchingFigures, LateFigures, LoadFigures
 from perfguard.core.scenario import LoadSpec
 from perfguard.core.stats import percentile, summarize
 from perfguard.measure.loadgen import LoadLog
+from perfguard.records.figures import LatencySummary
+from perfguard.records.loadfigures import BatchingFigures, LateFigures, LoadFigures
 
 __all__ = ["LevelFigures", "level_figures"]
 
@@ -157,7 +157,7 @@ def _batching(log: LoadLog, spec: LoadSpec, ok: npt.NDArray[np.bool_]) -> Batchi
     sizes = log.calls[:, 0] if log.calls.size else np.zeros(0, dtype=np.int64)
     values, counts = np.unique(sizes, return_counts=True)
     waits = (log.start_ns - log.sent_ns)[ok].astype(np.int64)
-    # The service probe is filled in by perfguard.measure.load after the level ran.
+    # The service probe is filled in by perfguard.measure.loadcell after the level ran.
     return BatchingFigures(
         max_batch=spec.batching.max_batch,
         max_wait_ms=spec.batching.max_wait_ms,

@@ -1,7 +1,7 @@
 """Operator profiles: where a cell's time went, per node/layer and per op type.
 
 A profile is taken in a pass of its own after a cell's timed measurement, never
-inside it (``perfguard.measure.profile``), with the runtime's own profiler:
+inside it (``perfguard.measure.profiling``), with the runtime's own profiler:
 ``torch.profiler`` (module hierarchy and aten ops), ONNX Runtime's session profiling
 (per graph node, with its execution provider) or TensorRT's ``IProfiler`` (per
 layer). Each figure is the **median time per request** over the profiled requests.
@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from perfguard.core.errors import ResultsError
-from perfguard.core.record import Codec
+from perfguard.records.declare import Codec
 
 __all__ = [
     "PROFILE_CODEC",
@@ -381,7 +381,7 @@ PROFILE_CODEC = Codec(
     encode=lambda profile: profile.to_dict(),
     decode=lambda value, source, path: OperatorProfile.from_dict(_object(value), source=source),
     schema={
-        "description": "The cell's operator profile (perfguard.core.profile): taken after the "
+        "description": "The cell's operator profile (perfguard.records.opprofile): taken after the "
         "timed measurement with the runtime's own profiler; median time per request per node "
         "and per op type, in ns. Absent when the cell was not profiled.",
         "type": "object",

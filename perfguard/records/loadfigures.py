@@ -1,7 +1,7 @@
 """The figures of a cell measured under concurrent load (``ScenarioResult.load``).
 
-:func:`perfguard.measure.loadstats.level_figures` computes them (its docstring says
-what each figure means) and :mod:`perfguard.measure.load` adds the SLO search and
+:func:`perfguard.measure.levelfigures.level_figures` computes them (its docstring says
+what each figure means) and :mod:`perfguard.measure.loadcell` adds the SLO search and
 the batching service probe; the reports only read them. ``to_dict`` gives exactly
 the ``load`` object of ``results.json`` (every key present, None where a figure
 does not apply). ``ScenarioResult.latency_ns``/``samples_ns`` of such a cell hold
@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
-from perfguard.core.figures import LatencySummary
-from perfguard.core.record import Record, spec
+from perfguard.records.declare import Record, spec
+from perfguard.records.figures import LatencySummary
 
 __all__ = [
     "BatchingFigures",
@@ -50,7 +50,7 @@ class LateFigures(Record):
 @dataclass(frozen=True)
 class ServiceProbe(Record):
     """The model's own service time alone and at the largest batch, and the capacities
-    they imply (filled by ``perfguard.measure.load`` after the level ran). Stored inline:
+    they imply (filled by ``perfguard.measure.loadcell`` after the level ran). Stored inline:
     its keys sit in the batching object."""
 
     SCHEMA_NAME: ClassVar[str] = "service_probe"
@@ -69,7 +69,7 @@ class BatchingFigures(Record):
     SCHEMA_NAME: ClassVar[str] = "batching"
     SCHEMA_DESCRIPTION: ClassVar[str | None] = (
         "Dynamic batching under load: batch sizes, waits, the service probe and its gain "
-        "(perfguard.core.loadfigures.BatchingFigures)."
+        "(perfguard.records.loadfigures.BatchingFigures)."
     )
 
     max_batch: int = field(metadata=spec(minimum=1))
@@ -110,7 +110,7 @@ class SloSearch(Record):
     SCHEMA_NAME: ClassVar[str] = "slo"
     SCHEMA_DESCRIPTION: ClassVar[str | None] = (
         "The search for the highest load meeting a latency target "
-        "(perfguard.core.loadfigures.SloSearch)."
+        "(perfguard.records.loadfigures.SloSearch)."
     )
 
     percentile: float = field(metadata=spec(minimum=0, maximum=100))
@@ -138,7 +138,7 @@ class LevelMemory(Record):
 
     SCHEMA_NAME: ClassVar[str] = "level_memory"
     SCHEMA_DESCRIPTION: ClassVar[str | None] = (
-        "Host memory of the level in MiB (perfguard.core.loadfigures.LevelMemory): resident "
+        "Host memory of the level in MiB (perfguard.records.loadfigures.LevelMemory): resident "
         "after the first session opened, before any request (idle_mib); the RSS high-water "
         "mark over the measured level alone (level_peak_mib); the requests served at once "
         "(streams: clients, or workers in an open loop). Absent from older files and where "
@@ -166,8 +166,8 @@ class LoadFigures(Record):
 
     SCHEMA_NAME: ClassVar[str] = "load"
     SCHEMA_DESCRIPTION: ClassVar[str | None] = (
-        "A cell measured under concurrent load (perfguard.measure.load; the record is "
-        "perfguard.core.loadfigures.LoadFigures). Latencies in ns; corrected = from the "
+        "A cell measured under concurrent load (perfguard.measure.loadcell; the record is "
+        "perfguard.records.loadfigures.LoadFigures). Latencies in ns; corrected = from the "
         "scheduled send time, uncorrected = from the start of the model call."
     )
 

@@ -5,7 +5,7 @@ result, or the base side of a same-run A/B run; either may lack a profile) this
 builds what the report's "Where the time went" section shows:
 
 * the top nodes and op types by added time (base -> current per request, the change,
-  its share of the whole change), in the order :func:`perfguard.core.profile.diff_profiles`
+  its share of the whole change), in the order :func:`perfguard.records.opprofile.diff_profiles`
   ranks them, with nodes found on one side only marked ``new`` / ``gone`` and the rest
   folded into one "N more nodes, X ms" line;
 * an icicle chart of the current profile: one row per level of the node paths
@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 
 from markupsafe import Markup
 
-from perfguard.core.profile import (
+from perfguard.core.text import md_code, md_text, plain
+from perfguard.records.opprofile import (
     PATH_SEPARATOR,
     Contribution,
     OperatorProfile,
@@ -37,8 +38,7 @@ from perfguard.core.profile import (
     diff_profiles,
     signed_ms,
 )
-from perfguard.core.results import ScenarioResult
-from perfguard.core.text import md_code, md_text, plain
+from perfguard.records.results import ScenarioResult
 
 __all__ = [
     "ICICLE_WIDTH",
@@ -125,7 +125,7 @@ class ProfileView:
     trace_link: bool
     cost: str
     legend: tuple[tuple[str, str], ...] = field(default_factory=tuple)
-    #: Nodes added up per layer (``core.profile.layer_of``), when that differs from the
+    #: Nodes added up per layer (``records.opprofile.layer_of``), when that differs from the
     #: nodes themselves (ONNX Runtime: a layer's operations); the headline names the top.
     layers: tuple[ProfileRow, ...] = ()
     layers_more: str = ""

@@ -1,6 +1,6 @@
 """The latency summary and the runtime facts of a measured cell, as typed records.
 
-Both travel inside a :class:`~perfguard.core.results.ScenarioResult`; ``to_dict`` gives
+Both travel inside a :class:`~perfguard.records.results.ScenarioResult`; ``to_dict`` gives
 exactly the JSON ``results.json`` and baseline files hold (key order included, since
 a reviewer diffs those files), ``from_dict`` reads it back.
 """
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
-from perfguard.core.record import Record, spec
+from perfguard.records.declare import Record, spec
 
 __all__ = [
     "RESERVED_KEYS",

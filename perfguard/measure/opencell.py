@@ -1,5 +1,5 @@
 """One cell's open session and where it keeps its files, shared by the timed loop
-(``perfguard.measure.runner``) and load levels (``perfguard.measure.load``); the
+(``perfguard.measure.runner``) and load levels (``perfguard.measure.loadcell``); the
 result record a cell starts from is ``ScenarioResult.for_cell``.
 
 With ``RunContext.open_timeout_s`` set, opening the model (``backend.open`` and
@@ -21,7 +21,7 @@ from perfguard.core.errors import BackendUnavailable, CellError
 from perfguard.core.policy import OPEN_TIMEOUT_S
 from perfguard.core.scenario import Scenario
 from perfguard.machine.placement import inherited_threads
-from perfguard.measure.gpu import cuda_unavailable
+from perfguard.measure.gpuwatch import cuda_unavailable
 from perfguard.measure.watchdog import cell_limit, watch
 from perfguard.models.inputs import batch_size, make_inputs
 

@@ -16,7 +16,7 @@ reuse it):
    runs for ``warmup.seconds`` (at least ``warmup.iterations`` requests) and is
    discarded.
 3. **The level** (:mod:`perfguard.measure.loadgen`), then its figures
-   (:mod:`perfguard.measure.loadstats`) and its host memory (``LevelMemory``: resident
+   (:mod:`perfguard.measure.levelfigures`) and its host memory (``LevelMemory``: resident
    before the cell's first request, and the high-water mark over the measured level
    alone, restarted after its warm-up). An open-loop level stops at
    ``min(measure.max_seconds, max(3 x its duration, duration + 5 s))``:
@@ -46,25 +46,25 @@ import numpy as np
 from perfguard.backends import Session
 from perfguard.core import progress
 from perfguard.core.errors import LoadError, PerfguardError, RunInvalid
-from perfguard.core.figures import RuntimeInfo
-from perfguard.core.loadfigures import (
+from perfguard.core.progress import Throttle
+from perfguard.core.scenario import LoadSpec, LoopSpec, Scenario
+from perfguard.core.stats import stability_ratio, summarize
+from perfguard.measure.canary import CanaryProbe
+from perfguard.measure.gpuwatch import GpuWatch
+from perfguard.measure.levelfigures import LevelFigures, level_figures
+from perfguard.measure.loadgen import Batching, LoadLog, Worker, closed_loop, open_loop, schedule
+from perfguard.measure.memory import PeakMemory
+from perfguard.measure.opencell import RunContext, open_session
+from perfguard.models.inputs import make_inputs
+from perfguard.records.figures import RuntimeInfo
+from perfguard.records.loadfigures import (
     LevelMemory,
     LoadFigures,
     ServiceProbe,
     SloSearch,
     SloStep,
 )
-from perfguard.core.progress import Throttle
-from perfguard.core.results import ScenarioResult, Status
-from perfguard.core.scenario import LoadSpec, LoopSpec, Scenario
-from perfguard.core.stats import stability_ratio, summarize
-from perfguard.measure.canary import CanaryProbe
-from perfguard.measure.cell import RunContext, open_session
-from perfguard.measure.gpu import GpuWatch
-from perfguard.measure.loadgen import Batching, LoadLog, Worker, closed_loop, open_loop, schedule
-from perfguard.measure.loadstats import LevelFigures, level_figures
-from perfguard.measure.memory import PeakMemory
-from perfguard.models.inputs import make_inputs
+from perfguard.records.results import ScenarioResult, Status
 
 __all__ = [
     "LevelRun",
@@ -297,7 +297,7 @@ class LoadRunner:
         clients alternates between this cell's worker and ``other``'s, request by
         request, client ``k`` starting on ``(k + first) % 2`` (0: this cell). Each
         side's figures from its own requests (its throughput by Little's law, see
-        :func:`perfguard.measure.loadstats.level_figures`). Same-run A/B's rounds of a
+        :func:`perfguard.measure.levelfigures.level_figures`). Same-run A/B's rounds of a
         closed loop without batching (:func:`interleavable`); ``loop`` counts the
         requests of both sides."""
         spec = self.spec

@@ -9,7 +9,7 @@ varies from process to process, and only what both sides share cancels). Both
 warm up; then the worker alternates one request of each per pair, the order
 randomised within each pair, in blocks of pairs (the ``pairs`` op: no pipe round
 trip between requests, so neither side pays for the other's bookkeeping), until
-the sequential rule of :mod:`perfguard.ab.stats` stops (clear answer, or the
+the sequential rule of :mod:`perfguard.ab.paired` stops (clear answer, or the
 pair/time cap). The verdict is paired: the ratio of the two P95s with a
 bootstrap bound over request pairs, so whatever slowed the machine during a pair
 slowed both of its requests.
@@ -46,6 +46,14 @@ from typing import Any
 import numpy as np
 
 import perfguard
+from perfguard.ab.paired import (
+    StoppingRule,
+    conclusion,
+    decide,
+    pair_orders,
+    per_round,
+    progress_text,
+)
 from perfguard.ab.rounds import (
     LevelSample,
     LoadRound,
@@ -57,26 +65,14 @@ from perfguard.ab.rounds import (
     pooled,
     run_rounds,
 )
-from perfguard.ab.stats import (
-    StoppingRule,
-    conclusion,
-    decide,
-    pair_orders,
-    per_round,
-    progress_text,
-)
 from perfguard.ab.worktree import BaseRef, base_worktree, resolve_base
 from perfguard.baseline.git import repo_root, run_git
 from perfguard.core import progress
 from perfguard.core.blame import first_line
 from perfguard.core.errors import GitError, LoadError, ProtocolError, SuiteError
-from perfguard.core.figures import RuntimeInfo
-from perfguard.core.loadfigures import LoadFigures
 from perfguard.core.paths import under_root
 from perfguard.core.policy import LATENCY_QS
-from perfguard.core.profile import OperatorProfile
 from perfguard.core.progress import Throttle
-from perfguard.core.results import ScenarioResult
 from perfguard.core.scenario import Scenario
 from perfguard.core.stats import percentile, stability_ratio, summarize, throughput
 from perfguard.judge.abside import ab_how, ab_label
@@ -89,9 +85,13 @@ from perfguard.judge.verdict import (
     VerdictKind,
     worst,
 )
-from perfguard.measure.cell import RunContext
-from perfguard.measure.load import interleavable
-from perfguard.measure.profile import PROFILE_REQUESTS
+from perfguard.measure.loadcell import interleavable
+from perfguard.measure.opencell import RunContext
+from perfguard.measure.profiling import PROFILE_REQUESTS
+from perfguard.records.figures import RuntimeInfo
+from perfguard.records.loadfigures import LoadFigures
+from perfguard.records.opprofile import OperatorProfile
+from perfguard.records.results import ScenarioResult
 from perfguard.suite.loader import load_suite
 from perfguard.worker.client import OPEN_TIMEOUT_S, WorkerProcess
 from perfguard.worker.isolate import measure_timeout_s
@@ -298,7 +298,7 @@ def run_load_rounds(
     rules stop: the warm-up replies, the rounds, the decisions, the seconds.
 
     ``plan.interleaved`` (both slots in one worker, a closed loop without batching:
-    :func:`perfguard.measure.load.interleavable`): each round is one ``load_interleaved``
+    :func:`perfguard.measure.loadcell.interleavable`): each round is one ``load_interleaved``
     level of twice the plan's length and requests, A's and B's requests alternating on
     every client; else one ``load_level`` of each side (:func:`alternating`). A level
     with failed requests raises ``LoadError``."""
@@ -883,7 +883,7 @@ class ABRun:
         """Whether a load cell's rounds are interleaved levels (A's and B's requests
         alternating on every client of one level): both sides in one worker (no
         ``--perfguard-ab-python``), and the base's cell and this one the same closed
-        loop without batching (:func:`perfguard.measure.load.interleavable`). Else
+        loop without batching (:func:`perfguard.measure.loadcell.interleavable`). Else
         whole levels of each side, one after the other."""
         if self.config.python or scenario.load is None or not interleavable(scenario.load):
             return False

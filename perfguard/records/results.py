@@ -18,14 +18,14 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar
 
-from perfguard.core.accuracyfigures import AccuracyFigures
 from perfguard.core.errors import ResultsError, check_schema_version
-from perfguard.core.figures import JSON, LatencySummary, RuntimeInfo
-from perfguard.core.loadfigures import LoadFigures
 from perfguard.core.paths import display_path
-from perfguard.core.profile import PROFILE_CODEC, OperatorProfile
-from perfguard.core.record import TAMPERED_FIX, Codec, Record, decode, spec
 from perfguard.core.scenario import Scenario
+from perfguard.records.accuracyfigures import AccuracyFigures
+from perfguard.records.declare import TAMPERED_FIX, Codec, Record, decode, spec
+from perfguard.records.figures import JSON, LatencySummary, RuntimeInfo
+from perfguard.records.loadfigures import LoadFigures
+from perfguard.records.opprofile import PROFILE_CODEC, OperatorProfile
 
 __all__ = [
     "RUN_MODES",
@@ -183,9 +183,9 @@ class ScenarioResult(Record):
 
     On any ``status`` but ``passed`` the figures may be absent and ``message`` says
     why. A cell's result starts from :meth:`for_cell`; the typed parts are
-    ``runtime`` (:class:`~perfguard.core.figures.RuntimeInfo`), ``accuracy``
-    (:class:`~perfguard.core.accuracyfigures.AccuracyFigures`) and ``load``
-    (:class:`~perfguard.core.loadfigures.LoadFigures`: a cell measured under
+    ``runtime`` (:class:`~perfguard.records.figures.RuntimeInfo`), ``accuracy``
+    (:class:`~perfguard.records.accuracyfigures.AccuracyFigures`) and ``load``
+    (:class:`~perfguard.records.loadfigures.LoadFigures`: a cell measured under
     concurrent load, whose ``latency_ns``/``samples_ns`` then hold the corrected
     per-request latencies).
     """
@@ -234,7 +234,7 @@ class ScenarioResult(Record):
     )
     accuracy: AccuracyFigures | None = field(default=None, metadata=spec(codec=_ACCURACY))
     # Outputs of the first few accuracy inputs, archived with a baseline so the next
-    # commit can be checked against them: {output: perfguard.core.codec.encode_array(...)}.
+    # commit can be checked against them: {output: perfguard.records.arrays.encode_array(...)}.
     golden_outputs: dict[str, dict[str, JSON]] | None = field(
         default=None,
         metadata=spec(
@@ -256,7 +256,7 @@ class ScenarioResult(Record):
             "balances. Absent from older files.",
         ),
     )
-    # Where the time went (perfguard.core.profile): taken after the timed measurement
+    # Where the time went (perfguard.records.opprofile): taken after the timed measurement
     # for a cell with `profile: true`, `--perfguard-profile`, or one that regressed.
     profile: OperatorProfile | None = field(
         default=None, metadata=spec(omit="none", codec=PROFILE_CODEC)
@@ -309,7 +309,7 @@ class RunResult(Record):
     SCHEMA_DESCRIPTION: ClassVar[str | None] = (
         "One pytest session's results, as written to reports/<commit12>/results.json by "
         "RunResult.to_dict(). Generated from the record declarations "
-        "(perfguard.core.record); closed objects, only `runtime` is open."
+        "(perfguard.records.declare); closed objects, only `runtime` is open."
     )
     KEY_ORDER: ClassVar[tuple[str, ...] | None] = (
         "schema_version",

@@ -1,4 +1,4 @@
-"""``perfguard.core.codec``: a baseline's samples and golden outputs as compact JSON."""
+"""``perfguard.records.arrays``: a baseline's samples and golden outputs as compact JSON."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfguard.core.codec import (
+from perfguard.core.errors import ResultsError
+from perfguard.records.arrays import (
     ENCODING,
     SAMPLES_ENCODING,
     decode_array,
@@ -19,7 +20,6 @@ from perfguard.core.codec import (
     encode_outputs,
     encode_samples,
 )
-from perfguard.core.errors import ResultsError
 
 
 @given(st.lists(st.integers(0, 2**63 - 1), max_size=200))

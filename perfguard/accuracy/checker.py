@@ -19,19 +19,19 @@ import numpy as np
 
 from perfguard.accuracy.metrics import check_finite, compare_outputs, task_metric_check
 from perfguard.backends import Session
-from perfguard.core.accuracyfigures import (
+from perfguard.core.blame import blame
+from perfguard.core.errors import AccuracyError, InputError, PerfguardError
+from perfguard.core.scenario import Scenario
+from perfguard.models.factory import import_function
+from perfguard.models.inputs import make_accuracy_inputs
+from perfguard.records.accuracyfigures import (
     AccuracyFigures,
     AccuracyReport,
     DriftRow,
     TaskMetricFigures,
 )
-from perfguard.core.blame import blame
-from perfguard.core.codec import decode_outputs, encode_outputs
-from perfguard.core.errors import AccuracyError, InputError, PerfguardError
-from perfguard.core.results import ScenarioResult
-from perfguard.core.scenario import Scenario
-from perfguard.models.factory import import_function
-from perfguard.models.inputs import make_accuracy_inputs
+from perfguard.records.arrays import decode_outputs, encode_outputs
+from perfguard.records.results import ScenarioResult
 
 Feeds = dict[str, np.ndarray]
 

@@ -4,7 +4,7 @@
 for a same-run A/B run). Writes are atomic (see ``atomicio``) and checked against the
 packaged JSON Schema when ``jsonschema`` is installed. That schema,
 ``perfguard/schemas/results.schema.json``, is generated from the record declarations
-(``perfguard.core.record``; ``results_schema_text``, kept in step by
+(``perfguard.records.declare``; ``results_schema_text``, kept in step by
 tests/core/test_record.py).
 
 Every file is checked again when it is *read*, with no third-party checker: a results
@@ -28,8 +28,8 @@ from typing import Any
 
 from perfguard.core.atomicio import read_json, write_json_atomic
 from perfguard.core.errors import ResultsError
-from perfguard.core.record import TAMPERED_FIX, json_schema
-from perfguard.core.results import CommitInfo, RunResult
+from perfguard.records.declare import TAMPERED_FIX, json_schema
+from perfguard.records.results import CommitInfo, RunResult
 
 RESULTS_FILENAME = "results.json"
 SCHEMA_RESOURCE = "schemas/results.schema.json"
@@ -100,14 +100,14 @@ def read_results(path: Path) -> RunResult:
 
 def results_schema() -> dict[str, Any]:
     """The results JSON Schema, generated from the record declarations
-    (``perfguard.core.record``: ``RunResult`` and every record it holds)."""
+    (``perfguard.records.declare``: ``RunResult`` and every record it holds)."""
     return json_schema(RunResult, title="perfguard results")
 
 
 def results_schema_text() -> str:
     """:func:`results_schema` as ``perfguard/schemas/results.schema.json`` holds it
     (1-space indent, final newline). Regenerate the file with
-    ``python -m perfguard.core.resultsio > perfguard/schemas/results.schema.json``."""
+    ``python -m perfguard.records.resultsfile > perfguard/schemas/results.schema.json``."""
     return json.dumps(results_schema(), indent=1, ensure_ascii=False) + "\n"
 
 
@@ -117,7 +117,7 @@ def results_from_dict(data: dict[str, Any], where: Path | str) -> RunResult:
     return RunResult.from_dict(data, source=str(where), what="results file", fix=TAMPERED_FIX)
 
 
-if __name__ == "__main__":  # python -m perfguard.core.resultsio > .../results.schema.json
+if __name__ == "__main__":  # python -m perfguard.records.resultsfile > .../results.schema.json
     import sys
 
     sys.stdout.write(results_schema_text())

@@ -19,34 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perfguard.baseline.fileformat import decode_document, encode_document, encode_launch
-from perfguard.core.accuracyfigures import (
-    AccuracyFigures,
-    AccuracyReport,
-    Check,
-    DriftRow,
-    OutputMetrics,
-    TaskMetricFigures,
-)
 from perfguard.core.atomicio import dumps_json
-from perfguard.core.figures import (
-    RESERVED_KEYS,
-    BenchmarkFacts,
-    CpuShares,
-    GpuFacts,
-    LatencySummary,
-    RuntimeInfo,
-)
-from perfguard.core.loadfigures import (
-    BatchingFigures,
-    LateFigures,
-    LevelMemory,
-    LoadFigures,
-    ServiceProbe,
-    SloSearch,
-    SloStep,
-)
-from perfguard.core.results import RunResult, ScenarioResult, Status
-from perfguard.core.resultsio import validate
 from perfguard.judge.verdict import (
     ABDetail,
     ABRound,
@@ -55,6 +28,33 @@ from perfguard.judge.verdict import (
     ScenarioVerdict,
     VerdictKind,
 )
+from perfguard.records.accuracyfigures import (
+    AccuracyFigures,
+    AccuracyReport,
+    Check,
+    DriftRow,
+    OutputMetrics,
+    TaskMetricFigures,
+)
+from perfguard.records.figures import (
+    RESERVED_KEYS,
+    BenchmarkFacts,
+    CpuShares,
+    GpuFacts,
+    LatencySummary,
+    RuntimeInfo,
+)
+from perfguard.records.loadfigures import (
+    BatchingFigures,
+    LateFigures,
+    LevelMemory,
+    LoadFigures,
+    ServiceProbe,
+    SloSearch,
+    SloStep,
+)
+from perfguard.records.results import RunResult, ScenarioResult, Status
+from perfguard.records.resultsfile import validate
 from tests.helpers.paths import RECORDS
 from tests.helpers.strategies import profiles
 

@@ -37,11 +37,11 @@ from perfguard import cli
 from perfguard.baseline.read import read_baseline_file
 from perfguard.baseline.store import DirectoryStore
 from perfguard.core.errors import PerfguardError
-from perfguard.core.results import CommitInfo, RunResult, ScenarioResult, Status
-from perfguard.core.resultsio import read_results, results_from_dict, write_results
 from perfguard.core.stats import summarize, throughput
 from perfguard.interop.benchmark_json import export_command
 from perfguard.judge.verdict import MetricVerdict, ScenarioVerdict, VerdictKind
+from perfguard.records.results import CommitInfo, RunResult, ScenarioResult, Status
+from perfguard.records.resultsfile import read_results, results_from_dict, write_results
 from perfguard.report.comparison import comparison_path, read_comparison, write_comparison
 from tests.helpers.envs import fp, stored_env
 from tests.helpers.paths import RECORDS

@@ -14,9 +14,9 @@ from typing import Any
 
 from markupsafe import Markup
 
-from perfguard.core.figures import LatencySummary
-from perfguard.core.loadfigures import BatchingFigures, LoadFigures, SloSearch
-from perfguard.core.results import ScenarioResult
+from perfguard.records.figures import LatencySummary
+from perfguard.records.loadfigures import BatchingFigures, LoadFigures, SloSearch
+from perfguard.records.results import ScenarioResult
 from perfguard.report import plots
 from perfguard.report.model import ReportInput
 from perfguard.report.tables import (

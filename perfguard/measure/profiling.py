@@ -27,8 +27,8 @@ from pathlib import Path
 from perfguard.backends.base import OperatorProfiler, ProfiledRequests, Session
 from perfguard.core.atomicio import write_text_atomic
 from perfguard.core.errors import CellError
-from perfguard.core.profile import NodeTime, OperatorProfile, OpTypeTime
 from perfguard.core.scenario import Scenario
+from perfguard.records.opprofile import NodeTime, OperatorProfile, OpTypeTime
 
 __all__ = [
     "PROFILE_MAX_NODES",

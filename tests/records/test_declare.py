@@ -1,4 +1,4 @@
-"""Stored records declared once (perfguard.core.record): codecs and schema from one place.
+"""Stored records declared once (perfguard.records.declare): codecs and schema from one place.
 
 Every declared record round-trips (encode, JSON, decode, encode: the same document);
 a mutated or garbage document is refused with a ResultsError naming the file and the
@@ -21,8 +21,9 @@ from hypothesis import strategies as st
 
 import perfguard
 from perfguard.core.errors import ResultsError
-from perfguard.core.figures import LatencySummary
-from perfguard.core.loadfigures import (
+from perfguard.records.declare import Record, decode, encode, json_schema, schema_defs, spec
+from perfguard.records.figures import LatencySummary
+from perfguard.records.loadfigures import (
     BatchingFigures,
     LateFigures,
     LevelMemory,
@@ -30,9 +31,8 @@ from perfguard.core.loadfigures import (
     SloSearch,
     SloStep,
 )
-from perfguard.core.record import Record, decode, encode, json_schema, schema_defs, spec
-from perfguard.core.results import CommitInfo, Environment, RunResult, ScenarioResult
-from perfguard.core.resultsio import results_schema_text
+from perfguard.records.results import CommitInfo, Environment, RunResult, ScenarioResult
+from perfguard.records.resultsfile import results_schema_text
 from tests.helpers.strategies import records
 
 SCHEMA_FILE = Path(perfguard.__file__).parent / "schemas" / "results.schema.json"
@@ -49,7 +49,7 @@ def _json(data: Any) -> Any:
 
 
 def test_the_shipped_results_schema_is_the_generated_one() -> None:
-    regenerate = "python -m perfguard.core.resultsio > perfguard/schemas/results.schema.json"
+    regenerate = "python -m perfguard.records.resultsfile > perfguard/schemas/results.schema.json"
     text = SCHEMA_FILE.read_text(encoding="utf-8")
     assert text == results_schema_text(), f"regenerate: {regenerate}"
 

@@ -1,4 +1,4 @@
-"""Properties of the operator-profile record and its diff (``perfguard.core.profile``)."""
+"""Properties of the operator-profile record and its diff (``perfguard.records.opprofile``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from perfguard.core.errors import ResultsError
-from perfguard.core.profile import (
+from perfguard.records.opprofile import (
     Contribution,
     NodeTime,
     OperatorProfile,
