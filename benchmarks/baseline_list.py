@@ -33,7 +33,7 @@ from perfguard.baseline.fileformat import encode_document, encode_launch
 from perfguard.baseline.store import DirectoryStore
 from perfguard.cli import main
 from perfguard.core.atomicio import dumps_json
-from perfguard.core.stats import summarize
+from perfguard.records.figures import summarize
 from perfguard.records.results import CommitInfo, Environment, RunResult, ScenarioResult
 
 PLACEHOLDER_SHA = "f" * 40

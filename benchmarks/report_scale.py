@@ -18,8 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from perfguard.core.stats import summarize, throughput
+from perfguard.core.stats import throughput
 from perfguard.judge.verdict import MetricVerdict, ScenarioVerdict, VerdictKind
+from perfguard.records.figures import summarize
 from perfguard.records.results import (
     CommitInfo,
     Environment,

@@ -70,11 +70,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from perfguard.core.policy import GateSpec
 from perfguard.core.scenario import LoopSpec
-from perfguard.core.stats import noise_floor, percentile, summarize
+from perfguard.core.stats import noise_floor, percentile
 from perfguard.judge.compare import compare_scenario, confirm, needs_confirmation
 from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
 from perfguard.measure.canary import CanaryProbe
-from perfguard.records.figures import CpuShares, RuntimeInfo
+from perfguard.records.figures import CpuShares, RuntimeInfo, summarize
 from perfguard.records.results import ScenarioResult
 
 ROOT = Path(__file__).resolve().parents[1]

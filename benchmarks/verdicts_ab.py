@@ -50,9 +50,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from perfguard.ab.abrun import Slot, run_pairs, worker_env
 from perfguard.ab.paired import StoppingRule
 from perfguard.core.policy import GateSpec
-from perfguard.core.stats import percentile, summarize
+from perfguard.core.stats import percentile
 from perfguard.judge.compare import compare_scenario, confirm, needs_confirmation
 from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
+from perfguard.records.figures import summarize
 from perfguard.records.results import ScenarioResult
 from perfguard.worker.client import WorkerProcess
 

@@ -74,7 +74,7 @@ from perfguard.core.paths import under_root
 from perfguard.core.policy import LATENCY_QS
 from perfguard.core.progress import Throttle
 from perfguard.core.scenario import Scenario
-from perfguard.core.stats import percentile, stability_ratio, summarize, throughput
+from perfguard.core.stats import percentile, stability_ratio, throughput
 from perfguard.judge.abside import ab_how, ab_label
 from perfguard.judge.compare import compare_memory
 from perfguard.judge.verdict import (
@@ -88,7 +88,7 @@ from perfguard.judge.verdict import (
 from perfguard.measure.loadcell import interleavable
 from perfguard.measure.opencell import RunContext
 from perfguard.measure.profiling import PROFILE_REQUESTS
-from perfguard.records.figures import RuntimeInfo
+from perfguard.records.figures import RuntimeInfo, summarize
 from perfguard.records.loadfigures import LoadFigures
 from perfguard.records.opprofile import OperatorProfile
 from perfguard.records.results import ScenarioResult

@@ -60,8 +60,9 @@ from perfguard.core.atomicio import (
 )
 from perfguard.core.errors import GitError, Location, ResultsError, StoreError
 from perfguard.core.policy import BASELINE_DIR, STALE_TEMP_S, TARGET_BRANCH
-from perfguard.core.stats import summarize, throughput
+from perfguard.core.stats import throughput
 from perfguard.core.text import one_line
+from perfguard.records.figures import summarize
 from perfguard.records.results import CommitInfo, RunResult, ScenarioResult
 
 DEFAULT_ROOT = Path(BASELINE_DIR)

@@ -29,9 +29,6 @@ import numpy as np
 import numpy.typing as npt
 from scipy import stats as _scipy_stats
 
-from perfguard.core.policy import LATENCY_QS
-from perfguard.records.figures import LatencySummary
-
 __all__ = [
     "RatioBound",
     "as_samples",
@@ -44,14 +41,10 @@ __all__ = [
     "percentiles",
     "rank_index",
     "stability_ratio",
-    "summarize",
     "throughput",
 ]
 
 FloatArray = npt.NDArray[np.float64]
-
-# The percentiles a LatencySummary holds, by field name: the gateable latency metrics.
-_SUMMARY_QS: tuple[tuple[str, float], ...] = tuple(LATENCY_QS.items())
 
 # Relative slack when deciding whether q/100*n is a whole number: 95/100*20 must be
 # rank 19 even if float arithmetic gives 19.000000000000004 (ceil would say 20).
@@ -108,21 +101,6 @@ def percentiles(samples: npt.ArrayLike, qs: Iterable[float]) -> dict[float, floa
     checked = [check_q(q) for q in qs]
     arr = np.sort(as_samples(samples))
     return {q: float(arr[rank_index(arr.size, q)]) for q in checked}
-
-
-def summarize(samples_ns: npt.ArrayLike) -> LatencySummary:
-    """n, min, max, mean, std (ddof=1; 0 for one sample) and nearest-rank percentiles."""
-    arr = np.sort(as_samples(samples_ns, "samples_ns"))
-    n = int(arr.size)
-    pct = {name: float(arr[rank_index(n, q)]) for name, q in _SUMMARY_QS}
-    return LatencySummary(
-        n=n,
-        min=float(arr[0]),
-        max=float(arr[-1]),
-        mean=float(np.mean(arr)),
-        std=float(np.std(arr, ddof=1)) if n > 1 else 0.0,
-        **pct,
-    )
 
 
 def throughput(samples_ns: npt.ArrayLike, batch_size: int) -> float:

@@ -37,8 +37,8 @@ from typing import Any
 import pytest
 
 from perfguard.core.paths import display_path
-from perfguard.core.stats import is_stable, stability_ratio, summarize, throughput
-from perfguard.records.figures import BenchmarkFacts, RuntimeInfo
+from perfguard.core.stats import is_stable, stability_ratio, throughput
+from perfguard.records.figures import BenchmarkFacts, RuntimeInfo, summarize
 from perfguard.records.results import ScenarioResult, Status
 
 __all__ = [

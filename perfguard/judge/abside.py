@@ -12,9 +12,8 @@ import dataclasses
 from collections.abc import Mapping
 
 from perfguard.core.policy import MetricKind, gate_metric
-from perfguard.core.stats import summarize
 from perfguard.judge.verdict import ScenarioVerdict
-from perfguard.records.figures import RuntimeInfo
+from perfguard.records.figures import RuntimeInfo, summarize
 from perfguard.records.loadfigures import LoadFigures
 from perfguard.records.results import ScenarioResult
 

@@ -31,10 +31,9 @@ import numpy as np
 
 from perfguard.core.errors import RunInvalid
 from perfguard.core.scenario import Scenario
-from perfguard.core.stats import summarize
 from perfguard.machine.placement import nvml_index
 from perfguard.machine.telemetry import TelemetrySampler, invalid_reason, unlisted_processes
-from perfguard.records.figures import GpuFacts
+from perfguard.records.figures import GpuFacts, summarize
 from perfguard.records.results import ScenarioResult, Status
 
 __all__ = ["GpuWatch", "cuda_unavailable", "device_index", "is_out_of_memory"]

@@ -30,9 +30,9 @@ import numpy as np
 import numpy.typing as npt
 
 from perfguard.core.scenario import LoadSpec
-from perfguard.core.stats import percentile, summarize
+from perfguard.core.stats import percentile
 from perfguard.measure.loadgen import LoadLog
-from perfguard.records.figures import LatencySummary
+from perfguard.records.figures import LatencySummary, summarize
 from perfguard.records.loadfigures import BatchingFigures, LateFigures, LoadFigures
 
 __all__ = ["LevelFigures", "level_figures"]

@@ -48,7 +48,7 @@ from perfguard.core import progress
 from perfguard.core.errors import LoadError, PerfguardError, RunInvalid
 from perfguard.core.progress import Throttle
 from perfguard.core.scenario import LoadSpec, LoopSpec, Scenario
-from perfguard.core.stats import stability_ratio, summarize
+from perfguard.core.stats import stability_ratio
 from perfguard.measure.canary import CanaryProbe
 from perfguard.measure.gpuwatch import GpuWatch
 from perfguard.measure.levelfigures import LevelFigures, level_figures
@@ -56,7 +56,7 @@ from perfguard.measure.loadgen import Batching, LoadLog, Worker, closed_loop, op
 from perfguard.measure.memory import PeakMemory
 from perfguard.measure.opencell import RunContext, open_session
 from perfguard.models.inputs import make_inputs
-from perfguard.records.figures import RuntimeInfo
+from perfguard.records.figures import RuntimeInfo, summarize
 from perfguard.records.loadfigures import (
     LevelMemory,
     LoadFigures,

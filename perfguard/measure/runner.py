@@ -22,14 +22,14 @@ from perfguard.core.errors import (
     PerfguardError,
 )
 from perfguard.core.scenario import Scenario
-from perfguard.core.stats import stability_ratio, summarize, throughput
+from perfguard.core.stats import stability_ratio, throughput
 from perfguard.measure.canary import CanaryProbe
 from perfguard.measure.gpuwatch import GpuWatch, is_out_of_memory
 from perfguard.measure.loadcell import LoadRunner, measure_load
 from perfguard.measure.memory import PeakMemory
 from perfguard.measure.opencell import RunContext, open_session
 from perfguard.measure.timing import Measurement, measure
-from perfguard.records.figures import RuntimeInfo
+from perfguard.records.figures import RuntimeInfo, summarize
 from perfguard.records.results import ScenarioResult
 
 

@@ -11,6 +11,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
+import numpy as np
+import numpy.typing as npt
+
+from perfguard.core.policy import LATENCY_QS
+from perfguard.core.stats import as_samples, rank_index
 from perfguard.records.declare import Record, spec
 
 __all__ = [
@@ -164,3 +169,22 @@ class RuntimeInfo:
             benchmark=benchmark,
             backend=rest,
         )
+
+
+# The percentiles a LatencySummary holds, by field name: the gateable latency metrics.
+_SUMMARY_QS: tuple[tuple[str, float], ...] = tuple(LATENCY_QS.items())
+
+
+def summarize(samples_ns: npt.ArrayLike) -> LatencySummary:
+    """n, min, max, mean, std (ddof=1; 0 for one sample) and nearest-rank percentiles."""
+    arr = np.sort(as_samples(samples_ns, "samples_ns"))
+    n = int(arr.size)
+    pct = {name: float(arr[rank_index(n, q)]) for name, q in _SUMMARY_QS}
+    return LatencySummary(
+        n=n,
+        min=float(arr[0]),
+        max=float(arr[-1]),
+        mean=float(np.mean(arr)),
+        std=float(np.std(arr, ddof=1)) if n > 1 else 0.0,
+        **pct,
+    )

@@ -32,9 +32,10 @@ from perfguard.baseline import read as baseline_read
 from perfguard.baseline import store as store_mod
 from perfguard.core import codec, policy, resultsio
 from perfguard.core.errors import PerfguardError, ResultsError, StoreError
-from perfguard.core.stats import summarize, throughput
+from perfguard.core.stats import throughput
 from perfguard.judge import stored as judge_stored
 from perfguard.judge.verdict import MetricVerdict, ScenarioVerdict, VerdictKind
+from perfguard.records.figures import summarize
 from perfguard.records.results import CommitInfo, RunResult, ScenarioResult
 from perfguard.records.resultsfile import read_results, write_results
 from perfguard.report import cli_report

@@ -30,8 +30,8 @@ from perfguard.baseline.store import (
 )
 from perfguard.core import progress
 from perfguard.core.errors import GitError, ResultsError, StoreError
-from perfguard.core.stats import summarize
 from perfguard.records.arrays import SAMPLES_ENCODING as ENCODING
+from perfguard.records.figures import summarize
 from perfguard.records.loadfigures import LoadFigures
 from tests.helpers.baseline_runs import FP, IDS, make_run, make_samples, sha_of
 from tests.helpers.envs import fp as fingerprint_of

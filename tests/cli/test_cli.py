@@ -15,7 +15,8 @@ import pytest
 
 from perfguard.baseline.store import DirectoryStore
 from perfguard.cli import main
-from perfguard.core.stats import summarize, throughput
+from perfguard.core.stats import throughput
+from perfguard.records.figures import summarize
 from perfguard.records.results import CommitInfo, Environment, RunResult, ScenarioResult, Status
 from perfguard.records.results import fingerprint as env_fingerprint
 from perfguard.records.resultsfile import write_results

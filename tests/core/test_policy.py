@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from perfguard.core import policy
 from perfguard.core.policy import METRICS, GateSpec, MetricKind, gate_metric, samples_needed
-from perfguard.core.stats import summarize
 from perfguard.judge.compare import compare_scenario
+from perfguard.records.figures import summarize
 from perfguard.records.results import LatencySummary, RunResult, ScenarioResult
 from perfguard.suite.loader import load_suite
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from scipy import stats as sps
 
 from perfguard.core import stats
+from perfguard.records.figures import summarize
 from perfguard.records.results import LatencySummary
 
 # No wall-clock deadline: the CI hosts are shared and noisy.
@@ -164,7 +165,7 @@ def test_percentile_scales_with_samples(samples: list[float], q: float, c: float
 @SETTINGS
 @given(samples=st.lists(st.integers(min_value=1, max_value=10**9), min_size=1, max_size=200))
 def test_summarize_is_consistent(samples: list[int]) -> None:
-    s = stats.summarize(np.asarray(samples, dtype=np.int64))
+    s = summarize(np.asarray(samples, dtype=np.int64))
     assert isinstance(s, LatencySummary)
     assert s.n == len(samples)
     assert s.min <= s.p50 <= s.p90 <= s.p95 <= s.p99 <= s.p999 <= s.max
@@ -176,7 +177,7 @@ def test_summarize_is_consistent(samples: list[int]) -> None:
 
 
 def test_summarize_values() -> None:
-    s = stats.summarize(list(range(1, 101)))
+    s = summarize(list(range(1, 101)))
     assert (s.n, s.min, s.max, s.mean) == (100, 1.0, 100.0, 50.5)
     assert s.std == pytest.approx(np.std(np.arange(1, 101), ddof=1))
     assert (s.p50, s.p90, s.p95, s.p99, s.p999) == (50, 90, 95, 99, 100)
@@ -186,14 +187,14 @@ def test_summarize_values() -> None:
 
 
 def test_summarize_single_sample_has_zero_std() -> None:
-    s = stats.summarize([1234])
+    s = summarize([1234])
     assert s.std == 0.0
     assert s.min == s.max == s.p50 == s.p999 == 1234
 
 
 def test_summarize_empty_raises() -> None:
     with pytest.raises(ValueError, match="empty"):
-        stats.summarize([])
+        summarize([])
 
 
 def test_throughput_counts_the_batch() -> None:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from perfguard.core.stats import summarize
-from perfguard.records.figures import RuntimeInfo
+from perfguard.records.figures import RuntimeInfo, summarize
 from perfguard.records.results import CommitInfo, Environment, RunResult, ScenarioResult
 from tests.helpers.envs import fp as fingerprint_of
 from tests.helpers.envs import stored_env

@@ -7,13 +7,13 @@ from typing import Any
 
 import numpy as np
 
-from perfguard.core.stats import summarize, throughput
+from perfguard.core.stats import throughput
 from perfguard.judge.verdict import (
     MetricVerdict,
     ScenarioVerdict,
 )
 from perfguard.records.accuracyfigures import AccuracyFigures
-from perfguard.records.figures import RuntimeInfo
+from perfguard.records.figures import RuntimeInfo, summarize
 from perfguard.records.results import CommitInfo, Environment, RunResult, ScenarioResult
 
 SHA = "a" * 40

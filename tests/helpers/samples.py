@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfguard.core.stats import summarize
+from perfguard.records.figures import summarize
 from perfguard.records.results import ScenarioResult
 
 SID = "suites/s.yaml::minilm[ort]"

@@ -12,9 +12,8 @@ import pytest
 
 from perfguard.core.atomicio import write_json_atomic
 from perfguard.core.errors import ResultsError
-from perfguard.core.stats import summarize
 from perfguard.interop.benchmark_json import benchmark_stats, export_command, to_pytest_benchmark
-from perfguard.records.figures import RuntimeInfo
+from perfguard.records.figures import RuntimeInfo, summarize
 from perfguard.records.results import CommitInfo, Environment, RunResult, ScenarioResult, Status
 
 SHA = "0123456789abcdef0123456789abcdef01234567"

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from perfguard.baseline.store import DirectoryStore
 from perfguard.cli import main
-from perfguard.core.stats import summarize
 from perfguard.judge.changes import (
     MIN_SEGMENT,
     archive_changes,
@@ -25,6 +24,7 @@ from perfguard.judge.changes import (
     uncaught,
 )
 from perfguard.records.accuracyfigures import AccuracyFigures
+from perfguard.records.figures import summarize
 from perfguard.records.results import CommitInfo, Environment, RunResult, ScenarioResult, Status
 from perfguard.records.results import fingerprint as env_fingerprint
 from perfguard.report import plots, render_html, render_markdown

@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from perfguard.core.policy import GateSpec
 from perfguard.core.progress import ProgressEvent
-from perfguard.core.stats import summarize
 from perfguard.judge.compare import compare_scenario
 from perfguard.judge.outcome import (
     OUTCOMES,
@@ -28,6 +27,7 @@ from perfguard.judge.verdict import MetricVerdict, ScenarioVerdict, VerdictKind
 from perfguard.plugin.items import PlainRepr
 from perfguard.plugin.terminal import ProgressPrinter
 from perfguard.records.accuracyfigures import AccuracyFigures
+from perfguard.records.figures import summarize
 from perfguard.records.results import CommitInfo, Environment, RunResult, ScenarioResult, Status
 from perfguard.records.resultsfile import write_results
 from perfguard.report.comparison import comparison_path, read_comparison, write_comparison

@@ -37,9 +37,10 @@ from perfguard import cli
 from perfguard.baseline.read import read_baseline_file
 from perfguard.baseline.store import DirectoryStore
 from perfguard.core.errors import PerfguardError
-from perfguard.core.stats import summarize, throughput
+from perfguard.core.stats import throughput
 from perfguard.interop.benchmark_json import export_command
 from perfguard.judge.verdict import MetricVerdict, ScenarioVerdict, VerdictKind
+from perfguard.records.figures import summarize
 from perfguard.records.results import CommitInfo, RunResult, ScenarioResult, Status
 from perfguard.records.resultsfile import read_results, results_from_dict, write_results
 from perfguard.report.comparison import comparison_path, read_comparison, write_comparison

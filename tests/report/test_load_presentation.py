@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from perfguard.core.stats import summarize
+from perfguard.records.figures import summarize
 from perfguard.records.loadfigures import LevelMemory, LoadFigures
 from perfguard.records.results import ScenarioResult
 from perfguard.report import render_html, render_markdown

@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from perfguard.baseline.store import Baseline
 from perfguard.core.errors import ResultsError
-from perfguard.core.stats import summarize
 from perfguard.judge.abside import base_results
 from perfguard.judge.gatekeeper import BaselineChoice
 from perfguard.judge.outcome import run_outcome
@@ -26,6 +25,7 @@ from perfguard.judge.verdict import (
     ScenarioVerdict,
     VerdictKind,
 )
+from perfguard.records.figures import summarize
 from perfguard.records.loadfigures import LoadFigures
 from perfguard.records.results import Environment, ScenarioResult
 from perfguard.records.resultsfile import write_results
