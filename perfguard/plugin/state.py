@@ -36,10 +36,10 @@ from perfguard.core.text import plain
 from perfguard.interop.benchmark_bridge import register_bridge
 from perfguard.judge.gatekeeper import (
     Gatekeeper,
-    check_can_save,
     failure_message,
 )
 from perfguard.judge.outcome import run_outcome
+from perfguard.judge.save import check_can_save
 from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.machine.env import collect_environment
 from perfguard.measure.opencell import RunContext
@@ -209,7 +209,15 @@ class PerfguardSession:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         # Refuse a save that cannot be honoured, and resolve the baseline, before
         # minutes of measurement are spent.
-        refusal = None if self.is_worker else check_can_save(self.settings.judging, self.commit)
+        refusal = (
+            None
+            if self.is_worker
+            else check_can_save(
+                self.commit,
+                save=self.settings.judging.save,
+                allow_dirty=self.settings.judging.allow_dirty,
+            )
+        )
         if refusal is None and self.settings.judging.save and self.ab is not None:
             refusal = (
                 "--perfguard-save refused with --perfguard-ab: a same-run A/B run is measured "
@@ -584,7 +592,7 @@ class PerfguardSession:
                 choice.baseline,
                 run,
                 self.verdicts,
-                history={r.id: gatekeeper.history_results(r.id) for r in run.scenarios},
+                history={r.id: gatekeeper.archive.history_results(r.id) for r in run.scenarios},
                 ab_base=ab_base if self.ab is not None else None,
             ),
             exit_status=int(exitstatus),

@@ -155,7 +155,7 @@ class CellMeasurer:
         this run, or the archived baseline's stored one (never measured again)."""
         if verdict.mode == "ab":
             return verdict.ab.profile_a if verdict.ab is not None else None
-        base = self._gatekeeper().baseline_result(result.id)
+        base = self._gatekeeper().archive.baseline_result(result.id)
         return base.profile if base is not None else None
 
     def _traces(self, scenario_id: str) -> tuple[Path, Path] | None:
@@ -198,7 +198,10 @@ class CellMeasurer:
         """``result`` with the cell's accuracy checked on ``session``."""
         gatekeeper = self._gatekeeper()
         accuracy, golden = self.accuracy.check(
-            scenario, session, gatekeeper.baseline_result(result.id), gatekeeper.choice.commit
+            scenario,
+            session,
+            gatekeeper.archive.baseline_result(result.id),
+            gatekeeper.choice.commit,
         )
         return replace(result, accuracy=accuracy, golden_outputs=golden)
 

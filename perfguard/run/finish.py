@@ -33,13 +33,9 @@ from perfguard.core.errors import GitError, PerfguardError
 from perfguard.core.scenario import Scenario
 from perfguard.judge.abside import base_results
 from perfguard.judge.changes import archive_changes
-from perfguard.judge.gatekeeper import (
-    SAVE_REFUSED_FIX,
-    Gatekeeper,
-    GateSettings,
-    untracked_refusal,
-)
+from perfguard.judge.gatekeeper import Gatekeeper, GateSettings
 from perfguard.judge.outcome import RunOutcome, run_outcome
+from perfguard.judge.save import SAVE_REFUSED_FIX, untracked_refusal
 from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.models.factory import code_paths
 from perfguard.records.results import CommitInfo, Environment, RunResult, ScenarioResult
@@ -155,7 +151,7 @@ def missing_verdicts(
     A/B run (``suites``: the collected suites' cells), else the archived baseline's."""
     if ab is not None:
         return dict(ab.missing_verdicts(suites, collected))
-    return gatekeeper.missing({sid.split("::", 1)[0] for sid in collected}, collected)
+    return gatekeeper.archive.missing({sid.split("::", 1)[0] for sid in collected}, collected)
 
 
 def untracked_note(
@@ -287,10 +283,10 @@ def finish_run(
     elif judging.save:
         files.saved = files.attempt(
             "the baseline of HEAD",
-            gatekeeper.save_target(run),
+            gatekeeper.saver.save_target(run),
             lambda: gatekeeper.save(run),
         )
-        if gatekeeper.save_refused and not status:
+        if gatekeeper.saver.save_refused and not status:
             status = SAVE_REFUSED_EXIT
     if files.failed and not status:
         status = WRITE_FAILED_EXIT
@@ -333,8 +329,8 @@ def finish_run(
         ),
         files=files,
         save_withheld=save_withheld if judging.save else None,
-        save_refused=dict(gatekeeper.save_refused),
-        save_marked=dict(gatekeeper.save_marked),
+        save_refused=dict(gatekeeper.saver.save_refused),
+        save_marked=dict(gatekeeper.saver.save_marked),
     )
 
 

@@ -26,8 +26,9 @@ from perfguard.core.atomicio import write_text_atomic
 from perfguard.core.errors import PerfguardError, ShardError
 from perfguard.core.policy import CONTENTION_LIMIT
 from perfguard.judge.abside import ab_how
-from perfguard.judge.gatekeeper import Gatekeeper, GateSettings, check_can_save
+from perfguard.judge.gatekeeper import Gatekeeper, GateSettings
 from perfguard.judge.outcome import run_outcome
+from perfguard.judge.save import check_can_save
 from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.records.results import CommitInfo, Environment, RunResult, ScenarioResult, Status
 from perfguard.records.resultsfile import RESULTS_FILENAME, read_results
@@ -418,14 +419,14 @@ def merge_command(
         contention_limit=_limit(contention_limit, merged.contention_limit),
     )
     if save:
-        refusal = check_can_save(dataclasses.replace(settings, save=True), merged.run.commit)
+        refusal = check_can_save(merged.run.commit, save=True, allow_dirty=settings.allow_dirty)
         if refusal:
             raise ShardError(refusal, fix="merge the shards of a clean commit")
         if not merged.whole:
             say("perfguard: baseline NOT saved: a merged save needs every planned cell's result")
     gatekeeper = Gatekeeper(settings, Path(rootdir or Path.cwd()), merged.run.environment)
     try:
-        history = {r.id: gatekeeper.history_results(r.id) for r in merged.run.scenarios}
+        history = {r.id: gatekeeper.archive.history_results(r.id) for r in merged.run.scenarios}
     except PerfguardError as exc:  # an unreadable archive: the report goes without trends
         say(f"perfguard: no history in the report: {exc}")
         history = {}

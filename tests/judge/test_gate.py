@@ -18,7 +18,7 @@ def test_history_reads_each_stored_baseline_once_for_all_scenarios(
     run = make_run(sha_of(1))
     keeper = Gatekeeper(settings, tmp_path, run.environment)  # tmp_path: not a git checkout
     for i in range(1, 4):
-        keeper.store.save(make_run(sha_of(i), seed=i))
+        keeper.archive.store.save(make_run(sha_of(i), seed=i))
     loads: list[str] = []
     real = BaselineStore._try_load
 
@@ -27,8 +27,8 @@ def test_history_reads_each_stored_baseline_once_for_all_scenarios(
         return real(self, fingerprint, sha)
 
     monkeypatch.setattr(BaselineStore, "_try_load", counting)
-    trends = {sid: keeper.history_results(sid) for sid in IDS}
+    trends = {sid: keeper.archive.history_results(sid) for sid in IDS}
     assert [sha for sha, _ in trends[IDS[0]]] == [sha_of(1), sha_of(2), sha_of(3)]
     assert [r.id for _, r in trends[IDS[1]]] == [IDS[1]] * 3
     assert sorted(loads) == [sha_of(1), sha_of(2), sha_of(3)]
-    assert keeper.store.ordered_baselines(FP)[0].sha == sha_of(1)
+    assert keeper.archive.store.ordered_baselines(FP)[0].sha == sha_of(1)

@@ -18,13 +18,9 @@ from perfguard.baseline.store import Baseline, DirectoryStore
 from perfguard.core import progress
 from perfguard.core.policy import INCONCLUSIVE_ROUNDS, GateSpec
 from perfguard.core.progress import ProgressEvent
-from perfguard.judge.gatekeeper import (
-    REMEASURE_STEP,
-    BaselineChoice,
-    Gatekeeper,
-    GateSettings,
-    run_problem,
-)
+from perfguard.judge.choice import BaselineChoice
+from perfguard.judge.gatekeeper import Gatekeeper, GateSettings
+from perfguard.judge.remeasure import REMEASURE_STEP, run_problem
 from perfguard.judge.verdict import VerdictKind
 from perfguard.measure.quiet import WAIT_STEP, QuietWaiter
 from perfguard.records.figures import CpuShares, RuntimeInfo
@@ -65,7 +61,7 @@ def keeper(
     if baseline is not None:
         commit = CommitInfo(sha="a" * 40, branch="main", dirty=False)
         base = Baseline(ENV.fingerprint, commit, (run_of(baseline),), None)
-        gk.__dict__["choice"] = BaselineChoice(base, "test baseline")
+        gk.archive.__dict__["choice"] = BaselineChoice(base, "test baseline")
     return gk
 
 
@@ -220,8 +216,8 @@ def test_a_save_with_an_inconclusive_cell_is_refused_and_writes_nothing(tmp_path
     other = dataclasses.replace(CLEAN, id="suites/s.yaml::other")
     run = run_of(contended(CLEAN), other)
     assert gk.save(run) is None
-    assert list(gk.save_refused) == [CLEAN.id]
-    assert "other processes used 50%" in gk.save_refused[CLEAN.id]
+    assert list(gk.saver.save_refused) == [CLEAN.id]
+    assert "other processes used 50%" in gk.saver.save_refused[CLEAN.id]
     assert not (tmp_path / "baselines").exists()
 
 
@@ -230,15 +226,17 @@ def test_an_invalid_verdict_of_the_gates_own_does_not_refuse_the_save(tmp_path: 
     gk = keeper(tmp_path, FakeMachine([0.0]), baseline=BASE, save=True)
     few = result(lognormal(50, 3))
     assert gk.judge_confirmed(few, P95, Rounds())[1].verdict is VerdictKind.INVALID
-    assert gk.save(run_of(few)) is not None and not gk.save_refused and not gk.save_marked
+    assert (
+        gk.save(run_of(few)) is not None and not gk.saver.save_refused and not gk.saver.save_marked
+    )
 
 
 def test_save_invalid_marks_the_cells_and_a_later_comparison_says_so(tmp_path: Path) -> None:
     gk = keeper(tmp_path, FakeMachine([0.6]), save=True, save_invalid=True)
     other = dataclasses.replace(CLEAN, id="suites/s.yaml::other")
     path = gk.save(run_of(contended(CLEAN), other))
-    assert path is not None and not gk.save_refused
-    assert list(gk.save_marked) == [CLEAN.id]
+    assert path is not None and not gk.saver.save_refused
+    assert list(gk.saver.save_marked) == [CLEAN.id]
     stored = json.loads(path.read_text())["launches"][0]["scenarios"]
     marks = {s["id"]: (s["stable"], s.get("inconclusive")) for s in stored}
     assert marks[other.id] == (True, None)
@@ -257,7 +255,7 @@ def test_save_invalid_marks_the_cells_and_a_later_comparison_says_so(tmp_path: P
 def test_a_clean_run_saves_as_before(tmp_path: Path) -> None:
     gk = keeper(tmp_path, FakeMachine([0.0]), save=True)
     path = gk.save(run_of(CLEAN))
-    assert path is not None and not gk.save_refused and not gk.save_marked
+    assert path is not None and not gk.saver.save_refused and not gk.saver.save_marked
     assert '"inconclusive"' not in path.read_text()
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from perfguard.baseline.store import Baseline
 from perfguard.core.errors import ResultsError
 from perfguard.judge.abside import base_results
-from perfguard.judge.gatekeeper import BaselineChoice
+from perfguard.judge.choice import BaselineChoice
 from perfguard.judge.outcome import run_outcome
 from perfguard.judge.verdict import (
     ABDetail,

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from perfguard.judge.gatekeeper import SAVE_REFUSED_FIX, GateSettings
+from perfguard.judge.gatekeeper import GateSettings
 from perfguard.judge.outcome import run_outcome
+from perfguard.judge.save import SAVE_REFUSED_FIX
 from perfguard.run.finish import Finished, RunFiles, save_withheld
 
 
