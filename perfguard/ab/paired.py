@@ -68,7 +68,7 @@ Otherwise measuring goes on until ``max_pairs`` pairs or ``max_seconds``
 seconds; there the final rule decides. Early stops need at least ``min_pairs``
 pairs (a P95 interval on fewer is too rough to trust).
 
-On synthetic pairs (``tests/ab/test_abstats.py``'s lognormal with shared per-pair
+On synthetic pairs (``tests/ab/test_paired.py``'s lognormal with shared per-pair
 jitter and slow spells; not real-machine figures) the defaults gave 0/100 false
 alarms in A/A at +5% (median 300 pairs) and 0/100 at +2% (1000); +10% was caught
 50/50 at +5% (median 200 pairs) and +5% 50/50 at +2% (median 800). With the

@@ -3,7 +3,7 @@
 Everywhere else they are skipped with the reason (tests/conftest.py). Each test
 also skips, with its reason, when the runtime it needs is not installed there.
 The CPU-runnable tests of the same paths use fakes (test_torch_cuda.py,
-test_ort_gpu.py, test_tensorrt_backend.py, test_telemetry.py, test_gpu_run.py).
+test_ort_gpu.py, test_tensorrt_backend.py, test_telemetry.py, test_gpuwatch.py).
 """
 
 from __future__ import annotations
