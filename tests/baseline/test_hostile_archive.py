@@ -30,11 +30,12 @@ import pytest
 from perfguard import cli
 from perfguard.baseline import read as baseline_read
 from perfguard.baseline import store as store_mod
-from perfguard.core import codec, policy, resultsio
+from perfguard.core import policy
 from perfguard.core.errors import PerfguardError, ResultsError, StoreError
 from perfguard.core.stats import throughput
 from perfguard.judge import stored as judge_stored
 from perfguard.judge.verdict import MetricVerdict, ScenarioVerdict, VerdictKind
+from perfguard.records import arrays, resultsfile
 from perfguard.records.figures import summarize
 from perfguard.records.results import CommitInfo, RunResult, ScenarioResult
 from perfguard.records.resultsfile import read_results, write_results
@@ -159,7 +160,7 @@ def test_a_symlinked_lock_file_or_baseline_file_is_refused(tmp_path: Path) -> No
 def bomb_blob(declared: int, inflated_bytes: int) -> dict[str, Any]:
     data = zlib.compress(bytes(inflated_bytes), 9)
     return {
-        "encoding": codec.SAMPLES_ENCODING,
+        "encoding": arrays.SAMPLES_ENCODING,
         "n": declared,
         "data": base64.b64encode(data).decode(),
     }
@@ -184,27 +185,27 @@ def test_a_decompression_bomb_in_a_baseline_fails_fast_without_inflating(tmp_pat
 
 
 def test_a_samples_block_declaring_too_many_samples_is_refused_before_inflating() -> None:
-    blob = bomb_blob(codec.MAX_STORED_SAMPLES + 1, 1024)
+    blob = bomb_blob(arrays.MAX_STORED_SAMPLES + 1, 1024)
     with pytest.raises(ResultsError, match="over the limit"):
-        codec.decode_samples(blob, source="x.json")
+        arrays.decode_samples(blob, source="x.json")
 
 
 def test_negative_samples_are_refused() -> None:
-    blob = codec.encode_samples([5, -3, 7])
+    blob = arrays.encode_samples([5, -3, 7])
     with pytest.raises(ResultsError, match="negative latency"):
-        codec.decode_samples(blob, source="x.json")
+        arrays.decode_samples(blob, source="x.json")
     with pytest.raises(ResultsError, match=r"x\.json"):
-        codec.decode_samples([5, -3], source="x.json")
+        arrays.decode_samples([5, -3], source="x.json")
 
 
 def test_a_golden_output_bomb_is_refused() -> None:
     data = base64.b64encode(zlib.compress(bytes(64 << 20), 9)).decode()
-    blob = {"dtype": "float32", "shape": [4], "encoding": codec.ENCODING, "data": data}
+    blob = {"dtype": "float32", "shape": [4], "encoding": arrays.ENCODING, "data": data}
     with pytest.raises(ResultsError, match="cannot be decoded"):
-        codec.decode_array(blob, source="x.json")
+        arrays.decode_array(blob, source="x.json")
     huge = {**blob, "shape": [1 << 20, 1 << 20]}
     with pytest.raises(ResultsError, match="over the limit"):
-        codec.decode_array(huge, source="x.json")
+        arrays.decode_array(huge, source="x.json")
 
 
 # -- hostile values in results.json, baselines and comparison.json -------------------------
@@ -591,7 +592,7 @@ def test_the_comparison_schema_describes_every_recorded_comparison_file() -> Non
     # The schema read-side checks use is a real JSON Schema: every comparison.json
     # perfguard recorded (A/B, load, accuracy, crashes) is valid against it in full.
     jsonschema = pytest.importorskip("jsonschema")
-    schema = resultsio.load_schema(comparison_mod.SCHEMA_RESOURCE)
+    schema = resultsfile.load_schema(comparison_mod.SCHEMA_RESOURCE)
     jsonschema.Draft202012Validator.check_schema(schema)
     records = sorted(RECORDS.glob("*/comparison.json"))
     assert records

@@ -11,7 +11,7 @@ import pytest
 
 from perfguard.core.errors import Location, ModelError, RunInvalid
 from perfguard.core.scenario import GpuSpec, InputSpec, LoopSpec, ModelSpec, Scenario
-from perfguard.measure import gpu
+from perfguard.measure import gpuwatch
 from perfguard.measure.gpuwatch import GpuWatch, cuda_unavailable, device_index, is_out_of_memory
 from perfguard.measure.runner import run_loop
 from perfguard.records.results import ScenarioResult
@@ -116,7 +116,7 @@ def result_of(sc: Scenario) -> ScenarioResult:
 
 
 def test_on_the_cpu_the_watch_does_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gpu, "TelemetrySampler", None)  # would fail if touched
+    monkeypatch.setattr(gpuwatch, "TelemetrySampler", None)  # would fail if touched
     session = FakeSession()
     sc = scenario(device="cpu")
     with GpuWatch(sc, session) as watch:
@@ -129,7 +129,7 @@ def test_a_quiet_gpu_run_gets_telemetry_device_time_and_peak_memory(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     seen: list[int] = []
-    monkeypatch.setattr(gpu, "TelemetrySampler", fake_sampler(QUIET, seen))
+    monkeypatch.setattr(gpuwatch, "TelemetrySampler", fake_sampler(QUIET, seen))
     session = FakeSession()
     sc = scenario()
     with GpuWatch(sc, session) as watch:
@@ -148,7 +148,7 @@ def test_a_quiet_gpu_run_gets_telemetry_device_time_and_peak_memory(
 def test_a_throttled_run_is_invalid_with_its_figures_unless_allowed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(gpu, "TelemetrySampler", fake_sampler(HOT, []))
+    monkeypatch.setattr(gpuwatch, "TelemetrySampler", fake_sampler(HOT, []))
     sc = scenario()
     with GpuWatch(sc, FakeSession()) as watch:
         pass
@@ -167,7 +167,7 @@ def test_exclusive_refuses_to_start_while_others_use_the_gpu(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     busy = {**QUIET, "other_processes": [{"pid": 4242, "used_mib": 2048.0}]}
-    monkeypatch.setattr(gpu, "TelemetrySampler", fake_sampler(busy, []))
+    monkeypatch.setattr(gpuwatch, "TelemetrySampler", fake_sampler(busy, []))
     session = FakeSession()
     with pytest.raises(RunInvalid, match="pid 4242"), GpuWatch(scenario(exclusive=True), session):
         session.calls.append("loop")
@@ -186,7 +186,7 @@ def test_exclusive_refuses_to_start_when_the_process_list_cannot_be_read(
         "processes_error": "this NVML answers none of nvmlDeviceGetComputeRunningProcesses_v3, "
         "... (...). Fix: update the NVIDIA driver",
     }
-    monkeypatch.setattr(gpu, "TelemetrySampler", fake_sampler(unlisted, []))
+    monkeypatch.setattr(gpuwatch, "TelemetrySampler", fake_sampler(unlisted, []))
     session = FakeSession()
     with (
         pytest.raises(RunInvalid) as info,
