@@ -18,6 +18,7 @@ from perfguard.core.policy import GateSpec
 from perfguard.core.progress import ProgressEvent
 from perfguard.judge.compare import compare_scenario
 from perfguard.judge.outcome import (
+    ALSO,
     OUTCOMES,
     AlsoOutcome,
     Outcome,
@@ -54,9 +55,12 @@ def cell(
     message: str | None = None,
     accuracy_failures: tuple[str, ...] | None = None,
     figures: bool = True,
+    inconclusive: tuple[str, ...] = (),
 ) -> ScenarioResult:
     accuracy = (
-        AccuracyFigures(n=4, failures=accuracy_failures) if accuracy_failures is not None else None
+        AccuracyFigures(n=4, failures=accuracy_failures, inconclusive=inconclusive)
+        if accuracy_failures is not None
+        else None
     )
     return ScenarioResult(
         id=sid,
@@ -166,11 +170,12 @@ def runs(draw: st.DrawFn) -> tuple[list[ScenarioResult], list[ScenarioVerdict], 
         sid = f"s::c{i}"
         status = draw(STATUSES)
         failures = draw(st.one_of(st.none(), st.just(()), st.just(("cos low",))))
+        degenerate = draw(st.sampled_from([(), ("reference degenerate",)]))
         if draw(st.booleans()) or status is not Status.PASSED:
             message = draw(st.sampled_from(["", "why"]))
             figures = draw(st.booleans())
             results.append(cell(sid, status, message=message, accuracy_failures=failures,
-                                figures=figures))  # fmt: skip
+                                figures=figures, inconclusive=degenerate))  # fmt: skip
         kind = draw(KINDS)
         if kind is not None:
             verdicts.append(judged(sid, kind, blind=draw(st.booleans())))
@@ -203,6 +208,20 @@ def test_run_outcome_invariants(
     if any(r.status is Status.ERROR for r in results):
         assert outcome.counts.get(Outcome.ERROR)
     assert outcome.headline().startswith("✅") == outcome.passed
+    # Findings beside an outcome are less severe, of the kinds that can be, each once.
+    for c in outcome.cells:
+        kinds = [a.outcome for a in c.also]
+        assert all(k in ALSO and k.rank > c.outcome.rank for k in kinds)
+        assert len(set(kinds)) == len(kinds) and c.outcomes == (c.outcome, *kinds)
+    assert sum(outcome.also_counts.values()) == sum(len(c.also) for c in outcome.cells)
+    # A degenerate reference never reads as clean.
+    for r in results:
+        if r.accuracy is not None and r.accuracy.inconclusive:
+            got = next(c for c in outcome.cells if c.scenario_id == r.id)
+            assert not got.outcome.clean
+            assert Outcome.INCONCLUSIVE in got.outcomes or got.outcome in (
+                Outcome.ERROR, Outcome.SKIPPED, Outcome.FAILED
+            )  # fmt: skip
     # Round trip.
     assert RunOutcome.from_dict(outcome.to_dict()) == outcome
 
