@@ -202,7 +202,8 @@ class AccuracyView:
 def _outputs(report: AccuracyReport | None) -> list[dict[str, Any]]:
     return [
         {
-            "name": output.name + (" (degenerate reference)" if output.degenerate else ""),
+            # The name as stored: only a degenerate reference's gets the note.
+            "name": f"{output.name} (degenerate reference)" if output.degenerate else output.name,
             "values": [(str(k), _fmt(v)) for k, v in output.values.items()],
             "worst": ", ".join(str(i) for i in output.worst_inputs),
         }
