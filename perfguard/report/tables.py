@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfguard.core.text import one_line
-from perfguard.judge.outcome import CellOutcome, RunOutcome, grouped, run_outcome
+from perfguard.judge.outcome import CellOutcome, Outcome, RunOutcome, grouped, run_outcome
 from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.machine.telemetry import telemetry_gap
 from perfguard.records.figures import LatencySummary
@@ -113,11 +113,18 @@ def outcome_lines(outcome: RunOutcome) -> list[tuple[str, bool]]:
     Passed cells are left out (the table shows them); cells sharing an outcome and a
     reason are one line: ``new (10): a, b, c, d, e and 5 more: no baseline ...``. A
     finding beside a cell's outcome has its own line (the inconclusive latency gate of a
-    cell that failed accuracy), which never reads as failed: the outcome's line does.
+    cell that failed accuracy); it reads as failed only when it is one that fails an item
+    (an accuracy failure beside a regression), in a cell that failed.
     """
     lines = []
+    failing = (Outcome.REGRESSION, Outcome.ACCURACY)
     for kind, who, reason in grouped([c for c in outcome.cells if c.outcome.value != "passed"]):
-        failed = any(c.failed for c in outcome.cells if c.outcome is kind and c.reason == reason)
+        failed = any(
+            c.failed and (main or kind in failing)
+            for c in outcome.cells
+            for o, why, main in c.findings()
+            if o is kind and why == reason
+        )
         tail = f": {reason}" if reason else ""
         lines.append((one_line(f"{who}{tail}"), failed))
     return lines

@@ -38,6 +38,7 @@ from perfguard.report import render_html, render_markdown
 from perfguard.report.comparison import comparison_path, read_comparison, write_comparison
 from perfguard.report.index import render_index
 from perfguard.report.model import ReportInput
+from perfguard.report.tables import outcome_lines
 from perfguard.run.cell import judged_end
 from perfguard.run.finish import RunFiles
 from perfguard.worker.client import WorkerProcess
@@ -154,6 +155,12 @@ def test_a_regressed_cell_that_failed_accuracy_too_says_both() -> None:
     assert got.outcome is Outcome.REGRESSION and "P95 latency regression" in got.reason
     assert got.also == (AlsoOutcome(Outcome.ACCURACY, "cos 0.9 < 0.99"),)
     assert got.label() == "regression + accuracy failure"
+    # Both lines are failures (red): the accuracy failure failed the item too.
+    lines = outcome_lines(run_outcome([result], [judged("a", VerdictKind.REGRESSION)]))
+    assert lines == [
+        ("regression: a: P95 latency regression; regression because", True),
+        ("accuracy failure: a: cos 0.9 < 0.99", True),
+    ]
 
 
 # --------------------------------------------------------------------------- runs
