@@ -39,6 +39,12 @@ integer output fails on any mismatch unless ``max_abs_err`` or ``mean_abs_err``
 is set for it. A gate that does not apply to an output (cosine on integers) is
 skipped there, and refused when ``per_output`` sets it for that output.
 
+Degenerate references: a floating reference output that holds NaN/Inf, is near zero
+(largest |value| below ``DEGENERATE_MAX_ABS``) or constant (``degenerate``) cannot judge
+anything: its figures are still computed, but none of its gates is checked except
+``nonfinite_max`` on the current side; ``AccuracyReport.inconclusive`` says why and the
+fix, and the cell's accuracy is inconclusive rather than passed or failed on noise.
+
 Worst inputs: per figure, up to 5 sample indices furthest from the reference
 (lowest cosine; highest KL or per-sample max error; top-k disagreement; most
 NaN/Inf or mismatches), worst first, ties by index, exact matches left out.
@@ -48,14 +54,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from perfguard.core.errors import AccuracyError
+from perfguard.core.policy import DEGENERATE_MAX_ABS, DEGENERATE_SPREAD
 from perfguard.core.scenario import AccuracySpec, TaskMetricSpec
 from perfguard.records.accuracyfigures import (
+    DEGENERATE_FIX,
     AccuracyReport,
     Check,
     OutputMetrics,
@@ -314,22 +323,49 @@ def _resolve(key: str, names: Sequence[str], where: str) -> int:
     )
 
 
-def check_finite(name: str, arrays: Sequence[Array], output_names: Sequence[str] = ()) -> None:
-    """AccuracyError when a reference output holds NaN/Inf: it cannot judge anything."""
-    for i, raw in enumerate(arrays):
-        array = np.asarray(raw)
-        bad = ~np.isfinite(array) if _is_floating(array.dtype) and array.ndim else None
-        if bad is None or not bad.any():
-            continue
-        label = output_names[i] if i < len(output_names) else str(i)
-        kinds = " and ".join(k for k, f in (("NaN", np.isnan), ("Inf", np.isinf)) if f(array).any())
-        samples = np.flatnonzero(bad.reshape(bad.shape[0], -1).any(axis=1))[:WORST_COUNT]
-        raise AccuracyError(
-            f"the reference itself produced {kinds} in output {label!r} of {name} "
-            f"({int(bad.sum())} values; inputs {', '.join(str(int(s)) for s in samples)})",
-            expected="finite reference outputs: a broken reference cannot judge another cell",
-            fix=f"fix {name}, or point `accuracy.reference` at another cell",
-        )
+def degenerate(reference: Array) -> str:
+    """Why a reference output cannot judge another cell's, or "" when it can.
+
+    A floating output is degenerate when it holds NaN/Inf, when its largest |value| is
+    below ``DEGENERATE_MAX_ABS`` (near zero: rounding noise, not a signal), or when it
+    is constant: every row of its last axis (the whole output when that axis holds one
+    value) spans at most ``DEGENERATE_SPREAD`` of its largest |value|. Cosine, KL,
+    top-k and errors against such a reference carry no information (see
+    ``perfguard.core.policy`` for the thresholds). Integer and bool outputs never are.
+    """
+    ref = np.asarray(reference)
+    if not _is_floating(ref.dtype) or ref.ndim == 0 or ref.size == 0:
+        return ""
+    n, width = ref.shape[0], ref.shape[-1] if ref.ndim >= 2 else 1
+    step = max(1, _CHUNK_ELEMENTS // max(1, ref.size // n))
+    nonfinite, bad_samples, top = 0, [], 0.0
+    low, high, rows_constant = math.inf, -math.inf, width > 1
+    with np.errstate(all="ignore"):
+        for start in range(0, n, step):
+            x = ref[start : start + step].astype(np.float64)
+            finite = np.isfinite(x)
+            if not finite.all():
+                nonfinite += int((~finite).sum())
+                per_sample = (~finite).reshape(x.shape[0], -1).any(axis=1)
+                bad_samples += [start + int(i) for i in np.flatnonzero(per_sample)]
+                continue
+            top = max(top, float(np.max(np.abs(x))))
+            low, high = min(low, float(np.min(x))), max(high, float(np.max(x)))
+            if rows_constant:
+                rows = x.reshape(-1, width)
+                spread = np.max(rows, axis=1) - np.min(rows, axis=1)
+                scale = np.max(np.abs(rows), axis=1)
+                rows_constant = bool(np.all(spread <= DEGENERATE_SPREAD * scale))
+    if nonfinite:
+        inputs = ", ".join(str(i) for i in bad_samples[:WORST_COUNT])
+        return f"it holds {nonfinite} NaN/Inf values, in inputs {inputs}"
+    if top < DEGENERATE_MAX_ABS:
+        return f"near zero: its largest |value| is {top:.3g}, below {DEGENERATE_MAX_ABS:g}"
+    if ref.size > 1 and high - low <= DEGENERATE_SPREAD * top:
+        return f"constant: every value is {high:.6g}"
+    if rows_constant:
+        return "constant: each row of its last axis holds one value"
+    return ""
 
 
 def compare_outputs(
@@ -354,27 +390,38 @@ def compare_outputs(
     selected = selected or list(range(len(names)))
     # A key names an output by name or by index; a later entry wins.
     overrides = {_resolve(k, names, "accuracy.per_output"): g for k, g in spec.per_output}
-    check_finite(reference_name, [reference[i] for i in selected], [names[i] for i in selected])
     against = reference_name if baseline else f"reference {reference_name}"
 
     outputs: list[OutputMetrics] = []
     checks: list[Check] = []
+    inconclusive: list[str] = []
     for index in selected:
         gates = overrides.get(index, spec.gates)
+        why = degenerate(reference[index])
         # Only a gated KL refuses non-distributions: an embedding output next to
-        # the probabilities should not stop the run.
-        strict = not baseline and gates.kl_max is not None
+        # the probabilities should not stop the run (nor a degenerate reference).
+        strict = not baseline and gates.kl_max is not None and not why
         args = (names[index], current[index], reference[index])
         metrics = output_metrics(
             *args, kl_on=spec.kl_on, temperature=spec.temperature, topk=gates.topk, kl_strict=strict
         )
-        outputs.append(metrics)
         wanted: list[tuple[Gate, float | None]] = [(_BASELINE, gates.baseline_cosine_min)]
-        if not baseline:
+        if why:
+            # Nothing measured against it means anything; NaN/Inf on this cell's own
+            # side still fails.
+            metrics = replace(metrics, degenerate=why)
+            inconclusive.append(
+                f"accuracy on output {names[index]} not checked: {against} is degenerate "
+                f"({why}), so cosine, KL, top-k and errors against it carry no "
+                f"information; fix: {DEGENERATE_FIX}"
+            )
+            wanted = []
+        elif not baseline:
             wanted = [(gate, getattr(gates, gate[0])) for gate in _GATED]
             tolerant = gates.max_abs_err is not None or gates.mean_abs_err is not None
             if "mismatch_count" in metrics.values and not tolerant:
                 wanted.append((_EXACT, 0.0))  # integers: exact unless a tolerance is set
+        outputs.append(metrics)
         wanted.append((_NONFINITE, float(gates.nonfinite_max)))
         for gate, limit in wanted:
             if limit is None:
@@ -389,7 +436,9 @@ def compare_outputs(
                     expected="cosine/KL/top-k only on floating outputs with a last axis",
                     fix=f"remove {gate[0]} from that output's gates",
                 )
-    return AccuracyReport(reference_name, tuple(outputs), tuple(checks), None)
+    return AccuracyReport(
+        reference_name, tuple(outputs), tuple(checks), None, inconclusive=tuple(inconclusive)
+    )
 
 
 def _call_task(

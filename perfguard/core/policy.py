@@ -56,6 +56,8 @@ __all__ = [
     "CONFIDENCE",
     "CONTENTION_LIMIT",
     "DEFAULT_GATES",
+    "DEGENERATE_MAX_ABS",
+    "DEGENERATE_SPREAD",
     "FUTILITY_CONFIDENCE",
     "INCONCLUSIVE",
     "INCONCLUSIVE_CHOICES",
@@ -303,6 +305,28 @@ def samples_needed(q: float, confidence: float = CONFIDENCE) -> int:
 # setting away: --perfguard-max-input-mib / ini perfguard_max_input_mib. Independently
 # of it, inputs must fit in the memory the host has available (models.inputs).
 MAX_INPUT_MIB = 4096
+
+
+# -- Degenerate accuracy references (issue 28) -----------------------------------------
+# A floating reference output that cannot tell a good cell from a bad one makes the
+# accuracy checks on that output inconclusive (perfguard.accuracy.metrics.degenerate),
+# not passed or failed on noise:
+#
+# * near zero: its largest finite |value| is below DEGENERATE_MAX_ABS. 1e-6 is about
+#   8 float32 ulps at 1.0 (epsilon 1.19e-7): an output that small, computed from inputs
+#   and weights of order 1, is the rounding left over from sums that cancelled, not a
+#   signal; fp16 holds it only as a subnormal with a few bits and int8 rounds it to 0.
+#   (A random-weight mobilenet_v3_small gives logits of ~2e-9: int8 then outputs zeros,
+#   cosine and top-1 read 0 while KL and max abs error read ~1e-9, all noise.)
+#   Probabilities clear it: the largest of a softmax over V classes is >= 1/V, and V
+#   stays below 1e6.
+# * constant: every row of its last axis (the whole output when that axis has one value
+#   or there is none) spans at most DEGENERATE_SPREAD of its largest |value|, i.e. its
+#   values agree to float32 rounding: softmax is uniform, top-k is decided by index
+#   order, cosine compares two flat vectors; none of them says anything.
+# * non-finite: any NaN/Inf in the reference output.
+DEGENERATE_MAX_ABS = 1e-6
+DEGENERATE_SPREAD = 1e-6
 
 
 # --------------------------------------------------------------------------- suite limits

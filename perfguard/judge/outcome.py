@@ -12,12 +12,20 @@ Outcomes, worst first (``OUTCOMES``):
 * ``accuracy``: an accuracy check failed;
 * ``error``: perfguard or the model raised something unexpected;
 * ``failed``: the cell failed without figures to judge (did not measure, failed requests);
-* ``inconclusive``: the comparison could not be trusted (verdict ``invalid``), whether
-  that failed the item or passed it with a warning;
+* ``inconclusive``: the comparison could not be trusted (verdict ``invalid``), or an
+  accuracy check could not be made (its reference is degenerate:
+  ``AccuracyFigures.inconclusive``), whether that failed the item or passed it with a
+  warning;
 * ``blind``: a gate that could not have seen a regression of its own limit
   (``MetricVerdict.blind``): it passed, but proves little;
 * ``missing``, ``incomparable``, ``new``: nothing was gated;
 * ``improvement``, ``skipped``, ``passed``.
+
+A cell's outcome is its worst finding; its other findings among ``regression``,
+``accuracy``, ``inconclusive`` and ``blind`` are kept beside it (``CellOutcome.also``),
+so that a cell failing an accuracy check whose latency gate was inconclusive says both:
+``accuracy failure + inconclusive``. Every output shows them: the outcome column, the
+grouped lines, the tables of ``summary.md`` and the counts (``also 1 inconclusive``).
 
 The run *passed* only when no cell failed its item (and pytest exited 0); it is clean
 (✅) only when every cell ran, was judged and passed (``passed`` or ``improvement``).
@@ -131,6 +139,28 @@ def blind_note(metric: MetricVerdict, mode: str) -> str:
     return f"{limit}, but {what}: {fix}"
 
 
+#: The findings a cell can have beside its outcome (``CellOutcome.also``).
+ALSO: tuple[Outcome, ...] = (Outcome.ACCURACY, Outcome.INCONCLUSIVE, Outcome.BLIND)
+
+
+@dataclass(frozen=True)
+class AlsoOutcome:
+    """A finding of a cell beside its outcome, and the sentences that explain it."""
+
+    outcome: Outcome
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "outcome", Outcome(self.outcome))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"outcome": self.outcome.value, "reason": self.reason}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AlsoOutcome:
+        return cls(Outcome(data["outcome"]), str(data.get("reason", "")))
+
+
 @dataclass(frozen=True)
 class CellOutcome:
     """One cell's outcome and the one line a reviewer should read about it.
@@ -138,7 +168,8 @@ class CellOutcome:
     ``failed`` is whether pytest failed the cell's item (status failed or error);
     ``reason`` joins the sentences that explain the outcome, none twice; ``change`` is
     the P95 change decided on (None when not compared); ``detectable``/``limit`` are the
-    P95 gate's, for a cell whose gate is ``blind``.
+    P95 gate's, for a cell whose gate is ``blind``; ``also`` the cell's other findings,
+    each less severe than ``outcome`` (an accuracy failure's inconclusive latency gate).
     """
 
     scenario_id: str
@@ -151,9 +182,29 @@ class CellOutcome:
     detectable: float | None = None
     limit: float | None = None
     mode: str = "archived"
+    also: tuple[AlsoOutcome, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "outcome", Outcome(self.outcome))
+
+    @property
+    def outcomes(self) -> tuple[Outcome, ...]:
+        """The outcome, then each finding beside it."""
+        return (self.outcome, *(a.outcome for a in self.also))
+
+    def label(self, *, loud: bool = False) -> str:
+        """``accuracy failure + inconclusive``: every finding of the cell, worst first;
+        with ``loud``, the outcome upper case when it failed the item (the terminal's)."""
+        main = self.outcome.label
+        return " + ".join([main.upper() if loud and self.failed else main,
+                           *(a.outcome.label for a in self.also)])  # fmt: skip
+
+    def findings(self) -> list[tuple[Outcome, str, bool]]:
+        """(outcome, reason, is it the cell's outcome) for the outcome and each beside it."""
+        return [
+            (self.outcome, self.reason, True),
+            *((a.outcome, a.reason, False) for a in self.also),
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -167,11 +218,14 @@ class CellOutcome:
             "detectable": self.detectable,
             "limit": self.limit,
             "mode": self.mode,
+            "also": [a.to_dict() for a in self.also],
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CellOutcome:
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+        kwargs = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        kwargs["also"] = tuple(AlsoOutcome.from_dict(a) for a in data.get("also", ()))
+        return cls(**kwargs)
 
 
 def _blind_metrics(verdict: ScenarioVerdict) -> list[MetricVerdict]:
@@ -210,35 +264,28 @@ def cell_outcome(
     failed = status in (Status.FAILED, Status.ERROR)
     kind = verdict.verdict if verdict is not None else None
     message = result.message or "" if result is not None else ""
-    accuracy = result.accuracy if result is not None else None
     p95 = verdict.metric("p95") if verdict is not None else None
 
+    findings = _findings(result, verdict)
     outcome: Outcome
     reasons: list[str]
-    blind = _blind_metrics(verdict) if verdict is not None else []
     if status is Status.ERROR:
         outcome, reasons = Outcome.ERROR, [message or "error"]
-    elif kind is VerdictKind.REGRESSION:
-        assert verdict is not None
-        # A regressed cell that also failed an accuracy check says both.
-        failures = list(accuracy.failures) if accuracy is not None else []
-        outcome, reasons = Outcome.REGRESSION, [*_kind_messages(verdict, kind), *failures]
-    elif accuracy is not None and not accuracy.passed:
-        outcome, reasons = Outcome.ACCURACY, list(accuracy.failures) or ["accuracy check failed"]
+    elif Outcome.REGRESSION in findings:
+        outcome, reasons = Outcome.REGRESSION, findings[Outcome.REGRESSION]
+    elif Outcome.ACCURACY in findings:
+        outcome, reasons = Outcome.ACCURACY, findings[Outcome.ACCURACY]
     elif status is Status.SKIPPED:
         outcome, reasons = Outcome.SKIPPED, [message or "skipped"]
     elif status is Status.FAILED and not (
-        kind is VerdictKind.INVALID and result is not None and _measured(result)
+        Outcome.INCONCLUSIVE in findings and result is not None and _measured(result)
     ):
         outcome, reasons = Outcome.FAILED, [message or "failed"]
-    elif kind is VerdictKind.INVALID:
-        assert verdict is not None
-        # The scenario's messages say a run-level reason once (its metrics each repeat it).
-        outcome, reasons = Outcome.INCONCLUSIVE, [message, *verdict.messages]
-    elif blind:
-        assert verdict is not None
-        outcome = Outcome.BLIND
-        reasons = [blind_note(m, verdict.mode) for m in blind]
+    elif Outcome.INCONCLUSIVE in findings:
+        # Under --perfguard-inconclusive=fail the item's message says it first.
+        outcome, reasons = Outcome.INCONCLUSIVE, [message, *findings[Outcome.INCONCLUSIVE]]
+    elif Outcome.BLIND in findings:
+        outcome, reasons = Outcome.BLIND, findings[Outcome.BLIND]
     elif kind is VerdictKind.MISSING:
         outcome, reasons = Outcome.MISSING, list(verdict.messages)  # type: ignore[union-attr]
     elif kind is VerdictKind.INCOMPARABLE:
@@ -252,6 +299,14 @@ def cell_outcome(
         outcome, reasons = Outcome.IMPROVEMENT, _kind_messages(verdict, kind)
     else:
         outcome, reasons = Outcome.PASSED, []
+    # An errored, skipped or unmeasured cell has nothing else worth saying.
+    also: tuple[AlsoOutcome, ...] = ()
+    if outcome in (Outcome.REGRESSION, Outcome.ACCURACY, Outcome.INCONCLUSIVE):
+        also = tuple(
+            AlsoOutcome(o, "; ".join(unique(findings[o])))
+            for o in ALSO
+            if o in findings and o.rank > outcome.rank
+        )
     if gate and outcome in (Outcome.REGRESSION, Outcome.ACCURACY):
         failed = True
     return CellOutcome(
@@ -265,7 +320,38 @@ def cell_outcome(
         detectable=p95.detectable if p95 is not None else None,
         limit=p95.limit if p95 is not None else None,
         mode=verdict.mode if verdict is not None else "archived",
+        also=also,
     )
+
+
+def _findings(
+    result: ScenarioResult | None, verdict: ScenarioVerdict | None
+) -> dict[Outcome, list[str]]:
+    """What the comparison and the accuracy checks found, whatever the cell's status:
+    each finding among ``regression``, ``accuracy``, ``inconclusive`` and ``blind`` with
+    the sentences that explain it."""
+    found: dict[Outcome, list[str]] = {}
+    kind = verdict.verdict if verdict is not None else None
+    accuracy = result.accuracy if result is not None else None
+    if verdict is not None and kind is VerdictKind.REGRESSION:
+        found[Outcome.REGRESSION] = _kind_messages(verdict, kind)
+    if accuracy is not None and not accuracy.passed:
+        found[Outcome.ACCURACY] = list(accuracy.failures) or ["accuracy check failed"]
+    inconclusive: list[str] = []
+    if verdict is not None and kind is VerdictKind.INVALID:
+        # The scenario's messages say a run-level reason once (its metrics each repeat it).
+        inconclusive += verdict.messages
+    elif verdict is not None:  # a gate invalid beside another that regressed
+        inconclusive += [m.message for m in verdict.metrics if m.verdict is VerdictKind.INVALID]
+    if accuracy is not None:
+        inconclusive += accuracy.inconclusive
+    if inconclusive:
+        found[Outcome.INCONCLUSIVE] = inconclusive
+    blind = _blind_metrics(verdict) if verdict is not None else []
+    if blind:
+        assert verdict is not None
+        found[Outcome.BLIND] = [blind_note(m, verdict.mode) for m in blind]
+    return found
 
 
 def cell_outcomes(
@@ -298,6 +384,15 @@ class RunOutcome:
         found = {o: 0 for o in OUTCOMES}
         for cell in self.cells:
             found[cell.outcome] += 1
+        return {o: n for o, n in found.items() if n}
+
+    @property
+    def also_counts(self) -> dict[Outcome, int]:
+        """Cells per finding beside their outcome (``CellOutcome.also``), worst first."""
+        found = {o: 0 for o in OUTCOMES}
+        for cell in self.cells:
+            for also in cell.also:
+                found[also.outcome] += 1
         return {o: n for o, n in found.items() if n}
 
     @property
@@ -345,15 +440,21 @@ class RunOutcome:
         return f"⚠️ passed with {rest}"
 
     def counts_line(self) -> str:
-        """The counts the headline does not already give, and the total.
+        """The counts the headline does not already give, the total, and the findings
+        beside the cells' outcomes.
 
         ``1 regression, 1 error, 7 passed (9 cells)`` under ``❌ regression``;
-        ``6 passed (10 cells)`` under ``⚠️ passed with 4 new``.
+        ``6 passed (10 cells)`` under ``⚠️ passed with 4 new``;
+        ``1 accuracy failure, 3 passed (4 cells; also 1 inconclusive)`` when the cell
+        that failed accuracy had an inconclusive latency gate too.
         """
         total = len(self.cells)
         shown = {o: n for o, n in self.counts.items() if self.failed or o.clean}
         parts = ", ".join(o.counted(n) for o, n in shown.items())
         cells = f"{total} cell{'s' if total != 1 else ''}"
+        also = ", ".join(o.counted(n) for o, n in self.also_counts.items())
+        if also:
+            cells += f"; also {also}"
         return f"{parts} ({cells})" if parts else cells
 
     def summary(self) -> str:
@@ -365,6 +466,13 @@ class RunOutcome:
 
     def of(self, outcome: Outcome) -> list[CellOutcome]:
         return [c for c in self.cells if c.outcome is outcome]
+
+    def showing(self, outcome: Outcome) -> list[tuple[CellOutcome, str]]:
+        """(cell, reason) per cell with the finding ``outcome``: the cells whose outcome
+        it is, then those with it beside their outcome (the finding's own reason)."""
+        mains = [(c, c.reason) for c in self.of(outcome)]
+        beside = [(c, a.reason) for c in self.cells for a in c.also if a.outcome is outcome]
+        return [*mains, *beside]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -398,14 +506,16 @@ def run_outcome(
 
 
 def grouped(cells: Sequence[CellOutcome], limit: int = 5) -> list[tuple[Outcome, str, str]]:
-    """(outcome, who, reason) per group of cells sharing an outcome and a reason.
+    """(outcome, who, reason) per group of cells sharing a finding and a reason: each
+    cell's outcome, and each finding beside it (``CellOutcome.also``), worst first.
 
     ``who`` is ``new: a`` for one cell, ``new (10): a, b, c, d, e and 5 more`` for a
     group, so ten ``new`` cells with the same reason read as one line.
     """
     groups: dict[tuple[Outcome, str], list[str]] = {}
-    for cell in cells:
-        groups.setdefault((cell.outcome, cell.reason), []).append(cell.scenario_id)
+    found = [(o, reason, c.scenario_id) for c in cells for o, reason, _ in c.findings()]
+    for outcome, reason, sid in sorted(found, key=lambda f: f[0].rank):
+        groups.setdefault((outcome, reason), []).append(sid)
     out = []
     for (outcome, reason), ids in groups.items():
         if len(ids) == 1:
@@ -418,7 +528,9 @@ def grouped(cells: Sequence[CellOutcome], limit: int = 5) -> list[tuple[Outcome,
 
 
 __all__ = [
+    "ALSO",
     "OUTCOMES",
+    "AlsoOutcome",
     "CellOutcome",
     "Outcome",
     "RunOutcome",

@@ -180,4 +180,6 @@ def junit_properties(
             props.append(("perfguard_p95_change_pct", round(p95.change * 100, 2)))
     if result.accuracy:
         props.append(("perfguard_accuracy_passed", result.accuracy.passed))
+        if result.accuracy.inconclusive:  # checks not made: a degenerate reference
+            props.append(("perfguard_accuracy_inconclusive", True))
     return props

@@ -43,7 +43,8 @@ def github_annotations(
     outcome: RunOutcome,
 ) -> list[str]:
     """Under GitHub Actions, one ``::error`` per failed cell and one ``::warning`` per
-    inconclusive or blind one, at its suite line."""
+    inconclusive or blind one, at its suite line; a failed cell's inconclusive or blind
+    finding beside its outcome (``CellOutcome.also``) is a ``::warning`` of its own."""
     if not in_github_actions():
         return []
     by_id = {r.id: r for r in results}
@@ -52,16 +53,17 @@ def github_annotations(
         result = by_id.get(cell.scenario_id)
         if result is None:
             continue
-        if cell.failed:
-            level = "error"
-        elif cell.outcome in (Outcome.INCONCLUSIVE, Outcome.BLIND):
-            level = "warning"
-        else:
-            continue
         path, line = locations.get(result.id, (result.suite, None))
-        title = f"perfguard {cell.outcome.label}: {result.name}"
-        message = result.message if cell.failed and result.message else cell.reason
-        lines.append(annotation(path, line, title, message or cell.outcome.label, level))
+        for kind, reason, main in cell.findings():
+            if main and cell.failed:
+                level = "error"
+            elif kind in (Outcome.INCONCLUSIVE, Outcome.BLIND):
+                level = "warning"
+            else:
+                continue
+            title = f"perfguard {kind.label}: {result.name}"
+            message = result.message if main and cell.failed and result.message else reason
+            lines.append(annotation(path, line, title, message or kind.label, level))
     return lines
 
 

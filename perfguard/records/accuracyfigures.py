@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 __all__ = [
+    "DEGENERATE_FIX",
     "AccuracyFigures",
     "AccuracyReport",
     "Check",
@@ -22,6 +23,16 @@ __all__ = [
     "OutputMetrics",
     "TaskMetricFigures",
 ]
+
+
+#: What a message about a degenerate reference (perfguard.accuracy.metrics.degenerate)
+#: tells its reader to do.
+DEGENERATE_FIX = (
+    "seed or initialise the model so its outputs carry information (load trained "
+    "weights, or initialise them with a fixed seed: random-weight models can give "
+    "logits of ~1e-9, which int8 rounds to zero), or leave that output out with "
+    "`accuracy.outputs`"
+)
 
 
 def _plain(data: Any) -> Any:
@@ -46,14 +57,20 @@ class OutputMetrics:
     worst_inputs: tuple[int, ...]
     # Worst samples per ranking: cosine, kl, abs_err, rel_err, topk, nonfinite, mismatch.
     worst_by_metric: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # Why the reference's side of this output cannot judge anything ("" when it can):
+    # its figures are kept, its checks (but NaN/Inf on the current side) are not made.
+    degenerate: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "name": self.name,
             "values": _plain(dict(self.values)),
             "worst_inputs": list(self.worst_inputs),
             "worst_by_metric": {k: list(v) for k, v in self.worst_by_metric.items()},
         }
+        if self.degenerate:
+            out["degenerate"] = self.degenerate
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> OutputMetrics:
@@ -62,6 +79,7 @@ class OutputMetrics:
             values=dict(data["values"]),
             worst_inputs=_ints(data["worst_inputs"]),
             worst_by_metric={k: _ints(v) for k, v in data.get("worst_by_metric", {}).items()},
+            degenerate=str(data.get("degenerate") or ""),
         )
 
 
@@ -111,12 +129,15 @@ class TaskMetricFigures:
 
 @dataclass(frozen=True)
 class AccuracyReport:
-    """Every output's figures and every gate's check against one reference."""
+    """Every output's figures and every gate's check against one reference;
+    ``inconclusive``: one message per output whose reference is degenerate (its checks
+    not made)."""
 
     reference: str
     outputs: tuple[OutputMetrics, ...]
     checks: tuple[Check, ...]
     task_metric: TaskMetricFigures | None = None
+    inconclusive: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -130,13 +151,16 @@ class AccuracyReport:
         return next((o for o in self.outputs if o.name == name), None)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "passed": self.passed,
             "reference": self.reference,
             "outputs": [o.to_dict() for o in self.outputs],
             "checks": [c.to_dict() for c in self.checks],
             "task_metric": self.task_metric.to_dict() if self.task_metric else None,
         }
+        if self.inconclusive:
+            out["inconclusive"] = list(self.inconclusive)
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> AccuracyReport:
@@ -146,6 +170,7 @@ class AccuracyReport:
             outputs=tuple(OutputMetrics.from_dict(o) for o in data.get("outputs", ())),
             checks=tuple(Check.from_dict(c) for c in data.get("checks", ())),
             task_metric=TaskMetricFigures.from_dict(task) if task else None,
+            inconclusive=tuple(str(m) for m in data.get("inconclusive") or ()),
         )
 
 
@@ -174,7 +199,9 @@ class AccuracyFigures:
     ``cosine_mean`` since the baseline commit), its task metric, and against the golden
     outputs archived with the baseline (``baseline``; ``baseline_skipped`` says why not).
     ``n`` is the number of accuracy inputs; ``failures`` are the one-line messages of
-    every failed gate."""
+    every failed gate; ``inconclusive`` those of every check not made because its
+    reference is degenerate (near zero, constant or NaN/Inf): with no failure, the
+    cell's accuracy is inconclusive, neither passed nor failed."""
 
     n: int
     reference: str | None = None
@@ -184,9 +211,11 @@ class AccuracyFigures:
     baseline: AccuracyReport | None = None
     baseline_skipped: str | None = None
     failures: tuple[str, ...] = ()
+    inconclusive: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
+        """No check failed (checks not made, ``inconclusive``, do not fail it)."""
         return not self.failures
 
     def to_dict(self) -> dict[str, Any]:
@@ -204,6 +233,8 @@ class AccuracyFigures:
         elif self.baseline_skipped is not None:
             out["baseline"] = {"skipped": self.baseline_skipped}
         out["failures"] = list(self.failures)
+        if self.inconclusive:
+            out["inconclusive"] = list(self.inconclusive)
         out["passed"] = self.passed
         return out
 
@@ -220,4 +251,5 @@ class AccuracyFigures:
             baseline=AccuracyReport.from_dict(base) if base and skipped is None else None,
             baseline_skipped=skipped,
             failures=tuple(str(f) for f in data.get("failures") or ()),
+            inconclusive=tuple(str(m) for m in data.get("inconclusive") or ()),
         )

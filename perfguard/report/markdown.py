@@ -4,8 +4,10 @@ It starts with a marker line so a workflow can find and update one comment. The
 heading tells the run's outcome (``perfguard.judge.outcome``: the same one pytest's
 exit status, the terminal and the HTML report give) and the counts once; then one
 table per outcome worth reading (regressions, accuracy failures, errors and failed
-cells with their message, inconclusive cells, blind gates, improvements; repeated
-same-reason cells such as ``new`` are one line). What GPU telemetry could not see
+cells with their message, inconclusive cells, blind gates, improvements; a cell is in
+the table of its outcome and in that of each finding beside it, such as the
+inconclusive latency gate of a cell that failed accuracy; repeated same-reason cells
+such as ``new`` are one line). What GPU telemetry could not see
 (NVML off, throttling unreadable) is said once, before the tables. Each list is truncated to
 ``MAX_ROWS``, and the whole text, once escaped, is cut at whole lines to fit GitHub's
 comment limit (``COMMENT_LIMIT`` characters), ending with a line that says so and
@@ -61,18 +63,28 @@ def _change(cell: CellOutcome) -> str:
     return "-" if cell.change is None else f"{cell.change * 100:+.1f}%"
 
 
+def _why(kind: Outcome, cell: CellOutcome, reason: str) -> str:
+    """A row's why: the finding's reason; one beside the cell's outcome says so first."""
+    why = reason or kind.label
+    return why if cell.outcome is kind else f"beside its {cell.outcome.label}: {why}"
+
+
 def _table(
-    title: str, cells: Sequence[CellOutcome], where: Mapping[str, str] | None = None
+    title: str,
+    kind: Outcome,
+    cells: Sequence[tuple[CellOutcome, str]],
+    where: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """A table of ``cells``; ``where`` adds a cell's "where the time went" line to its why."""
+    """A table of ``cells`` with the finding ``kind`` (each with that finding's reason);
+    ``where`` adds a cell's "where the time went" line to its why."""
     if not cells:
         return []
     where = where or {}
     lines = [f"**{title} ({len(cells)})**", "", "| scenario | Δ P95 | why |", "| --- | --- | --- |"]
     lines += [
         f"| {md_code(c.scenario_id, MAX_NAME)} | {_change(c)} | "
-        f"{md_text(c.reason or c.outcome.label, MAX_MESSAGE)}{where.get(c.scenario_id, '')} |"
-        for c in cells[:MAX_ROWS]
+        f"{md_text(_why(kind, c, reason), MAX_MESSAGE)}{where.get(c.scenario_id, '')} |"
+        for c, reason in cells[:MAX_ROWS]
     ]
     if len(cells) > MAX_ROWS:
         lines.append(f"| ... and {len(cells) - MAX_ROWS} more | | |")
@@ -186,9 +198,10 @@ def render_markdown(inp: ReportInput, *, link: str | None = None) -> str:
         lines += [f"[Full report]({link})", ""]
     lines += _telemetry(inp.run.scenarios)
     for kind, title in TABLES:
-        cells = outcome.of(kind)
-        profiles = _where_the_time_went(inp, cells) if kind is Outcome.REGRESSION else None
-        lines += _table(title, cells, profiles)
+        cells = outcome.showing(kind)
+        regressed = [c for c, _ in cells] if kind is Outcome.REGRESSION else None
+        profiles = _where_the_time_went(inp, regressed) if regressed else None
+        lines += _table(title, kind, cells, profiles)
     lines += _load_table(inp.run.scenarios)
     lines += _uncaught(inp)
     lines += _also(outcome.cells)

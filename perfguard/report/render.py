@@ -113,8 +113,17 @@ def _fmt(value: Any, digits: int = 6) -> str:
     return str(value)
 
 
-def _failures(n: int) -> str:
-    return "ok" if n == 0 else f"{n} failure{'s' if n != 1 else ''}"
+def _failures(n: int, inconclusive: int = 0) -> str:
+    if n == 0:
+        return "inconclusive" if inconclusive else "ok"
+    return f"{n} failure{'s' if n != 1 else ''}"
+
+
+def _state(report: AccuracyReport) -> str:
+    """``passed``, ``failed`` or ``inconclusive`` (checks not made: degenerate reference)."""
+    if not report.passed:
+        return "failed"
+    return "inconclusive" if report.inconclusive else "passed"
 
 
 def golden_label(base: AccuracyReport) -> str:
@@ -130,18 +139,19 @@ def _other_failures(accuracy: AccuracyFigures) -> int:
     return max(0, len(accuracy.failures) - counted)
 
 
-def accuracy_verdicts(accuracy: AccuracyFigures) -> list[tuple[str, bool]]:
-    """Each comparison the cell's accuracy was checked by and whether it held: against the
-    reference cell, against the baseline's golden outputs, and the other gates."""
+def accuracy_verdicts(accuracy: AccuracyFigures) -> list[tuple[str, str]]:
+    """Each comparison the cell's accuracy was checked by and how it ended (``passed``,
+    ``failed``, ``inconclusive``): against the reference cell, against the baseline's
+    golden outputs, and the other gates."""
     out = []
     report, base = accuracy.report, accuracy.baseline
     if report is not None:
-        out.append((f"vs reference {accuracy.reference or report.reference}", report.passed))
+        out.append((f"vs reference {accuracy.reference or report.reference}", _state(report)))
     if base is not None:
-        out.append((f"vs {golden_label(base)}", base.passed))
+        out.append((f"vs {golden_label(base)}", _state(base)))
     others = _other_failures(accuracy)
     if others or (not out and accuracy.task_metric is not None):
-        out.append(("other gates" if out else "task metric", others == 0))
+        out.append(("other gates" if out else "task metric", "passed" if others == 0 else "failed"))
     return out
 
 
@@ -161,9 +171,10 @@ def accuracy_headline(accuracy: AccuracyFigures | None) -> str:
     segments = []
     if report is not None:
         ref = accuracy.reference or report.reference
-        segments.append(" ".join([*parts, f"vs {ref}: {_failures(len(report.failures))}"]))
+        verdict = _failures(len(report.failures), len(report.inconclusive))
+        segments.append(" ".join([*parts, f"vs {ref}: {verdict}"]))
     if base is not None:
-        segments.append(f"golden outputs: {_failures(len(base.failures))}")
+        segments.append(f"golden outputs: {_failures(len(base.failures), len(base.inconclusive))}")
     others = _other_failures(accuracy)
     if others:
         segments.append(f"other gates: {_failures(others)}")
@@ -177,10 +188,11 @@ class AccuracyView:
     headline: str
     passed: bool
     reference: str
-    verdicts: list[tuple[str, bool]] = field(default_factory=list)
+    verdicts: list[tuple[str, str]] = field(default_factory=list)
     outputs: list[dict[str, Any]] = field(default_factory=list)
     checks: list[dict[str, Any]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    inconclusive: list[str] = field(default_factory=list)
     baseline: list[dict[str, Any]] = field(default_factory=list)
     baseline_title: str = "drift vs baseline"
     baseline_note: str = ""
@@ -190,7 +202,8 @@ class AccuracyView:
 def _outputs(report: AccuracyReport | None) -> list[dict[str, Any]]:
     return [
         {
-            "name": output.name,
+            # The name as stored: only a degenerate reference's gets the note.
+            "name": f"{output.name} (degenerate reference)" if output.degenerate else output.name,
             "values": [(str(k), _fmt(v)) for k, v in output.values.items()],
             "worst": ", ".join(str(i) for i in output.worst_inputs),
         }
@@ -248,6 +261,7 @@ def accuracy_view(accuracy: AccuracyFigures | None) -> AccuracyView | None:
             (golden_label(base) if base is not None else "", base),
         ),
         failures=list(accuracy.failures),
+        inconclusive=list(accuracy.inconclusive),
         baseline=_outputs(base),
         baseline_title=f"vs {golden_label(base)}" if base is not None else "",
         baseline_note=accuracy.baseline_skipped or "",
@@ -288,6 +302,8 @@ class Row:
     trend_points: int = 0
     #: Change points marked on the trend (perfguard.judge.changes), for its caption.
     trend_changes: int = 0
+    #: (label, reason) of each finding beside the outcome (``CellOutcome.also``).
+    also: list[tuple[str, str]] = field(default_factory=list)
     scatter: Markup | None = None
     scatter_legend: list[tuple[int, str, str, str]] = field(default_factory=list)
     runtime: list[tuple[str, str]] = field(default_factory=list)
@@ -361,8 +377,10 @@ def _row(
     messages = list(verdict.messages) if verdict is not None else []
     if verdict is not None and not messages:
         messages = [m.message for m in verdict.metrics]
-    # The outcome's reason heads the section; nothing below says it again.
-    messages = [m for m in dict.fromkeys(messages) if m not in outcome.reason]
+    # The outcome's reason (and each finding's beside it) heads the section; nothing
+    # below says it again.
+    said = " ".join([outcome.reason, *(a.reason for a in outcome.also)])
+    messages = [m for m in dict.fromkeys(messages) if m not in said]
     facts = [
         (k, v)
         for k, v in _facts(cur) + _detectable_facts(verdict) + _ab_facts(verdict)
@@ -373,7 +391,8 @@ def _row(
         anchor=f"s{index}",
         verdict=verdict.verdict.value if verdict is not None else NO_VERDICT,
         outcome=outcome.outcome.value,
-        outcome_label=outcome.outcome.label,
+        outcome_label=outcome.label(),
+        also=[(a.outcome.label, a.reason) for a in outcome.also],
         failed=outcome.failed,
         reason=outcome.reason,
         backend=src.backend if src else "-",
@@ -548,6 +567,7 @@ def render_html(inp: ReportInput) -> str:
         "outcome": outcome,
         "headline": outcome.headline(),
         "counts": {o.value: n for o, n in outcome.counts.items()},
+        "also_counts": {o.value: n for o, n in outcome.also_counts.items()},
         "count_labels": {o.value: o.label for o in OUTCOMES},
         "env_diff": env_diff(inp),
         "canary_ratio": ratio,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfguard.core.text import one_line
-from perfguard.judge.outcome import CellOutcome, RunOutcome, grouped, run_outcome
+from perfguard.judge.outcome import CellOutcome, Outcome, RunOutcome, grouped, run_outcome
 from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.machine.telemetry import telemetry_gap
 from perfguard.records.figures import LatencySummary
@@ -66,8 +66,7 @@ def _row(
         figures = (_ms(lat.p50), _ms(lat.p95), _ms(lat.p99), f"{result.throughput:.1f}")
     notes = []
     if outcome is not None:
-        label = outcome.outcome.label
-        notes.append(label.upper() if outcome.failed else label)
+        notes.append(outcome.label(loud=True))
     if not result.stable:
         notes.append("UNSTABLE")
     return (
@@ -88,7 +87,8 @@ def summary_lines(
     outcome: RunOutcome | None = None,
 ) -> list[str]:
     """Aligned text rows, worst outcome first; numeric columns right-aligned; the P95
-    change vs the baseline; the cell's outcome (upper case when it failed its item)."""
+    change vs the baseline; the cell's outcome (upper case when it failed its item) and
+    the findings beside it (``ACCURACY FAILURE + inconclusive``)."""
     found = verdicts or {}
     run = outcome if outcome is not None else run_outcome(results, found.values())
     cells = {c.scenario_id: c for c in run.cells}
@@ -111,11 +111,20 @@ def outcome_lines(outcome: RunOutcome) -> list[tuple[str, bool]]:
     """(line, failed) per group of cells a reviewer should read, worst first.
 
     Passed cells are left out (the table shows them); cells sharing an outcome and a
-    reason are one line: ``new (10): a, b, c, d, e and 5 more: no baseline ...``.
+    reason are one line: ``new (10): a, b, c, d, e and 5 more: no baseline ...``. A
+    finding beside a cell's outcome has its own line (the inconclusive latency gate of a
+    cell that failed accuracy); it reads as failed only when it is one that fails an item
+    (an accuracy failure beside a regression), in a cell that failed.
     """
     lines = []
+    failing = (Outcome.REGRESSION, Outcome.ACCURACY)
     for kind, who, reason in grouped([c for c in outcome.cells if c.outcome.value != "passed"]):
-        failed = any(c.failed for c in outcome.cells if c.outcome is kind and c.reason == reason)
+        failed = any(
+            c.failed and (main or kind in failing)
+            for c in outcome.cells
+            for o, why, main in c.findings()
+            if o is kind and why == reason
+        )
         tail = f": {reason}" if reason else ""
         lines.append((one_line(f"{who}{tail}"), failed))
     return lines
@@ -147,7 +156,9 @@ def telemetry_lines(results: Sequence[ScenarioResult]) -> list[str]:
 
 
 def accuracy_lines(results: Sequence[ScenarioResult]) -> list[str]:
-    """One line per cell with accuracy figures: the headline metrics and the verdict."""
+    """One line per cell with accuracy figures: the headline metrics and the verdict
+    (``ok``, ``FAILED``, or ``INCONCLUSIVE`` when a check was not made because its
+    reference is degenerate: the outcome lines say why)."""
     lines = []
     for result in results:
         accuracy = result.accuracy
@@ -168,7 +179,8 @@ def accuracy_lines(results: Sequence[ScenarioResult]) -> list[str]:
                 )
                 if _finite(values.get(key))
             ]
-            parts.append(f"{output.name}: " + ", ".join(figures))
+            name = f"{output.name} (degenerate reference)" if output.degenerate else output.name
+            parts.append(f"{name}: " + ", ".join(figures))
         if accuracy.reference:
             parts.append(f"vs {accuracy.reference}")
         task = accuracy.task_metric
@@ -183,7 +195,9 @@ def accuracy_lines(results: Sequence[ScenarioResult]) -> list[str]:
                 parts.append(f"vs baseline: {output.name} cos min {cos:.4g}")
         if not parts:  # e.g. the reference cell itself, with nothing to compare yet
             continue
-        verdict = "ok" if accuracy.passed else "FAILED"
+        verdict = (
+            "FAILED" if not accuracy.passed else "INCONCLUSIVE" if accuracy.inconclusive else "ok"
+        )
         lines.append(one_line(f"{result.id}: {'; '.join(parts)} [{verdict}]"))
     return lines
 

@@ -241,31 +241,51 @@ def judged_end(
     """A measured and judged cell, by its outcome (:func:`perfguard.judge.outcome.cell_outcome`,
     the one every output shows): a regression (``GateFailure``, with where the time
     went when the cell was profiled) or an accuracy failure (``AccuracyFailure``) fails
-    it when ``gate``; an invalid verdict fails it under ``inconclusive_fails``
-    (``InconclusiveFailure``, naming what was invalid and why) and warns otherwise; else
-    it passes. ``base_profile`` gives the profile a regressed cell's is diffed against."""
+    it when ``gate``, its message ending with the cell's other findings (``also
+    inconclusive: ...`` for a latency gate that was invalid); an inconclusive cell (an
+    invalid verdict, or accuracy checks not made on a degenerate reference) fails it
+    under ``inconclusive_fails`` (``InconclusiveFailure``, naming what was inconclusive
+    and why) and warns otherwise; else it passes. ``base_profile`` gives the profile a
+    regressed cell's is diffed against."""
     # The outcome every output shows (judge.outcome) decides; this says it to pytest.
-    outcome = cell_outcome(result, verdict, gate=gate).outcome
+    judged = cell_outcome(result, verdict, gate=gate)
+    outcome = judged.outcome
     if gate and outcome in (Outcome.REGRESSION, Outcome.ACCURACY):
         regressed = outcome is Outcome.REGRESSION
         accuracy_failures = list(result.accuracy.failures) if result.accuracy else []
         lines = ([failure_message(verdict)] if regressed else []) + accuracy_failures
         if regressed and result.profile is not None:
             lines.append(profile_line(base_profile(result, verdict), result.profile))
+        # Every verdict of the cell: an inconclusive latency gate beside an accuracy
+        # failure too (the accuracy failures are listed above already).
+        lines += [
+            f"also {also.outcome.label}: {also.reason}"
+            for also in judged.also
+            if also.outcome is not Outcome.ACCURACY
+        ]
         message = "\n".join(lines)
         failure: PerfguardError = GateFailure(message) if regressed else AccuracyFailure(message)
         return CellEnd(replace(result, status=Status.FAILED, message=message), failure)
     if gate and outcome is Outcome.INCONCLUSIVE:
-        header, reasons = inconclusive_header(verdict), inconclusive_reasons(verdict)
+        # The latency verdict invalid, or an accuracy check not made (its reference is
+        # degenerate: that message carries its own fix), or both.
+        invalid = verdict.verdict is VerdictKind.INVALID
+        accuracy = list(result.accuracy.inconclusive) if result.accuracy else []
+        reasons = [*(inconclusive_reasons(verdict) if invalid else []), *accuracy]
+        header = (
+            inconclusive_header(verdict)
+            if invalid
+            else f"{verdict.scenario_id} is inconclusive (accuracy not checked), not gated"
+        )
+        fix = INCONCLUSIVE_FIX if invalid else None
         if inconclusive_fails:
             problem = "\n".join([f"{header}:", *(f"  {line}" for line in reasons)])
-            failure = InconclusiveFailure(problem, fix=INCONCLUSIVE_FIX)
+            failure = InconclusiveFailure(problem, fix=fix)
             return CellEnd(replace(result, status=Status.FAILED, message=str(failure)), failure)
         warning = InconclusiveWarning(
             f"{header}: {'; '.join(reasons)}. It passes under "
             "--perfguard-inconclusive=warn; to fail it instead pass "
-            "--perfguard-inconclusive=fail. "
-            f"Fix: {INCONCLUSIVE_FIX}"
+            "--perfguard-inconclusive=fail." + (f" Fix: {fix}" if fix else "")
         )
         return CellEnd(result, warning=warning)
     return CellEnd(result)

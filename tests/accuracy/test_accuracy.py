@@ -17,13 +17,15 @@ from scipy.stats import entropy
 
 from perfguard.accuracy import metrics as accuracy
 from perfguard.accuracy.metrics import (
-    check_finite,
     compare_outputs,
+    degenerate,
     output_metrics,
     task_metric_check,
 )
 from perfguard.core.errors import AccuracyError, PerfguardError
+from perfguard.core.policy import DEGENERATE_MAX_ABS
 from perfguard.core.scenario import AccuracyGates, AccuracySpec, TaskMetricSpec
+from perfguard.records.accuracyfigures import DEGENERATE_FIX, AccuracyFigures, AccuracyReport
 
 # No wall-clock deadline (shared CI hosts) and no example database (no files written).
 SETTINGS = settings(deadline=None, database=None, max_examples=60)
@@ -536,22 +538,6 @@ def test_task_function_raising_names_function_and_exception() -> None:
         task_metric_check(broken, [out], [out], np.zeros(2), TaskMetricSpec("mod:broken"), "r")
 
 
-def test_reference_with_nan_is_refused() -> None:
-    ref = np.ones((5, 3))
-    ref[3, 1] = np.nan
-    with pytest.raises(AccuracyError, match="the reference itself produced NaN in output 'o'"):
-        check_finite("torch-fp32", [ref], ["o"])
-    with pytest.raises(AccuracyError, match=r"produced NaN .* of torch-fp32 \(1 values; inputs 3"):
-        compare_outputs(
-            [np.ones((5, 3))],
-            [ref],
-            AccuracySpec(),
-            reference_name="torch-fp32",
-            output_names=["o"],
-        )
-    check_finite("r", [np.ones(3), np.arange(3)])  # finite and integer outputs pass
-
-
 @pytest.mark.parametrize("kwargs", [{"kl_on": "softmax"}, {"temperature": 0.0}, {"topk": 0}])
 def test_bad_options(kwargs: dict[str, Any]) -> None:
     with pytest.raises(AccuracyError):
@@ -565,7 +551,7 @@ def test_errors_are_perfguard_errors() -> None:
 def test_per_output_merged_with_the_global_gates_is_not_refused() -> None:
     # The suite loader merges per_output over the global gates; a global cosine gate
     # then reaches the integer output's entry unchanged, and is skipped there.
-    ids, emb = np.arange(4).reshape(2, 2), np.ones((2, 3))
+    ids, emb = np.arange(4).reshape(2, 2), np.arange(1.0, 7.0).reshape(2, 3)
     gates = AccuracyGates(cosine_min=0.9)
     spec = AccuracySpec(gates=gates, per_output=(("ids", replace(gates, max_abs_err=1.0)),))
     report = compare_outputs(
@@ -584,3 +570,114 @@ def test_task_metric_nan_on_current_fails_without_crashing() -> None:
         [out], [np.ones((2, 2))], None, TaskMetricSpec("m:f"), "r",
     )  # fmt: skip
     assert not check.passed and figures.current is None and "drop nan" in check.message
+
+
+# --- degenerate references (issue 28) ------------------------------------------------
+
+
+@st.composite
+def informative(draw: st.DrawFn) -> np.ndarray:
+    """Outputs that carry information: Gaussian logits [N, C] at a scale from 1e-3 to 1e3
+    (C >= 2, so rows vary), as float32 or float64."""
+    n, classes = draw(st.integers(1, 8)), draw(st.integers(2, 16))
+    scale = draw(st.floats(min_value=1e-3, max_value=1e3))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    return (scale * rng.normal(size=(n, classes))).astype(dtype)
+
+
+@SETTINGS
+@given(informative(), st.floats(min_value=1e-12, max_value=0.5))
+def test_outputs_scaled_below_the_near_zero_threshold_are_degenerate_and_others_never(
+    logits: np.ndarray, fraction: float
+) -> None:
+    assert degenerate(logits) == ""
+    # Scaled so their largest |value| is `fraction` of the threshold: near zero.
+    tiny = logits * (fraction * DEGENERATE_MAX_ABS / float(np.max(np.abs(logits))))
+    assert degenerate(tiny).startswith("near zero: its largest |value| is ")
+
+
+@SETTINGS
+@given(informative(), st.floats(min_value=-1e3, max_value=1e3).filter(lambda v: abs(v) > 1e-3))
+def test_constant_outputs_are_degenerate(logits: np.ndarray, value: float) -> None:
+    filled = np.full_like(logits, value)
+    assert degenerate(filled) == f"constant: every value is {float(filled.flat[0]):.6g}"
+    # Each row one value, the rows different: softmax uniform, top-k by index order.
+    rows = np.repeat(np.arange(1.0, logits.shape[0] + 1)[:, None] * value, logits.shape[1], 1)
+    if logits.shape[0] > 1:
+        assert degenerate(rows) == "constant: each row of its last axis holds one value"
+
+
+def test_degenerate_by_hand() -> None:
+    logits = np.array([[2e-9, -1e-9, 5e-10]] * 4, dtype=np.float32)  # random mobilenet
+    assert degenerate(logits) == "near zero: its largest |value| is 2e-09, below 1e-06"
+    assert degenerate(np.zeros((3, 5))) == "near zero: its largest |value| is 0, below 1e-06"
+    nan = np.ones((6, 3)) * np.arange(3)
+    nan[2, 1] = nan[4, 0] = np.inf
+    assert degenerate(nan) == "it holds 2 NaN/Inf values, in inputs 2, 4"
+    # A scalar per input varying across inputs is fine; one value everywhere is not.
+    assert degenerate(np.array([0.3, 0.7, 0.1])) == ""
+    assert degenerate(np.array([[0.5], [0.5]])) == "constant: every value is 0.5"
+    # Integer and bool outputs are compared exactly: never degenerate.
+    assert degenerate(np.zeros((4, 3), dtype=np.int64)) == degenerate(np.ones(4, bool)) == ""
+    # One varying row is enough to carry information.
+    assert degenerate(np.array([[1.0, 1.0], [1.0, 2.0]])) == ""
+
+
+def test_a_degenerate_reference_is_inconclusive_not_failed_or_passed() -> None:
+    """mobilenet_v3_small with random weights: logits ~2e-9 that int8 rounds to zero."""
+    rng = np.random.default_rng(0)
+    reference = (rng.normal(size=(8, 10)) * 2e-9).astype(np.float32)
+    current = np.zeros_like(reference)
+    spec = _spec(cosine_min=0.99, topk_agreement_min=0.9, kl_max=0.01, max_abs_err=1.0)
+    report = compare_outputs(
+        [current], [reference], spec, reference_name="torch-fp32", output_names=["logits"]
+    )
+    # Before: cosine 0 and top-1 0 failed beside KL 7e-16 and max abs error 2e-9 passing.
+    assert [c.metric for c in report.checks] == ["nonfinite_max"] and report.passed
+    [output] = report.outputs
+    assert output.degenerate.startswith("near zero: its largest |value| is 4.")
+    assert output.values["cosine_mean"] == 0.0  # the figures are still kept
+    [message] = report.inconclusive
+    assert message.startswith(
+        "accuracy on output logits not checked: reference torch-fp32 is degenerate (near zero: "
+    )
+    assert "so cosine, KL, top-k and errors against it carry no information; fix: " in message
+    assert message.endswith(DEGENERATE_FIX)
+    # Stored and read back (results.json): the reason stays; absent when there is none.
+    again = AccuracyReport.from_dict(json.loads(json.dumps(report.to_dict())))
+    assert again.inconclusive == report.inconclusive
+    assert again.outputs[0].degenerate == output.degenerate
+    fine = compare_outputs([current + 1.0], [reference + np.arange(10.0)], spec,
+                           reference_name="r", output_names=["logits"])  # fmt: skip
+    assert "inconclusive" not in fine.to_dict() and "degenerate" not in fine.outputs[0].to_dict()
+    figures = AccuracyFigures(n=8, report=report, inconclusive=report.inconclusive)
+    assert AccuracyFigures.from_dict(json.loads(json.dumps(figures.to_dict()))) == figures
+    assert "inconclusive" not in AccuracyFigures(n=8).to_dict()
+
+
+def test_a_degenerate_reference_still_fails_nan_on_the_current_side() -> None:
+    reference, current = np.full((4, 3), 0.25), np.ones((4, 3))
+    current[1, 2] = np.nan
+    for baseline in (False, True):  # the golden outputs' check too
+        report = compare_outputs([current], [reference], _spec(), reference_name="r",
+                                 output_names=["p"], baseline=baseline)  # fmt: skip
+        assert report.inconclusive and [c.metric for c in report.failures] == ["nonfinite_max"]
+
+
+def test_a_reference_with_nan_is_inconclusive_and_names_the_inputs() -> None:
+    """It used to refuse the run (an AccuracyError): a broken reference judges nothing."""
+    ref = np.ones((5, 3)) * np.arange(3)
+    ref[3, 1] = np.nan
+    report = compare_outputs([np.ones((5, 3))], [ref], AccuracySpec(),
+                             reference_name="torch-fp32", output_names=["o"])  # fmt: skip
+    [message] = report.inconclusive
+    assert "reference torch-fp32 is degenerate (it holds 1 NaN/Inf values, in inputs 3)" in message
+
+
+def test_a_degenerate_reference_with_kl_on_probabilities_is_not_refused() -> None:
+    """Zero rows are no distributions; a degenerate reference is inconclusive, not an error."""
+    spec = AccuracySpec(gates=AccuracyGates(kl_max=0.1), kl_on="probabilities")
+    report = compare_outputs([np.full((2, 4), 0.25)], [np.zeros((2, 4))], spec,
+                             reference_name="r", output_names=["p"])  # fmt: skip
+    assert report.inconclusive and report.passed

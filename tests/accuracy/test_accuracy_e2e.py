@@ -147,3 +147,63 @@ def test_baseline_golden_outputs_catch_a_model_change(suite_writer: pytest.Pytes
     result.stdout.fnmatch_lines(
         ["*cosine similarity min * < 0.999 on output 0 vs baseline *; worst inputs *"]
     )
+
+
+TINY_LOGITS_SUITE = """\
+defaults:
+  warmup: {iterations: 2, seconds: 0}
+  measure: {iterations: 30, seconds: 0}
+  threads: 1
+models:
+  tiny:
+    factory: tinymodels:tiny_logits
+    inputs:
+      x: {shape: [4, 8], dtype: float32, seed: 1}
+scenarios:
+  - name: tiny
+    model: tiny
+    matrix:
+      backend: [torch, onnxruntime]
+      precision: [fp32, int8]
+    exclude:
+      - {backend: torch, precision: int8}
+    accuracy:
+      inputs: {count: 16, seed: 5}
+      reference: {backend: torch, precision: fp32}
+      gate: {cosine_min: 0.999999, topk_agreement_min: 0.9}
+"""
+
+
+@pytest.mark.slow
+def test_a_reference_with_tiny_logits_makes_accuracy_inconclusive(
+    suite_writer: pytest.Pytester,
+) -> None:
+    """Issue 28: logits of ~1e-8 (a random-weight mobilenet's are ~1e-9) are noise.
+    The int8 cell used to fail its cosine gate on them and the fp32 one to pass on
+    them: now each cell compared with them is inconclusive, saying why and the fix."""
+    write_suite(suite_writer, "tiny", TINY_LOGITS_SUITE)
+    result = suite_writer.runpytest("--perfguard", "-rf", "-W", "ignore::UserWarning")
+    result.assert_outcomes(passed=3)  # --perfguard-inconclusive=warn: reported, not gated
+    result.stdout.fnmatch_lines(
+        [
+            "accuracy: suites/tiny.yaml::tiny?onnxruntime-*?: 0 (degenerate reference): "
+            "cos mean *vs torch-fp32 [[]INCONCLUSIVE[]]",
+            "inconclusive (2): suites/tiny.yaml::tiny?onnxruntime-fp32?, "
+            "suites/tiny.yaml::tiny?onnxruntime-int8?: accuracy on output 0 not checked: "
+            "reference torch-fp32 is degenerate (near zero: its largest |value| is *, below "
+            "1e-06), so cosine, KL, top-k and errors against it carry no information; fix: "
+            "seed or initialise the model so its outputs carry information*",
+            "perfguard: ⚠️ passed with 2 inconclusive, 1 new (3 cells)",
+        ]
+    )
+    int8 = _results(suite_writer)["tiny[onnxruntime-int8]"]["accuracy"]
+    assert int8["passed"] is True and int8["failures"] == []
+    assert int8["inconclusive"] == int8["report"]["inconclusive"]
+    assert int8["report"]["outputs"][0]["degenerate"].startswith("near zero: ")
+    assert [c["metric"] for c in int8["report"]["checks"]] == ["nonfinite_max"]
+    # Under --perfguard-inconclusive=fail the two compared cells fail, saying why.
+    failing = suite_writer.runpytest("--perfguard", "--perfguard-inconclusive=fail", "-rf")
+    failing.assert_outcomes(passed=1, failed=2)
+    failing.stdout.fnmatch_lines(
+        ["*tiny?onnxruntime-int8? is inconclusive (accuracy not checked), not gated:*"]
+    )

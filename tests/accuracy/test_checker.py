@@ -98,3 +98,7 @@ def test_figure_drift_fails_a_drop_beyond_the_limit() -> None:
     )
     assert figure_drift(scenario, _with_cosine(0.5), other_ref, None) == ([], [])
     assert figure_drift(scenario, _with_cosine(0.5), None, None) == ([], [])
+    # A degenerate reference's cosine means nothing: no drift is measured on it.
+    report = _with_cosine(0.0)
+    noise = replace(report, outputs=(replace(report.outputs[0], degenerate="near zero"),))
+    assert figure_drift(scenario, noise, base, "a" * 40) == ([], [])

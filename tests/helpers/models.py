@@ -42,6 +42,16 @@ TINY_MODELS = textwrap.dedent(
         return Nan()
 
 
+    # An MLP whose logits are ~1e-9, like a random-weight mobilenet_v3_small's.
+    def tiny_logits(seed=0):
+        torch.manual_seed(seed)
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 10)).eval()
+        with torch.no_grad():
+            model[2].weight.mul_(1e-8)
+            model[2].bias.zero_()
+        return model
+
+
     def not_a_module():
         return 42
 

@@ -8,15 +8,19 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from _pytest._io import TerminalWriter
 from hypothesis import given
 from hypothesis import strategies as st
 
+from perfguard.core.errors import AccuracyFailure, InconclusiveFailure
 from perfguard.core.policy import GateSpec
 from perfguard.core.progress import ProgressEvent
 from perfguard.judge.compare import compare_scenario
 from perfguard.judge.outcome import (
+    ALSO,
     OUTCOMES,
+    AlsoOutcome,
     Outcome,
     RunOutcome,
     cell_outcome,
@@ -25,14 +29,20 @@ from perfguard.judge.outcome import (
 )
 from perfguard.judge.verdict import MetricVerdict, ScenarioVerdict, VerdictKind
 from perfguard.plugin.items import PlainRepr
-from perfguard.plugin.terminal import ProgressPrinter
+from perfguard.plugin.terminal import ProgressPrinter, write_summary
 from perfguard.records.accuracyfigures import AccuracyFigures
 from perfguard.records.figures import summarize
 from perfguard.records.results import CommitInfo, Environment, RunResult, ScenarioResult, Status
 from perfguard.records.resultsfile import write_results
+from perfguard.report import render_html, render_markdown
 from perfguard.report.comparison import comparison_path, read_comparison, write_comparison
 from perfguard.report.index import render_index
+from perfguard.report.model import ReportInput
+from perfguard.report.tables import outcome_lines
+from perfguard.run.cell import judged_end
+from perfguard.run.finish import RunFiles
 from perfguard.worker.client import WorkerProcess
+from tests.helpers.results import run_of
 from tests.helpers.samples import lognormal
 from tests.helpers.samples import result as measured
 
@@ -46,9 +56,12 @@ def cell(
     message: str | None = None,
     accuracy_failures: tuple[str, ...] | None = None,
     figures: bool = True,
+    inconclusive: tuple[str, ...] = (),
 ) -> ScenarioResult:
     accuracy = (
-        AccuracyFigures(n=4, failures=accuracy_failures) if accuracy_failures is not None else None
+        AccuracyFigures(n=4, failures=accuracy_failures, inconclusive=inconclusive)
+        if accuracy_failures is not None
+        else None
     )
     return ScenarioResult(
         id=sid,
@@ -139,8 +152,15 @@ def test_blind_note_says_the_fix_for_its_mode() -> None:
 def test_a_regressed_cell_that_failed_accuracy_too_says_both() -> None:
     result = cell("a", Status.FAILED, accuracy_failures=("cos 0.9 < 0.99",))
     got = cell_outcome(result, judged("a", VerdictKind.REGRESSION))
-    assert got.outcome is Outcome.REGRESSION
-    assert "P95 latency regression" in got.reason and "cos 0.9 < 0.99" in got.reason
+    assert got.outcome is Outcome.REGRESSION and "P95 latency regression" in got.reason
+    assert got.also == (AlsoOutcome(Outcome.ACCURACY, "cos 0.9 < 0.99"),)
+    assert got.label() == "regression + accuracy failure"
+    # Both lines are failures (red): the accuracy failure failed the item too.
+    lines = outcome_lines(run_outcome([result], [judged("a", VerdictKind.REGRESSION)]))
+    assert lines == [
+        ("regression: a: P95 latency regression; regression because", True),
+        ("accuracy failure: a: cos 0.9 < 0.99", True),
+    ]
 
 
 # --------------------------------------------------------------------------- runs
@@ -157,11 +177,12 @@ def runs(draw: st.DrawFn) -> tuple[list[ScenarioResult], list[ScenarioVerdict], 
         sid = f"s::c{i}"
         status = draw(STATUSES)
         failures = draw(st.one_of(st.none(), st.just(()), st.just(("cos low",))))
+        degenerate = draw(st.sampled_from([(), ("reference degenerate",)]))
         if draw(st.booleans()) or status is not Status.PASSED:
             message = draw(st.sampled_from(["", "why"]))
             figures = draw(st.booleans())
             results.append(cell(sid, status, message=message, accuracy_failures=failures,
-                                figures=figures))  # fmt: skip
+                                figures=figures, inconclusive=degenerate))  # fmt: skip
         kind = draw(KINDS)
         if kind is not None:
             verdicts.append(judged(sid, kind, blind=draw(st.booleans())))
@@ -194,6 +215,20 @@ def test_run_outcome_invariants(
     if any(r.status is Status.ERROR for r in results):
         assert outcome.counts.get(Outcome.ERROR)
     assert outcome.headline().startswith("✅") == outcome.passed
+    # Findings beside an outcome are less severe, of the kinds that can be, each once.
+    for c in outcome.cells:
+        kinds = [a.outcome for a in c.also]
+        assert all(k in ALSO and k.rank > c.outcome.rank for k in kinds)
+        assert len(set(kinds)) == len(kinds) and c.outcomes == (c.outcome, *kinds)
+    assert sum(outcome.also_counts.values()) == sum(len(c.also) for c in outcome.cells)
+    # A degenerate reference never reads as clean.
+    for r in results:
+        if r.accuracy is not None and r.accuracy.inconclusive:
+            got = next(c for c in outcome.cells if c.scenario_id == r.id)
+            assert not got.outcome.clean
+            assert Outcome.INCONCLUSIVE in got.outcomes or got.outcome in (
+                Outcome.ERROR, Outcome.SKIPPED, Outcome.FAILED
+            )  # fmt: skip
     # Round trip.
     assert RunOutcome.from_dict(outcome.to_dict()) == outcome
 
@@ -324,3 +359,110 @@ def test_a_traceback_carrying_escapes_is_written_plain() -> None:
     text = out.getvalue()
     assert "\x1b" not in text and "red" in text
     assert not any(line.startswith("::") for line in text.splitlines())
+
+
+# --------------------------------------------------------------------------- every verdict
+
+
+class Terminal:
+    """What ``write_summary`` writes, line by line (a pytest terminal reporter's part)."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, dict[str, bool]]] = []
+
+    def section(self, title: str) -> None:
+        self.lines.append((f"== {title}", {}))
+
+    def write_line(self, line: str, **markup: bool) -> None:
+        self.lines.append((line, markup))
+
+
+def test_an_accuracy_failure_beside_an_invalid_latency_verdict_shows_both_everywhere(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 28: the P95 verdict (invalid) of a cell failing accuracy appeared only in
+    comparison.json; every output now shows both findings, from the one outcome."""
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    busy = "P95 latency invalid: other processes took 60% of the CPUs"
+    invalid = ScenarioVerdict(
+        "s::bad", VerdictKind.INVALID, (replace(p95(VerdictKind.INVALID), message=busy),),
+        "b" * 40, messages=(busy,),
+    )  # fmt: skip
+    measured_cell = replace(
+        cell("s::bad"),
+        accuracy=AccuracyFigures(n=4, failures=("cosine similarity min 0.42 < 0.99",)),
+    )
+    end = judged_end(
+        measured_cell, invalid, gate=True, inconclusive_fails=False, base_profile=lambda r, v: None
+    )
+    # The pytest failure names both.
+    assert isinstance(end.failure, AccuracyFailure) and end.warning is None
+    assert end.record.message == (f"cosine similarity min 0.42 < 0.99\nalso inconclusive: {busy}")
+    results = [end.record, cell("s::ok")]
+    verdicts = [invalid, judged("s::ok", VerdictKind.UNCHANGED)]
+    run = run_outcome(results, verdicts, exit_status=1)
+
+    bad = next(c for c in run.cells if c.scenario_id == "s::bad")
+    assert bad.outcome is Outcome.ACCURACY and bad.failed
+    assert bad.also == (AlsoOutcome(Outcome.INCONCLUSIVE, busy),)
+    assert run.counts == {Outcome.ACCURACY: 1, Outcome.PASSED: 1}  # one per cell
+    assert run.also_counts == {Outcome.INCONCLUSIVE: 1}
+    summary = "❌ accuracy failure: 1 accuracy failure, 1 passed (2 cells; also 1 inconclusive)"
+    assert run.summary() == summary
+
+    # The terminal: the outcome column, the inconclusive line (not red), the last line.
+    terminal = Terminal()
+    write_summary(
+        terminal, baseline_how="b", results=results, verdicts={v.scenario_id: v for v in verdicts},
+        locations={}, files=RunFiles(), outcome=run,
+    )  # fmt: skip
+    text = [line for line, _ in terminal.lines]
+    [row] = [line for line in text if line.startswith("s::bad ")]
+    assert row.endswith("ACCURACY FAILURE + inconclusive")
+    assert (f"inconclusive: s::bad: {busy}", {"yellow": True}) in terminal.lines
+    assert any(line.startswith("accuracy failure: s::bad: cosine") for line in text)
+    assert text[-1] == f"perfguard: {summary}"
+    # GitHub: the failure is an error, the inconclusive gate a warning of its own.
+    assert any(
+        line.startswith("::warning ") and "perfguard inconclusive" in line and "60%" in line
+        for line in text
+    )
+
+    # summary.md (the PR comment) and report.html.
+    inp = ReportInput(run=run_of(results), verdicts=tuple(verdicts), exit_status=1)
+    md = render_markdown(inp)
+    assert "1 accuracy failure, 1 passed (2 cells; also 1 inconclusive)" in md
+    assert "**Accuracy failures (1)**" in md and "**Inconclusive (1)**" in md
+    assert "beside its accuracy failure: P95 latency invalid: other processes" in md
+    html = render_html(inp)
+    assert "also inconclusive: <b>1</b>" in html
+    assert "accuracy failure + inconclusive" in html
+    assert f'<p class="reason also">inconclusive: {busy}</p>' in html
+
+
+def test_a_degenerate_reference_makes_a_passing_cell_inconclusive() -> None:
+    """Accuracy checks not made (the reference is degenerate) are neither passed nor
+    failed: the cell is inconclusive, and under --perfguard-inconclusive=fail it fails."""
+    why = "accuracy on output logits not checked: reference r is degenerate (near zero)"
+    degenerate = replace(cell("s::q"), accuracy=AccuracyFigures(n=4, inconclusive=(why,)))
+    unchanged = judged("s::q", VerdictKind.UNCHANGED)
+    got = cell_outcome(degenerate, unchanged)
+    assert (got.outcome, got.failed, got.reason, got.also) == (Outcome.INCONCLUSIVE, False, why, ())
+    run = run_outcome([degenerate], [unchanged], exit_status=0)
+    assert run.summary() == "⚠️ passed with 1 inconclusive (1 cell)"
+
+    warned = judged_end(
+        degenerate, unchanged, gate=True, inconclusive_fails=False, base_profile=lambda r, v: None
+    )
+    assert warned.failure is None and warned.warning is not None
+    assert str(warned.warning).startswith(
+        f"s::q is inconclusive (accuracy not checked), not gated: {why}. It passes under"
+    )
+    failed = judged_end(
+        degenerate, unchanged, gate=True, inconclusive_fails=True, base_profile=lambda r, v: None
+    )
+    assert isinstance(failed.failure, InconclusiveFailure)
+    assert failed.record.status is Status.FAILED
+    # Judged again from the stored record (failed by that choice): still inconclusive.
+    again = cell_outcome(failed.record, unchanged)
+    assert again.outcome is Outcome.INCONCLUSIVE and again.failed

@@ -268,6 +268,44 @@ def test_the_accuracy_heading_names_the_check_that_failed() -> None:
     assert re.search(r"baseline bbbbbbb: <span class=\"pass\">passed</span>", heading)
 
 
+def test_a_degenerate_reference_reads_inconclusive_not_passed() -> None:
+    why = (
+        "accuracy on output logits not checked: reference torch-fp32 is degenerate "
+        "(near zero: its largest |value| is 2e-09, below 1e-06)"
+    )
+    acc = {
+        "n": 8,
+        "reference": "torch-fp32",
+        "report": {
+            "reference": "torch-fp32",
+            "passed": True,
+            "outputs": [
+                {
+                    "name": "logits",
+                    "values": {"cosine_mean": 0.0, "cosine_min": 0.0},
+                    "worst_inputs": [],
+                    "degenerate": "near zero",
+                }
+            ],
+            "checks": [_check("nonfinite_max", True, "torch-fp32", 0)],
+            "task_metric": None,
+            "inconclusive": [why],
+        },
+        "failures": [],
+        "inconclusive": [why],
+        "passed": True,
+    }
+    inp = ReportInput(run=run_of([scenario("s::q", accuracy=acc)]))
+    html = render_html(inp)
+    section = _accuracy_section(html)
+    heading = section[: section.index("</h3>")]
+    assert 'vs reference torch-fp32: <span class="warn">inconclusive</span>' in heading
+    assert "logits (degenerate reference)" in section
+    assert "vs torch-fp32: inconclusive" in html  # the scenario table's headline
+    assert "inconclusive: <b>1</b>" in html  # the counts
+    assert "**Inconclusive (1)**" in render_markdown(inp)
+
+
 def test_the_checks_table_lists_each_check_once_with_what_it_compared() -> None:
     html = render_html(
         ReportInput(run=run_of([scenario("s::gold", accuracy=golden_only_failure())]))
@@ -420,8 +458,9 @@ def test_markdown_marker_and_lines() -> None:
     assert "P95 latency regressed +50.0%" in md
     assert "P95 latency improved -25.0%" in md
     assert "s::fast" not in md  # unchanged ones are left out
-    # s::slow regressed and failed its accuracy check: one row, both reasons.
+    # s::slow regressed and failed its accuracy check: a row in each table.
     assert "cosine similarity min 0.9 &lt; 0.98 on output emb" in md and "(report.html)" in md
+    assert "beside its regression: cosine similarity min 0.9 &lt; 0.98" in md
     assert md.splitlines()[1].startswith("### perfguard ❌ regression: `aaaaaaaaaaaa`")
 
 
