@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from perfguard.core.policy import CONTENTION_LIMIT
 from perfguard.judge.changes import ChangePoint
 from perfguard.judge.outcome import RunOutcome, run_outcome
 from perfguard.judge.verdict import ScenarioVerdict
@@ -30,6 +31,8 @@ class ReportInput:
     ``changes`` maps scenario id -> the change points of its archived history
     (``perfguard.judge.changes.archive_changes``), found once by whoever builds the
     input: every renderer reads them here and none runs the detection or git.
+    ``contention_limit`` is the run's (``--perfguard-contention-limit``): a cell measured
+    while other processes used more of the CPUs than this was measured on a busy host.
     """
 
     run: RunResult
@@ -41,6 +44,7 @@ class ReportInput:
     gate: bool = True
     exit_status: int | None = None
     changes: Mapping[str, Sequence[ChangePoint]] = field(default_factory=dict)
+    contention_limit: float = CONTENTION_LIMIT
 
     @functools.cached_property
     def outcome(self) -> RunOutcome:

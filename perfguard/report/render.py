@@ -20,6 +20,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from perfguard.core.policy import CONTENTION_LIMIT
 from perfguard.core.text import plain
 from perfguard.judge.outcome import OUTCOMES, CellOutcome, Outcome, blind_note
 from perfguard.judge.verdict import ScenarioVerdict, VerdictKind, pct
@@ -30,7 +31,7 @@ from perfguard.report import plots
 from perfguard.report.loadsections import load_context, load_fact
 from perfguard.report.model import ReportInput
 from perfguard.report.profilediff import ProfileView, profile_view
-from perfguard.report.tables import cells_named, telemetry_gaps
+from perfguard.report.tables import busy_host, cells_named, on_busy_host, telemetry_gaps
 
 #: Scenarios (in table order: regressions first) drawn as full matplotlib figures;
 #: the rest get sparklines, so a 500-scenario report stays fast and small
@@ -72,13 +73,21 @@ def ms(value_ns: float | None) -> str:
 
 
 def canary_ratio(
-    run_scenarios: Sequence[ScenarioResult], baseline: Mapping[str, ScenarioResult]
+    run_scenarios: Sequence[ScenarioResult],
+    baseline: Mapping[str, ScenarioResult],
+    contention_limit: float = CONTENTION_LIMIT,
 ) -> float | None:
-    """Median current/baseline canary over scenarios measured with a canary on both sides."""
+    """Median current/baseline canary over scenarios measured with a canary on both sides,
+    neither side on a busy host (other processes over ``contention_limit`` of the CPUs:
+    the canary then measures their load, not the machine's speed)."""
     ratios = [
         s.canary_ns / base.canary_ns
         for s in run_scenarios
-        if s.canary_ns and (base := baseline.get(s.id)) is not None and base.canary_ns
+        if s.canary_ns
+        and (base := baseline.get(s.id)) is not None
+        and base.canary_ns
+        and not on_busy_host(s, contention_limit)
+        and not on_busy_host(base, contention_limit)
     ]
     return float(statistics.median(ratios)) if ratios else None
 
@@ -532,7 +541,14 @@ def render_html(inp: ReportInput) -> str:
     plots.reset_ids()
     rows = build_rows(inp)
     outcome = inp.outcome
-    ratio = canary_ratio(inp.run.scenarios, inp.baseline)
+    busy = busy_host(inp.run.scenarios, inp.contention_limit)
+    # A canary read on a busy host says nothing of the machine's speed: no banner says
+    # "faster" or "slower" then; the busy banner says why.
+    ratio = (
+        None
+        if busy is not None
+        else canary_ratio(inp.run.scenarios, inp.baseline, inp.contention_limit)
+    )
     info = dict(inp.baseline_info or {})
     base_env = inp.baseline_environment
     context = {
@@ -553,6 +569,7 @@ def render_html(inp: ReportInput) -> str:
         "canary_ratio": ratio,
         "canary_moved": ratio is not None and abs(ratio - 1.0) > CANARY_BANNER,
         "canary_change": pct(ratio) if ratio is not None else "",
+        "busy_host": busy.text() if busy is not None else "",
         "rows": rows,
         "filters": {
             "outcome": sorted({r.outcome for r in rows}, key=lambda o: Outcome(o).rank),

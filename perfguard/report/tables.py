@@ -13,11 +13,12 @@ character or workflow command reaches the terminal or a CI log).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from perfguard.core.policy import CONTENTION_LIMIT
 from perfguard.core.text import one_line
 from perfguard.judge.outcome import (
     CellOutcome,
@@ -139,6 +140,46 @@ def telemetry_gaps(results: Sequence[ScenarioResult]) -> list[tuple[str, list[st
         if gap is not None:
             groups.setdefault(gap, []).append(result.id)
     return list(groups.items())
+
+
+def on_busy_host(result: ScenarioResult, limit: float) -> bool:
+    """Measured while other processes used more than ``limit`` of all CPUs."""
+    foreign = result.runtime.foreign_cpu
+    return foreign is not None and foreign > limit
+
+
+@dataclass(frozen=True)
+class BusyHost:
+    """The cells of this run measured on a busy host: other processes used more than
+    ``limit`` of all CPUs (``runtime.foreign_cpu``), at most ``busiest``."""
+
+    ids: tuple[str, ...]
+    busiest: float
+    limit: float
+
+    def text(self, named: Callable[[str], str] = str, shown: int = 5) -> str:
+        """``other processes used up to 45% of the CPUs while 2 cells were measured (a, b;
+        contention limit 10%): ...``; ``named`` words a cell id (a code span in Markdown)."""
+        more = f" and {len(self.ids) - shown} more" if len(self.ids) > shown else ""
+        cells = ", ".join(named(i) for i in self.ids[:shown]) + more
+        were = "s were" if len(self.ids) != 1 else " was"
+        return (
+            f"other processes used up to {self.busiest:.0%} of the CPUs while "
+            f"{len(self.ids)} cell{were} measured ({cells}; contention limit "
+            f"{self.limit:.0%}): their figures and the machine-speed canary measure the "
+            "host's load, not the code or the machine's speed. Re-run them on a quiet host."
+        )
+
+
+def busy_host(
+    results: Sequence[ScenarioResult], contention_limit: float = CONTENTION_LIMIT
+) -> BusyHost | None:
+    """The cells measured beside other processes over the contention limit, or None."""
+    found = [r for r in results if on_busy_host(r, contention_limit)]
+    if not found:
+        return None
+    busiest = max(r.runtime.foreign_cpu or 0.0 for r in found)
+    return BusyHost(tuple(r.id for r in found), busiest, contention_limit)
 
 
 def cells_named(ids: Sequence[str], shown: int = 5) -> str:

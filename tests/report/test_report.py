@@ -25,7 +25,7 @@ from perfguard.judge.verdict import (
     ScenarioVerdict,
     VerdictKind,
 )
-from perfguard.records.figures import summarize
+from perfguard.records.figures import CpuShares, summarize
 from perfguard.records.loadfigures import LoadFigures
 from perfguard.records.results import Environment, ScenarioResult
 from perfguard.records.resultsfile import write_results
@@ -192,6 +192,40 @@ def test_canary_and_env_banners() -> None:
     assert 'id="env-banner"' in html and "OtherCPU -&gt; TestCPU" in html
     quiet = ReportInput(run=run_of([scenario("s::a")]), baseline={"s::a": scenario("s::a")})
     assert 'id="canary-banner"' not in render_html(quiet)
+
+
+def _busy(result: ScenarioResult, foreign: float) -> ScenarioResult:
+    """``result`` measured while other processes used ``foreign`` of all CPUs."""
+    return replace(result, runtime=replace(result.runtime, cpu=CpuShares(foreign, 0.0)))
+
+
+def test_a_canary_read_on_a_busy_host_never_says_the_host_was_faster() -> None:
+    """Other processes took 45% of the CPUs (limit 10%) while the canary read 20% faster:
+    the report says the host was busy, not that it was faster; so does the summary."""
+    current = [_busy(scenario(f"s::{n}", canary_ns=0.8e6), 0.45) for n in "ab"]
+    inp = ReportInput(
+        run=run_of([*current, scenario("s::c", canary_ns=0.8e6)]),
+        baseline={f"s::{n}": scenario(f"s::{n}", canary_ns=1e6) for n in "abc"},
+    )
+    html = render_html(inp)
+    assert 'id="canary-banner"' not in html and "the host was faster" not in html
+    banner = re.search(r'<div class="banner" id="busy-banner">(.*?)</div>', html, re.S)
+    assert banner is not None
+    assert "The host was busy" in banner[1] and "up to 45% of the CPUs" in banner[1]
+    assert "2 cells were measured (s::a, s::b; contention limit 10%)" in banner[1]
+    md = render_markdown(inp)
+    assert "**The host was busy**: other processes used up to 45% of the CPUs" in md
+    assert "faster" not in md
+    # Under the run's own limit (50%) the host was quiet: the canary speaks again.
+    lenient = replace(inp, contention_limit=0.5)
+    html = render_html(lenient)
+    assert 'id="busy-banner"' not in html and "the host was faster" in html
+    # A baseline canary read on a busy host is no measure of the machine either.
+    base_busy = ReportInput(
+        run=run_of([scenario("s::a", canary_ns=0.8e6)]),
+        baseline={"s::a": _busy(scenario("s::a", canary_ns=1e6), 0.3)},
+    )
+    assert 'id="canary-banner"' not in render_html(base_busy)
 
 
 def test_render_is_deterministic() -> None:
