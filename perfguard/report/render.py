@@ -297,6 +297,7 @@ class Row:
     trend_points: int = 0
     #: Change points marked on the trend (perfguard.judge.changes), for its caption.
     trend_changes: int = 0
+    trend_caption: str = ""
     scatter: Markup | None = None
     scatter_legend: list[tuple[int, str, str, str]] = field(default_factory=list)
     runtime: list[tuple[str, str]] = field(default_factory=list)
@@ -447,6 +448,37 @@ def _trend_values(
     return points
 
 
+@dataclass(frozen=True)
+class ABBase:
+    """The base side of a cell judged by same-run A/B: its commit and its result of
+    this run (None: its figures were not kept)."""
+
+    commit: str
+    result: ScenarioResult | None
+
+
+def _ab_trend_values(
+    inp: ReportInput, sid: str, cur: ScenarioResult, ab: ABBase
+) -> tuple[list[tuple[str, float]], int]:
+    """The trend of a same-run A/B cell: its archived points (other run conditions),
+    then its A/B points (the base's of this run, then this run's), and where they start.
+
+    The archive's points were measured in other runs, one side at a time; the A/B's
+    two sides in this one, interleaved: never one series."""
+    head = inp.run.commit.sha or "current"
+    archived = [
+        (sha, r.latency_ns.p95 / 1e6)
+        for sha, r in inp.history.get(sid, ())
+        if r.latency_ns is not None and sha != head
+    ]
+    pair = []
+    if ab.result is not None and ab.result.latency_ns is not None:
+        pair.append((ab.commit, ab.result.latency_ns.p95 / 1e6))
+    assert cur.latency_ns is not None
+    pair.append((head, cur.latency_ns.p95 / 1e6))
+    return [*archived, *pair], len(archived)
+
+
 def _add_plots(
     row: Row,
     inp: ReportInput,
@@ -456,9 +488,10 @@ def _add_plots(
     siblings: Sequence[ScenarioResult],
     side: str = "baseline",
     changed: Collection[str] = (),
+    ab: ABBase | None = None,
 ) -> None:
     """The cell's figures; ``side`` names its base in the captions (``baseline``, or
-    ``the A/B base`` for a cell judged by same-run A/B)."""
+    ``the A/B base`` for a cell judged by same-run A/B, whose base ``ab`` gives)."""
     base_samples = base.samples_ns if base is not None else None
     # The caption names only the curves drawn: no baseline samples, no baseline curve.
     if cur is not None and cur.samples_ns:
@@ -472,17 +505,25 @@ def _add_plots(
     elif base_samples:
         row.cdf = Markup(plots.cdf_sparkline(None, base_samples))
         row.cdf_caption = f"latency CDF: {side} (blue); not measured in this run"
-    points = _trend_values(inp, row.sid, cur)
+    measured = cur is not None and cur.latency_ns is not None
+    ab_from: int | None = None
+    if ab is not None and cur is not None and measured:
+        points, ab_from = _ab_trend_values(inp, row.sid, cur, ab)
+    else:
+        points = _trend_values(inp, row.sid, cur)
     row.trend_points = len(points)
-    # The trend's last point is drawn as this run: only when this run measured the cell.
-    if len(points) >= 2 and cur is not None and cur.latency_ns is not None:
-        marks = [i for i, (sha, _) in enumerate(points) if sha in changed]
+    # The trend's last point is drawn as this run: only when this run measured the cell;
+    # an A/B cell's only when there is an archived point besides its A/B figures.
+    if len(points) >= 2 and measured and ab_from != 0:
+        limit = len(points) if ab_from is None else ab_from
+        marks = [i for i, (sha, _) in enumerate(points[:limit]) if sha in changed]
         row.trend_changes = len(marks)
         row.trend = Markup(
-            plots.trend_svg(points, marks)
+            plots.trend_svg(points, marks, ab_from)
             if full
-            else plots.trend_sparkline([v for _, v in points], marks)
+            else plots.trend_sparkline([v for _, v in points], marks, ab_from)
         )
+        row.trend_caption = _trend_caption(len(points), len(marks), ab_from, full)
     cells = [s for s in siblings if s.latency_ns is not None and s.throughput]
     if full and cur is not None and 3 <= len(cells) <= MAX_SCATTER_CELLS and cur in cells:
         row.scatter = Markup(
@@ -497,6 +538,26 @@ def _add_plots(
         row.scatter_legend = [
             (i + 1, s.backend, s.device, s.precision) for i, s in enumerate(cells)
         ]
+
+
+def _trend_caption(points: int, changes: int, ab_from: int | None, full: bool) -> str:
+    """The trend's caption, naming what ``plots.trend_svg``/``trend_sparkline`` draw."""
+    marked = ""
+    if changes:
+        s = "s" if changes > 1 else ""
+        marked = (
+            f"; dashed grey line{s}: {changes} change point{s} (a new level from that commit on)"
+        )
+    if ab_from is None:
+        return f"P95 over {points} commits, oldest first; this run in red{marked}"
+    base = points - ab_from > 1
+    shape = "hollow grey circles, dotted" if full else "dotted grey"
+    pair = "the A/B base (blue) and this run (red)" if base else "this run (red)"
+    return (
+        f"P95: {ab_from} archived commit{'s' if ab_from != 1 else ''}, oldest first "
+        f"({shape}: {plots.ARCHIVED_LABEL}, not comparable with the A/B figures), then "
+        f"this run's same-run A/B apart from them: {pair}{marked}"
+    )
 
 
 def build_rows(inp: ReportInput) -> list[Row]:
@@ -522,7 +583,9 @@ def build_rows(inp: ReportInput) -> list[Row]:
         group = siblings.get((cur.suite, cur.name), []) if cur is not None else []
         side = "the A/B base" if sid in ab_judged else "baseline"
         p95 = {c.commit for c in found.get(sid, ()) if c.metric == "p95"}
-        _add_plots(row, inp, cur, base, full, group, side, p95)
+        ab_detail = verdicts[sid].ab if sid in ab_judged else None
+        ab = ABBase(ab_detail.base, base) if ab_detail is not None else None
+        _add_plots(row, inp, cur, base, full, group, side, p95, ab)
         row.profile = profile_view(cur, base)
         rows.append(row)
     return rows

@@ -34,7 +34,7 @@ from perfguard.report.cli_report import report_command
 from perfguard.report.comparison import comparison_path, write_comparison
 from perfguard.report.markdown import COMMENT_LIMIT, MARKER
 from perfguard.report.model import ReportInput
-from perfguard.report.plots import BASELINE_COLOR, CURRENT_COLOR
+from perfguard.report.plots import ARCHIVED_COLOR, BASELINE_COLOR, CURRENT_COLOR
 from perfguard.report.render import FULL_PLOT_BUDGET
 from perfguard.run.finish import base_side
 from tests.helpers.results import BASE_SHA, SHA, p95_verdict, run_of, scenario
@@ -349,6 +349,60 @@ def test_cdf_captions_name_only_the_curves_drawn() -> None:
     assert BASELINE_COLOR in svg and CURRENT_COLOR not in svg
     # No trend for it either: the trend's red point is this run's.
     assert not _figures(gone[: gone.index("</section>")], "trend")
+
+
+def _ab_trend_input(others: int = 0) -> ReportInput:
+    """GPT-2 judged by same-run A/B (base ~130 ms, head ~240 ms: +83%) with five archived
+    runs from a busy machine (~650 ms); ``others`` regressed cells sort before it."""
+    sid = "s::gpt2"
+    head = scenario(sid, seed=1, scale_ms=240.0)
+    samples_a = scenario(sid, seed=2, scale_ms=130.0).samples_ns
+    decision = Decision(True, DecisionKind.REGRESSION, 1.83, 1.7, 1.9, 40, "regression")
+    ab = ABDetail(BASE_SHA, "HEAD~1", decision, 5.0, (), samples_a)
+    verdict = ScenarioVerdict(sid, VerdictKind.REGRESSION, mode="ab", ab=ab)
+    history = {sid: [(f"{i:040x}", scenario(sid, seed=10 + i, scale_ms=650.0)) for i in range(5)]}
+    extra = [scenario(f"s::a{i:03}", seed=i) for i in range(others)]
+    verdicts = [p95_verdict(r.id, VerdictKind.REGRESSION, 1.5, "+50%") for r in extra]
+    return ReportInput(
+        run=run_of([*extra, head]),
+        verdicts=(*verdicts, verdict),
+        baseline=base_results({sid: verdict}, {sid: head}),
+        history=history,
+    )
+
+
+def _gpt2_trend(html: str) -> tuple[str, str]:
+    section = html[html.index("<h2>s::gpt2") :]
+    ((svg, caption),) = _figures(section[: section.index("</section>")], "trend")
+    return svg, caption
+
+
+def _strokes(svg: str, colour: str) -> list[int]:
+    """The vertices of each solid or dotted line drawn in ``colour`` (legend keys too)."""
+    paths = re.findall(rf'<path d="([^"]*)"[^>]*style="[^"]*stroke: {colour}[;"]', svg)
+    return [d.count("L") + 1 for d in paths]
+
+
+def test_an_ab_cells_trend_keeps_archived_points_apart_from_its_ab_figures() -> None:
+    """Archived busy-machine P95s (~650 ms) are not one series with the A/B run: they are
+    drawn and labelled as archived, and no line joins them to the A/B figures."""
+    svg, caption = _gpt2_trend(render_html(_ab_trend_input()))
+    assert "5 archived commits" in caption and "archived, other run conditions" in caption
+    assert "the A/B base (blue) and this run (red)" in caption
+    assert "archived, other run conditions" in svg and "same-run A/B: base" in svg
+    # The archived line joins the five archived points only (and its legend key's 3);
+    # the blue line the A/B base and this run only.
+    assert sorted(_strokes(svg, ARCHIVED_COLOR)) == [2, 3, 5]  # separator, legend, points
+    assert _strokes(svg, BASELINE_COLOR) == [2]
+    # Past the budget of full figures, the sparkline keeps them apart too.
+    svg, caption = _gpt2_trend(render_html(_ab_trend_input(others=FULL_PLOT_BUDGET)))
+    assert 'class="spark"' in svg and "archived, other run conditions" in caption
+    lines = re.findall(r'<polyline fill="none" stroke="(#\w+)"[^>]*points="([^"]*)"', svg)
+    assert [(c, len(pts.split())) for c, pts in lines] == [(ARCHIVED_COLOR, 5), (BASELINE_COLOR, 2)]
+    # A cell judged against the archive keeps its one series.
+    html = render_html(full_input())
+    assert "P95 over 6 commits, oldest first; this run in red" in html
+    assert "archived, other run conditions" not in html
 
 
 #: The base side's last round of a closed-loop level (``LoadFigures.to_dict()``).
