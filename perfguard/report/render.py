@@ -42,6 +42,8 @@ CANARY_BANNER = 0.05
 NO_VERDICT = "none"
 #: The latency-vs-throughput scatter is drawn for models with 3..this many cells.
 MAX_SCATTER_CELLS = 24
+#: Quantized layers named in a cell's details; the rest are counted.
+QUANT_LAYERS_SHOWN = 20
 
 
 @functools.cache
@@ -313,7 +315,52 @@ def _triple(result: ScenarioResult | None) -> tuple[str, str, str]:
     return (ms(lat.p50), ms(lat.p95), ms(lat.p99))
 
 
-def _facts(result: ScenarioResult | None) -> list[tuple[str, str]]:
+def _contention(result: ScenarioResult, limit: float) -> str | None:
+    """``other processes used 45% of the CPUs while it was measured (contention limit
+    10%): the host was busy ...``, or None when not measured."""
+    cpu = result.runtime.cpu
+    if cpu is None or cpu.foreign_cpu is None:
+        return None
+    text = (
+        f"other processes used {cpu.foreign_cpu:.0%} of the CPUs while it was measured "
+        f"(contention limit {limit:.0%})"
+    )
+    if on_busy_host(result, limit):
+        text += ": the host was busy, so its figures measure that load, not the code"
+    if cpu.steal:
+        text += f"; the hypervisor took {cpu.steal:.0%}"
+    return text
+
+
+def _quantization_facts(result: ScenarioResult) -> list[tuple[str, str]]:
+    """What the quantizer did to the cell's model, when its runtime facts say."""
+    applied = result.runtime.quantization
+    if applied is None:
+        return []
+    facts = [("quantization applied", applied.text())]
+    if applied.layers:
+        more = applied.layer_count - min(len(applied.layers), QUANT_LAYERS_SHOWN)
+        names = ", ".join(applied.layers[:QUANT_LAYERS_SHOWN])
+        facts.append(("quantized layers", names + (f" and {more} more" if more > 0 else "")))
+    return facts
+
+
+def _runtime_rows(result: ScenarioResult | None) -> list[tuple[str, str]]:
+    """The cell's runtime facts as rows; what the quantizer did has rows of its own
+    (``_quantization_facts``), so the settings' row leaves it out."""
+    rows = []
+    for key, value in (result.runtime.to_dict() if result is not None else {}).items():
+        if key == "quantization" and isinstance(value, Mapping):
+            value = {k: v for k, v in value.items() if k != "applied"}
+            if not value:
+                continue
+        rows.append((str(key), str(value)))
+    return rows
+
+
+def _facts(
+    result: ScenarioResult | None, contention_limit: float = CONTENTION_LIMIT
+) -> list[tuple[str, str]]:
     if result is None:
         return [("status", "not measured in this run")]
     facts = [("status", result.status.value)]
@@ -331,6 +378,10 @@ def _facts(result: ScenarioResult | None) -> list[tuple[str, str]]:
     facts.append(("stability", f"{stable} (median last/first third {ratio})"))
     if result.canary_ns is not None:
         facts.append(("canary", f"{ms(result.canary_ns)} ms"))
+    contention = _contention(result, contention_limit)
+    if contention is not None:
+        facts.append(("contention", contention))
+    facts += _quantization_facts(result)
     if result.tags:
         facts.append(("tags", ", ".join(result.tags)))
     if (load := load_fact(result)) is not None:
@@ -361,6 +412,7 @@ def _row(
     base: ScenarioResult | None,
     verdict: ScenarioVerdict | None,
     outcome: CellOutcome,
+    contention_limit: float = CONTENTION_LIMIT,
 ) -> Row:
     src = cur or base
     p95 = verdict.metric("p95") if verdict is not None else None
@@ -375,7 +427,7 @@ def _row(
     messages = [m for m in dict.fromkeys(messages) if m not in outcome.reason]
     facts = [
         (k, v)
-        for k, v in _facts(cur) + _detectable_facts(verdict) + _ab_facts(verdict)
+        for k, v in _facts(cur, contention_limit) + _detectable_facts(verdict) + _ab_facts(verdict)
         if not (k == "message" and v in outcome.reason)
     ]
     return Row(
@@ -399,7 +451,7 @@ def _row(
         memory="-" if cur is None or cur.peak_memory_mib is None else f"{cur.peak_memory_mib:.1f}",
         accuracy=accuracy_view(cur.accuracy if cur else None),
         messages=messages,
-        runtime=[(str(k), str(v)) for k, v in (cur.runtime.to_dict() if cur else {}).items()],
+        runtime=_runtime_rows(cur),
         facts=facts,
     )
 
@@ -577,7 +629,7 @@ def build_rows(inp: ReportInput) -> list[Row]:
     budget = FULL_PLOT_BUDGET
     for index, sid in enumerate(order):
         cur, base = current.get(sid), inp.baseline.get(sid)
-        row = _row(index, sid, cur, base, verdicts.get(sid), outcomes[sid])
+        row = _row(index, sid, cur, base, verdicts.get(sid), outcomes[sid], inp.contention_limit)
         full = budget > 0 and cur is not None and bool(cur.samples_ns)
         budget -= int(full)
         group = siblings.get((cur.suite, cur.name), []) if cur is not None else []

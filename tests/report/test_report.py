@@ -25,7 +25,7 @@ from perfguard.judge.verdict import (
     ScenarioVerdict,
     VerdictKind,
 )
-from perfguard.records.figures import CpuShares, summarize
+from perfguard.records.figures import CpuShares, QuantFacts, RuntimeInfo, summarize
 from perfguard.records.loadfigures import LoadFigures
 from perfguard.records.results import Environment, ScenarioResult
 from perfguard.records.resultsfile import write_results
@@ -226,6 +226,56 @@ def test_a_canary_read_on_a_busy_host_never_says_the_host_was_faster() -> None:
         baseline={"s::a": _busy(scenario("s::a", canary_ns=1e6), 0.3)},
     )
     assert 'id="canary-banner"' not in render_html(base_busy)
+
+
+def test_a_cells_details_say_what_was_quantized_and_how_busy_the_host_was() -> None:
+    """The facts an int8 figure needs beside it: the layers and ops the quantizer changed
+    and left in float, and the other processes' share of the CPUs while it ran."""
+    applied = QuantFacts(
+        tool="onnxruntime.quantization.quantize_dynamic",
+        quantized={"MatMul": 72},
+        kept={"MatMul": 24, "Gemm": 1},
+        ops={"DynamicQuantizeLinear": 48, "MatMulInteger": 72},
+        layers=tuple(f"/encoder/layer.{i}/attention/self/query/MatMul" for i in range(30)),
+        layer_count=72,
+    )
+    settings = {"name": "int8", "mode": "dynamic", "applied": applied.to_dict()}
+    base = scenario("s::int8")
+    cell = replace(
+        base,
+        precision="int8",
+        runtime=RuntimeInfo(
+            backend={**base.runtime.backend, "quantization": settings},
+            cpu=CpuShares(0.45, 0.0),
+        ),
+    )
+    html = render_html(ReportInput(run=run_of([cell])))
+    facts = dict(re.findall(r"<tr><th>([^<]*)</th><td>([^<]*)</td></tr>", html))
+    assert facts["quantization applied"] == (
+        "72 of 96 MatMul quantized, 24 MatMul, 1 Gemm left in float (graph: "
+        "DynamicQuantizeLinear 48, MatMulInteger 72; onnxruntime.quantization.quantize_dynamic)"
+    )
+    assert facts["quantized layers"].startswith("/encoder/layer.0/attention/self/query/MatMul, ")
+    assert facts["quantized layers"].endswith(" and 52 more")
+    assert facts["contention"].startswith(
+        "other processes used 45% of the CPUs while it was measured (contention limit 10%): "
+        "the host was busy"
+    )
+    # The settings keep their row, without the applied facts said above.
+    assert "MatMulInteger" not in facts["runtime: quantization"]
+    assert "&#39;mode&#39;: &#39;dynamic&#39;" in facts["runtime: quantization"]
+    # A quiet host says its share; a cell not quantized has no quantization rows.
+    quiet = replace(cell, runtime=replace(base.runtime, cpu=CpuShares(0.02, None)))
+    facts = dict(
+        re.findall(
+            r"<tr><th>([^<]*)</th><td>([^<]*)</td></tr>",
+            render_html(ReportInput(run=run_of([quiet]))),
+        )
+    )
+    assert facts["contention"] == (
+        "other processes used 2% of the CPUs while it was measured (contention limit 10%)"
+    )
+    assert "quantization applied" not in facts
 
 
 def test_render_is_deterministic() -> None:
