@@ -25,7 +25,9 @@ class ReportInput:
     ``baseline`` maps scenario id -> the baseline's (pooled) result, for overlaid
     distributions; ``baseline_info`` is ``BaselineChoice.to_dict()`` (commit, how
     it was chosen, path, launches, env_diff); ``history`` maps scenario id -> the
-    stored commits' results of that scenario on this fingerprint, oldest first.
+    stored commits' results of that scenario on this fingerprint, oldest first: runs of
+    their own, so a cell judged by same-run A/B draws them apart from its A/B figures
+    (``perfguard.report.render``), never as one series with them.
     ``exit_status`` is pytest's exit status of the run, when known (older runs did
     not store it); a non-zero one fails the run even when no cell explains it.
     ``changes`` maps scenario id -> the change points of its archived history
