@@ -49,6 +49,8 @@ from perfguard.models.quantize import (
     calibration_samples,
     check_quant_spec,
     convert_fp16,
+    onnx_quant_facts,
+    ort_quant_tool,
     quant_settings,
     quantize_int8,
     require_calibration,
@@ -253,6 +255,7 @@ class OnnxRuntimeSession:
         from_factory = model.onnx is None
         path, key = self._model_file(scenario, feeds, cache_dir)
         variant: dict[str, Any] | None = None
+        source = path
         if scenario.precision == "fp16":
             path = convert_fp16(path, cache_dir, model.location, keep_fp32=scenario.keep_fp32 or ())
             key = cache_key_of(path)
@@ -268,6 +271,9 @@ class OnnxRuntimeSession:
                 variant["calibration_inputs"] = len(samples)
         if variant is not None:
             variant["cache_key"] = key
+            if scenario.precision == "int8":  # what the quantizer did, read from its graph
+                applied = onnx_quant_facts(source, path, ort_quant_tool(quant))
+                variant["applied"] = applied.to_dict()
 
         # The GPU placement check profiles into a private directory, removed after.
         workdir = tempfile.mkdtemp(prefix="perfguard-ort-") if plan is not None else None

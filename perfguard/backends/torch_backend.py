@@ -38,7 +38,7 @@ from perfguard.backends.torch_cuda import (
 from perfguard.core.errors import CellError
 from perfguard.core.scenario import Scenario
 from perfguard.models.factory import check_forward_inputs, feeds_positionally, load_factory
-from perfguard.models.quantize import quantize_torch_int8
+from perfguard.models.quantize import quantize_torch_int8, torch_quant_facts
 from perfguard.records.opprofile import PATH_SEPARATOR
 
 if TYPE_CHECKING:
@@ -186,6 +186,9 @@ class TorchSession:
                 "precision": scenario.precision,
                 "threads": torch.get_num_threads(),
             }
+            if scenario.precision == "int8":  # what torch's quantizer replaced
+                applied = torch_quant_facts(self._module)
+                self.runtime_info["quantization"] = {"applied": applied.to_dict()}
             if scenario.gpu.compile_mode is not None:
                 self.runtime_info["compile_mode"] = scenario.gpu.compile_mode
             if self.device.type == "cuda":

@@ -19,6 +19,7 @@ to a user's ``onnx:`` file and concurrent builds never share a scratch name.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import json
@@ -44,6 +45,7 @@ from perfguard.models.cache import (
     safe_name,
     source_digest,
 )
+from perfguard.records.figures import QuantFacts
 
 if TYPE_CHECKING:
     import torch
@@ -56,10 +58,13 @@ __all__ = [
     "calibration_samples",
     "check_quant_spec",
     "convert_fp16",
+    "onnx_quant_facts",
+    "ort_quant_tool",
     "quant_settings",
     "quantize_int8",
     "quantize_key",
     "quantize_torch_int8",
+    "torch_quant_facts",
     "reduce_range",
     "require_calibration",
 ]
@@ -266,6 +271,101 @@ def quantize_torch_int8(
             "Runtime instead (`backend: onnxruntime`, `precision: int8`)",
             location=location,
         ) from exc
+
+
+#: Op types a quantizer turns into integer arithmetic (ONNX Runtime's dynamic and static
+#: quantizers): the nodes counted as quantized or left in float.
+QUANTIZABLE_OPS = ("MatMul", "Gemm", "Conv", "ConvTranspose", "Attention", "LSTM")
+#: Nodes a quantizer adds: the (de)quantization steps and the integer kernels.
+_QUANT_NODE_OPS = frozenset(
+    {
+        "QuantizeLinear",
+        "DequantizeLinear",
+        "DynamicQuantizeLinear",
+        "MatMulInteger",
+        "ConvInteger",
+        "MatMulIntegerToFloat",
+        "DynamicQuantizeMatMul",
+        "DynamicQuantizeLSTM",
+        "QGemm",
+        "QAttention",
+    }
+)
+
+
+def _op_counts(ops: Sequence[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for op in ops:
+        counts[op] = counts.get(op, 0) + 1
+    return counts
+
+
+@functools.lru_cache(maxsize=64)
+def onnx_quant_facts(source: Path, quantized: Path, tool: str) -> QuantFacts:
+    """What quantizing ``source`` into ``quantized`` did, read from the two graphs (once
+    per process: the quantized file's name holds a digest of the source and settings).
+
+    A quantizable node of the source (``QUANTIZABLE_OPS``) is left in float when the
+    quantized graph still has it, by name and op type, with no input from a
+    ``DequantizeLinear``; otherwise it was quantized (replaced by an integer kernel,
+    ``MatMulInteger``/``QLinearConv``..., or fed by Q/DQ pairs the runtime fuses)."""
+    import onnx
+
+    before = onnx.load(str(source), load_external_data=False).graph.node
+    after = onnx.load(str(quantized), load_external_data=False).graph.node
+    dequantized = {out for n in after if n.op_type == "DequantizeLinear" for out in n.output}
+    floating = {(n.name, n.op_type) for n in after if not any(i in dequantized for i in n.input)}
+    quantized_ops: list[str] = []
+    kept_ops: list[str] = []
+    layers: list[str] = []
+    for node in before:
+        if node.op_type not in QUANTIZABLE_OPS:
+            continue
+        if (node.name, node.op_type) in floating:
+            kept_ops.append(node.op_type)
+        else:
+            quantized_ops.append(node.op_type)
+            layers.append(node.name)
+    added = [
+        n.op_type for n in after if n.op_type in _QUANT_NODE_OPS or n.op_type.startswith("QLinear")
+    ]
+    return QuantFacts(
+        tool=tool,
+        quantized=_op_counts(quantized_ops),
+        kept={op: n for op, n in _op_counts(kept_ops).items()},
+        ops=_op_counts(added),
+        layers=tuple(layers),
+        layer_count=len(layers),
+    )
+
+
+def ort_quant_tool(quant: QuantSpec) -> str:
+    """How ``quantize_int8`` quantizes under ``quant``: the onnxruntime function and format."""
+    if quant.mode == "static":
+        return "onnxruntime.quantization.quantize_static, QDQ"
+    return "onnxruntime.quantization.quantize_dynamic"
+
+
+def torch_quant_facts(module: torch.nn.Module) -> QuantFacts:
+    """What ``quantize_torch_int8`` did: the ``nn.Linear`` modules of ``module`` (its
+    result) torch replaced by dynamically quantized ones, and those left in float."""
+    import torch
+
+    quantized: list[str] = []
+    kept = 0
+    for name, child in module.named_modules():
+        if type(child).__module__.startswith("torch.ao.nn.quantized") and hasattr(child, "weight"):
+            quantized.append(name)
+        elif isinstance(child, torch.nn.Linear):
+            kept += 1
+    return QuantFacts(
+        tool="torch.ao.quantization.quantize_dynamic",
+        quantized={"Linear": len(quantized)} if quantized else {},
+        kept={"Linear": kept} if kept else {},
+        ops={},
+        layers=tuple(quantized),
+        layer_count=len(quantized),
+    )
 
 
 def convert_fp16(

@@ -88,7 +88,7 @@ def write_summary(
         for line in (result.message or "").splitlines():
             if result.status is Status.FAILED and line.startswith(PROFILE_LINE):
                 write(f"{result.name}: {line}")
-    loaded = load_lines(list(results))
+    loaded = load_lines(list(results), outcome)
     if loaded:
         write("under load (latency from the scheduled send time):")
     for line in loaded:

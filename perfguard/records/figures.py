@@ -24,7 +24,9 @@ __all__ = [
     "CpuShares",
     "GpuFacts",
     "JSON",
+    "QUANT_LAYERS_KEPT",
     "LatencySummary",
+    "QuantFacts",
     "RuntimeInfo",
 ]
 
@@ -93,6 +95,89 @@ class BenchmarkFacts:
     extra_info: JSON
 
 
+#: Names of quantized layers a cell's runtime facts keep (the rest are counted).
+QUANT_LAYERS_KEPT = 50
+
+
+def _counts(value: JSON) -> dict[str, int]:
+    """``{op type: count}`` from a stored object; anything else is left out."""
+    if not isinstance(value, Mapping):
+        return {}
+    return {
+        str(k): int(v) for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool)
+    }
+
+
+@dataclass(frozen=True)
+class QuantFacts:
+    """What a quantizer actually did to a cell's model, read from what it made (the
+    quantized ONNX graph, or the modules torch replaced): ``quantized`` and ``kept``
+    count the quantizable nodes (or modules), by op type, it quantized and left in
+    float; ``ops`` counts the quantization nodes of the quantized graph
+    (``DynamicQuantizeLinear``, ``QuantizeLinear``, ``MatMulInteger``, ``QLinear*``...);
+    ``layers`` names the quantized nodes or modules (the first ``QUANT_LAYERS_KEPT``),
+    ``layer_count`` how many there are. A backend keeps it in its own runtime facts,
+    under ``quantization.applied`` (``RuntimeInfo.quantization``)."""
+
+    tool: str
+    quantized: dict[str, int] = field(default_factory=dict)
+    kept: dict[str, int] = field(default_factory=dict)
+    ops: dict[str, int] = field(default_factory=dict)
+    layers: tuple[str, ...] = ()
+    layer_count: int = 0
+
+    def to_dict(self) -> dict[str, JSON]:
+        return {
+            "tool": self.tool,
+            "quantized": dict(self.quantized),
+            "kept": dict(self.kept),
+            "ops": dict(self.ops),
+            "layers": list(self.layers[:QUANT_LAYERS_KEPT]),
+            "layer_count": self.layer_count,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, JSON]) -> QuantFacts:
+        layers = data.get("layers")
+        names = tuple(str(n) for n in layers) if isinstance(layers, list) else ()
+        count = data.get("layer_count")
+        return cls(
+            tool=str(data.get("tool") or ""),
+            quantized=_counts(data.get("quantized")),
+            kept=_counts(data.get("kept")),
+            ops=_counts(data.get("ops")),
+            layers=names,
+            layer_count=count if isinstance(count, int) else len(names),
+        )
+
+    def text(self) -> str:
+        """``2 of 3 MatMul quantized, 1 MatMul left in float (graph: MatMulInteger 2,
+        DynamicQuantizeLinear 2; onnxruntime.quantization.quantize_dynamic)``, or
+        ``nothing quantized: 2 Gemm left in float (...)``."""
+
+        def listed(counts: Mapping[str, int]) -> str:
+            return ", ".join(f"{n} {op}" for op, n in counts.items() if n)
+
+        parts = []
+        if any(self.quantized.values()):
+            parts.append(
+                ", ".join(
+                    f"{n} of {n + self.kept.get(op, 0)} {op}"
+                    for op, n in self.quantized.items()
+                    if n
+                )
+                + " quantized"
+            )
+        else:
+            parts.append("nothing quantized")
+        left = {op: n for op, n in self.kept.items() if n}
+        if left:
+            parts.append(f"{listed(left)} left in float")
+        where = [f"{op} {n}" for op, n in self.ops.items() if n]
+        tail = f"graph: {', '.join(where)}; " if where else ""
+        return f"{', '.join(parts)} ({tail}{self.tool})"
+
+
 #: The runtime keys perfguard itself writes; a backend's own facts use other names.
 RESERVED_KEYS = frozenset(
     {"foreign_cpu", "steal", "sessions", "telemetry", "device_latency_ns", "isolated", "ab_base"}
@@ -126,6 +211,15 @@ class RuntimeInfo:
     def foreign_cpu(self) -> float | None:
         """Other processes' share of all CPUs during the cell; None when not measured."""
         return self.cpu.foreign_cpu if self.cpu is not None else None
+
+    @property
+    def quantization(self) -> QuantFacts | None:
+        """What the quantizer did to the cell's model (the backend's
+        ``quantization.applied`` facts); None for a cell not quantized, or measured
+        before perfguard recorded it."""
+        found = self.backend.get("quantization")
+        applied = found.get("applied") if isinstance(found, Mapping) else None
+        return QuantFacts.from_dict(applied) if isinstance(applied, Mapping) else None
 
     def to_dict(self) -> dict[str, JSON]:
         out: dict[str, JSON] = dict(self.backend)

@@ -220,7 +220,10 @@ class ProfileDiff:
         """One line naming the top contributor.
 
         ``+0.41 ms per request, 62% of it in MatMul `/encoder/layer.3/.../query```;
-        without a base: ``0.80 ms per request in operators, 35% of it in Conv `...```.
+        a share over 100% says it is of the net change and what offset it (``+0.30 ms per
+        request, 117% of the net change in Conv `/layer2`: the other nodes got faster by 50.0 us
+        (17% of the net change)``); without a base: ``0.80 ms per request in operators,
+        35% of it in Conv `...```.
         ``where`` words the contributor (Markdown escapes it for a summary);
         by default ``op_type `name```.
         """
@@ -237,7 +240,26 @@ class ProfileDiff:
         if change == 0:
             return f"no change in operator time per request (largest: {place})"
         marker = " (new)" if top.side == "current only" else ""
-        return f"{signed_ms(change)} per request, {top.share:.0%} of it in {place}{marker}"
+        head = f"{signed_ms(change)} per request, {top.share:.0%}"
+        offset = self.offset_note(top)
+        if offset:
+            return f"{head} of the net change in {place}{marker}: {offset}"
+        return f"{head} of it in {place}{marker}"
+
+    def offset_note(self, top: Contribution | None = None) -> str:
+        """What a share over 100% means: ``the other nodes got faster by 50.0 us (17% of the net
+        change)``: the other nodes moved against the change, offsetting part of ``top``'s
+        (the top layer by default); "" when its share is not over 100% (as printed)."""
+        top = top if top is not None else self.top_layer
+        change = self.change_ns
+        if top is None or not change or round(top.share * 100) <= 100:
+            return ""
+        rest = change - top.delta_ns
+        how = "faster" if rest < 0 else "slower"
+        return (
+            f"the other nodes got {how} by {signed_ms(abs(rest))[1:]} "
+            f"({abs(rest / change):.0%} of the net change)"
+        )
 
 
 def _where(top: Contribution) -> str:

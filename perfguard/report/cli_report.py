@@ -150,6 +150,7 @@ def report_command(
         baseline_environment=base_env,
         gate=gate,
         exit_status=exit_status,
+        contention_limit=contention_limit,
     )
     dest = Path(out_dir) if out_dir is not None else results.parent
     html_path = write_report_files(inp, dest)

@@ -14,6 +14,7 @@ from typing import Any
 
 from markupsafe import Markup
 
+from perfguard.judge.outcome import CellOutcome
 from perfguard.records.figures import LatencySummary
 from perfguard.records.loadfigures import BatchingFigures, LoadFigures, SloSearch
 from perfguard.records.results import ScenarioResult
@@ -22,10 +23,10 @@ from perfguard.report.model import ReportInput
 from perfguard.report.tables import (
     LOAD_HEADERS,
     batching_note,
+    level_notes,
     load_figures,
     load_group,
     load_level_key,
-    load_notes,
     memory_detail,
     memory_growth,
     slo_level,
@@ -216,7 +217,9 @@ def _group(
     anchors: Mapping[str, str],
     draw: bool,
     side: str = "the baseline",
+    outcomes: Mapping[str, CellOutcome] | None = None,
 ) -> LoadGroup:
+    outcomes = outcomes or {}
     group = LoadGroup(key=key, anchor=f"load{index}", levels=[])
     targets: list[float] = []
     steps: list[plots.SloStep] = []
@@ -225,9 +228,7 @@ def _group(
         assert load is not None  # only load cells are grouped
         level = load.level
         invalid = load.invalid or None
-        notes = load_notes(load)
-        if not r.passed:
-            notes.insert(0, r.status.value)
+        notes = level_notes(r, outcomes.get(r.id))
         figures, details = load_figures(r), _details(load)
         group.levels.append(
             LoadLevel(r.id, anchors.get(r.id, ""), figures, "; ".join(notes), invalid, details)
@@ -293,6 +294,7 @@ def build_load_groups(inp: ReportInput, anchors: Mapping[str, str]) -> list[Load
         if r.load is not None:
             groups.setdefault(load_group(r), []).append(r)
     ab_judged = {v.scenario_id for v in inp.verdicts if v.mode == "ab"}
+    outcomes = {c.scenario_id: c for c in inp.outcome.cells}
     base: dict[str, list[ScenarioResult]] = {}
     for r in inp.baseline.values():
         if r.load is not None:
@@ -306,6 +308,7 @@ def build_load_groups(inp: ReportInput, anchors: Mapping[str, str]) -> list[Load
             anchors,
             i < LOAD_PLOT_BUDGET,
             _side(base.get(key, []), ab_judged),
+            outcomes,
         )
         for i, (key, members) in enumerate(groups.items())
     ]

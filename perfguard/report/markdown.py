@@ -31,6 +31,7 @@ from perfguard.records.results import ScenarioResult
 from perfguard.report.model import ReportInput
 from perfguard.report.profilediff import markdown_headline
 from perfguard.report.tables import (
+    busy_host,
     cells_named,
     load_figures,
     load_notes,
@@ -134,6 +135,15 @@ def _load_table(results: Sequence[ScenarioResult]) -> list[str]:
     return [*lines, ""]
 
 
+def _busy(inp: ReportInput) -> list[str]:
+    """A line when cells were measured beside other processes over the contention limit."""
+    busy = busy_host(inp.run.scenarios, inp.contention_limit)
+    if busy is None:
+        return []
+    text = busy.text(lambda sid: md_code(sid, MAX_NAME, in_table=False))
+    return [f"**The host was busy**: {text}", ""]
+
+
 def _telemetry(results: Sequence[ScenarioResult]) -> list[str]:
     """A line per thing GPU telemetry could not see (its cells, the reason and the fix)."""
     gaps = telemetry_gaps(results)
@@ -196,6 +206,7 @@ def render_markdown(inp: ReportInput, *, link: str | None = None) -> str:
     lines = [MARKER, head, "", outcome.counts_line(), ""]
     if link:
         lines += [f"[Full report]({link})", ""]
+    lines += _busy(inp)
     lines += _telemetry(inp.run.scenarios)
     for kind, title in TABLES:
         cells = outcome.showing(kind)

@@ -39,6 +39,9 @@ CURRENT_COLOR = "#d62728"
 BASELINE_COLOR = "#1f77b4"
 #: Change points (perfguard.judge.changes) on a trend: a dashed vertical line each.
 CHANGE_COLOR = "#7f7f7f"
+#: Archived points on the trend of a same-run A/B cell: other run conditions.
+ARCHIVED_COLOR = "#a0a0a0"
+ARCHIVED_LABEL = "archived, other run conditions"
 
 _PROLOG = re.compile(r"\A.*?(?=<svg\b)", re.S)
 _METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.S)
@@ -129,11 +132,17 @@ def cdf_svg(current: Sequence[int], baseline: Sequence[int] | None) -> str:
         return _finish(fig)
 
 
-def trend_svg(points: Sequence[tuple[str, float]], changes: Sequence[int] = ()) -> str:
+def trend_svg(
+    points: Sequence[tuple[str, float]], changes: Sequence[int] = (), ab_from: int | None = None
+) -> str:
     """P95 (ms) over commits, oldest first; the last point (this run) highlighted.
 
     ``changes``: indices of the points where a change point's new level starts, each
     a dashed vertical line just before its point (one legend entry for them all).
+    ``ab_from``: for a cell judged by same-run A/B, where its A/B points start (the
+    base's, then this run's); the points before it are archived runs, measured under
+    other conditions: drawn apart (grey hollow circles, ``ARCHIVED_LABEL``), never
+    joined to the A/B points as one series.
     """
     labels = [safe_label(c) for c, _ in points]
     values = [v for _, v in points]
@@ -141,7 +150,18 @@ def trend_svg(points: Sequence[tuple[str, float]], changes: Sequence[int] = ()) 
     with _style():
         fig = _figure(bottom=0.25)
         ax = fig.add_subplot()
-        ax.plot(xs, values, color=BASELINE_COLOR, marker="." if len(xs) < 60 else None, lw=1)
+        if ab_from is None:
+            ax.plot(xs, values, color=BASELINE_COLOR, marker="." if len(xs) < 60 else None, lw=1)
+        else:
+            ax.plot(
+                xs[:ab_from], values[:ab_from], color=ARCHIVED_COLOR, ls=":", lw=1,
+                marker="o" if ab_from < 60 else None, mfc="none", ms=4, label=ARCHIVED_LABEL,
+            )  # fmt: skip
+            ax.axvline(ab_from - 0.5, color=ARCHIVED_COLOR, lw=0.8)
+            ax.plot(xs[ab_from:], values[ab_from:], color=BASELINE_COLOR, lw=1)
+            if len(xs) - ab_from > 1:
+                ax.plot(xs[ab_from:-1], values[ab_from:-1], "s", color=BASELINE_COLOR,
+                        label="same-run A/B: base")  # fmt: skip
         ax.plot(xs[-1:], values[-1:], "o", color=CURRENT_COLOR, label="this run")
         for n, i in enumerate(sorted(set(changes))):
             label = "change point (new level from here)" if n == 0 else None
@@ -317,10 +337,16 @@ def cdf_sparkline(current: Sequence[int] | None, baseline: Sequence[int] | None)
     )
 
 
-def trend_sparkline(values: Sequence[float], changes: Sequence[int] = ()) -> str:
+def trend_sparkline(
+    values: Sequence[float], changes: Sequence[int] = (), ab_from: int | None = None
+) -> str:
     """A 240x40 line of P95 over commits (decimated), the current run as a red dot;
-    ``changes`` (indices where a new level starts) as dashed grey vertical lines."""
+    ``changes`` (indices where a new level starts) as dashed grey vertical lines.
+    ``ab_from`` (a same-run A/B cell): the archived points before it are a dotted grey
+    line of their own, the A/B points (base, this run) a separate blue line."""
     width, height = 240.0, 40.0
+    if ab_from is not None:
+        return _ab_sparkline(values, ab_from, changes, width, height)
     vals = np.asarray(values, dtype=np.float64)
     if vals.size > 2 * SPARK_POINTS:
         keep = np.unique(np.linspace(0, vals.size - 1, 2 * SPARK_POINTS).astype(np.int64))
@@ -345,4 +371,53 @@ def trend_sparkline(values: Sequence[float], changes: Sequence[int] = ()) -> str
         f"<title>P95 over {len(values)} commits, {lo:.3f} ms to {hi:.3f} ms{said}</title>"
         f"{lines}{_polyline(xs, ys, BASELINE_COLOR)}"
         f'<circle cx="{xs[-1]:.1f}" cy="{ys[-1]:.1f}" r="2.5" fill="{CURRENT_COLOR}"/></svg>'
+    )
+
+
+def _ab_sparkline(
+    values: Sequence[float], ab_from: int, changes: Sequence[int], width: float, height: float
+) -> str:
+    """``trend_sparkline`` of a same-run A/B cell: archived points (decimated) and the A/B
+    points on one axis, as two lines never joined."""
+    archived = np.asarray(values[:ab_from], dtype=np.float64)
+    if archived.size > 2 * SPARK_POINTS:
+        keep = np.unique(np.linspace(0, archived.size - 1, 2 * SPARK_POINTS).astype(np.int64))
+    else:
+        keep = np.arange(archived.size)
+    idx = [*(int(i) for i in keep), *range(ab_from, len(values))]
+    vals = [float(values[i]) for i in idx]
+    lo, hi = min(vals), max(vals)
+    span = (hi - lo) or 1.0
+    last = max(len(values) - 1, 1)
+
+    def x(i: float) -> float:
+        return 2 + i / last * (width - 8)
+
+    def y(v: float) -> float:
+        return height - 3 - (v - lo) / span * (height - 6)
+
+    old = [i for i in idx if i < ab_from]
+    ab = [i for i in idx if i >= ab_from]
+    past = _polyline([x(i) for i in old], [y(float(values[i])) for i in old], ARCHIVED_COLOR)
+    past = past.replace("/>", ' stroke-dasharray="2,2"/>', 1) + "".join(
+        f'<circle class="archived" cx="{x(i):.1f}" cy="{y(float(values[i])):.1f}" r="1.5" '
+        f'fill="none" stroke="{ARCHIVED_COLOR}"/>'
+        for i in old
+    )
+    marks = sorted({i for i in changes if 0 < i < ab_from})
+    lines = "".join(
+        f'<line class="change" x1="{x(i - 0.5):.1f}" y1="1" x2="{x(i - 0.5):.1f}" '
+        f'y2="{height - 1:g}" stroke="{CHANGE_COLOR}" stroke-width="1" stroke-dasharray="3,2"/>'
+        for i in marks
+    )
+    pair = _polyline([x(i) for i in ab], [y(float(values[i])) for i in ab], BASELINE_COLOR)
+    end = ab[-1]
+    said = f"; {len(marks)} change point(s), dashed" if marks else ""
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="spark" width="{width:g}" '
+        f'height="{height:g}" viewBox="0 0 {width:g} {height:g}" role="img">'
+        f"<title>P95 of {ab_from} archived commits ({ARCHIVED_LABEL}), then the same-run "
+        f"A/B; {lo:.3f} ms to {hi:.3f} ms{said}</title>{lines}{past}{pair}"
+        f'<circle cx="{x(end):.1f}" cy="{y(float(values[end])):.1f}" r="2.5" '
+        f'fill="{CURRENT_COLOR}"/></svg>'
     )

@@ -50,6 +50,7 @@ __all__ = [
     "icicle_svg",
     "markdown_headline",
     "profile_view",
+    "share_note",
 ]
 
 #: Rows of each table before the rest is one "N more" line.
@@ -129,6 +130,9 @@ class ProfileView:
     #: nodes themselves (ONNX Runtime: a layer's operations); the headline names the top.
     layers: tuple[ProfileRow, ...] = ()
     layers_more: str = ""
+    #: What the tables' shares are of, when a share is over 100% or negative (""
+    #: otherwise): the net change, and that other rows moved the other way.
+    share_note: str = ""
 
 
 def _row(c: Contribution, has_base: bool, providers: dict[str, str]) -> ProfileRow:
@@ -213,6 +217,26 @@ def profile_view(
         legend=legend(has_base),
         layers=tuple(_row(c, has_base, {}) for c in layers[:top_nodes]),
         layers_more=_more(layers[top_nodes:], "layer", has_base),
+        share_note=share_note(diff) if has_base else "",
+    )
+
+
+def share_note(diff: ProfileDiff) -> str:
+    """``Shares are of the net change of operator time per request (+0.30 ms): a share
+    over 100% is more than the net change because other rows moved the other way ...``,
+    when a row's share is over 100% or below 0 (as printed); "" when every share reads
+    as a part of the change."""
+    change = diff.change_ns
+    rows = [*diff.nodes, *diff.layers, *diff.op_types]
+    if not change or not any(round(c.share * 100) > 100 or round(c.share * 100) < 0 for c in rows):
+        return ""
+    offset = diff.offset_note()
+    beside = f" Beside the top one, {offset}." if offset else ""
+    return (
+        f"Shares are of the net change of operator time per request ({signed_ms(change)}): "
+        "a share over 100% is more than the net change because other rows moved the "
+        f"other way and offset part of it.{beside} A negative share is a row that moved "
+        "against the net change."
     )
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from perfguard.core.policy import CONTENTION_LIMIT
 from perfguard.core.text import plain
 from perfguard.judge.outcome import OUTCOMES, CellOutcome, Outcome, blind_note
 from perfguard.judge.verdict import ScenarioVerdict, VerdictKind, pct
@@ -30,7 +31,7 @@ from perfguard.report import plots
 from perfguard.report.loadsections import load_context, load_fact
 from perfguard.report.model import ReportInput
 from perfguard.report.profilediff import ProfileView, profile_view
-from perfguard.report.tables import cells_named, telemetry_gaps
+from perfguard.report.tables import busy_host, cells_named, on_busy_host, telemetry_gaps
 
 #: Scenarios (in table order: regressions first) drawn as full matplotlib figures;
 #: the rest get sparklines, so a 500-scenario report stays fast and small
@@ -41,6 +42,8 @@ CANARY_BANNER = 0.05
 NO_VERDICT = "none"
 #: The latency-vs-throughput scatter is drawn for models with 3..this many cells.
 MAX_SCATTER_CELLS = 24
+#: Quantized layers named in a cell's details; the rest are counted.
+QUANT_LAYERS_SHOWN = 20
 
 
 @functools.cache
@@ -72,13 +75,21 @@ def ms(value_ns: float | None) -> str:
 
 
 def canary_ratio(
-    run_scenarios: Sequence[ScenarioResult], baseline: Mapping[str, ScenarioResult]
+    run_scenarios: Sequence[ScenarioResult],
+    baseline: Mapping[str, ScenarioResult],
+    contention_limit: float = CONTENTION_LIMIT,
 ) -> float | None:
-    """Median current/baseline canary over scenarios measured with a canary on both sides."""
+    """Median current/baseline canary over scenarios measured with a canary on both sides,
+    neither side on a busy host (other processes over ``contention_limit`` of the CPUs:
+    the canary then measures their load, not the machine's speed)."""
     ratios = [
         s.canary_ns / base.canary_ns
         for s in run_scenarios
-        if s.canary_ns and (base := baseline.get(s.id)) is not None and base.canary_ns
+        if s.canary_ns
+        and (base := baseline.get(s.id)) is not None
+        and base.canary_ns
+        and not on_busy_host(s, contention_limit)
+        and not on_busy_host(base, contention_limit)
     ]
     return float(statistics.median(ratios)) if ratios else None
 
@@ -304,6 +315,7 @@ class Row:
     trend_changes: int = 0
     #: (label, reason) of each finding beside the outcome (``CellOutcome.also``).
     also: list[tuple[str, str]] = field(default_factory=list)
+    trend_caption: str = ""
     scatter: Markup | None = None
     scatter_legend: list[tuple[int, str, str, str]] = field(default_factory=list)
     runtime: list[tuple[str, str]] = field(default_factory=list)
@@ -319,7 +331,52 @@ def _triple(result: ScenarioResult | None) -> tuple[str, str, str]:
     return (ms(lat.p50), ms(lat.p95), ms(lat.p99))
 
 
-def _facts(result: ScenarioResult | None) -> list[tuple[str, str]]:
+def _contention(result: ScenarioResult, limit: float) -> str | None:
+    """``other processes used 45% of the CPUs while it was measured (contention limit
+    10%): the host was busy ...``, or None when not measured."""
+    cpu = result.runtime.cpu
+    if cpu is None or cpu.foreign_cpu is None:
+        return None
+    text = (
+        f"other processes used {cpu.foreign_cpu:.0%} of the CPUs while it was measured "
+        f"(contention limit {limit:.0%})"
+    )
+    if on_busy_host(result, limit):
+        text += ": the host was busy, so its figures measure that load, not the code"
+    if cpu.steal:
+        text += f"; the hypervisor took {cpu.steal:.0%}"
+    return text
+
+
+def _quantization_facts(result: ScenarioResult) -> list[tuple[str, str]]:
+    """What the quantizer did to the cell's model, when its runtime facts say."""
+    applied = result.runtime.quantization
+    if applied is None:
+        return []
+    facts = [("quantization applied", applied.text())]
+    if applied.layers:
+        more = applied.layer_count - min(len(applied.layers), QUANT_LAYERS_SHOWN)
+        names = ", ".join(applied.layers[:QUANT_LAYERS_SHOWN])
+        facts.append(("quantized layers", names + (f" and {more} more" if more > 0 else "")))
+    return facts
+
+
+def _runtime_rows(result: ScenarioResult | None) -> list[tuple[str, str]]:
+    """The cell's runtime facts as rows; what the quantizer did has rows of its own
+    (``_quantization_facts``), so the settings' row leaves it out."""
+    rows = []
+    for key, value in (result.runtime.to_dict() if result is not None else {}).items():
+        if key == "quantization" and isinstance(value, Mapping):
+            value = {k: v for k, v in value.items() if k != "applied"}
+            if not value:
+                continue
+        rows.append((str(key), str(value)))
+    return rows
+
+
+def _facts(
+    result: ScenarioResult | None, contention_limit: float = CONTENTION_LIMIT
+) -> list[tuple[str, str]]:
     if result is None:
         return [("status", "not measured in this run")]
     facts = [("status", result.status.value)]
@@ -337,6 +394,10 @@ def _facts(result: ScenarioResult | None) -> list[tuple[str, str]]:
     facts.append(("stability", f"{stable} (median last/first third {ratio})"))
     if result.canary_ns is not None:
         facts.append(("canary", f"{ms(result.canary_ns)} ms"))
+    contention = _contention(result, contention_limit)
+    if contention is not None:
+        facts.append(("contention", contention))
+    facts += _quantization_facts(result)
     if result.tags:
         facts.append(("tags", ", ".join(result.tags)))
     if (load := load_fact(result)) is not None:
@@ -367,6 +428,7 @@ def _row(
     base: ScenarioResult | None,
     verdict: ScenarioVerdict | None,
     outcome: CellOutcome,
+    contention_limit: float = CONTENTION_LIMIT,
 ) -> Row:
     src = cur or base
     p95 = verdict.metric("p95") if verdict is not None else None
@@ -383,7 +445,7 @@ def _row(
     messages = [m for m in dict.fromkeys(messages) if m not in said]
     facts = [
         (k, v)
-        for k, v in _facts(cur) + _detectable_facts(verdict) + _ab_facts(verdict)
+        for k, v in _facts(cur, contention_limit) + _detectable_facts(verdict) + _ab_facts(verdict)
         if not (k == "message" and v in outcome.reason)
     ]
     return Row(
@@ -408,7 +470,7 @@ def _row(
         memory="-" if cur is None or cur.peak_memory_mib is None else f"{cur.peak_memory_mib:.1f}",
         accuracy=accuracy_view(cur.accuracy if cur else None),
         messages=messages,
-        runtime=[(str(k), str(v)) for k, v in (cur.runtime.to_dict() if cur else {}).items()],
+        runtime=_runtime_rows(cur),
         facts=facts,
     )
 
@@ -457,6 +519,37 @@ def _trend_values(
     return points
 
 
+@dataclass(frozen=True)
+class ABBase:
+    """The base side of a cell judged by same-run A/B: its commit and its result of
+    this run (None: its figures were not kept)."""
+
+    commit: str
+    result: ScenarioResult | None
+
+
+def _ab_trend_values(
+    inp: ReportInput, sid: str, cur: ScenarioResult, ab: ABBase
+) -> tuple[list[tuple[str, float]], int]:
+    """The trend of a same-run A/B cell: its archived points (other run conditions),
+    then its A/B points (the base's of this run, then this run's), and where they start.
+
+    The archive's points were measured in other runs, one side at a time; the A/B's
+    two sides in this one, interleaved: never one series."""
+    head = inp.run.commit.sha or "current"
+    archived = [
+        (sha, r.latency_ns.p95 / 1e6)
+        for sha, r in inp.history.get(sid, ())
+        if r.latency_ns is not None and sha != head
+    ]
+    pair = []
+    if ab.result is not None and ab.result.latency_ns is not None:
+        pair.append((ab.commit, ab.result.latency_ns.p95 / 1e6))
+    assert cur.latency_ns is not None
+    pair.append((head, cur.latency_ns.p95 / 1e6))
+    return [*archived, *pair], len(archived)
+
+
 def _add_plots(
     row: Row,
     inp: ReportInput,
@@ -466,9 +559,10 @@ def _add_plots(
     siblings: Sequence[ScenarioResult],
     side: str = "baseline",
     changed: Collection[str] = (),
+    ab: ABBase | None = None,
 ) -> None:
     """The cell's figures; ``side`` names its base in the captions (``baseline``, or
-    ``the A/B base`` for a cell judged by same-run A/B)."""
+    ``the A/B base`` for a cell judged by same-run A/B, whose base ``ab`` gives)."""
     base_samples = base.samples_ns if base is not None else None
     # The caption names only the curves drawn: no baseline samples, no baseline curve.
     if cur is not None and cur.samples_ns:
@@ -482,17 +576,25 @@ def _add_plots(
     elif base_samples:
         row.cdf = Markup(plots.cdf_sparkline(None, base_samples))
         row.cdf_caption = f"latency CDF: {side} (blue); not measured in this run"
-    points = _trend_values(inp, row.sid, cur)
+    measured = cur is not None and cur.latency_ns is not None
+    ab_from: int | None = None
+    if ab is not None and cur is not None and measured:
+        points, ab_from = _ab_trend_values(inp, row.sid, cur, ab)
+    else:
+        points = _trend_values(inp, row.sid, cur)
     row.trend_points = len(points)
-    # The trend's last point is drawn as this run: only when this run measured the cell.
-    if len(points) >= 2 and cur is not None and cur.latency_ns is not None:
-        marks = [i for i, (sha, _) in enumerate(points) if sha in changed]
+    # The trend's last point is drawn as this run: only when this run measured the cell;
+    # an A/B cell's only when there is an archived point besides its A/B figures.
+    if len(points) >= 2 and measured and ab_from != 0:
+        limit = len(points) if ab_from is None else ab_from
+        marks = [i for i, (sha, _) in enumerate(points[:limit]) if sha in changed]
         row.trend_changes = len(marks)
         row.trend = Markup(
-            plots.trend_svg(points, marks)
+            plots.trend_svg(points, marks, ab_from)
             if full
-            else plots.trend_sparkline([v for _, v in points], marks)
+            else plots.trend_sparkline([v for _, v in points], marks, ab_from)
         )
+        row.trend_caption = _trend_caption(len(points), len(marks), ab_from, full)
     cells = [s for s in siblings if s.latency_ns is not None and s.throughput]
     if full and cur is not None and 3 <= len(cells) <= MAX_SCATTER_CELLS and cur in cells:
         row.scatter = Markup(
@@ -507,6 +609,26 @@ def _add_plots(
         row.scatter_legend = [
             (i + 1, s.backend, s.device, s.precision) for i, s in enumerate(cells)
         ]
+
+
+def _trend_caption(points: int, changes: int, ab_from: int | None, full: bool) -> str:
+    """The trend's caption, naming what ``plots.trend_svg``/``trend_sparkline`` draw."""
+    marked = ""
+    if changes:
+        s = "s" if changes > 1 else ""
+        marked = (
+            f"; dashed grey line{s}: {changes} change point{s} (a new level from that commit on)"
+        )
+    if ab_from is None:
+        return f"P95 over {points} commits, oldest first; this run in red{marked}"
+    base = points - ab_from > 1
+    shape = "hollow grey circles, dotted" if full else "dotted grey"
+    pair = "the A/B base (blue) and this run (red)" if base else "this run (red)"
+    return (
+        f"P95: {ab_from} archived commit{'s' if ab_from != 1 else ''}, oldest first "
+        f"({shape}: {plots.ARCHIVED_LABEL}, not comparable with the A/B figures), then "
+        f"this run's same-run A/B apart from them: {pair}{marked}"
+    )
 
 
 def build_rows(inp: ReportInput) -> list[Row]:
@@ -526,13 +648,15 @@ def build_rows(inp: ReportInput) -> list[Row]:
     budget = FULL_PLOT_BUDGET
     for index, sid in enumerate(order):
         cur, base = current.get(sid), inp.baseline.get(sid)
-        row = _row(index, sid, cur, base, verdicts.get(sid), outcomes[sid])
+        row = _row(index, sid, cur, base, verdicts.get(sid), outcomes[sid], inp.contention_limit)
         full = budget > 0 and cur is not None and bool(cur.samples_ns)
         budget -= int(full)
         group = siblings.get((cur.suite, cur.name), []) if cur is not None else []
         side = "the A/B base" if sid in ab_judged else "baseline"
         p95 = {c.commit for c in found.get(sid, ()) if c.metric == "p95"}
-        _add_plots(row, inp, cur, base, full, group, side, p95)
+        ab_detail = verdicts[sid].ab if sid in ab_judged else None
+        ab = ABBase(ab_detail.base, base) if ab_detail is not None else None
+        _add_plots(row, inp, cur, base, full, group, side, p95, ab)
         row.profile = profile_view(cur, base)
         rows.append(row)
     return rows
@@ -551,7 +675,14 @@ def render_html(inp: ReportInput) -> str:
     plots.reset_ids()
     rows = build_rows(inp)
     outcome = inp.outcome
-    ratio = canary_ratio(inp.run.scenarios, inp.baseline)
+    busy = busy_host(inp.run.scenarios, inp.contention_limit)
+    # A canary read on a busy host says nothing of the machine's speed: no banner says
+    # "faster" or "slower" then; the busy banner says why.
+    ratio = (
+        None
+        if busy is not None
+        else canary_ratio(inp.run.scenarios, inp.baseline, inp.contention_limit)
+    )
     info = dict(inp.baseline_info or {})
     base_env = inp.baseline_environment
     context = {
@@ -573,6 +704,7 @@ def render_html(inp: ReportInput) -> str:
         "canary_ratio": ratio,
         "canary_moved": ratio is not None and abs(ratio - 1.0) > CANARY_BANNER,
         "canary_change": pct(ratio) if ratio is not None else "",
+        "busy_host": busy.text() if busy is not None else "",
         "rows": rows,
         "filters": {
             "outcome": sorted({r.outcome for r in rows}, key=lambda o: Outcome(o).rank),

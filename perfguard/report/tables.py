@@ -13,18 +13,26 @@ character or workflow command reaches the terminal or a CI log).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from perfguard.core.policy import CONTENTION_LIMIT
 from perfguard.core.text import one_line
-from perfguard.judge.outcome import CellOutcome, Outcome, RunOutcome, grouped, run_outcome
+from perfguard.judge.outcome import (
+    CellOutcome,
+    Outcome,
+    RunOutcome,
+    cell_outcome,
+    grouped,
+    run_outcome,
+)
 from perfguard.judge.verdict import ScenarioVerdict
 from perfguard.machine.telemetry import telemetry_gap
 from perfguard.records.figures import LatencySummary
 from perfguard.records.loadfigures import BatchingFigures, LoadFigures, SloSearch
-from perfguard.records.results import ScenarioResult
+from perfguard.records.results import ScenarioResult, Status
 
 _HEADERS = (
     "scenario",
@@ -141,6 +149,46 @@ def telemetry_gaps(results: Sequence[ScenarioResult]) -> list[tuple[str, list[st
         if gap is not None:
             groups.setdefault(gap, []).append(result.id)
     return list(groups.items())
+
+
+def on_busy_host(result: ScenarioResult, limit: float) -> bool:
+    """Measured while other processes used more than ``limit`` of all CPUs."""
+    foreign = result.runtime.foreign_cpu
+    return foreign is not None and foreign > limit
+
+
+@dataclass(frozen=True)
+class BusyHost:
+    """The cells of this run measured on a busy host: other processes used more than
+    ``limit`` of all CPUs (``runtime.foreign_cpu``), at most ``busiest``."""
+
+    ids: tuple[str, ...]
+    busiest: float
+    limit: float
+
+    def text(self, named: Callable[[str], str] = str, shown: int = 5) -> str:
+        """``other processes used up to 45% of the CPUs while 2 cells were measured (a, b;
+        contention limit 10%): ...``; ``named`` words a cell id (a code span in Markdown)."""
+        more = f" and {len(self.ids) - shown} more" if len(self.ids) > shown else ""
+        cells = ", ".join(named(i) for i in self.ids[:shown]) + more
+        were = "s were" if len(self.ids) != 1 else " was"
+        return (
+            f"other processes used up to {self.busiest:.0%} of the CPUs while "
+            f"{len(self.ids)} cell{were} measured ({cells}; contention limit "
+            f"{self.limit:.0%}): their figures and the machine-speed canary measure the "
+            "host's load, not the code or the machine's speed. Re-run them on a quiet host."
+        )
+
+
+def busy_host(
+    results: Sequence[ScenarioResult], contention_limit: float = CONTENTION_LIMIT
+) -> BusyHost | None:
+    """The cells measured beside other processes over the contention limit, or None."""
+    found = [r for r in results if on_busy_host(r, contention_limit)]
+    if not found:
+        return None
+    busiest = max(r.runtime.foreign_cpu or 0.0 for r in found)
+    return BusyHost(tuple(r.id for r in found), busiest, contention_limit)
 
 
 def cells_named(ids: Sequence[str], shown: int = 5) -> str:
@@ -436,24 +484,65 @@ def load_figures(result: ScenarioResult) -> tuple[str, ...]:
     )
 
 
-def load_row(result: ScenarioResult) -> tuple[str, ...]:
+#: A level's status note is cut to this many characters (the head of the cell's message).
+STATUS_NOTE_LIMIT = 60
+
+
+def status_note(result: ScenarioResult, outcome: CellOutcome | None = None) -> str | None:
+    """What a load level's status means, worded for what happened (None: it passed).
+
+    The table's ``failed`` column counts failed requests, so the note never says a bare
+    ``failed``: a level whose requests failed says how many; one the gate failed says
+    why (``regressed (gated)``, ``accuracy gate not met``, ``inconclusive (gated ...)``);
+    an SLO search no level met is said by its SLO note already; anything else gives the
+    head of the cell's message. ``outcome`` is the cell's (``judge.outcome``); without it
+    the cell's outcome without a verdict is used (a regression is then unknown)."""
+    if result.passed:
+        return None
+    load = result.load
+    head = short_invalid(result.message or "", STATUS_NOTE_LIMIT)
+    if result.status is Status.ERROR:
+        return f"error: {head}" if head else "error"
+    if result.status is Status.SKIPPED:
+        return f"skipped: {head}" if head and not (load and load.invalid) else "skipped"
+    if load is not None and load.failed:
+        return f"{load.failed} request{'s' if load.failed != 1 else ''} failed"
+    kind = (outcome or cell_outcome(result, None)).outcome
+    if kind is Outcome.REGRESSION:
+        return "regressed (gated)"
+    if kind is Outcome.ACCURACY:
+        return "accuracy gate not met"
+    if kind is Outcome.INCONCLUSIVE:
+        return "inconclusive (gated: --perfguard-inconclusive=fail)"
+    if load is not None and load.slo is not None and load.slo.best_level is None:
+        return None  # the SLO note says no level met it
+    return f"not passed: {head}" if head else "not passed"
+
+
+def level_notes(result: ScenarioResult, outcome: CellOutcome | None = None) -> list[str]:
+    """A load level's notes: its status (``status_note``), then ``load_notes``."""
+    status = status_note(result, outcome)
+    return [*([status] if status else []), *load_notes(result.load)]
+
+
+def load_row(result: ScenarioResult, outcome: CellOutcome | None = None) -> tuple[str, ...]:
     """One row of the load table, in ``LOAD_HEADERS`` order."""
-    notes = load_notes(result.load)
-    if not result.passed:
-        notes.insert(0, result.status.value)
+    notes = level_notes(result, outcome)
     return (one_line(result.id), *load_figures(result), one_line("; ".join(notes)))
 
 
-def load_lines(results: Sequence[ScenarioResult]) -> list[str]:
+def load_lines(results: Sequence[ScenarioResult], outcome: RunOutcome | None = None) -> list[str]:
     """The load table: one aligned row per result with ``load`` (``[]`` when none has).
 
     Latency columns are the corrected percentiles (from the scheduled send time);
-    ``unc P95`` is what a naive harness would report (open loop only).
+    ``unc P95`` is what a naive harness would report (open loop only). ``outcome``
+    (the run's) words each level's status note.
     """
     ordered = ordered_load_results(results)
     if not ordered:
         return []
-    rows = [LOAD_HEADERS, *(load_row(r) for r in ordered)]
+    cells = {c.scenario_id: c for c in outcome.cells} if outcome is not None else {}
+    rows = [LOAD_HEADERS, *(load_row(r, cells.get(r.id)) for r in ordered)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(LOAD_HEADERS))]
     return [
         "  ".join(

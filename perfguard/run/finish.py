@@ -314,6 +314,7 @@ def finish_run(
         gate=judging.gate,
         exit_status=status,
         changes=archive_changes(base.history, run.commit.sha),
+        contention_limit=judging.contention_limit,
     )
     files.report = _write_report(report, report_dir, files)
     if files.failed and not status:

@@ -21,6 +21,7 @@ from perfguard.core.scenario import InputSpec, ModelSpec, QuantSpec, Scenario
 from perfguard.machine.env import u8s8_saturates
 from perfguard.models.cache import cache_key_of
 from perfguard.models.inputs import make_inputs
+from perfguard.records.figures import RuntimeInfo
 
 ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
@@ -270,6 +271,10 @@ def test_int8_dynamic_runtime_info_names_the_preset(tmp_path: Path) -> None:
         assert quant["reduce_range"] is u8s8_saturates() and quant["reduce_range_auto"] is True
         assert quant["weight_type"] == "qint8" and "calibration" not in quant
         assert quant["cache_key"] == session.runtime_info["cache_key"]
+        # What the quantizer did, read from the quantized graph.
+        applied = RuntimeInfo(backend=session.runtime_info).quantization
+        assert applied is not None and applied.tool.endswith("quantize_dynamic")
+        assert sum(applied.quantized.values()) >= 1 and applied.ops["DynamicQuantizeLinear"] >= 1
     finally:
         session.close()
 
@@ -292,6 +297,9 @@ def test_int8_static_calibrates_on_the_given_feeds(tmp_path: Path) -> None:
         assert quant["mode"] == "static" and quant["calibration"] == "minmax"
         assert quant["calibration_inputs"] == 3 and quant["activation_type"] == "quint8"
         assert quant["cache_key"] == info["cache_key"]
+        applied = RuntimeInfo(backend=info).quantization
+        assert applied is not None and applied.tool.endswith("quantize_static, QDQ")
+        assert sum(applied.quantized.values()) >= 1 and applied.ops["QuantizeLinear"] >= 1
         (a,) = fp32.to_numpy(fp32.run(fp32.prepare(feeds)))
         (b,) = int8.to_numpy(int8.run(int8.prepare(feeds)))
         np.testing.assert_allclose(a, b, atol=0.05)

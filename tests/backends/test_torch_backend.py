@@ -11,6 +11,7 @@ import pytest
 from perfguard.backends.torch_backend import TorchBackend
 from perfguard.core.errors import CellError, InputError
 from perfguard.core.scenario import InputSpec, ModelSpec, Scenario
+from perfguard.records.figures import RuntimeInfo
 from tests.helpers.torch_cells import (
     LOCATION,
     open_session,
@@ -82,6 +83,11 @@ def test_int8_quantizes_linear_layers(tmp_path: Path) -> None:
         modules = list(session._module.modules())
         assert any(isinstance(m, torch.ao.nn.quantized.dynamic.Linear) for m in modules)
         assert not any(type(m) is torch.nn.Linear for m in modules)
+        # The runtime facts say which modules torch replaced, none left in float.
+        applied = RuntimeInfo(backend=session.runtime_info).quantization
+        assert applied is not None and applied.kept == {}
+        linear = [m for m in modules if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)]
+        assert applied.quantized == {"Linear": len(linear)} and len(applied.layers) == len(linear)
         (out,) = session.to_numpy(session.run(session.prepare(feeds)))
         np.testing.assert_allclose(out, reference(feeds), atol=0.05)
     finally:

@@ -17,7 +17,17 @@ from perfguard.core.scenario import ModelSpec, QuantSpec
 from perfguard.machine.env import u8s8_saturates
 from perfguard.models import quantize
 from perfguard.models.cache import cache_key_of, export_onnx
-from perfguard.models.quantize import convert_fp16, quant_settings, quantize_int8, reduce_range
+from perfguard.models.quantize import (
+    convert_fp16,
+    onnx_quant_facts,
+    ort_quant_tool,
+    quant_settings,
+    quantize_int8,
+    quantize_torch_int8,
+    reduce_range,
+    torch_quant_facts,
+)
+from perfguard.records.figures import RuntimeInfo
 
 pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
@@ -663,3 +673,41 @@ def test_symmetric_static_quantization_has_zero_points_of_zero(tmp_path: Path) -
     assert zero_points(symmetric) and not any(z.any() for z in zero_points(symmetric))
     assert any(z.any() for z in zero_points(plain))  # the default is asymmetric
     np.testing.assert_allclose(run_onnx(symmetric, FEEDS)[0], run_onnx(source, FEEDS)[0], atol=0.1)
+
+
+# -- what quantization did: read from what it made --------------------------------------
+
+
+def test_onnx_quant_facts_count_the_nodes_each_quantizer_quantized(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    source = mlp_onnx(tmp_path)  # two Gemm nodes: /fc1/Gemm and /fc2/Gemm
+    dynamic = quantize_int8(source, cache)
+    facts = onnx_quant_facts(source, dynamic, ort_quant_tool(QuantSpec()))
+    assert facts.quantized == {"Gemm": 2} and facts.kept == {}
+    assert facts.ops == {"DynamicQuantizeLinear": 2, "MatMulInteger": 2}
+    assert facts.layers == ("/fc1/Gemm", "/fc2/Gemm") and facts.layer_count == 2
+    assert facts.text() == (
+        "2 of 2 Gemm quantized (graph: DynamicQuantizeLinear 2, MatMulInteger 2; "
+        "onnxruntime.quantization.quantize_dynamic)"
+    )
+    static = QuantSpec(mode="static")
+    qdq = quantize_int8(source, cache, quant=static, calibration=CALIBRATION)
+    facts = onnx_quant_facts(source, qdq, ort_quant_tool(static))
+    assert facts.quantized == {"Gemm": 2} and facts.tool.endswith("quantize_static, QDQ")
+    assert facts.ops["QuantizeLinear"] >= 2 and facts.ops["DequantizeLinear"] >= 4
+    # A graph the quantizer left alone: nothing quantized, both Gemm left in float.
+    same = onnx_quant_facts(source, source, "none")
+    assert same.quantized == {} and same.kept == {"Gemm": 2} and same.ops == {}
+    assert same.text() == "nothing quantized, 2 Gemm left in float (none)"
+    # Stored in a cell's runtime facts, it reads back the same.
+    runtime = RuntimeInfo.from_dict({"quantization": {"name": "int8", "applied": facts.to_dict()}})
+    assert runtime.quantization == facts
+
+
+def test_torch_quant_facts_name_the_linear_modules_torch_replaced() -> None:
+    quantized = quantize_torch_int8(mlp(), "tiny mlp")
+    facts = torch_quant_facts(quantized)
+    assert facts.quantized == {"Linear": 2} and facts.kept == {}
+    assert facts.layers == ("fc1", "fc2")
+    assert facts.text().startswith("2 of 2 Linear quantized (torch.ao.quantization")
+    assert torch_quant_facts(mlp()).kept == {"Linear": 2}

@@ -9,9 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
+from perfguard.records.accuracyfigures import AccuracyFigures
 from perfguard.records.figures import summarize
 from perfguard.records.loadfigures import LevelMemory, LoadFigures
-from perfguard.records.results import ScenarioResult
+from perfguard.records.results import ScenarioResult, Status
 from perfguard.report import render_html, render_markdown
 from perfguard.report.model import ReportInput
 from perfguard.report.plots import BASELINE_COLOR
@@ -22,7 +24,7 @@ from perfguard.report.tables import (
     memory_growth,
     short_invalid,
 )
-from tests.helpers.results import load_dict, run_of, scenario
+from tests.helpers.results import load_dict, p95_verdict, run_of, scenario
 
 SUITE = "suites/x.yaml"
 INVALID = (
@@ -381,3 +383,58 @@ def test_the_html_load_section_shows_the_memory_per_stream_and_each_level() -> N
     assert "idle 300.0 MiB, level peak 338.0 MiB: 38.0 MiB held for 4 clients" in section
     plain = render_html(ReportInput(run=run_of([scenario("s::plain"), *load_results()])))
     assert "per added client" not in plain  # no memory figures, no line
+
+
+# --------------------------------------------------------------------------- status notes
+
+
+def _failed_levels() -> tuple[list[ScenarioResult], tuple[ScenarioVerdict, ...]]:
+    """A regressed level (0 failed requests), one whose requests failed, one no SLO
+    level met, and one the accuracy gate failed: all stored with status ``failed``."""
+    regressed = dataclasses.replace(
+        load_cell("c4", 6.0, 300.0, 1, concurrency=4),
+        status=Status.FAILED,
+        message="P95 latency regressed +83.0% (limit +5%)",
+    )
+    broken = dataclasses.replace(
+        load_cell("c8", 6.0, 300.0, 2, concurrency=8, failed=3),
+        status=Status.FAILED,
+        message="3 requests failed",
+    )
+    missed = dataclasses.replace(
+        load_cell(
+            "slo", 9.0, 20.0, 3, mode="open", rate_asked=20.0, slo={**SLO, "best_level": None}
+        ),
+        status=Status.FAILED,
+        message="no level met P95 <= 50 ms",
+    )
+    accuracy = {"n": 4, "failures": ["cosine min 0.9 < 0.98"], "passed": False}
+    inaccurate = dataclasses.replace(
+        load_cell("c1", 2.0, 400.0, 4, concurrency=1),
+        status=Status.FAILED,
+        message="cosine min 0.9 < 0.98",
+        accuracy=AccuracyFigures.from_dict(accuracy),
+    )
+    verdict = p95_verdict(regressed.id, VerdictKind.REGRESSION, 1.83, "P95 latency regressed")
+    return [regressed, broken, missed, inaccurate], (verdict,)
+
+
+def test_a_levels_note_says_what_failed_never_a_bare_failed_beside_0_failed_requests() -> None:
+    results, verdicts = _failed_levels()
+    inp = ReportInput(run=run_of(results), verdicts=verdicts)
+    # The report's level table: what happened to each level, in words.
+    section = _section(render_html(inp), f"{SUITE}::minilm[onnxruntime]")
+    for note in ("regressed (gated)", "3 requests failed", "accuracy gate not met"):
+        assert f"<td>{note}</td>" in section
+    assert "<td>failed" not in section
+    # The terminal's load table words them the same, from the run's outcome.
+    col = LOAD_HEADERS.index("failed")
+    lines = load_lines(results, inp.outcome)
+    rows = {_cells(line)[0]: _cells(line) for line in lines[1:]}
+    notes = {sid.rsplit("-", 1)[1].rstrip("]"): row[-1] for sid, row in rows.items()}
+    assert notes["c4"] == "regressed (gated)" and rows[results[0].id][col] == "0"
+    assert notes["c8"] == "3 requests failed" and rows[results[1].id][col] == "3"
+    assert notes["slo"].startswith("SLO P95<=50 ms: no level met it")
+    assert notes["c1"] == "accuracy gate not met"
+    for level in ("c4", "slo", "c1"):
+        assert "failed" not in notes[level]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from perfguard.judge.outcome import PROFILE_LINE, profile_line
 from perfguard.records.opprofile import (
     NodeTime,
     OperatorProfile,
@@ -368,3 +369,46 @@ def test_a_layer_whose_export_renumbered_its_nodes_is_named_as_a_whole() -> None
     torch_part = section(render_html(report_input(torch_base, torch_now)))
     assert table_names(torch_part, "nodes")[0] == "layer2"
     assert 'class="prof prof-layers"' not in torch_part
+
+
+# --------------------------------------------------------------------------- shares over 100%
+
+
+def test_a_share_over_100_percent_says_it_is_of_the_net_change_and_what_offset_it() -> None:
+    """Conv /layer2 got 0.35 ms slower while /layer1 got 50 us faster: net +0.30 ms,
+    so /layer2 holds 117% of it. Every output says what that means."""
+    base = profile(
+        [NodeTime("/layer1/Conv", "Conv", 300_000.0), NodeTime("/layer2/Conv", "Conv", 100_000.0)]
+    )
+    current = profile(
+        [NodeTime("/layer1/Conv", "Conv", 250_000.0), NodeTime("/layer2/Conv", "Conv", 450_000.0)]
+    )
+    want = (
+        "+0.30 ms per request, 117% of the net change in Conv `/layer2`: "
+        "the other nodes got faster by 50.0 us (17% of the net change)"
+    )
+    diff = diff_profiles(base, current)
+    assert diff.headline() == want
+    # The failure line of the regressed cell.
+    assert profile_line(base, current) == f"{PROFILE_LINE}{want}"
+    # The report: the headline, and what the tables' shares are of.
+    part = section(render_html(report_input(base, current))).replace("&#96;", "`")
+    assert want in part
+    note = re.search(r'<p class="note share-note">(.*?)</p>', part)
+    assert note is not None
+    assert note[1].startswith(
+        "Shares are of the net change of operator time per request (+0.30 ms)"
+    )
+    assert "a share over 100% is more than the net change" in note[1]
+    assert "a negative share is a row that moved against the net change" in note[1].lower()
+    assert "share of net change" in part
+    # The summary's regression row.
+    md = render_markdown(report_input(base, current))
+    line = next(line for line in md.splitlines() if SID in line)
+    assert "117% of the net change in Conv `/layer2`: the other nodes got faster by 50.0 us" in line
+    # Within 100%, the shares read as parts of the change: no note.
+    plain = profile(
+        [NodeTime("/layer1/Conv", "Conv", 300_000.0), NodeTime("/layer2/Conv", "Conv", 450_000.0)]
+    )
+    assert "share-note" not in section(render_html(report_input(base, plain)))
+    assert diff_profiles(base, plain).headline().endswith("100% of it in Conv `/layer2`")

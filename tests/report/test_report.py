@@ -25,7 +25,7 @@ from perfguard.judge.verdict import (
     ScenarioVerdict,
     VerdictKind,
 )
-from perfguard.records.figures import summarize
+from perfguard.records.figures import CpuShares, QuantFacts, RuntimeInfo, summarize
 from perfguard.records.loadfigures import LoadFigures
 from perfguard.records.results import Environment, ScenarioResult
 from perfguard.records.resultsfile import write_results
@@ -34,7 +34,7 @@ from perfguard.report.cli_report import report_command
 from perfguard.report.comparison import comparison_path, write_comparison
 from perfguard.report.markdown import COMMENT_LIMIT, MARKER
 from perfguard.report.model import ReportInput
-from perfguard.report.plots import BASELINE_COLOR, CURRENT_COLOR
+from perfguard.report.plots import ARCHIVED_COLOR, BASELINE_COLOR, CURRENT_COLOR
 from perfguard.report.render import FULL_PLOT_BUDGET
 from perfguard.run.finish import base_side
 from tests.helpers.results import BASE_SHA, SHA, p95_verdict, run_of, scenario
@@ -192,6 +192,90 @@ def test_canary_and_env_banners() -> None:
     assert 'id="env-banner"' in html and "OtherCPU -&gt; TestCPU" in html
     quiet = ReportInput(run=run_of([scenario("s::a")]), baseline={"s::a": scenario("s::a")})
     assert 'id="canary-banner"' not in render_html(quiet)
+
+
+def _busy(result: ScenarioResult, foreign: float) -> ScenarioResult:
+    """``result`` measured while other processes used ``foreign`` of all CPUs."""
+    return replace(result, runtime=replace(result.runtime, cpu=CpuShares(foreign, 0.0)))
+
+
+def test_a_canary_read_on_a_busy_host_never_says_the_host_was_faster() -> None:
+    """Other processes took 45% of the CPUs (limit 10%) while the canary read 20% faster:
+    the report says the host was busy, not that it was faster; so does the summary."""
+    current = [_busy(scenario(f"s::{n}", canary_ns=0.8e6), 0.45) for n in "ab"]
+    inp = ReportInput(
+        run=run_of([*current, scenario("s::c", canary_ns=0.8e6)]),
+        baseline={f"s::{n}": scenario(f"s::{n}", canary_ns=1e6) for n in "abc"},
+    )
+    html = render_html(inp)
+    assert 'id="canary-banner"' not in html and "the host was faster" not in html
+    banner = re.search(r'<div class="banner" id="busy-banner">(.*?)</div>', html, re.S)
+    assert banner is not None
+    assert "The host was busy" in banner[1] and "up to 45% of the CPUs" in banner[1]
+    assert "2 cells were measured (s::a, s::b; contention limit 10%)" in banner[1]
+    md = render_markdown(inp)
+    assert "**The host was busy**: other processes used up to 45% of the CPUs" in md
+    assert "faster" not in md
+    # Under the run's own limit (50%) the host was quiet: the canary speaks again.
+    lenient = replace(inp, contention_limit=0.5)
+    html = render_html(lenient)
+    assert 'id="busy-banner"' not in html and "the host was faster" in html
+    # A baseline canary read on a busy host is no measure of the machine either.
+    base_busy = ReportInput(
+        run=run_of([scenario("s::a", canary_ns=0.8e6)]),
+        baseline={"s::a": _busy(scenario("s::a", canary_ns=1e6), 0.3)},
+    )
+    assert 'id="canary-banner"' not in render_html(base_busy)
+
+
+def test_a_cells_details_say_what_was_quantized_and_how_busy_the_host_was() -> None:
+    """The facts an int8 figure needs beside it: the layers and ops the quantizer changed
+    and left in float, and the other processes' share of the CPUs while it ran."""
+    applied = QuantFacts(
+        tool="onnxruntime.quantization.quantize_dynamic",
+        quantized={"MatMul": 72},
+        kept={"MatMul": 24, "Gemm": 1},
+        ops={"DynamicQuantizeLinear": 48, "MatMulInteger": 72},
+        layers=tuple(f"/encoder/layer.{i}/attention/self/query/MatMul" for i in range(30)),
+        layer_count=72,
+    )
+    settings = {"name": "int8", "mode": "dynamic", "applied": applied.to_dict()}
+    base = scenario("s::int8")
+    cell = replace(
+        base,
+        precision="int8",
+        runtime=RuntimeInfo(
+            backend={**base.runtime.backend, "quantization": settings},
+            cpu=CpuShares(0.45, 0.0),
+        ),
+    )
+    html = render_html(ReportInput(run=run_of([cell])))
+    facts = dict(re.findall(r"<tr><th>([^<]*)</th><td>([^<]*)</td></tr>", html))
+    assert facts["quantization applied"] == (
+        "72 of 96 MatMul quantized, 24 MatMul, 1 Gemm left in float (graph: "
+        "DynamicQuantizeLinear 48, MatMulInteger 72; onnxruntime.quantization.quantize_dynamic)"
+    )
+    assert facts["quantized layers"].startswith("/encoder/layer.0/attention/self/query/MatMul, ")
+    assert facts["quantized layers"].endswith(" and 52 more")
+    assert facts["contention"].startswith(
+        "other processes used 45% of the CPUs while it was measured (contention limit 10%): "
+        "the host was busy"
+    )
+    # The settings keep their row, without the applied facts said above.
+    assert "MatMulInteger" not in facts["runtime: quantization"]
+    assert "&#39;mode&#39;: &#39;dynamic&#39;" in facts["runtime: quantization"]
+    # A quiet host says its share; a cell not quantized has no quantization rows.
+    quiet = replace(cell, runtime=replace(base.runtime, cpu=CpuShares(0.02, None)))
+    facts = dict(
+        re.findall(
+            r"<tr><th>([^<]*)</th><td>([^<]*)</td></tr>",
+            render_html(ReportInput(run=run_of([quiet]))),
+        )
+    )
+    assert facts["contention"] == (
+        "other processes used 2% of the CPUs while it was measured (contention limit 10%)"
+    )
+    assert "quantization applied" not in facts
 
 
 def test_render_is_deterministic() -> None:
@@ -353,6 +437,60 @@ def test_cdf_captions_name_only_the_curves_drawn() -> None:
     assert BASELINE_COLOR in svg and CURRENT_COLOR not in svg
     # No trend for it either: the trend's red point is this run's.
     assert not _figures(gone[: gone.index("</section>")], "trend")
+
+
+def _ab_trend_input(others: int = 0) -> ReportInput:
+    """GPT-2 judged by same-run A/B (base ~130 ms, head ~240 ms: +83%) with five archived
+    runs from a busy machine (~650 ms); ``others`` regressed cells sort before it."""
+    sid = "s::gpt2"
+    head = scenario(sid, seed=1, scale_ms=240.0)
+    samples_a = scenario(sid, seed=2, scale_ms=130.0).samples_ns
+    decision = Decision(True, DecisionKind.REGRESSION, 1.83, 1.7, 1.9, 40, "regression")
+    ab = ABDetail(BASE_SHA, "HEAD~1", decision, 5.0, (), samples_a)
+    verdict = ScenarioVerdict(sid, VerdictKind.REGRESSION, mode="ab", ab=ab)
+    history = {sid: [(f"{i:040x}", scenario(sid, seed=10 + i, scale_ms=650.0)) for i in range(5)]}
+    extra = [scenario(f"s::a{i:03}", seed=i) for i in range(others)]
+    verdicts = [p95_verdict(r.id, VerdictKind.REGRESSION, 1.5, "+50%") for r in extra]
+    return ReportInput(
+        run=run_of([*extra, head]),
+        verdicts=(*verdicts, verdict),
+        baseline=base_results({sid: verdict}, {sid: head}),
+        history=history,
+    )
+
+
+def _gpt2_trend(html: str) -> tuple[str, str]:
+    section = html[html.index("<h2>s::gpt2") :]
+    ((svg, caption),) = _figures(section[: section.index("</section>")], "trend")
+    return svg, caption
+
+
+def _strokes(svg: str, colour: str) -> list[int]:
+    """The vertices of each solid or dotted line drawn in ``colour`` (legend keys too)."""
+    paths = re.findall(rf'<path d="([^"]*)"[^>]*style="[^"]*stroke: {colour}[;"]', svg)
+    return [d.count("L") + 1 for d in paths]
+
+
+def test_an_ab_cells_trend_keeps_archived_points_apart_from_its_ab_figures() -> None:
+    """Archived busy-machine P95s (~650 ms) are not one series with the A/B run: they are
+    drawn and labelled as archived, and no line joins them to the A/B figures."""
+    svg, caption = _gpt2_trend(render_html(_ab_trend_input()))
+    assert "5 archived commits" in caption and "archived, other run conditions" in caption
+    assert "the A/B base (blue) and this run (red)" in caption
+    assert "archived, other run conditions" in svg and "same-run A/B: base" in svg
+    # The archived line joins the five archived points only (and its legend key's 3);
+    # the blue line the A/B base and this run only.
+    assert sorted(_strokes(svg, ARCHIVED_COLOR)) == [2, 3, 5]  # separator, legend, points
+    assert _strokes(svg, BASELINE_COLOR) == [2]
+    # Past the budget of full figures, the sparkline keeps them apart too.
+    svg, caption = _gpt2_trend(render_html(_ab_trend_input(others=FULL_PLOT_BUDGET)))
+    assert 'class="spark"' in svg and "archived, other run conditions" in caption
+    lines = re.findall(r'<polyline fill="none" stroke="(#\w+)"[^>]*points="([^"]*)"', svg)
+    assert [(c, len(pts.split())) for c, pts in lines] == [(ARCHIVED_COLOR, 5), (BASELINE_COLOR, 2)]
+    # A cell judged against the archive keeps its one series.
+    html = render_html(full_input())
+    assert "P95 over 6 commits, oldest first; this run in red" in html
+    assert "archived, other run conditions" not in html
 
 
 #: The base side's last round of a closed-loop level (``LoadFigures.to_dict()``).
