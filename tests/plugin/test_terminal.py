@@ -3,6 +3,12 @@ step's line changes in place; in a log each state is printed once, not once per 
 
 from __future__ import annotations
 
+import io
+from types import SimpleNamespace
+
+import pytest
+from _pytest.terminal import TerminalReporter
+
 from perfguard.core import progress
 from perfguard.core.progress import ProgressEvent
 from perfguard.measure.quiet import QuietWaiter
@@ -67,3 +73,48 @@ def test_on_a_terminal_a_step_rewrites_its_line_in_place_and_its_end_ends_it() -
         ("line", "perfguard: quantize m: 25/25 (done in 2.5 s)"),
         ("line", "perfguard: export n: done in 3.0 s"),
     ]
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+class _Plugins:
+    def __init__(self, reporter: TerminalReporter) -> None:
+        self.reporter = reporter
+
+    def get_plugin(self, name: str) -> object:
+        return self.reporter if name == "terminalreporter" else None
+
+
+def test_pytest_s_terminal_rewrites_a_step_in_place_only_when_it_is_a_tty(
+    pytestconfig: pytest.Config,
+) -> None:
+    events = [
+        ProgressEvent("quantize", 1, 4, cell="m"),
+        ProgressEvent("quantize", 2, 4, cell="m"),
+        ProgressEvent("quantize", 4, 4, cell="m", detail="done", final=True),
+    ]
+    shown = {}
+    for tty in (True, False):
+        out = _Tty() if tty else io.StringIO()
+        reporter = TerminalReporter(pytestconfig, out)
+        config = SimpleNamespace(pluginmanager=_Plugins(reporter))
+        printer = ProgressPrinter.for_config(config)  # type: ignore[arg-type]
+        printer.interval_s = 0.0  # every event is due
+        for event in events:
+            printer(event)
+        reporter.write_line("next")  # pytest's own next line starts afresh
+        shown[tty] = out.getvalue()
+    lines = shown[True].split("\n")
+    # One line, rewritten in place (carriage returns), ended by its last state.
+    assert [line.split("\r")[-1].rstrip() for line in lines] == [
+        "perfguard: quantize m: 4/4 (done)",
+        "next",
+        "",
+    ]
+    assert "\rperfguard: quantize m: 1/4" in lines[0]
+    assert "\rperfguard: quantize m: 2/4" in lines[0]
+    # A log: the first state and the last, each a line of its own, nothing rewritten.
+    assert shown[False] == "perfguard: quantize m: 1/4\nperfguard: quantize m: 4/4 (done)\nnext\n"
