@@ -3,8 +3,9 @@
 Commands read what ``pytest --perfguard`` stored and never run a model (``init`` builds
 a factory's model once, to read its inputs; ``bisect`` runs pytest's same-run A/B at
 each midpoint). ``keys`` lists every suite key and ``init`` writes a starter suite. Exit
-status: 0 ok, 1 ``compare`` found a regression (``bisect``: found no first bad commit),
-2 an error (``perfguard: error: ...``) or bad usage.
+status: 0 ok, 1 ``compare`` found a regression (``bisect``: found no first bad commit;
+``baseline save``: an inconclusive cell refused the save), 2 an error
+(``perfguard: error: ...``) or bad usage.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from perfguard.core.text import one_line
 from perfguard.interop.benchmark_json import export_command
 from perfguard.judge import changes
 from perfguard.judge.outcome import OUTCOMES, Outcome, cell_outcomes, unique
+from perfguard.judge.save import COMMAND_SAVE, Saver, check_can_save, save_refused_fix
 from perfguard.judge.stored import judge_runs
 from perfguard.judge.verdict import SEVERITY
 from perfguard.machine.env import collect_environment
@@ -59,8 +61,11 @@ from perfguard.models.factory import (
 )
 from perfguard.models.inputs import make_inputs
 from perfguard.records.results import RunResult, ScenarioResult
+from perfguard.records.resultsfile import read_results
 from perfguard.report.cli_report import report_command
+from perfguard.run.finish import save_lines
 from perfguard.shard.merge import merge_command
+from perfguard.shard.plan import PLAN_FILENAME
 from perfguard.suite import grammar, starter
 from perfguard.suite.files import SUITE_PATTERNS, is_suite_path
 from perfguard.suite.loader import load_suite
@@ -264,6 +269,50 @@ def _cmd_prune(args: argparse.Namespace) -> int:
         for p in problems:
             print(f"  skipped unreadable {_problem(p)}")
     return 0
+
+
+def _cmd_save(args: argparse.Namespace) -> int:
+    """``baseline save``: archive a run already measured, by ``--perfguard-save``'s rules."""
+    path = Path(args.results)
+    run = read_results(path)
+    if run.mode != "plain":
+        raise StoreError(
+            f"{path} was measured in same-run A/B (its figures are interleaved with the "
+            "base revision's), so it is no baseline for its commit",
+            expected="the results.json of a plain `pytest --perfguard` run",
+            fix="measure the commit without --perfguard-ab, then save that run",
+        )
+    if (path.parent / PLAN_FILENAME).exists():
+        raise StoreError(
+            f"{path} is one shard's results ({PLAN_FILENAME} lies beside it): a baseline "
+            "saved from it would lack the other shards' cells",
+            expected="the results.json of a whole run",
+            fix="merge the shards and save them at once: `perfguard merge DIR... --save`",
+        )
+    refusal = check_can_save(
+        run.commit, save=True, allow_dirty=args.allow_dirty, options=COMMAND_SAVE
+    )
+    if refusal is not None:
+        raise StoreError(f"{path}: {refusal}")
+    store = DirectoryStore(args.baseline_dir)
+    stored = store.load(run.environment.fingerprint, run.commit.sha or "")
+    if stored is not None and any(r.created_at == run.created_at for r in stored.launches):
+        raise StoreError(
+            f"{path} (measured {run.created_at}) is already a launch of "
+            f"{store.path_for(run.environment.fingerprint, run.commit.sha or '')}",
+            expected="a run not yet in the archive (saving it again would count it twice)",
+            fix="nothing to do; `perfguard baseline show` lists what is stored",
+        )
+    saver = Saver(
+        store, contention_limit=args.contention_limit, save_invalid=args.allow_inconclusive
+    )
+    saved = saver.save(run)
+    if saved is not None:
+        print(f"baseline saved: {saved}")
+    fix = save_refused_fix(COMMAND_SAVE)
+    for line, failed in save_lines(None, saver.save_refused, saver.save_marked, fix=fix):
+        print(line, file=sys.stderr if failed else sys.stdout)
+    return 0 if saved is not None else 1
 
 
 def _ancestry(cwd: Path) -> tuple[list[str] | None, str]:
@@ -724,7 +773,7 @@ def _parser() -> argparse.ArgumentParser:
     _judging_options(p)
     p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
 
-    text = "inspect or prune the baseline archive"
+    text = "inspect, add to or prune the baseline archive"
     base = sub.add_parser("baseline", help=text, description=text)
     bsub = base.add_subparsers(dest="action", required=True, metavar="ACTION")
     text = "list stored baselines (reads each file's header, not its samples)"
@@ -732,6 +781,29 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--fingerprint", help="list only this environment (default: every one)")
     p = command(bsub, "show", _cmd_show, "show one baseline's figures", store=True, fp=True)
     p.add_argument("ref", metavar="REF", help="commit sha or git ref")
+    text = "archive a run already measured (reports/<commit>/results.json) as its commit's baseline"
+    p = command(bsub, "save", _cmd_save, text)
+    p.add_argument("results", metavar="RESULTS", help="reports/<commit12>/results.json")
+    p.add_argument(
+        "--allow-inconclusive",
+        action="store_true",
+        help="save with the inconclusive cells marked (as pytest --perfguard-save-invalid)",
+    )
+    p.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="save a run measured with uncommitted changes (as --perfguard-allow-dirty)",
+    )
+    p.add_argument(
+        "--contention-limit",
+        type=_share,
+        default=CONTENTION_LIMIT,
+        metavar="SHARE",
+        help="share of the CPUs other processes may have used while a cell was measured "
+        f"before it refuses the save (as pytest --perfguard-contention-limit; "
+        f"default {CONTENTION_LIMIT:g})",
+    )
+    _baseline_dir_option(p, legacy=False)
     p = command(bsub, "prune", _cmd_prune, "delete all but the newest N", store=True)
     p.add_argument("--keep", type=_count, required=True, metavar="N")
     which = p.add_mutually_exclusive_group()

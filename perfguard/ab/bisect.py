@@ -37,6 +37,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -63,6 +64,7 @@ __all__ = [
     "BisectConfig",
     "Cell",
     "Step",
+    "StepOutput",
     "bisect",
     "find_cell",
     "judge_step",
@@ -71,6 +73,7 @@ __all__ = [
     "read_steps",
     "run_step",
     "step_main",
+    "wait_for_pytest",
 ]
 
 #: What ``git bisect run`` reads from a step's exit status.
@@ -87,6 +90,10 @@ STEP_LOCK = "step.lock"
 INTERRUPT_GRACE_S = 60.0
 #: Lines of the pytest output kept in a skip reason when nothing better says why.
 TAIL_LINES = 3
+#: How often a step looks at its pytest's output while it runs (seconds).
+POLL_S = 1.0
+#: A step that has shown nothing for this long says it is still measuring (seconds).
+HEARTBEAT_S = 30.0
 _FIRST_BAD = re.compile(r"^([0-9a-f]{40}) is the first bad commit", re.MULTILINE)
 _GOOD_VERDICTS = (VerdictKind.UNCHANGED, VerdictKind.IMPROVEMENT)
 
@@ -262,8 +269,81 @@ def _head(tree: Path) -> str:
     return proc.stdout.strip()
 
 
-def run_step(tree: Path, config: BisectConfig) -> Step:
-    """A same-run A/B of the commit checked out at ``tree`` against ``config.good``."""
+class StepOutput:
+    """The progress lines of a midpoint's pytest run, read from its log as they come:
+    perfguard's lines before the first section of pytest's summary (the export, the
+    A/B pairs, a wait for quiet), without the run's header line (its commit)."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self._read = 0
+        self._partial = ""
+        self._ended = False  # a section of pytest's summary began: no more progress
+
+    def new_lines(self) -> list[str]:
+        """The progress lines written since the last call, without ``perfguard: ``."""
+        try:
+            with self.log.open("rb") as f:
+                f.seek(self._read)
+                chunk = f.read()
+        except OSError:
+            return []
+        self._read += len(chunk)
+        *lines, self._partial = (self._partial + chunk.decode("utf-8", "replace")).split("\n")
+        shown: list[str] = []
+        for line in lines:
+            if line.startswith("=") and "test session starts" not in line:
+                self._ended = True
+            elif (
+                not self._ended
+                and line.startswith("perfguard: ")
+                and not line.startswith("perfguard: commit ")
+            ):
+                shown.append(one_line(line.removeprefix("perfguard: ")))
+        return shown
+
+
+def wait_for_pytest(
+    child: Any,
+    output: StepOutput,
+    echo: Callable[[str], None],
+    *,
+    sha: str,
+    clock: Callable[[], float] = time.monotonic,
+    poll_s: float = POLL_S,
+    heartbeat_s: float = HEARTBEAT_S,
+) -> int:
+    """``child.wait()``, showing its progress lines as they come, each with the seconds
+    since the step began, and a line every ``heartbeat_s`` when it shows none."""
+    started = said = clock()
+
+    def show(lines: Sequence[str], now: float) -> None:
+        for text in lines:
+            echo(f"{STEP_PREFIX}  {now - started:.0f} s: {text}")
+
+    while True:
+        try:
+            status: int = child.wait(timeout=poll_s)
+        except subprocess.TimeoutExpired:
+            now, lines = clock(), output.new_lines()
+            show(lines, now)
+            if lines:
+                said = now
+            elif now - said >= heartbeat_s:
+                echo(f"{STEP_PREFIX}  {now - started:.0f} s: still measuring {sha[:12]}")
+                said = now
+            continue
+        show(output.new_lines(), clock())
+        return status
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def run_step(tree: Path, config: BisectConfig, echo: Callable[[str], None] = _say) -> Step:
+    """A same-run A/B of the commit checked out at ``tree`` against ``config.good``;
+    ``echo`` says which commit is measured and shows its progress as it runs."""
     sha = _head(tree)
     subject = _subject(tree, sha)
     cell = parse_cell(config.cell)
@@ -271,6 +351,11 @@ def run_step(tree: Path, config: BisectConfig) -> Step:
     found = find_cell(rootdir, cell)
     if isinstance(found, str):
         return Step(sha, subject, "skip", f"cannot be measured here: {found}", measured=False)
+    number = len(read_steps(Path(config.work))) + 1
+    echo(
+        f"{STEP_PREFIX}measuring {sha[:12]} {subject!r} (step {number}): same-run A/B of 1 "
+        f"cell, {cell.id}, against GOOD {config.good[:12]}"
+    )
     reports = Path(tempfile.mkdtemp(prefix=f"step-{sha[:12]}-", dir=config.work))
     command = [
         sys.executable,
@@ -292,7 +377,7 @@ def run_step(tree: Path, config: BisectConfig) -> Step:
             command, cwd=rootdir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out
         )
         try:
-            status = child.wait()
+            status = wait_for_pytest(child, StepOutput(log), echo, sha=sha)
         except KeyboardInterrupt:
             # pytest got the same Ctrl-C: it removes its A/B worktree before it exits.
             try:
@@ -515,7 +600,7 @@ def bisect(
         step = next((s for s in steps if s.sha == first_sha), None)
         if step is None:  # every midpoint was good: BAD itself was never measured
             _git(tree, "checkout", "--quiet", "--detach", bad_sha)
-            step = run_step(tree, config)
+            step = run_step(tree, config, echo)
             echo(STEP_PREFIX + step.line(_record(work, step)))
             steps = read_steps(work)
     runs = sum(s.measured for s in steps)

@@ -36,11 +36,15 @@ class ProgressEvent:
     final: bool = False
 
     def line(self) -> str:
-        """``export minilm[onnx]: 3/5 (opset 17)`` - how a terminal shows it."""
-        count = f"{self.done}/{self.total}" if self.total is not None else str(self.done)
+        """``quantize minilm[onnx]: 3/5 (opset 17)`` - how a terminal shows it.
+
+        A count with no total says nothing on its own (``export m: 0`` of what?), so an
+        open-ended step shows its detail alone: ``export m: to ONNX, opset 17``."""
         where = f" {self.cell}" if self.cell else ""
+        if self.total is None:
+            return f"{self.step}{where}: {self.detail}" if self.detail else f"{self.step}{where}"
         detail = f" ({self.detail})" if self.detail else ""
-        return f"{self.step}{where}: {count}{detail}"
+        return f"{self.step}{where}: {self.done}/{self.total}{detail}"
 
 
 Sink = Callable[[ProgressEvent], None]

@@ -11,6 +11,7 @@ marked.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from perfguard.baseline.store import DirectoryStore
@@ -19,21 +20,56 @@ from perfguard.judge.remeasure import run_problem
 from perfguard.records.results import CommitInfo, RunResult
 
 
-def check_can_save(commit: CommitInfo, *, save: bool, allow_dirty: bool) -> str | None:
-    """Why ``--perfguard-save`` must be refused before anything runs, or None."""
+@dataclass(frozen=True)
+class SaveOptions:
+    """How a command that saves spells its options, for the fixes its refusals name:
+    ``pytest --perfguard-save`` (``PLUGIN_SAVE``) and ``perfguard baseline save``
+    (``COMMAND_SAVE``) follow one set of rules and say so in their own words."""
+
+    save: str
+    allow_dirty: str
+    contention_limit: str
+    save_invalid: str
+    dirty: str  # what a dirty commit means to it
+    clean: str  # how to save a clean run instead
+
+
+PLUGIN_SAVE = SaveOptions(
+    save="--perfguard-save",
+    dirty="the working tree has uncommitted changes",
+    clean="commit or stash them",
+    allow_dirty="--perfguard-allow-dirty",
+    contention_limit="--perfguard-contention-limit",
+    save_invalid="--perfguard-save-invalid",
+)
+COMMAND_SAVE = SaveOptions(
+    save="perfguard baseline save",
+    dirty="the run was measured in a working tree with uncommitted changes",
+    clean="commit them and measure again",
+    allow_dirty="--allow-dirty",
+    contention_limit="--contention-limit",
+    save_invalid="--allow-inconclusive",
+)
+
+
+def check_can_save(
+    commit: CommitInfo, *, save: bool, allow_dirty: bool, options: SaveOptions = PLUGIN_SAVE
+) -> str | None:
+    """Why a save must be refused before anything runs (``perfguard baseline save``:
+    before a measured run is archived), or None."""
     if not save:
         return None
     if commit.sha is None:
         return (
-            f"--perfguard-save needs a commit to file the baseline under, but found "
+            f"{options.save} needs a commit to file the baseline under, but found "
             f"{commit.note or 'no commit'}; commit first, or run inside a git checkout"
         )
     if commit.dirty and not allow_dirty:
         said = f" ({commit.note})" if commit.note else ""
         return (
-            f"--perfguard-save refused: the working tree has uncommitted changes{said}, so the "
-            f"baseline would not describe commit {commit.sha[:12]}; commit or stash them, "
-            "or pass --perfguard-allow-dirty"
+            f"{options.save} refused: {options.dirty}{said}, so the "
+            f"baseline would not describe commit {commit.sha[:12]}; {options.clean}, "
+            f"or pass {options.allow_dirty}"
         )
     return None
 
@@ -109,10 +145,24 @@ class Saver:
         return self.store.save(run, inconclusive=bad)
 
 
-SAVE_REFUSED_FIX = (
-    "re-run on an idle machine, raise --perfguard-contention-limit if this machine is "
-    "never quieter, or pass --perfguard-save-invalid to save with those cells marked"
-)
+def save_refused_fix(options: SaveOptions = PLUGIN_SAVE) -> str:
+    """The fix of a save refused for its inconclusive cells, in ``options``' words."""
+    return (
+        f"re-run on an idle machine, raise {options.contention_limit} if this machine is "
+        f"never quieter, or pass {options.save_invalid} to save with those cells marked"
+    )
 
 
-__all__ = ["SAVE_REFUSED_FIX", "Saver", "check_can_save", "untracked_refusal"]
+SAVE_REFUSED_FIX = save_refused_fix(PLUGIN_SAVE)
+
+
+__all__ = [
+    "COMMAND_SAVE",
+    "PLUGIN_SAVE",
+    "SAVE_REFUSED_FIX",
+    "SaveOptions",
+    "Saver",
+    "check_can_save",
+    "save_refused_fix",
+    "untracked_refusal",
+]

@@ -401,7 +401,7 @@ class LoadRunner:
                     "SLO search",
                     len(steps),
                     cell=self.scenario.item_name,
-                    detail=f"trying {level:g} {unit}",
+                    detail=f"level {len(steps) + 1}: trying {level:g} {unit}",
                 )
             spec = dataclasses.replace(self.spec, slo=None, level=level)
             run = self.level(spec)

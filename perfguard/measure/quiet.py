@@ -111,21 +111,29 @@ class QuietWaiter:
             last = share
             quiet_for = quiet_for + self.window_s if share <= self.limit else 0.0
             self._report(cell, waited, allowed, last, final=False)
-        self._report(cell, waited, allowed, last, final=True)
+        self._report(cell, waited, allowed, last, final=True, quiet=True)
         return QuietWait(True, waited, last)
 
     def _report(
-        self, cell: str, waited: float, allowed: float, share: float | None, *, final: bool
+        self,
+        cell: str,
+        waited: float,
+        allowed: float,
+        share: float | None,
+        *,
+        final: bool,
+        quiet: bool = False,
     ) -> None:
         use = "unknown" if share is None else f"{share:.0%}"
+        figures = f"other processes use {use} of the CPUs; limit {self.limit:.0%}"
+        if not final:
+            detail = f"{figures}; {waited:.0f} s of {allowed:.0f} s"
+        elif quiet:
+            detail = f"quiet after {waited:.0f} s ({figures})"
+        else:
+            detail = f"still busy after {waited:.0f} s of {allowed:.0f} s ({figures})"
         progress.report(
-            WAIT_STEP,
-            round(waited),
-            round(allowed),
-            cell=cell,
-            detail=f"other processes use {use} of the CPUs; limit {self.limit:.0%}; "
-            f"{waited:.0f} s of {allowed:.0f} s",
-            final=final,
+            WAIT_STEP, round(waited), round(allowed), cell=cell, detail=detail, final=final
         )
 
 

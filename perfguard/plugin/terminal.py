@@ -107,12 +107,23 @@ def write_summary(
     write(f"perfguard: {outcome.summary()}", **{colour: True, "bold": True})
 
 
-class ProgressPrinter:
-    """A progress sink (``perfguard.core.progress``) that prints one line per event.
+#: Off a terminal, how often a step still going on says so (seconds): a CI log gets a
+#: long A/B step's start, a line a minute, and its end, never a line per poll.
+LOG_INTERVAL_S = 60.0
 
-    At most one line per ``interval_s`` per step and cell, plus each step's final
-    event: a minute of export reads as a few lines, not dots, and a CI log stays short.
-    Lines are plain appended lines (no rewriting in place), readable in any log.
+
+class ProgressPrinter:
+    """A progress sink (``perfguard.core.progress``) that shows each long step's state.
+
+    On a terminal (``rewrite`` given: pytest's output is a tty) a step's line changes in
+    place as it goes, at most once per ``interval_s``, and its final event ends it: a
+    minute of export or of waiting for quiet is one line that moves. Elsewhere (a CI
+    log, a pipe, pytester) each state is printed once: the step's first event, a line
+    every ``log_interval_s`` while it goes on, and its final event (how it ended), so a
+    wait that polls every second is two lines, not one per poll.
+
+    ``write`` prints a whole line (on a fresh line); ``rewrite`` replaces the line being
+    rewritten (the first time, on a fresh line); ``end`` ends that line.
     """
 
     def __init__(
@@ -120,37 +131,92 @@ class ProgressPrinter:
         write: Callable[[str], None],
         interval_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        rewrite: Callable[[str], None] | None = None,
+        end: Callable[[], None] | None = None,
+        log_interval_s: float = LOG_INTERVAL_S,
     ) -> None:
         self.write = write
         self.interval_s = interval_s
         self.clock = clock
+        self.rewrite = rewrite
+        self.end = end or (lambda: None)
+        self.log_interval_s = log_interval_s
         self._last: dict[tuple[str, str], float] = {}
+        self._open: tuple[str, str] | None = None  # the step whose line is rewritten
 
     def __call__(self, event: ProgressEvent) -> None:
         key = (event.step, event.cell)
         now = self.clock()
         last = self._last.get(key)
-        if not event.final and last is not None and now - last < self.interval_s:
+        every = self.interval_s if self.rewrite is not None else self.log_interval_s
+        if not event.final and last is not None and now - last < every:
             return
         if event.final:
             self._last.pop(key, None)
         else:
             self._last[key] = now
-        self.write(f"perfguard: {one_line(event.line())}")
+        text = f"perfguard: {one_line(event.line())}"
+        if self.rewrite is None:
+            self.write(text)
+            return
+        if self._open is not None and self._open != key:
+            self.end()  # another step's line stays as it last was
+            self._open = None
+        if event.final:
+            if self._open == key:
+                self.rewrite(text)
+                self.end()
+            else:
+                self.write(text)
+            self._open = None
+            return
+        self.rewrite(text)
+        self._open = key
 
     @classmethod
     def for_config(cls, config: pytest.Config) -> ProgressPrinter:
-        """A printer on pytest's terminal, around output capture (as live logging does)."""
+        """A printer on pytest's terminal, around output capture (as live logging does);
+        lines rewritten in place only when that terminal is a tty."""
 
-        def write(line: str) -> None:
-            reporter = config.pluginmanager.get_plugin("terminalreporter")
-            if reporter is None:
+        def reporter() -> Any:
+            return config.pluginmanager.get_plugin("terminalreporter")
+
+        def around_capture(show: Callable[[Any], None]) -> None:
+            terminal = reporter()
+            if terminal is None:
                 return
             capture = config.pluginmanager.get_plugin("capturemanager")
             if capture is None:
-                reporter.write_line(line)
+                show(terminal)
                 return
             with capture.global_and_fixture_disabled():
-                reporter.write_line(line)
+                show(terminal)
 
+        def write(line: str) -> None:
+            around_capture(lambda terminal: terminal.write_line(line))
+
+        def rewrite(line: str) -> None:
+            def show(terminal: Any) -> None:
+                width = max(20, terminal._tw.fullwidth - 1)  # a wrapped line cannot be rewritten
+                if terminal.currentfspath != _REWRITING:
+                    terminal.ensure_newline()
+                terminal.rewrite(line[:width], erase=True)
+                terminal.flush()
+                # pytest's next line (or ours) starts afresh: ensure_newline ends this one.
+                terminal.currentfspath = _REWRITING
+
+            around_capture(show)
+
+        def end() -> None:
+            around_capture(lambda terminal: terminal.ensure_newline())
+
+        terminal = reporter()
+        if terminal is not None and terminal.isatty():
+            return cls(write, rewrite=rewrite, end=end)
         return cls(write)
+
+
+#: ``TerminalReporter.currentfspath`` while a progress line is being rewritten (a value
+#: pytest never sets): pytest ends the line (``ensure_newline``) before it writes more.
+_REWRITING = "<perfguard progress line>"

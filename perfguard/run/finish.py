@@ -233,18 +233,29 @@ class Finished:
 
     def save_lines(self) -> list[tuple[str, bool]]:
         """(line, is a failure): why the save saved nothing, or which cells it marked."""
-        lines: list[tuple[str, bool]] = []
-        if self.save_withheld is not None:
-            lines.append((f"perfguard: baseline NOT saved: {self.save_withheld}", True))
-        for sid, why in self.save_refused.items():
-            lines.append((f"perfguard: baseline NOT saved: {sid} is inconclusive: {why}", True))
-        if self.save_refused:
-            lines.append((f"perfguard: Fix: {SAVE_REFUSED_FIX}", True))
-        for sid, why in self.save_marked.items():
-            lines.append(
-                (f"perfguard: baseline saved with {sid} marked inconclusive: {why}", False)
-            )
-        return lines
+        return save_lines(self.save_withheld, self.save_refused, self.save_marked)
+
+
+def save_lines(
+    withheld: str | None,
+    refused: Mapping[str, str],
+    marked: Mapping[str, str],
+    *,
+    fix: str = SAVE_REFUSED_FIX,
+) -> list[tuple[str, bool]]:
+    """(line, is a failure): why a save saved nothing (``withheld``, or the ``refused``
+    cells and why, then ``fix``), or which cells it ``marked``; for the plugin, the
+    merge and ``perfguard baseline save`` alike."""
+    lines: list[tuple[str, bool]] = []
+    if withheld is not None:
+        lines.append((f"perfguard: baseline NOT saved: {withheld}", True))
+    for sid, why in refused.items():
+        lines.append((f"perfguard: baseline NOT saved: {sid} is inconclusive: {why}", True))
+    if refused:
+        lines.append((f"perfguard: Fix: {fix}", True))
+    for sid, why in marked.items():
+        lines.append((f"perfguard: baseline saved with {sid} marked inconclusive: {why}", False))
+    return lines
 
 
 def finish_run(

@@ -23,10 +23,12 @@ from perfguard.ab.bisect import (
     EXIT_ABORT,
     STEP_EXIT,
     BisectConfig,
+    StepOutput,
     find_cell,
     judge_step,
     parse_cell,
     run_step,
+    wait_for_pytest,
 )
 from perfguard.cli import main
 from perfguard.core.errors import PerfguardError
@@ -444,3 +446,69 @@ def test_a_step_that_breaks_stops_git_bisect_instead_of_marking_the_commit(
     assert proc.stdout.startswith("perfguard bisect: step failed: ")
     assert "no-config.json" in proc.stdout
     assert STEP_EXIT == {"good": 0, "bad": 1, "skip": 125}  # what git bisect run reads
+
+
+# --------------------------------------------------------------------------- a step's progress
+
+
+class _Pytest:
+    """A midpoint's pytest as ``wait_for_pytest`` sees it: each wait is a poll that
+    times out, while the log grows by the next chunk, until the script runs out."""
+
+    def __init__(self, log: Path, chunks: list[str], clock: list[float]) -> None:
+        self.log, self.chunks, self.clock = log, chunks, clock
+
+    def wait(self, timeout: float) -> int:
+        if not self.chunks:
+            return 0
+        with self.log.open("a") as out:
+            out.write(self.chunks.pop(0))
+        self.clock[0] += 10.0  # ten seconds a poll
+        raise subprocess.TimeoutExpired("pytest", timeout)
+
+
+def test_a_step_shows_its_pytest_s_progress_as_it_runs_and_says_when_it_shows_none(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "pytest.log"
+    log.write_text("")
+    chunks = [
+        "============ test session starts ============\nperfguard: commit abc; env\n",
+        "collected 1 item\n\nsuites/s.yaml \nperfguard: export sleepy: to ONNX, opset 17\n",
+        "perfguard: A/B pairs suites/s.yaml::sleepy: 200/2000 (ratio 1.9",  # half a line
+        "0)\n",
+        "",
+        "",
+        "",  # thirty seconds of nothing new
+        "perfguard: A/B pairs suites/s.yaml::sleepy: 400/2000 (stopped)\n.\n"
+        "=========== perfguard ===========\nperfguard: ❌ regression: 1 regression\n",
+    ]
+    now = [0.0]
+    shown: list[str] = []
+    status = wait_for_pytest(
+        _Pytest(log, chunks, now), StepOutput(log), shown.append, sha="f" * 40,
+        clock=lambda: now[0], heartbeat_s=30.0,
+    )  # fmt: skip
+    assert status == 0
+    assert shown == [
+        "perfguard bisect:   20 s: export sleepy: to ONNX, opset 17",
+        "perfguard bisect:   40 s: A/B pairs suites/s.yaml::sleepy: 200/2000 (ratio 1.90)",
+        "perfguard bisect:   70 s: still measuring ffffffffffff",
+        "perfguard bisect:   80 s: A/B pairs suites/s.yaml::sleepy: 400/2000 (stopped)",
+    ]
+
+
+@pytest.mark.slow
+def test_a_step_says_which_commit_it_measures_before_its_pytest_runs(tmp_path: Path) -> None:
+    repo = new_repo(tmp_path / "repo")
+    sha = commit(repo, "the midpoint", ms=FAST_MS)
+    work = tmp_path / "work"
+    work.mkdir()
+    shown: list[str] = []
+    # GOOD is no commit: the run ends at once, the step is skipped; what it said first counts.
+    step = run_step(repo, BisectConfig(CELL, "0" * 40, ".", (), str(work)), shown.append)
+    assert step.mark == "skip" and step.measured
+    assert shown[0] == (
+        f"perfguard bisect: measuring {sha[:12]} 'the midpoint' (step 1): same-run A/B of "
+        f"1 cell, {CELL}, against GOOD 000000000000"
+    )

@@ -14,7 +14,10 @@ def test_events_reach_sinks_inside_the_block_only() -> None:
     progress.report("export", 3, 3)
     assert [e.done for e in seen] == [2]
     assert seen[0].line() == "export m[onnx]: 2/3 (opset 17)"
-    assert ProgressEvent("SLO search", 4).line() == "SLO search: 4"
+    # No total: the count means nothing on its own, so the detail alone is shown.
+    assert ProgressEvent("SLO search", 4).line() == "SLO search"
+    export = ProgressEvent("export", 0, cell="resnet18", detail="to ONNX, opset 17")
+    assert export.line() == "export resnet18: to ONNX, opset 17"
 
 
 def test_a_sink_that_raises_is_dropped_not_the_step() -> None:

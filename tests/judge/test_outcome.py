@@ -303,7 +303,7 @@ def test_worker_stderr_tail_is_plain() -> None:
 def test_progress_printer_rate_limits_per_step_and_always_prints_the_final() -> None:
     now = [0.0]
     lines: list[str] = []
-    printer = ProgressPrinter(lines.append, interval_s=1.0, clock=lambda: now[0])
+    printer = ProgressPrinter(lines.append, clock=lambda: now[0], log_interval_s=1.0)
     for i in range(10):  # ten events within 0.9 s: one line
         now[0] = i * 0.1
         printer(ProgressEvent("quantize", i, 10, cell="m"))
@@ -314,10 +314,10 @@ def test_progress_printer_rate_limits_per_step_and_always_prints_the_final() -> 
     printer(ProgressEvent("export", 1, cell="m\x1b[2J", final=True))
     assert lines == [
         "perfguard: quantize m: 0/10",
-        "perfguard: export m: 0",
+        "perfguard: export m",
         "perfguard: quantize m: 10/10",
         "perfguard: quantize m: 10/10 (done in 1.5 s)",
-        "perfguard: export m: 1",
+        "perfguard: export m",
     ]
 
 
