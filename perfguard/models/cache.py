@@ -45,7 +45,7 @@ from filelock import FileLock
 from perfguard.core import progress
 from perfguard.core.errors import BackendUnavailable, Location, ModelError
 from perfguard.core.scenario import ModelSpec, Scenario
-from perfguard.models.exportfailure import export_error, watch_generate
+from perfguard.models.exportfailure import GenerateCalls, export_error, watch_generate
 from perfguard.models.factory import (
     check_forward_inputs,
     check_onnx_file,
@@ -285,8 +285,9 @@ def _export(
         _need_onnxscript(model)
     was_training = module.training
     module.eval()
+    calls = GenerateCalls()  # the generate() calls forward made: a generation loop
     try:
-        with _EXPORT_LOCK, quiet(), torch.no_grad(), watch_generate(module) as calls:
+        with _EXPORT_LOCK, quiet(), torch.no_grad(), watch_generate(module, calls):
             extra: dict[str, object] = (
                 # Weights inside the file: it is renamed into place, a side file would not be.
                 {"external_data": False, "verbose": False} if dynamo else {}

@@ -102,14 +102,14 @@ class GenerateCalls:
 
 
 @contextlib.contextmanager
-def watch_generate(module: object) -> Iterator[GenerateCalls]:
+def watch_generate(module: object, calls: GenerateCalls) -> Iterator[None]:
     """Note the calls of every submodule's bound ``generate`` while the block runs.
 
     The TorchScript tracer runs a generation loop to its end and fails afterwards, in
     its own graph code: no frame of its exception is in transformers then, but the
-    call was seen here. The wrappers are instance attributes, removed on the way out.
+    call was seen here, in ``calls``. The wrappers are instance attributes, removed on
+    the way out.
     """
-    calls = GenerateCalls()
     wrapped: list[object] = []
     modules = getattr(module, "modules", None)
     for sub in modules() if callable(modules) else ():
@@ -120,7 +120,7 @@ def watch_generate(module: object) -> Iterator[GenerateCalls]:
             object.__setattr__(sub, "generate", _noting(original, calls, type(sub).__name__))
             wrapped.append(sub)
     try:
-        yield calls
+        yield
     finally:
         for sub in wrapped:
             with contextlib.suppress(AttributeError):
