@@ -336,20 +336,23 @@ def gpt2():
 
 
 class Generate(torch.nn.Module):
-    def __init__(self):
+    def __init__(self, from_prompt=False):
         super().__init__()
         self.lm = gpt2()
+        self.from_prompt = from_prompt
 
     def forward(self, input_ids):
-        return self.lm.generate(input_ids, max_new_tokens=4, min_length=8, do_sample=False)
+        # The issue's: a minimum length read from the prompt, a tensor once traced.
+        least = input_ids.shape[1] + 32 if self.from_prompt else 8
+        return self.lm.generate(input_ids, max_new_tokens=40, min_length=least, do_sample=False)
 
 
 def loop():
     return gpt2().generate
 
 
-def wrapped():
-    return Generate()
+def wrapped(from_prompt=False):
+    return Generate(from_prompt)
 """
 
 
@@ -393,3 +396,19 @@ def test_exporting_a_forward_that_calls_generate_is_told_the_same(generating: Pa
         info.value.problem
     )
     assert not any("generate" in vars(sub) for sub in module.modules())  # unwrapped again
+
+
+def test_the_issues_min_length_failure_is_told_the_same(generating: Path) -> None:
+    """The TorchScript tracer on generate(min_length=prompt length + 32) with a 16-token
+    prompt: transformers' own ValueError, which said nothing about export."""
+    from perfguard.models.cache import export_onnx
+    from perfguard.models.factory import load_factory
+
+    model = spec(generating, factory="generating:wrapped", factory_kwargs=(("from_prompt", True),))
+    feeds = {"input_ids": np.arange(16, dtype=np.int64).reshape(1, 16)}
+    with pytest.raises(ExportError) as info:
+        export_onnx(load_factory(model), feeds, model, generating / "cache")
+    assert (
+        "gives a Python generation loop (the export failed in transformers' generation code: "
+        "ValueError: `min_length` has to be a non-negative integer, but is 48)"
+    ) in info.value.problem
