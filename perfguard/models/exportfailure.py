@@ -162,7 +162,7 @@ def read_blocker(exc: BaseException) -> Blocker:
         if match := pattern.search(text):
             return Blocker("operator", match["name"], _one_line(text))
     if match := _JIT_TYPE.search(text):
-        return Blocker("type", match["name"].rpartition(".")[2], _one_line(match[0]))
+        return Blocker("type", match["name"].rpartition(".")[2], _one_line(text))
     return Blocker("unknown", type(exc).__name__, _one_line(f"{type(exc).__name__}: {text}"))
 
 
