@@ -72,6 +72,11 @@ class ModelError(PerfguardError):
     """A model cannot be built or loaded: bad factory, missing or invalid ONNX file."""
 
 
+class ExportError(ModelError):
+    """A factory's model cannot be exported to ONNX: the message names the operator or
+    type that stopped the exporter and the exporter options that may get past it."""
+
+
 class InputError(PerfguardError):
     """Inputs do not match the model (names, shapes, dtypes) or an inputs file is bad."""
 

@@ -13,6 +13,12 @@ from perfguard.core.paths import display_path
 from perfguard.core.policy import DEFAULT_GATES, GateSpec, MetricKind, gate_metric
 
 BACKENDS: tuple[str, ...] = ("torch", "onnxruntime", "tensorrt")
+# torch's ONNX exporters: ``torch.onnx.export(..., dynamo=False)`` (TorchScript tracing,
+# the default) and ``dynamo=True`` (torch.export and onnxscript's translations).
+EXPORTERS: tuple[str, ...] = ("torchscript", "dynamo")
+#: The lowest opset the dynamo exporter writes itself: it converts a lower one down
+#: after the fact, which can leave a graph ONNX Runtime refuses (GPT-2's Split at 17).
+DYNAMO_MIN_OPSET = 18
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")
 GRAPH_OPT_LEVELS: tuple[str, ...] = ("disable", "basic", "extended", "all")
 # Numpy dtype names accepted for inputs.
@@ -62,6 +68,7 @@ class ModelSpec:
     inputs_file: Path | None = None  # .npz of real inputs, keyed by input name
     output_names: tuple[str, ...] = ()
     opset: int = 17
+    exporter: str = "torchscript"  # one of EXPORTERS (factory models)
 
 
 @dataclass(frozen=True)

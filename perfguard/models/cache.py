@@ -1,18 +1,26 @@
 """A content-addressed cache of exported, quantized and fp16-converted ONNX models.
 
 Files live under ``<rootdir>/.perfguard/cache``. A factory's model is exported
-to ONNX once per session (once per model, opset, outputs and input signature:
-every cell of the model shares it) and the file is named by its own bytes,
-``<model>-<sha256[:16]>.onnx``. Nothing is keyed on a guess at what the model
+to ONNX once per session (once per model, opset, exporter, outputs and input
+signature: every cell of the model shares it) and the file is named by its own
+bytes, ``<model>-<sha256[:16]>.onnx``. Nothing is keyed on a guess at what the model
 runs: the name *is* the graph ONNX Runtime will run, so a change to any code
 ``forward`` reaches (a loop, a helper in another module, a monkeypatched
 function, a library upgrade) gives another name, and the int8/fp16 variants
 (``perfguard.models.quantize``) and TensorRT engines, which are keyed on the
 source file's bytes, are built again from it. An unchanged model exports to the
-same bytes (the TorchScript exporter is deterministic), so its derived files
-stay cache hits. Exports go to a temporary name in the cache folder and are
-renamed into place: concurrent workers never see a half-written file, and two
-that export the same graph write the same name.
+same bytes (both exporters are deterministic; the dynamo exporter is told to keep
+the weights inside the file: its side file would be named after the temporary
+file), so its derived files stay cache hits.
+
+The exporter (``exporter:``, TorchScript by default) is part of the key: a graph the
+dynamo exporter wrote is named by its bytes *and* the exporter, so the two never
+share an export (the default's names are those of before); what derives from an
+export is keyed on the graph's bytes, which are what runs. An export that fails
+raises :class:`~perfguard.core.errors.ExportError` naming what stopped it
+(:mod:`perfguard.models.exportfailure`). Exports go to a temporary name in the cache
+folder and are renamed into place: concurrent workers never see a half-written file,
+and two that export the same graph write the same name.
 """
 
 from __future__ import annotations
@@ -35,8 +43,9 @@ import numpy as np
 from filelock import FileLock
 
 from perfguard.core import progress
-from perfguard.core.errors import Location, ModelError
+from perfguard.core.errors import BackendUnavailable, Location, ModelError
 from perfguard.core.scenario import ModelSpec, Scenario
+from perfguard.models.exportfailure import GenerateCalls, export_error, watch_generate
 from perfguard.models.factory import (
     check_forward_inputs,
     check_onnx_file,
@@ -158,6 +167,8 @@ def export_onnx(
                 location=model.location,
             )
         digest = source_digest(tmp, model.location, f"the export of factory {model.factory}")
+        if model.exporter != "torchscript":  # the default's names stay as they were
+            digest.update(f"\0exporter={model.exporter}".encode())
         target = folder / f"{stem}-{digest.hexdigest()[:KEY_CHARS]}.onnx"
         # Same name, same bytes: an earlier export of this graph stays as it is, so
         # sessions and engines built from it keep their file.
@@ -200,7 +211,10 @@ def _timed_export(
 ) -> None:
     """``_export``, said on the terminal: a large model's export may take a minute."""
     started = time.monotonic()
-    progress.report("export", 0, cell=model.name, detail=f"to ONNX, opset {model.opset}")
+    how = f"to ONNX, opset {model.opset}"
+    if model.exporter != "torchscript":
+        how += f", {model.exporter} exporter"
+    progress.report("export", 0, cell=model.name, detail=how)
     try:
         _export(module, feeds, model, tmp, dynamic_batch)
     except BaseException:
@@ -224,12 +238,13 @@ def onnx_file_of(
     dynamic = scenario.load is not None and scenario.load.batching is not None
     # Cells of one model share its build; once it was exported for these inputs, later
     # cells neither copy the model nor export it again. Everything an export depends on
-    # besides the module: two models of one factory may differ in opset or outputs.
+    # besides the module: two models of one factory may differ in opset, exporter or outputs.
     signature = (
         "onnx-export",
         str(cache_dir),
         model.name,
         model.opset,
+        model.exporter,
         tuple(model.output_names),
         tuple((name, np.shape(a), np.asarray(a).dtype.str) for name, a in feeds.items()),
         dynamic,
@@ -265,33 +280,50 @@ def _export(
     dynamic_axes = (
         {name: {0: "batch"} for name in [*names, *model.output_names]} if dynamic_batch else None
     )
+    dynamo = model.exporter == "dynamo"
+    if dynamo:
+        _need_onnxscript(model)
     was_training = module.training
     module.eval()
+    calls = GenerateCalls()  # the generate() calls forward made: a generation loop
     try:
-        with _EXPORT_LOCK, quiet(), torch.no_grad():
+        with _EXPORT_LOCK, quiet(), torch.no_grad(), watch_generate(module, calls):
+            extra: dict[str, object] = (
+                # Weights inside the file: it is renamed into place, a side file would not be.
+                {"external_data": False, "verbose": False} if dynamo else {}
+            )
             torch.onnx.export(
                 module,
                 args,
                 str(tmp),
                 kwargs=kwargs,
-                dynamo=False,
+                dynamo=dynamo,
                 opset_version=model.opset,
                 input_names=names,
                 output_names=list(model.output_names) or None,
                 do_constant_folding=True,
                 dynamic_axes=dynamic_axes,
+                **extra,  # type: ignore[arg-type]
             )
     except Exception as exc:
-        raise ModelError(
-            f"exporting factory {model.factory} to ONNX (opset {model.opset}) failed: "
-            f"{type(exc).__name__}: {exc}",
-            expected="a model torch.onnx.export (TorchScript exporter, fixed shapes) can trace",
-            fix="try another `opset:`, run this model on the torch backend, or export it "
-            "yourself and point `onnx:` at the file",
-            location=model.location,
-        ) from exc
+        raise export_error(exc, model, calls) from exc
     finally:
         module.train(was_training)
+
+
+def _need_onnxscript(model: ModelSpec) -> None:
+    """BackendUnavailable unless the dynamo exporter's onnxscript is installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("onnxscript") is None:
+        raise BackendUnavailable(
+            f"model {model.name!r} asks for `exporter: dynamo`, which needs the onnxscript "
+            "package; it is not installed",
+            expected="onnxscript installed beside torch",
+            fix="pip install 'onnxscript>=0.5' (perfguard's `onnx` extra has it), or write "
+            "`exporter: torchscript`",
+            location=model.location,
+        )
 
 
 def build_once(

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, cast
 from perfguard.core.blame import blame
 from perfguard.core.errors import InputError, Location, ModelError, PerfguardError
 from perfguard.core.scenario import ModelSpec
+from perfguard.models.exportfailure import generation_loop_error, is_generation_loop
 from perfguard.models.origin import check_origins
 
 if TYPE_CHECKING:
@@ -195,6 +196,8 @@ def _call_factory(function: Callable[..., Any], model: ModelSpec) -> torch.nn.Mo
             fix=f"fix the factory or its `factory_kwargs` ({_kwargs_text(kwargs)})",
             location=model.location,
         ) from exc
+    if is_generation_loop(result):
+        raise generation_loop_error(model, "it returned a bound `generate` method")
     if not isinstance(result, torch.nn.Module):
         raise ModelError(
             f"factory {model.factory} returned {type(result).__module__}."

@@ -52,6 +52,8 @@ from perfguard.core.scenario import (
     BACKENDS,
     COMPILE_MODES,
     DTYPES,
+    DYNAMO_MIN_OPSET,
+    EXPORTERS,
     GRAPH_OPT_LEVELS,
     ORT_GPU_PROVIDERS,
     PRECISIONS,
@@ -348,7 +350,22 @@ MODEL = Section(
             MapOf(_ANY, key_text="keyword", key_pattern=IDENT_PATTERN),
             "keyword arguments for the factory (plain data; lists become tuples)",
         ),
-        Key("opset", _int(1), "ONNX export opset (factory models)", _default(ModelSpec, "opset")),
+        Key(
+            "opset",
+            _int(1),
+            "ONNX export opset (factory models)",
+            _default(ModelSpec, "opset"),
+            default_text=f"{_default(ModelSpec, 'opset')} ({DYNAMO_MIN_OPSET} with "
+            "`exporter: dynamo`, its lowest)",
+        ),
+        Key(
+            "exporter",
+            _choice(EXPORTERS),
+            "torch's ONNX exporter (factory models): `torchscript` traces forward "
+            "(dynamo=False); `dynamo` captures it with torch.export (dynamo=True; "
+            "needs the onnxscript package)",
+            _default(ModelSpec, "exporter"),
+        ),
         Key(
             "onnx",
             _TEXT,
@@ -370,7 +387,7 @@ MODEL = Section(
         Key("outputs", ListOf(_TEXT), "output names"),
     ),
     exactly_one=(("factory", "onnx"), ("inputs", "inputs_file")),
-    requires=(("kwargs", ("factory",)), ("opset", ("factory",))),
+    requires=(("kwargs", ("factory",)), ("opset", ("factory",)), ("exporter", ("factory",))),
     title="model",
 )
 

@@ -212,6 +212,26 @@ ERROR_CASES = [
         "an integer >= 1",
     ),
     case(
+        "exporter-on-onnx",
+        edit("factory: pkg.mod:build", "onnx: a.onnx\n    exporter: dynamo  # <-"),
+        "has `exporter` but no `factory`",
+        "`exporter` only with `factory`",
+    ),
+    case(
+        "unknown-exporter",
+        edit("    inputs:", "    exporter: dynamic  # <-\n    inputs:"),
+        "`exporter` of model `m` is `dynamic`",
+        "one of `torchscript`, `dynamo`",
+        "did you mean `dynamo`?",
+    ),
+    case(
+        "dynamo-below-its-opset",
+        edit("    inputs:", "    exporter: dynamo\n    opset: 17  # <-\n    inputs:"),
+        "`opset` of model `m` is 17 with `exporter: dynamo`",
+        "opset >= 18",
+        "write `opset: 18` (or leave it out), or `exporter: torchscript` for opset 17",
+    ),
+    case(
         "kwargs-list",
         edit("    inputs:", "    kwargs: [1]  # <-\n    inputs:"),
         "`kwargs`",

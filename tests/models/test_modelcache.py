@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import sys
 import threading
 import time
@@ -642,6 +643,16 @@ def test_later_cells_reuse_the_session_export_without_copying_or_hashing_the_mod
         )
         assert cache.onnx_file_of(opset, feeds, tmp_path / "cache")[0] != first
         assert len(copies) == 3
+        # And another exporter at the same opset.
+        if importlib.util.find_spec("onnxscript") is not None:
+            same_opset = dataclasses.replace(ort_cell.model, opset=18)
+            by_exporter = dataclasses.replace(same_opset, exporter="dynamo")
+            traced = dataclasses.replace(ort_cell, model=same_opset)
+            captured = dataclasses.replace(ort_cell, model=by_exporter)
+            ts_file = cache.onnx_file_of(traced, feeds, tmp_path / "cache")[0]
+            assert cache.onnx_file_of(captured, feeds, tmp_path / "cache")[0] != ts_file
+            assert len(copies) == 5
+            copies[3:] = []
         # The memo goes with the kept build.
         forget_factory_models()
         cache.onnx_file_of(ort_cell, feeds, tmp_path / "cache")
@@ -711,3 +722,48 @@ def test_torch_quant_facts_name_the_linear_modules_torch_replaced() -> None:
     assert facts.layers == ("fc1", "fc2")
     assert facts.text().startswith("2 of 2 Linear quantized (torch.ao.quantization")
     assert torch_quant_facts(mlp()).kept == {"Linear": 2}
+
+
+# --------------------------------------------------------------------------- exporters
+
+
+def test_two_exporters_never_share_a_cache_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Even where both exporters wrote the very same bytes, the dynamo export is its own
+    entry; the default's names are as they were. (What is derived from an export, int8 or
+    fp16 files and engines, is keyed on the graph's bytes: what runs.)"""
+    pytest.importorskip("onnxscript")
+    cache = tmp_path / "cache"
+    graph = export_onnx(mlp(), FEEDS, model_spec(tmp_path), tmp_path / "source").read_bytes()
+    exporters: list[bool] = []
+
+    def same_bytes(*args: Any, **kwargs: Any) -> None:
+        exporters.append(kwargs["dynamo"])
+        Path(args[2]).write_bytes(graph)
+
+    monkeypatch.setattr(torch.onnx, "export", same_bytes)
+    traced = export_onnx(mlp(), FEEDS, model_spec(tmp_path, opset=18), cache)
+    spec = model_spec(tmp_path, exporter="dynamo", opset=18)
+    captured = export_onnx(mlp(), FEEDS, spec, cache)
+    assert exporters == [False, True]
+    assert traced != captured and sorted(cache.glob("*.onnx")) == sorted([traced, captured])
+    assert cache_key_of(traced) == hashlib.sha256(graph).hexdigest()[:16]  # unchanged key
+
+
+def test_a_dynamo_export_runs_and_is_named_by_its_bytes(tmp_path: Path) -> None:
+    """An unchanged model keeps its one file, its weights inside it (the dynamo exporter's
+    default puts them in a side file named after the temporary file)."""
+    pytest.importorskip("onnxscript")
+    cache = tmp_path / "cache"
+    spec = model_spec(tmp_path, exporter="dynamo", opset=18)
+    first = export_onnx(mlp(), FEEDS, spec, cache)
+    again = export_onnx(mlp(), FEEDS, spec, cache)
+    assert again == first and [p.name for p in cache.glob("*.onnx")] == [first.name]
+    assert not list(cache.glob("*.data")) and not list(cache.glob(".*"))  # weights inside
+    with torch.no_grad():
+        expected = mlp()(torch.from_numpy(FEEDS["x"])).numpy()
+    np.testing.assert_allclose(run_onnx(first, FEEDS)[0], expected, rtol=1e-5, atol=1e-6)
+    session = ort.InferenceSession(str(first), providers=["CPUExecutionProvider"])
+    assert [o.name for o in session.get_outputs()] == ["y"]
+    assert first != export_onnx(mlp(), FEEDS, model_spec(tmp_path, opset=18), cache)

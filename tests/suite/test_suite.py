@@ -174,6 +174,24 @@ def test_built_in_defaults(tmp_path: Path) -> None:
     assert sc == defaults
     assert sc.model.inputs == (InputSpec("x", (1, 4)),)
     assert sc.model.opset == 17
+    assert sc.model.exporter == "torchscript"
+
+
+@pytest.mark.parametrize(
+    ("lines", "exporter", "opset"),
+    [
+        ("    exporter: torchscript\n", "torchscript", 17),
+        ("    exporter: dynamo\n", "dynamo", 18),  # its own lowest opset, unless written
+        ("    exporter: dynamo\n    opset: 20\n", "dynamo", 20),
+        ("    opset: 20\n    exporter: dynamo\n", "dynamo", 20),
+    ],
+)
+def test_a_model_chooses_its_exporter(
+    tmp_path: Path, lines: str, exporter: str, opset: int
+) -> None:
+    text = BASE.replace("    inputs:", lines + "    inputs:")
+    (sc,) = load_suite(write(tmp_path, text)).scenarios
+    assert (sc.model.exporter, sc.model.opset) == (exporter, opset)
 
 
 def test_defaults_merge_key_by_key(tmp_path: Path) -> None:

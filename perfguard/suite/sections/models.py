@@ -6,7 +6,8 @@ rest: every error names ``file:line``, what was found, what was expected and the
 
 * A model is exactly one of ``factory: "module:function"`` (a torch module;
   ``kwargs`` reach the function as plain data, lists turned into tuples;
-  ``opset`` for the ONNX export, default 17) or ``onnx: path.onnx``; and exactly
+  ``opset`` for the ONNX export, default 17, and ``exporter``: ``torchscript``
+  (default) or ``dynamo``, whose opset is at least 18) or ``onnx: path.onnx``; and exactly
   one of ``inputs:`` (name -> spec) or ``inputs_file: data.npz``. ``outputs``
   optionally names the outputs.
 * ``onnx`` and ``inputs_file`` are relative to the suite file's directory
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from perfguard.core.errors import Location
 from perfguard.core.policy import NAME_MAX_CHARS
-from perfguard.core.scenario import DTYPES, InputSpec, ModelSpec
+from perfguard.core.scenario import DTYPES, DYNAMO_MIN_OPSET, EXPORTERS, InputSpec, ModelSpec
 from perfguard.suite import grammar
 from perfguard.suite.rules import check_section, integer, number
 from perfguard.suite.yamlpos import Reader, found, frozen
@@ -85,6 +86,7 @@ def parse_model(rd: Reader, name: object, value: object, line: int, base_dir: Pa
 
     factory, onnx, inputs_file = None, None, None
     opset: int = grammar.MODEL.key("opset").default
+    exporter: str = grammar.MODEL.key("exporter").default
     kwargs: tuple[tuple[str, object], ...] = ()
     if "factory" in m:
         factory = rd.as_str(m["factory"], m.key_line("factory"), f"`factory` of {where}")
@@ -100,9 +102,25 @@ def parse_model(rd: Reader, name: object, value: object, line: int, base_dir: Pa
                     problem = f"`kwargs` key {found(k)} of {where} is not a keyword name"
                     rd.fail(kw.key_line(k), problem, "a Python identifier", "rename the key")
             kwargs = tuple((k, frozen(v)) for k, v in kw.items())
+        if "exporter" in m:
+            at, what = m.key_line("exporter"), f"`exporter` of {where}"
+            exporter = rd.as_choice(m["exporter"], at, what, EXPORTERS)
         if "opset" in m:
             at, what = m.key_line("opset"), f"`opset` of {where}"
             opset = integer(rd, m["opset"], at, what, grammar.MODEL.scalar("opset"))
+            if exporter == "dynamo" and opset < DYNAMO_MIN_OPSET:
+                problem = f"{what} is {opset} with `exporter: dynamo`"
+                expected = (
+                    f"opset >= {DYNAMO_MIN_OPSET}: the dynamo exporter writes no lower opset, "
+                    "and converting its graph down can leave one ONNX Runtime refuses"
+                )
+                fix = (
+                    f"write `opset: {DYNAMO_MIN_OPSET}` (or leave it out), "
+                    f"or `exporter: torchscript` for opset {opset}"
+                )
+                rd.fail(at, problem, expected, fix)
+        elif exporter == "dynamo":
+            opset = DYNAMO_MIN_OPSET
     else:
         onnx = path("onnx")
     inputs: list[InputSpec] = []
@@ -122,5 +140,5 @@ def parse_model(rd: Reader, name: object, value: object, line: int, base_dir: Pa
         )
     return ModelSpec(
         name, Location(rd.path, line), base_dir, factory, kwargs, onnx, tuple(inputs),
-        inputs_file, outputs, opset,
+        inputs_file, outputs, opset, exporter,
     )  # fmt: skip
