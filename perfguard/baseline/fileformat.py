@@ -14,6 +14,14 @@ Every top-level key but ``launches`` comes first, and ``summary`` (newest launch
 :func:`read_header` lists a baseline from the first few hundred bytes of its file without
 reading its samples; :func:`decode_document` refuses a summary its launches contradict.
 Files written before the summary existed are read whole by :func:`read_header`.
+
+Every top-level key but ``launches`` is declared once (:class:`StoredHeader`, its
+:class:`Summary`; ``perfguard.records.declare``): written by :func:`encode_document`
+and read, every value checked, by both readers (``_check_header``). Kept by hand: the
+streaming parse that stops at ``launches`` (it finds the bytes the declaration reads),
+the launches themselves (``RunResult`` records whose samples are decoded first), and
+the checks no declaration states (the file is where its fingerprint and commit say, its
+summary is what its launches hold).
 """
 
 from __future__ import annotations
@@ -22,16 +30,17 @@ import codecs
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, ClassVar
 
 from perfguard.baseline.git import FULL_SHA_RE
 from perfguard.core.atomicio import loads_json, read_capped, too_large
 from perfguard.core.errors import Location, ResultsError, check_schema_version
 from perfguard.core.policy import MAX_STORED_FILE_BYTES
 from perfguard.records.arrays import decode_samples, encode_samples
+from perfguard.records.declare import Record, decode, encode, spec
 from perfguard.records.results import CommitInfo, RunResult
 
 BASELINE_SCHEMA_VERSION = 1
@@ -39,7 +48,8 @@ BASELINE_KIND = "perfguard-baseline"
 MOVE_AWAY_FIX = "move the file away (perfguard never overwrites it) and record the baseline again"
 # One safe path component (an environment fingerprint names a directory of the archive);
 # no leading dot, so ".locks", "." and ".." can never be one.
-FINGERPRINT_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
+FINGERPRINT_PATTERN = "^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$"
+FINGERPRINT_RE = re.compile(FINGERPRINT_PATTERN.strip("^$"))
 SUMMARY_KEY = "summary"
 # The key read_header stops at: everything after it is samples.
 _LAUNCHES_KEY = "launches"
@@ -54,6 +64,51 @@ def parse_time(text: str) -> datetime:
     except ValueError:
         return datetime.min.replace(tzinfo=timezone.utc)
     return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class Summary(Record):
+    """What a baseline's launches hold, stated before them (``summary``)."""
+
+    SCHEMA_NAME: ClassVar[str] = "baseline_summary"
+
+    created_at: str = field(metadata=spec(min_length=1, description="the newest launch's"))
+    launches: int = field(metadata=spec(minimum=1))
+    scenarios: int = field(
+        metadata=spec(minimum=0, description="distinct scenario ids over all launches")
+    )
+
+
+@dataclass(frozen=True)
+class StoredHeader(Record):
+    """Every top-level key of a baseline file but ``launches`` (which follows them), as
+    the file holds them; :func:`read_header` reads it without reading the launches.
+
+    ``summary`` is absent from files written before it existed (their launches say it).
+    """
+
+    SCHEMA_NAME: ClassVar[str] = "baseline_header"
+    KEY_ORDER: ClassVar[tuple[str, ...] | None] = (
+        "schema_version",
+        "kind",
+        "fingerprint",
+        "commit",
+        "summary",
+    )
+
+    fingerprint: str = field(
+        metadata=spec(
+            pattern="^[0-9a-f]{12}$",
+            # It names a directory of the baseline archive: one safe path component.
+            read_pattern=FINGERPRINT_PATTERN,
+        )
+    )
+    commit: CommitInfo
+    summary: Summary | None = field(default=None, metadata=spec(omit="none"))
+    schema_version: int = field(
+        default=BASELINE_SCHEMA_VERSION, metadata=spec(values=(BASELINE_SCHEMA_VERSION,))
+    )
+    kind: str = field(default=BASELINE_KIND, metadata=spec(values=(BASELINE_KIND,)))
 
 
 @dataclass(frozen=True)
@@ -76,11 +131,11 @@ class Header:
         return parse_time(self.created_at)
 
 
-def summarise(launches: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def summarise(launches: Sequence[dict[str, Any]]) -> Summary:
     """The ``summary`` of encoded launches (each with ``created_at`` and ``scenarios``)."""
     newest = max((str(launch["created_at"]) for launch in launches), key=parse_time)
     ids = dict.fromkeys(s["id"] for launch in launches for s in launch["scenarios"])
-    return {"created_at": newest, "launches": len(launches), "scenarios": len(ids)}
+    return Summary(created_at=newest, launches=len(launches), scenarios=len(ids))
 
 
 def encode_launch(run: RunResult) -> dict[str, Any]:
@@ -95,28 +150,30 @@ def encode_document(
     fingerprint: str, commit: CommitInfo, launches: Sequence[dict[str, Any]]
 ) -> dict[str, Any]:
     """The whole baseline file, from already encoded launches (oldest first)."""
-    return {
-        "schema_version": BASELINE_SCHEMA_VERSION,
-        "kind": BASELINE_KIND,
-        "fingerprint": fingerprint,
-        "commit": commit.to_dict(),
-        SUMMARY_KEY: summarise(launches),
-        _LAUNCHES_KEY: list(launches),
-    }
+    header = StoredHeader(fingerprint=fingerprint, commit=commit, summary=summarise(launches))
+    return {**encode(header), _LAUNCHES_KEY: list(launches)}
 
 
-def _corrupt(where: Path, detail: str, line: int | None = None) -> ResultsError:
+def _corrupt(
+    where: Path,
+    detail: str,
+    line: int | None = None,
+    expected: str = "a complete baseline written by perfguard",
+) -> ResultsError:
     return ResultsError(
         f"baseline file is corrupt or truncated: {detail}",
-        expected="a complete baseline written by perfguard",
+        expected=expected,
         fix=MOVE_AWAY_FIX,
         location=Location(where, line),
     )
 
 
-def _check_header(doc: dict[str, Any], fingerprint: str, sha: str, where: Path) -> CommitInfo:
-    """The top-level checks (kind, version, fingerprint, commit) of a file filed under
-    ``fingerprint``/``sha``; the commit it states."""
+def _check_header(doc: dict[str, Any], fingerprint: str, sha: str, where: Path) -> StoredHeader:
+    """The top level (every key but ``launches``) of a file filed under
+    ``fingerprint``/``sha``, read by its declaration (:class:`StoredHeader`): first which
+    file it is (kind, version: another version's file says "upgrade" or "re-save", not
+    "bad value"), then every value, then what the declaration cannot say (the file is
+    where its fingerprint and commit say)."""
     if "kind" in doc and doc["kind"] != BASELINE_KIND:
         raise _corrupt(where, f"kind is {doc['kind']!r}, not {BASELINE_KIND!r}")
     check_schema_version(
@@ -128,25 +185,21 @@ def _check_header(doc: dict[str, Any], fingerprint: str, sha: str, where: Path) 
     )
     if doc.get("kind") != BASELINE_KIND:
         raise _corrupt(where, "'kind' is missing")
-    stated = doc.get("fingerprint")
-    if not isinstance(stated, str) or not FINGERPRINT_RE.fullmatch(stated):
+    try:
+        header = decode(StoredHeader, doc, source=str(where), what="its header", fix=MOVE_AWAY_FIX)
+    except ResultsError as exc:  # said as every other corruption of the file is
+        detail = exc.problem.removeprefix(f"{where}: ")
+        raise _corrupt(where, detail, expected=exc.expected or "") from exc
+    if header.fingerprint != fingerprint:
         raise _corrupt(
-            where,
-            f"its fingerprint {stated!r} is not one safe path component "
-            "(letters, digits, '.', '_' or '-', not starting with '.')",
+            where, f"it says fingerprint {header.fingerprint!r}, filed under {fingerprint!r}"
         )
-    if stated != fingerprint:
-        raise _corrupt(where, f"it says fingerprint {stated!r}, filed under {fingerprint!r}")
-    if not isinstance(doc.get("commit"), dict):
-        raise _corrupt(where, "'commit' is missing or malformed")
-    commit = CommitInfo.from_dict(
-        doc["commit"], source=str(where), what="baseline commit", fix=MOVE_AWAY_FIX
-    )
+    commit = header.commit
     if not isinstance(commit.sha, str) or not FULL_SHA_RE.fullmatch(commit.sha):
         raise _corrupt(where, f"its commit sha {commit.sha!r} is not a full commit sha")
     if commit.sha != sha:
         raise _corrupt(where, f"it says commit {commit.sha!r}, filed under {sha!r}")
-    return commit
+    return header
 
 
 def _top_level_until_launches(stream: BinaryIO, where: Path) -> tuple[dict[str, Any], bool]:
@@ -232,8 +285,8 @@ def read_header(stream: BinaryIO, fingerprint: str, sha: str, where: Path) -> He
     """A baseline file's :class:`Header`, checked as :func:`decode_document` checks the
     top level; only the bytes before ``launches`` are read when the file has a summary."""
     fields, reached = _top_level_until_launches(stream, where)
-    commit = _check_header(fields, fingerprint, sha, where)
-    summary = fields.get(SUMMARY_KEY)
+    header = _check_header(fields, fingerprint, sha, where)
+    summary = header.summary
     if summary is None:  # written before summaries: read the launches, not their samples
         if not reached:
             raise _corrupt(where, "'launches' is missing")
@@ -241,23 +294,9 @@ def read_header(stream: BinaryIO, fingerprint: str, sha: str, where: Path) -> He
         if not isinstance(doc, dict):
             raise _corrupt(where, f"top level is a {type(doc).__name__}, not an object", 1)
         summary = _summary_of(doc.get(_LAUNCHES_KEY), where)
-    created, launches, scenarios = (
-        summary.get(k) if isinstance(summary, dict) else None
-        for k in ("created_at", "launches", "scenarios")
+    return Header(
+        fingerprint, header.commit, summary.created_at, summary.launches, summary.scenarios
     )
-    if not (
-        isinstance(created, str)
-        and isinstance(launches, int)
-        and isinstance(scenarios, int)
-        and launches >= 1
-        and scenarios >= 0
-    ):
-        raise _corrupt(
-            where,
-            f"its summary {summary!r} is malformed (expected created_at, launches >= 1 "
-            "and scenarios >= 0)",
-        )
-    return Header(fingerprint, commit, created, launches, scenarios)
 
 
 def _rest(stream: BinaryIO, where: Path) -> str:
@@ -269,7 +308,7 @@ def _rest(stream: BinaryIO, where: Path) -> str:
         raise _corrupt(where, "not UTF-8 text", raw[: exc.start].count(b"\n") + 1) from exc
 
 
-def _summary_of(launches: Any, where: Path) -> dict[str, Any]:
+def _summary_of(launches: Any, where: Path) -> Summary:
     """The summary of stored launches, or ResultsError when they are too broken to have one."""
     if not isinstance(launches, list) or not launches:
         raise _corrupt(where, "'launches' is missing, malformed or empty")
@@ -303,7 +342,7 @@ def decode_document(
     if not isinstance(doc, dict):
         raise corrupt(f"top level is a {type(doc).__name__}, not an object", 1)
     raw_launches = doc.get(_LAUNCHES_KEY)
-    commit = _check_header(doc, fingerprint, sha, where)
+    header = _check_header(doc, fingerprint, sha, where)
     if not isinstance(raw_launches, list):
         raise corrupt("'commit' or 'launches' is missing or malformed")
     if not raw_launches:
@@ -337,10 +376,10 @@ def decode_document(
         if run.commit.sha != sha or run.environment.fingerprint != fingerprint:
             raise corrupt(f"launch {index} belongs to another commit or environment")
         launches.append(run)
-    stated_summary = doc.get(SUMMARY_KEY)
-    if stated_summary is not None and stated_summary != summarise(raw_launches):
+    # Beyond the declaration: the summary must say what the launches hold.
+    stated, actual = header.summary, summarise(raw_launches)
+    if stated is not None and stated != actual:
         raise corrupt(
-            f"its summary {stated_summary!r} does not match its launches "
-            f"{summarise(raw_launches)!r}"
+            f"its summary {encode(stated)!r} does not match its launches {encode(actual)!r}"
         )
-    return commit, launches, raw_launches
+    return header.commit, launches, raw_launches

@@ -22,17 +22,19 @@ of its base, in A/B) agrees on who measures what.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from perfguard.baseline.store import Baseline
 from perfguard.core.atomicio import read_json, write_json_atomic
 from perfguard.core.errors import ResultsError, ShardError
+from perfguard.records.declare import Codec, Record, decode, encode, json_schema, spec
 from perfguard.records.results import ScenarioResult
 
 #: The environment variable a CI matrix sets instead of ``--perfguard-shard``.
@@ -107,45 +109,88 @@ class Cell:
     open_s: float | None = None
 
 
+#: A shard's expected seconds are stored to the millisecond (the plan keeps them whole).
+_EXPECTED_S = Codec(
+    encode=lambda seconds: round(seconds, 3),
+    decode=lambda value, source, path: value,
+    schema={"type": "number", "minimum": 0},
+    expected="a number of seconds >= 0",
+)
+
+
 @dataclass(frozen=True)
-class Shard:
+class Shard(Record):
     """One shard's measured ``cells`` (each leaves a result) and its ``other`` tests
     (plain pytest tests, which leave none), in collection order."""
 
-    index: int
-    cells: tuple[str, ...]
-    expected_s: float
-    other: tuple[str, ...] = ()
+    SCHEMA_NAME: ClassVar[str] = "shard"
+    SCHEMA_DESCRIPTION: ClassVar[str | None] = "One shard of the plan: who measures what."
+    KEY_ORDER: ClassVar[tuple[str, ...] | None] = ("index", "expected_s", "cells", "other")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "expected_s": round(self.expected_s, 3),
-            "cells": list(self.cells),
-            "other": list(self.other),
-        }
+    index: int = field(metadata=spec(minimum=1, maximum=MAX_SHARDS, description="1-based"))
+    cells: tuple[str, ...] = field(
+        metadata=spec(min_length=1, description="test ids of the measured cells")
+    )
+    expected_s: float = field(
+        metadata=spec(
+            codec=_EXPECTED_S, description="seconds the shard is expected to take (to the ms)"
+        )
+    )
+    other: tuple[str, ...] = field(
+        default=(),
+        metadata=spec(min_length=1, description="test ids of plain pytest tests (no result)"),
+    )
 
 
 @dataclass(frozen=True)
-class ShardPlan:
+class ShardPlan(Record):
     """Every shard's cells and expected seconds; ``costs_from`` says where costs came
-    from (``timed`` is False when nothing was known and every cell counted alike)."""
+    from (``timed`` is False when nothing was known and every cell counted alike).
 
-    total: int
+    ``digest`` names the assignment (:meth:`assignment_digest`): a plan made here
+    computes it; a plan read back keeps the one its file states, which
+    :meth:`from_dict` checks against its cells.
+    """
+
+    SCHEMA_NAME: ClassVar[str] = "plan"
+    SCHEMA_DESCRIPTION: ClassVar[str | None] = (
+        "Which of N runners measures which cell (perfguard.shard.plan)."
+    )
+    KEY_ORDER: ClassVar[tuple[str, ...] | None] = (
+        "total",
+        "digest",
+        "costs_from",
+        "timed",
+        "shards",
+    )
+
+    total: int = field(metadata=spec(minimum=1, maximum=MAX_SHARDS))
     shards: tuple[Shard, ...]
-    costs_from: str
+    costs_from: str = ""
     timed: bool = True
-    _owner: dict[str, int] = field(default_factory=dict, init=False, compare=False, repr=False)
+    digest: str = field(
+        default="",
+        compare=False,
+        metadata=spec(
+            pattern="^[0-9a-f]{16}$",
+            description="Names the assignment: sha256 of the total and every shard's cells "
+            "and other tests (16 hex digits); two runs agree on who measures what iff equal.",
+        ),
+    )
 
     def __post_init__(self) -> None:
-        owner = {cid: s.index for s in self.shards for cid in (*s.cells, *s.other)}
-        object.__setattr__(self, "_owner", owner)
+        if not self.digest:  # made here (a plan read back keeps its stated one)
+            object.__setattr__(self, "digest", self.assignment_digest())
 
-    @property
-    def digest(self) -> str:
-        """Names the assignment: two runs agree on who measures what iff equal."""
+    def assignment_digest(self) -> str:
+        """The digest of this plan's assignment: two runs agree on who measures what iff
+        equal."""
         text = json.dumps([[s.cells, s.other] for s in self.shards], separators=(",", ":"))
         return hashlib.sha256(f"{self.total}:{text}".encode()).hexdigest()[:16]
+
+    @functools.cached_property
+    def _owner(self) -> dict[str, int]:
+        return {cid: s.index for s in self.shards for cid in (*s.cells, *s.other)}
 
     def shard_of(self, cell_id: str) -> int | None:
         return self._owner.get(cell_id)
@@ -181,55 +226,42 @@ class ShardPlan:
                 out.extend(f"    {cid}" for cid in shard.cells)
         return out
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "total": self.total,
-            "digest": self.digest,
-            "costs_from": self.costs_from,
-            "timed": self.timed,
-            "shards": [s.to_dict() for s in self.shards],
-        }
-
+    # The declaration reads every value; beyond the shape, the shards must be 1..total
+    # in order and the stated digest must be the cells' (``check``).
     @classmethod
-    def from_dict(cls, data: Any, *, where: str) -> ShardPlan:
-        """A plan read back; ``where`` names the file for the error."""
-        try:
-            total = data["total"]
-            shards = tuple(
-                Shard(
-                    index=int(s["index"]),
-                    cells=tuple(str(c) for c in s["cells"]),
-                    expected_s=float(s["expected_s"]),
-                    other=tuple(str(c) for c in s.get("other", ())),
-                )
-                for s in data["shards"]
-            )
-            plan = cls(
-                total=int(total),
-                shards=shards,
-                costs_from=str(data.get("costs_from", "")),
-                timed=bool(data.get("timed", True)),
-            )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    def from_dict(
+        cls,
+        data: Any,
+        *,
+        source: str = "<shard plan>",
+        path: str = "$",
+        what: str = "shard plan",
+        fix: str = _PLAN_FIX,
+        where: str | None = None,
+    ) -> ShardPlan:
+        """A plan read back (an xdist worker's, or a plan file's keys); ``where`` (or
+        ``source``) names the file for the error."""
+        source = source if where is None else where
+        plan = decode(cls, data, source=source, path=path, what=what, fix=fix)
+        plan.check(where=source)
+        return plan
+
+    def check(self, *, where: str) -> None:
+        """Refuse (ResultsError) a plan read back whose shards are not 1..total in order,
+        or whose stated digest is not its cells'."""
+        if [s.index for s in self.shards] != list(range(1, self.total + 1)):
             raise ResultsError(
-                f"{where}: the shard plan is malformed ({type(exc).__name__}: {exc})",
-                expected="the shard.json a run with --perfguard-shard writes",
-                fix=_PLAN_FIX,
-            ) from exc
-        if [s.index for s in shards] != list(range(1, plan.total + 1)):
-            raise ResultsError(
-                f"{where}: the plan lists shards {[s.index for s in shards]}",
-                expected=f"shards 1..{plan.total}, in order",
+                f"{where}: the plan lists shards {[s.index for s in self.shards]}",
+                expected=f"shards 1..{self.total}, in order",
                 fix=_PLAN_FIX,
             )
-        if data.get("digest") not in (None, plan.digest):
+        computed = self.assignment_digest()
+        if self.digest != computed:
             raise ResultsError(
-                f"{where}: the plan's digest {data.get('digest')!r} does not match its cells "
-                f"({plan.digest})",
+                f"{where}: the plan's digest {self.digest!r} does not match its cells ({computed})",
                 expected="the shard.json as perfguard wrote it",
                 fix=_PLAN_FIX,
             )
-        return plan
 
 
 # -- costs ----------------------------------------------------------------------------
@@ -478,6 +510,54 @@ def plan_path(run_dir: Path) -> Path:
     return Path(run_dir) / PLAN_FILENAME
 
 
+_SCHEMA_VERSION = spec(values=(PLAN_SCHEMA_VERSION,))
+
+
+@dataclass(frozen=True)
+class PlanFile(Record):
+    """What ``--perfguard-shard-plan-out`` writes: the version, then the plan's keys."""
+
+    SCHEMA_NAME: ClassVar[str] = "plan_file"
+    SCHEMA_DESCRIPTION: ClassVar[str | None] = (
+        "The shard plan a plan job writes (--perfguard-shard-plan-out) for every shard to "
+        "follow (--perfguard-shard-plan), by perfguard.shard.plan.write_plan_file. Generated "
+        "from the record declarations (perfguard.records.declare), which check every value "
+        "when the file is read."
+    )
+    KEY_ORDER: ClassVar[tuple[str, ...] | None] = ("schema_version", "plan")
+
+    plan: ShardPlan = field(metadata=spec(inline=True))
+    schema_version: int = field(default=PLAN_SCHEMA_VERSION, metadata=_SCHEMA_VERSION)
+
+
+@dataclass(frozen=True)
+class StoredShardFile(Record):
+    """What ``shard.json`` holds (:class:`ShardFile` once read): the version, which shard
+    the run was, its contention limit (null: none), then the plan's keys."""
+
+    SCHEMA_NAME: ClassVar[str] = "shard_file"
+    SCHEMA_DESCRIPTION: ClassVar[str | None] = (
+        "The plan a sharded run followed, written beside its results.json as shard.json by "
+        "perfguard.shard.plan.write_plan: which shard the run was, the contention limit it "
+        "judged with, and every shard's cells. Generated from the record declarations "
+        "(perfguard.records.declare), which check every value when the file is read."
+    )
+    KEY_ORDER: ClassVar[tuple[str, ...] | None] = (
+        "schema_version",
+        "shard",
+        "contention_limit",
+        "plan",
+    )
+
+    shard: int = field(metadata=spec(minimum=1, maximum=MAX_SHARDS, description="1-based"))
+    plan: ShardPlan = field(metadata=spec(inline=True))
+    contention_limit: float | None = field(
+        default=None,
+        metadata=spec(minimum=0, description="a share of the CPUs; null: no limit"),
+    )
+    schema_version: int = field(default=PLAN_SCHEMA_VERSION, metadata=_SCHEMA_VERSION)
+
+
 @dataclass(frozen=True)
 class ShardFile:
     """What ``shard.json`` holds: which shard the run was, the plan, and the contention
@@ -492,14 +572,9 @@ def write_plan(
     plan: ShardPlan, shard: ShardSpec, run_dir: Path, *, contention_limit: float | None = None
 ) -> Path:
     """``shard.json`` beside the shard's results: which shard this run was, and the plan."""
-    doc = {
-        "schema_version": PLAN_SCHEMA_VERSION,
-        "shard": shard.index,
-        "contention_limit": contention_limit,
-        **plan.to_dict(),
-    }
+    doc = StoredShardFile(shard=shard.index, plan=plan, contention_limit=contention_limit)
     path = plan_path(run_dir)
-    write_json_atomic(path, doc)
+    write_json_atomic(path, encode(doc))
     return path
 
 
@@ -516,8 +591,19 @@ class FixedPlan:
 def write_plan_file(plan: ShardPlan, path: Path) -> Path:
     """``--perfguard-shard-plan-out``: the whole plan, for every shard of the run to read
     with ``--perfguard-shard-plan`` (atomically: a shard never reads half a plan)."""
-    write_json_atomic(Path(path), {"schema_version": PLAN_SCHEMA_VERSION, **plan.to_dict()})
+    write_json_atomic(Path(path), encode(PlanFile(plan)))
     return Path(path)
+
+
+def _check_version(data: Any, path: Path, fix: str | None = None) -> None:
+    """The version first, so another version's file says so, not "bad value"."""
+    if not isinstance(data, dict) or data.get("schema_version") != PLAN_SCHEMA_VERSION:
+        found = data.get("schema_version") if isinstance(data, dict) else type(data).__name__
+        raise ResultsError(
+            f"{path}: shard plan schema_version {found!r} is not supported",
+            expected=f"schema_version {PLAN_SCHEMA_VERSION}",
+            fix=fix,
+        )
 
 
 def read_plan_file(path: Path, *, source: str, shard: ShardSpec) -> ShardPlan:
@@ -531,13 +617,10 @@ def read_plan_file(path: Path, *, source: str, shard: ShardSpec) -> ShardPlan:
     )
     try:
         data = read_json(Path(path))
-        if not isinstance(data, dict) or data.get("schema_version") != PLAN_SCHEMA_VERSION:
-            found = data.get("schema_version") if isinstance(data, dict) else type(data).__name__
-            raise ResultsError(
-                f"{path}: shard plan schema_version {found!r} is not supported",
-                expected=f"schema_version {PLAN_SCHEMA_VERSION}",
-            )
-        plan = ShardPlan.from_dict(data, where=str(path))
+        _check_version(data, path)
+        stored = decode(PlanFile, data, source=str(path), what="shard plan", fix=_PLAN_FIX)
+        plan = stored.plan
+        plan.check(where=str(path))
     except ResultsError as exc:
         problem = f"{exc.location}: {exc.problem}" if exc.location else exc.problem
         raise ShardError(
@@ -590,28 +673,57 @@ def _ids(ids: Sequence[str]) -> str:
 
 
 def read_plan(path: Path) -> ShardFile:
-    """This shard, its plan and its contention limit from a ``shard.json``."""
+    """This shard, its plan and its contention limit from a ``shard.json``: every value
+    checked by the declaration as it is read, then what it cannot say (the shards 1..N,
+    the digest, this shard among them)."""
     data = read_json(path)
-    if not isinstance(data, dict) or data.get("schema_version") != PLAN_SCHEMA_VERSION:
-        found = data.get("schema_version") if isinstance(data, dict) else type(data).__name__
+    _check_version(data, path, fix="merge shards written by the same perfguard version")
+    stored = decode(StoredShardFile, data, source=str(path), what="shard plan", fix=_PLAN_FIX)
+    plan = stored.plan
+    plan.check(where=str(path))
+    if stored.shard > plan.total:
         raise ResultsError(
-            f"{path}: shard plan schema_version {found!r} is not supported",
-            expected=f"schema_version {PLAN_SCHEMA_VERSION}",
-            fix="merge shards written by the same perfguard version",
-        )
-    plan = ShardPlan.from_dict(data, where=str(path))
-    index = data.get("shard")
-    if type(index) is not int or not 1 <= index <= plan.total:
-        raise ResultsError(
-            f"{path}: 'shard' is {index!r}",
+            f"{path}: 'shard' is {stored.shard!r}",
             expected=f"an integer in 1..{plan.total}",
             fix=_PLAN_FIX,
         )
-    limit = data.get("contention_limit")
-    if limit is not None and (type(limit) not in (int, float) or not limit >= 0):
-        raise ResultsError(
-            f"{path}: 'contention_limit' is {limit!r}",
-            expected="a share of the CPUs >= 0, or null",
-            fix=_PLAN_FIX,
-        )
-    return ShardFile(ShardSpec(index, plan.total), plan, None if limit is None else float(limit))
+    limit = stored.contention_limit
+    return ShardFile(
+        ShardSpec(stored.shard, plan.total), plan, None if limit is None else float(limit)
+    )
+
+
+def plan_file_schema() -> dict[str, Any]:
+    """The JSON Schema of a plan file (``--perfguard-shard-plan-out``), generated from
+    the declarations."""
+    return json_schema(PlanFile, title="perfguard shard plan")
+
+
+def shard_file_schema() -> dict[str, Any]:
+    """The JSON Schema of ``shard.json``, generated from the declarations."""
+    return json_schema(StoredShardFile, title="perfguard shard.json")
+
+
+#: The shipped schemas (under ``perfguard/schemas/``) and what generates each.
+SCHEMAS = {"shard.schema.json": shard_file_schema, "shardplan.schema.json": plan_file_schema}
+
+
+def schema_text(name: str) -> str:
+    """The schema ``perfguard/schemas/<name>`` holds (1-space indent, final newline).
+    Regenerate the files with ``python -m perfguard.shard.plan``."""
+    return json.dumps(SCHEMAS[name](), indent=1, ensure_ascii=False) + "\n"
+
+
+def write_schemas(folder: Path) -> list[Path]:
+    """Write every schema of :data:`SCHEMAS` into ``folder``."""
+    out = []
+    for name in SCHEMAS:
+        path = Path(folder) / name
+        path.write_text(schema_text(name), encoding="utf-8")
+        out.append(path)
+    return out
+
+
+if __name__ == "__main__":  # python -m perfguard.shard.plan: regenerate perfguard/schemas/shard*
+    for written in write_schemas(Path(__file__).resolve().parent.parent / "schemas"):
+        print(written)

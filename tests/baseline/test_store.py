@@ -642,7 +642,7 @@ def test_a_summary_its_launches_contradict_is_refused(tmp_path: Path) -> None:
     [
         ('{"schema_version": 1, "kind": "perfguard-baseline", "fing', "invalid JSON"),
         ('{"schema_version": 1 "kind"', "expected one of ',}'"),
-        ('{"schema_version": 1, "kind": "perfguard-baseline"}', "fingerprint None"),
+        ('{"schema_version": 1, "kind": "perfguard-baseline"}', "lacks the key 'fingerprint'"),
         ("[1, 2]", "expected one of '{'"),
     ],
 )
