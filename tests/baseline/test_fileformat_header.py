@@ -11,7 +11,6 @@ reason of the header.
 
 from __future__ import annotations
 
-import copy
 import io
 import json
 from pathlib import Path
@@ -34,7 +33,7 @@ from perfguard.core.errors import ResultsError
 from perfguard.records.declare import decode, encode
 from perfguard.records.results import CommitInfo
 from tests.helpers.paths import RECORDS
-from tests.helpers.strategies import records
+from tests.helpers.strategies import mutants, records
 
 SETTINGS = settings(max_examples=80, deadline=None, database=None)
 RECORDED = sorted(RECORDS.glob("baselines/*/*.json"))
@@ -108,24 +107,6 @@ def test_a_recorded_file_and_its_rewrite_give_the_same_header(path: Path) -> Non
 
 # -- refusals -------------------------------------------------------------------------------
 
-garbage = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=5),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
-    max_leaves=8,
-)
-
-
-def _places(doc: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [path]
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            out += _places(v, (*path, k))
-    return out
-
 
 @SETTINGS
 @given(data=st.data())
@@ -135,18 +116,7 @@ def test_a_mutated_header_is_read_or_refused_naming_the_file(data: st.DataObject
     commit, _, stored = decode_document(path.read_bytes(), fingerprint, sha, path)
     doc = _json(encode_document(fingerprint, commit, stored))
     launches = doc.pop("launches")
-    mutated = copy.deepcopy(doc)
-    place = data.draw(st.sampled_from([p for p in _places(doc) if p]))
-    parent = mutated
-    for step in place[:-1]:
-        parent = parent[step]
-    how = data.draw(st.sampled_from(["replace", "delete", "add"]))
-    if how == "delete":
-        del parent[place[-1]]
-    elif how == "add":
-        parent[data.draw(st.text(max_size=5))] = data.draw(garbage)
-    else:
-        parent[place[-1]] = data.draw(garbage)
+    mutated = data.draw(mutants(doc))
     raw = dumps_json({**mutated, "launches": launches}).encode("utf-8")
 
     def outcome(read: Any) -> Any:

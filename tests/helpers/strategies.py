@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from hypothesis import strategies as st
@@ -81,3 +82,45 @@ def records(cls: type[Record]) -> st.SearchStrategy[Any]:
     return st.builds(
         cls, **{f.name: st.deferred(lambda f=f: _values(f.shape, f.spec)) for f in drawn}
     )
+
+
+# -- mutated JSON documents: what a stored file's reader must read or refuse ---------------
+
+#: Any small JSON value.
+garbage = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
+    max_leaves=8,
+)
+
+
+def json_places(doc: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """The path of every value in a JSON document, the document's own ``()`` first."""
+    out = [path]
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            out += json_places(v, (*path, k))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            out += json_places(v, (*path, i))
+    return out
+
+
+@st.composite
+def mutants(draw: st.DrawFn, doc: Any, hows: tuple[str, ...] = ("replace", "delete", "add")) -> Any:
+    """``doc`` (with at least one value) with one value replaced by garbage, deleted (from
+    an object), or joined by an unknown key (in an object)."""
+    places = [p for p in json_places(doc) if p]
+    mutated = copy.deepcopy(doc)
+    place = draw(st.sampled_from(places))
+    parent = mutated
+    for step in place[:-1]:
+        parent = parent[step]
+    how = draw(st.sampled_from(hows))
+    if how == "delete" and isinstance(parent, dict):
+        del parent[place[-1]]
+    elif how == "add" and isinstance(parent, dict):
+        parent[draw(st.text(max_size=5))] = draw(garbage)
+    else:
+        parent[place[-1]] = draw(garbage)
+    return mutated

@@ -8,7 +8,6 @@ place, never another exception; the shipped results schema holds exactly the
 
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +32,7 @@ from perfguard.records.loadfigures import (
 )
 from perfguard.records.results import CommitInfo, Environment, RunResult, ScenarioResult
 from perfguard.records.resultsfile import results_schema_text
-from tests.helpers.strategies import records
+from tests.helpers.strategies import garbage, json_places, mutants, records
 
 SCHEMA_FILE = Path(perfguard.__file__).parent / "schemas" / "results.schema.json"
 DECLARED = [LatencySummary, LateFigures, SloStep, SloSearch, LevelMemory, BatchingFigures]
@@ -78,23 +77,6 @@ def test_declared_records_round_trip(cls: type[Record], data: st.DataObject) -> 
 
 # --------------------------------------------------------------------------- refusals
 
-garbage = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
-    max_leaves=8,
-)
-
-
-def _places(doc: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [path]
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            out += _places(v, (*path, k))
-    elif isinstance(doc, list):
-        for i, v in enumerate(doc):
-            out += _places(v, (*path, i))
-    return out
-
 
 def _decode_or_refuse(cls: type[Record], doc: Any) -> None:
     try:
@@ -110,18 +92,9 @@ def test_mutated_records_are_read_or_refused_with_a_results_error(
     cls: type[Record], data: st.DataObject
 ) -> None:
     doc = _json(encode(data.draw(records(cls))))
-    places = [p for p in _places(doc) if p]
-    if not places:
+    if not [p for p in json_places(doc) if p]:
         return
-    place = data.draw(st.sampled_from(places))
-    mutated = copy.deepcopy(doc)
-    parent = mutated
-    for step in place[:-1]:
-        parent = parent[step]
-    if data.draw(st.booleans()) and isinstance(parent, dict):
-        del parent[place[-1]]
-    else:
-        parent[place[-1]] = data.draw(garbage)
+    mutated = data.draw(mutants(doc, ("replace", "delete")))
     _decode_or_refuse(cls, mutated)
 
 

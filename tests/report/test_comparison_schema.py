@@ -22,7 +22,7 @@ from perfguard.report.comparison import (
     write_comparison,
 )
 from tests.helpers.paths import RECORDS
-from tests.helpers.strategies import records
+from tests.helpers.strategies import garbage, records
 
 SCHEMA_FILE = Path(perfguard.__file__).parent / "schemas" / "comparison.schema.json"
 
@@ -58,13 +58,6 @@ def test_a_bad_value_is_refused_naming_the_file_and_its_place(tmp_path: Path) ->
     message = str(info.value)
     assert f"{path}: comparison file holds -1 at $.verdicts[0].metrics[0].noise_commits" in message
     assert "expected a number >= 0" in message and "Fix:" in message
-
-
-garbage = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
-    max_leaves=8,
-)
 
 
 @settings(max_examples=40, deadline=None, database=None)

@@ -10,7 +10,6 @@ schemas are the generated ones and accept what perfguard writes.
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ from perfguard.shard.plan import (
     write_plan,
     write_plan_file,
 )
+from tests.helpers.strategies import garbage, mutants
 
 SCHEMA_DIR = Path(perfguard.__file__).parent / "schemas"
 SETTINGS = settings(
@@ -166,42 +166,6 @@ def test_a_plan_as_the_planner_wrote_it_reads_to_the_same_bytes(tmp_path: Path) 
 
 
 # -- refusals -------------------------------------------------------------------------------
-
-garbage = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
-    max_leaves=8,
-)
-
-
-def _places(doc: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [path]
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            out += _places(v, (*path, k))
-    elif isinstance(doc, list):
-        for i, v in enumerate(doc):
-            out += _places(v, (*path, i))
-    return out
-
-
-@st.composite
-def mutants(draw: st.DrawFn, doc: Any) -> Any:
-    """``doc`` with one value replaced by garbage, deleted, or joined by an unknown key."""
-    places = [p for p in _places(doc) if p]
-    mutated = copy.deepcopy(doc)
-    place = draw(st.sampled_from(places))
-    parent = mutated
-    for step in place[:-1]:
-        parent = parent[step]
-    how = draw(st.sampled_from(["replace", "delete", "add"]))
-    if how == "delete" and isinstance(parent, dict):
-        del parent[place[-1]]
-    elif how == "add" and isinstance(parent, dict):
-        parent[draw(st.text(max_size=5))] = draw(garbage)
-    else:
-        parent[place[-1]] = draw(garbage)
-    return mutated
 
 
 @SETTINGS
