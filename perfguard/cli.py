@@ -59,13 +59,14 @@ from perfguard.models.factory import (
     on_sys_path,
 )
 from perfguard.models.inputs import make_inputs
-from perfguard.records.results import RunResult, ScenarioResult
+from perfguard.records.results import Environment, RunResult, ScenarioResult
 from perfguard.report.cli_report import report_command
 from perfguard.shard.merge import merge_command
 from perfguard.suite import grammar, starter
 from perfguard.suite.files import SUITE_PATTERNS, is_suite_path
 from perfguard.suite.loader import load_suite
 from perfguard.suite.pretrained import find_pretrained, generation_loop, pretrained_inputs
+from perfguard.suite.project import project_libraries
 from perfguard.suite.starter import StarterInput
 
 _SHORT_SHA = re.compile(r"[0-9a-fA-F]{4,63}")
@@ -117,9 +118,15 @@ def _cells(f: dict[str, Any]) -> list[str]:
     return [_fmt(f["n"], "d"), *lat, _fmt(f["throughput"], ".1f")]
 
 
+def _this_environment() -> Environment:
+    """This machine's environment, with the model libraries that the factories of the
+    current directory's suites (by the default suite patterns) import."""
+    return collect_environment(libraries=project_libraries(Path.cwd()))
+
+
 def _fingerprint(store: DirectoryStore, chosen: str | None) -> str:
     """``--fingerprint`` or this machine's; StoreError naming the stored ones if it has none."""
-    fp = chosen or collect_environment().fingerprint
+    fp = chosen or _this_environment().fingerprint
     if store.commits(fp):
         return fp
     whose, stored = "" if chosen else " (this machine)", ", ".join(store.fingerprints())
@@ -181,7 +188,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
         )
     if not fingerprints:
         print(f"no baselines under {store.root}")
-    here = collect_environment().fingerprint if fingerprints else ""
+    here = _this_environment().fingerprint if fingerprints else ""
     problems = []
     for fp in fingerprints:
         # Headers only: a file's samples are read (and checked) by show, history and runs.
@@ -382,7 +389,7 @@ def _history_changes(args: argparse.Namespace) -> int:
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
-    env = collect_environment()
+    env = _this_environment()
     if args.json:
         print(json.dumps(env.to_dict(), indent=2))
         return 0
