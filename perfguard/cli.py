@@ -582,7 +582,7 @@ class _FactoryStarter:
     torch_only: str | None = None  # why no ONNX Runtime cell is proposed
 
 
-def _signature_inputs(module: Any) -> list[StarterInput]:
+def _signature_inputs(module: Any, *, generating: bool) -> list[StarterInput]:
     """Inputs from the model's config (a ``transformers`` model) or its forward()."""
     accepted, required, var_kw = forward_parameters(module)
     pretrained = find_pretrained(module)
@@ -590,7 +590,7 @@ def _signature_inputs(module: Any) -> list[StarterInput]:
         takes = accepted
         if var_kw or not required:  # a wrapper passing **kwargs on: the model's own names
             takes = [*accepted, *forward_parameters(pretrained)[0]]
-        found = pretrained_inputs(pretrained, takes)
+        found = pretrained_inputs(pretrained, takes, generating=generating)
         names = {spec.name for spec in found}
         rest = [n for n in required if n not in names]
         if found:
@@ -622,8 +622,8 @@ def _factory_inputs(factory: str, name: str, cwd: Path, suite_dir: Path) -> _Fac
     top = factory.split(":")[0].split(".")[0]
     origin = Path(getattr(sys.modules.get(top), "__file__", None) or cwd).resolve()
     found_in = origin.parent.parent if origin.name == "__init__.py" else origin.parent
-    inputs = _signature_inputs(module)
     torch_only = generation_loop(module)
+    inputs = _signature_inputs(module, generating=torch_only is not None)
     if inputs[0].note.startswith("TODO: forward() names no required input"):
         return _FactoryStarter(inputs, "", found_in, torch_only)
     error = _forward_error(module, inputs, cwd)

@@ -45,13 +45,20 @@ def find_pretrained(module: Any) -> Any | None:
     return next((m for m in candidates if isinstance(m, base)), None)
 
 
-def _sequence_length(config: Any) -> tuple[int, str]:
-    """The starter's sequence length, at most :data:`DIM`, and a note saying why."""
+def _sequence_length(config: Any, generating: bool) -> tuple[int, str]:
+    """The starter's sequence length, at most :data:`DIM`, and a note saying why. A
+    prompt of a generation loop gets half the context: room for the tokens it adds."""
     limit = getattr(config, "max_position_embeddings", None)
-    if isinstance(limit, int) and 0 < limit < DIM:
-        return limit, f"{limit} tokens: the config's max_position_embeddings"
-    allows = f", the config allows {limit}" if isinstance(limit, int) and limit > DIM else ""
-    return DIM, f"{DIM} tokens (set your traffic's length{allows})"
+    if not isinstance(limit, int) or limit <= 0:
+        return DIM, f"{DIM} tokens (set your traffic's length)"
+    if generating:
+        limit //= 2
+        what = f"half the config's max_position_embeddings ({limit})"
+    else:
+        what = f"the config's max_position_embeddings ({limit})"
+    if limit < DIM:
+        return limit, f"{limit} tokens: {what}"
+    return DIM, f"{DIM} tokens (set your traffic's length; at most {what})"
 
 
 def _image_side(config: Any) -> int | None:
@@ -61,10 +68,13 @@ def _image_side(config: Any) -> int | None:
     return size if isinstance(size, int) and size > 0 else None
 
 
-def pretrained_inputs(pretrained: Any, accepted: Sequence[str]) -> list[StarterInput]:
+def pretrained_inputs(
+    pretrained: Any, accepted: Sequence[str], *, generating: bool = False
+) -> list[StarterInput]:
     """The inputs of a ``transformers`` model from its config, limited to the names its
     caller's ``forward`` ``accepted``; empty when its main input is neither token ids
-    nor pixel values (the caller falls back to the signature)."""
+    nor pixel values (the caller falls back to the signature). ``generating``: the
+    caller's forward is a generation loop (:func:`generation_loop`), the tokens a prompt."""
     config = pretrained.config
     main = getattr(pretrained, "main_input_name", "input_ids")
     kind = type(pretrained).__name__
@@ -78,7 +88,7 @@ def pretrained_inputs(pretrained: Any, accepted: Sequence[str]) -> list[StarterI
         return [StarterInput("pixel_values", (BATCH, 3, 224, 224), "float32", note)]
     if main != "input_ids":
         return []
-    length, why = _sequence_length(config)
+    length, why = _sequence_length(config, generating)
     shape = (BATCH, length)
     out: list[StarterInput] = []
     for name in (n for n in _TOKEN_INPUTS if n in accepted):

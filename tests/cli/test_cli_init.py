@@ -313,7 +313,8 @@ def test_init_generation_loop_factory_proposes_torch_alone(
     text = (project.path / "suites" / "hf_factories.yaml").read_text(encoding="utf-8")
     assert "backend: torch  # ONNX Runtime left out: forward() calls generate()" in text
     assert "[torch, onnxruntime]" not in text
-    assert "input_ids: {shape: [1, 64], dtype: int64, low: 0, high: 300}" in text
+    assert "input_ids: {shape: [1, 32], dtype: int64, low: 0, high: 300}" in text
+    assert "32 tokens: half the config's max_position_embeddings (32)" in text
     (cell,) = load_suite(project.path / "suites" / "hf_factories.yaml").scenarios
     assert cell.backend == "torch"
 

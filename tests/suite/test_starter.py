@@ -46,7 +46,7 @@ def test_bert_gets_token_inputs_from_its_config(tmp_path: Path) -> None:
         ("attention_mask", (1, 128), "int64", None, None, 1),
         ("token_type_ids", (1, 128), "int64", None, None, 0),  # the config's type_vocab_size
     ]
-    assert "the config allows 512" in inputs[0].note
+    assert "at most the config's max_position_embeddings (512)" in inputs[0].note
     text = write_and_load(tmp_path, "bert", inputs)
     assert "input_ids: {shape: [1, 128], dtype: int64, low: 0, high: 500}" in text
     assert "TODO" not in text and "backend: [torch, onnxruntime]" in text
@@ -61,7 +61,7 @@ def test_gpt2_has_no_token_types_and_a_short_context_bounds_the_length(tmp_path:
         ("attention_mask", (1, 64)),
     ]
     assert inputs[0].high == 300
-    assert "64 tokens: the config's max_position_embeddings" in inputs[0].note
+    assert inputs[0].note.startswith("64 tokens: the config's max_position_embeddings (64)")
     write_and_load(tmp_path, "gpt2", inputs)
 
 
@@ -84,8 +84,12 @@ def test_a_wrapper_exposes_its_model_and_a_generation_loop_runs_in_torch_alone(
     reason = generation_loop(wrapper)
     assert reason == "forward() calls generate(), a generation loop"
     assert generation_loop(models.bert()) is None and generation_loop(models.encoder()) is None
-    inputs = pretrained_inputs(wrapper.lm, forward_names(wrapper))
-    assert [i.name for i in inputs] == ["input_ids", "attention_mask"]
+    inputs = pretrained_inputs(wrapper.lm, forward_names(wrapper), generating=True)
+    # A prompt leaves room for the tokens generated: half the context of 64.
+    assert [(i.name, i.shape) for i in inputs] == [
+        ("input_ids", (1, 32)),
+        ("attention_mask", (1, 32)),
+    ]
     text = write_and_load(tmp_path, "generator", inputs, torch_only=reason)
     assert "onnxruntime" not in text.replace("ONNX Runtime left out", "")
     assert "backend: torch  # ONNX Runtime left out: forward() calls generate()" in text
