@@ -2,7 +2,8 @@
 
 The text is built from :mod:`perfguard.suite.grammar` (defaults, the schema line) and
 a model's inputs: read from an ONNX file's graph here (:func:`onnx_inputs`), or found
-by the caller from a factory's module (``perfguard.cli``). Dynamic dimensions get a
+by the caller from a factory's module (``perfguard.cli``; a Hugging Face model's from its
+config, :mod:`perfguard.suite.pretrained`). Dynamic dimensions get a
 fixed default (batch 1, 128 elsewhere) and a comment naming them; an input whose shape
 or dtype could not be read gets a placeholder and a ``TODO``.
 """
