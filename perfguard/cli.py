@@ -42,6 +42,7 @@ from perfguard.core.errors import (
     StoreError,
     SuiteError,
 )
+from perfguard.core.gitignore import GENERATED, not_ignored
 from perfguard.core.paths import under_root
 from perfguard.core.policy import CONFIDENCE, CONTENTION_LIMIT, NORMALISE
 from perfguard.core.scenario import InputSpec, ModelSpec
@@ -60,7 +61,7 @@ from perfguard.models.factory import (
     on_sys_path,
 )
 from perfguard.models.inputs import make_inputs
-from perfguard.records.results import RunResult, ScenarioResult
+from perfguard.records.results import Environment, RunResult, ScenarioResult
 from perfguard.records.resultsfile import read_results
 from perfguard.report.cli_report import report_command
 from perfguard.run.finish import save_lines
@@ -69,6 +70,8 @@ from perfguard.shard.plan import PLAN_FILENAME
 from perfguard.suite import grammar, starter
 from perfguard.suite.files import SUITE_PATTERNS, is_suite_path
 from perfguard.suite.loader import load_suite
+from perfguard.suite.pretrained import find_pretrained, generation_loop, pretrained_inputs
+from perfguard.suite.project import project_libraries
 from perfguard.suite.starter import StarterInput
 
 _SHORT_SHA = re.compile(r"[0-9a-fA-F]{4,63}")
@@ -120,9 +123,15 @@ def _cells(f: dict[str, Any]) -> list[str]:
     return [_fmt(f["n"], "d"), *lat, _fmt(f["throughput"], ".1f")]
 
 
+def _this_environment() -> Environment:
+    """This machine's environment, with the model libraries that the factories of the
+    current directory's suites (by the default suite patterns) import."""
+    return collect_environment(libraries=project_libraries(Path.cwd()))
+
+
 def _fingerprint(store: DirectoryStore, chosen: str | None) -> str:
     """``--fingerprint`` or this machine's; StoreError naming the stored ones if it has none."""
-    fp = chosen or collect_environment().fingerprint
+    fp = chosen or _this_environment().fingerprint
     if store.commits(fp):
         return fp
     whose, stored = "" if chosen else " (this machine)", ", ".join(store.fingerprints())
@@ -184,7 +193,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
         )
     if not fingerprints:
         print(f"no baselines under {store.root}")
-    here = collect_environment().fingerprint if fingerprints else ""
+    here = _this_environment().fingerprint if fingerprints else ""
     problems = []
     for fp in fingerprints:
         # Headers only: a file's samples are read (and checked) by show, history and runs.
@@ -429,7 +438,7 @@ def _history_changes(args: argparse.Namespace) -> int:
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
-    env = collect_environment()
+    env = _this_environment()
     if args.json:
         print(json.dumps(env.to_dict(), indent=2))
         return 0
@@ -612,10 +621,38 @@ def _forward_error(module: Any, inputs: Sequence[StarterInput], base_dir: Path) 
     return None
 
 
-def _factory_inputs(
-    factory: str, name: str, cwd: Path, suite_dir: Path
-) -> tuple[list[StarterInput], str, Path]:
-    """Starter inputs from a factory's forward() signature, a note, and where it was found.
+@dataclasses.dataclass(frozen=True)
+class _FactoryStarter:
+    """What ``init`` found out about a factory's model."""
+
+    inputs: list[StarterInput]
+    note: str  # on the suite's `inputs:` line
+    found_in: Path  # where its module was imported from
+    torch_only: str | None = None  # why no ONNX Runtime cell is proposed
+
+
+def _signature_inputs(module: Any, *, generating: bool) -> list[StarterInput]:
+    """Inputs from the model's config (a ``transformers`` model) or its forward()."""
+    accepted, required, var_kw = forward_parameters(module)
+    pretrained = find_pretrained(module)
+    if pretrained is not None:
+        takes = accepted
+        if var_kw or not required:  # a wrapper passing **kwargs on: the model's own names
+            takes = [*accepted, *forward_parameters(pretrained)[0]]
+        found = pretrained_inputs(pretrained, takes, generating=generating)
+        names = {spec.name for spec in found}
+        rest = [n for n in required if n not in names]
+        if found:
+            return found + [_guess(module, n, only=False) for n in rest]
+    if not required:
+        note = "TODO: forward() names no required input; describe its inputs"
+        return [StarterInput("x", (starter.BATCH, starter.DIM), "float32", note)]
+    return [_guess(module, n, only=len(required) == 1) for n in required]
+
+
+def _factory_inputs(factory: str, name: str, cwd: Path, suite_dir: Path) -> _FactoryStarter:
+    """Starter inputs from a factory's model (its config or forward() signature), a
+    note, where it was found and whether it runs in torch only.
 
     The module is imported as a run would: from the suite's folder first, then the
     project root (which a run finds only through pytest's ``pythonpath``).
@@ -634,17 +671,15 @@ def _factory_inputs(
     top = factory.split(":")[0].split(".")[0]
     origin = Path(getattr(sys.modules.get(top), "__file__", None) or cwd).resolve()
     found_in = origin.parent.parent if origin.name == "__init__.py" else origin.parent
-    _, required, _ = forward_parameters(module)
-    if not required:
-        note = "TODO: forward() names no required input; describe its inputs"
-        inputs = [StarterInput("x", (starter.BATCH, starter.DIM), "float32", note)]
-        return inputs, "", found_in
-    inputs = [_guess(module, n, only=len(required) == 1) for n in required]
+    torch_only = generation_loop(module)
+    inputs = _signature_inputs(module, generating=torch_only is not None)
+    if inputs[0].note.startswith("TODO: forward() names no required input"):
+        return _FactoryStarter(inputs, "", found_in, torch_only)
     error = _forward_error(module, inputs, cwd)
     if error is not None:
         note = f"TODO: forward() raised {error} on these inputs; fix their shapes and dtypes"
-        return inputs, note, found_in
-    return inputs, "forward() ran on these inputs", found_in
+        return _FactoryStarter(inputs, note, found_in, torch_only)
+    return _FactoryStarter(inputs, "forward() ran on these inputs", found_in, torch_only)
 
 
 def _project_path(path: Path, cwd: Path) -> str | None:
@@ -676,13 +711,22 @@ def _cmd_init(args: argparse.Namespace) -> int:
             name, out, inputs, root=cwd, onnx=source, source_note="from the ONNX graph"
         )
     else:
-        inputs, note, found_in = _factory_inputs(args.factory, name, cwd, out.parent.resolve())
+        found = _factory_inputs(args.factory, name, cwd, out.parent.resolve())
+        inputs, found_in = found.inputs, found.found_in
         where = _project_path(found_in, cwd)
         installed = {"site-packages", "dist-packages"} & set(found_in.parts)
         if where is not None and not installed and found_in != out.parent.resolve():
             top = args.factory.split(".")[0].split(":")[0]
             ini.append(f'pythonpath = ["{where}"]  # `{top}` is imported from {where}/')
-        text = starter.render(name, out, inputs, root=cwd, factory=args.factory, source_note=note)
+        text = starter.render(
+            name,
+            out,
+            inputs,
+            root=cwd,
+            factory=args.factory,
+            source_note=found.note,
+            torch_only=found.torch_only,
+        )
     folder = _project_path(out.parent, cwd)
     if folder is not None and not is_suite_path(f"{folder}/{out.name}".removeprefix("./")):
         pattern = "*.yaml" if folder == "." else f"{folder}/*.yaml"
@@ -704,7 +748,32 @@ def _cmd_init(args: argparse.Namespace) -> int:
     else:
         print(f"no pytest settings needed: `pytest --perfguard` collects {SUITE_PATTERNS[0]}")
     print(f"run it: pytest --perfguard {out.as_posix()}")
+    if not text.startswith("# yaml-language-server:"):
+        print(
+            f"editor schema: {starter.SCHEMA_FILE} (not written into {out}: "
+            "a path of this machine, and the file is meant to be committed)"
+        )
+    _offer_gitignore(cwd / ".gitignore", write=args.gitignore)
     return 0
+
+
+def _offer_gitignore(gitignore: Path, *, write: bool) -> None:
+    """Say which of perfguard's generated folders ``gitignore`` leaves out, and the
+    lines that ignore them; add them only when asked (``--gitignore``)."""
+    missing = not_ignored(gitignore)
+    if not missing:
+        return
+    what = " and ".join(f"{line} ({GENERATED[line]})" for line in missing)
+    if write:
+        text = gitignore.read_text(encoding="utf-8") if gitignore.exists() else ""
+        lead = "\n" if text and not text.endswith("\n") else ""
+        lines = "".join(f"{line}\n" for line in missing)
+        write_text_atomic(gitignore, f"{text}{lead}# perfguard's generated files\n{lines}")
+        print(f"added to {gitignore.name}: {what}")
+        return
+    found = "does not ignore" if gitignore.exists() else "is missing: git would not ignore"
+    print(f"{gitignore.name} {found} {what}; add these lines to it (init --gitignore adds them):")
+    print("\n".join(missing))
 
 
 class _DeprecatedAlias(argparse.Action):
@@ -892,6 +961,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="model and scenario name (default: from the module or file)")
     p.add_argument("-o", "--out", help="suite file to write (default: suites/<name>.yaml)")
     p.add_argument("--force", action="store_true", help="overwrite an existing file")
+    p.add_argument(
+        "--gitignore",
+        action="store_true",
+        help="add the lines ignoring perfguard's generated folders (.perfguard/, reports/) "
+        "to ./.gitignore (without it, init only prints them)",
+    )
     return parser
 
 

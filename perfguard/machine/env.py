@@ -23,12 +23,13 @@ import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from perfguard import __version__ as perfguard_version
+from perfguard.machine.libraries import normalized
 from perfguard.machine.placement import nvml_index
 from perfguard.machine.telemetry import load_nvml, nvml_fix, static_info
 from perfguard.records.results import Environment
@@ -53,6 +54,24 @@ RUNTIME_DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
     # The `tensorrt` meta package pulls in `tensorrt-cu12`; either may be alone.
     "tensorrt": ("tensorrt", "tensorrt-cu12", "tensorrt-cu11"),
 }
+#: Model libraries whose version changes the figures of the models built with them
+#: (their layers, kernels, defaults): when a project's factory imports one (or one that
+#: requires it, as sentence-transformers requires transformers), its version enters the
+#: fingerprint. Any other distribution a factory imports is only recorded
+#: (``model_libraries``); a project whose factories import none keeps its fingerprint.
+MODEL_LIBRARIES = frozenset(
+    {
+        "diffusers",
+        "open-clip-torch",
+        "optimum",
+        "peft",
+        "sentence-transformers",
+        "timm",
+        "torchaudio",
+        "torchvision",
+        "transformers",
+    }
+)
 #: Families whose distributions exclude each other: two of them installed side by
 #: side is a broken setup (one shadows the other) worth seeing in a diff.
 EXCLUSIVE_FAMILIES = frozenset({"onnxruntime"})
@@ -349,8 +368,41 @@ def cuda_libraries() -> dict[str, str]:
         return {}
 
 
-def collect_environment(extra: Mapping[str, str] | None = None) -> Environment:
-    """Fingerprint this machine. ``extra`` adds comparable fields and wins on a clash."""
+def _requirements(distribution: str) -> set[str]:
+    """The normalised names of what ``distribution`` requires (extras' included)."""
+    try:
+        lines = metadata.requires(distribution) or []
+    except metadata.PackageNotFoundError:
+        return set()
+    return {normalized(m[0]) for line in lines if (m := re.match(r"[A-Za-z0-9._-]+", line))}
+
+
+def model_libraries(distributions: Iterable[str]) -> dict[str, str]:
+    """``{distribution: version}`` of the installed ``distributions`` a factory imports,
+    with the :data:`MODEL_LIBRARIES` they require; perfguard and the runtimes (already
+    in the fingerprint) left out."""
+    runtimes = {normalized(d) for names in RUNTIME_DISTRIBUTIONS.values() for d in names}
+    wanted = {normalized(d) for d in distributions} - runtimes - {"perfguard"}
+    queue = sorted(wanted & MODEL_LIBRARIES)
+    while queue:
+        needed = _requirements(queue.pop()) & MODEL_LIBRARIES - wanted
+        wanted |= needed
+        queue += sorted(needed)
+    found: dict[str, str] = {}
+    for name in sorted(wanted):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            found[name] = metadata.version(name)
+    return found
+
+
+def collect_environment(
+    extra: Mapping[str, str] | None = None, libraries: Iterable[str] = ()
+) -> Environment:
+    """Fingerprint this machine. ``extra`` adds comparable fields and wins on a clash.
+
+    ``libraries``: the distributions the project's factories import
+    (:func:`perfguard.machine.libraries.imported_distributions`); those of
+    :data:`MODEL_LIBRARIES` enter the fingerprint, every one is recorded."""
     gpu, gpu_absent = probe_gpu()
     comparable: dict[str, str] = {
         "cpu_model": _cpu_model(),
@@ -371,6 +423,8 @@ def collect_environment(extra: Mapping[str, str] | None = None) -> Environment:
         if gpu.get("cuda_major"):
             comparable["cuda_major"] = gpu["cuda_major"]
         comparable.update(cuda_libraries())
+    models = model_libraries(libraries)
+    comparable.update({k: v for k, v in models.items() if k in MODEL_LIBRARIES})
     if extra:
         comparable.update({str(k): str(v) for k, v in extra.items()})
 
@@ -388,6 +442,8 @@ def collect_environment(extra: Mapping[str, str] | None = None) -> Environment:
         "cpu_affinity_count": _affinity_count(),
         "load_average": _load_average(),
         "memory_total_bytes": _memory_total(),
+        # Every distribution the factories import, the fingerprint's and the others.
+        "model_libraries": ", ".join(f"{k} {v}" for k, v in models.items()) or None,
     }
     if gpu.get("gpu_model"):
         # Power limit, persistence mode, application/max clocks: informative only.

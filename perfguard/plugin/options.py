@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 
+from perfguard.core.gitignore import CACHE_DIR, REPORT_DIR
 from perfguard.core.policy import (
     BASELINE,
     BASELINE_DIR,
@@ -47,7 +48,7 @@ def add_options(parser: pytest.Parser) -> None:
         metavar="DIR",
         default=None,
         help="where reports/<commit12>/results.json is written "
-        "(default: ini perfguard_report_dir, else 'reports').",
+        f"(default: ini perfguard_report_dir, else '{REPORT_DIR}').",
     )
     group.addoption(
         "--perfguard-baseline",
@@ -260,7 +261,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini(
         "perfguard_report_dir",
         help="perfguard: report directory (the twin of --perfguard-report-dir).",
-        default="reports",
+        default=REPORT_DIR,
     )
     parser.addini(
         "perfguard_suite_patterns",
@@ -271,8 +272,8 @@ def add_options(parser: pytest.Parser) -> None:
     )
     parser.addini(
         "perfguard_cache_dir",
-        help="perfguard: where exported/quantized models are cached (default .perfguard/cache).",
-        default=".perfguard/cache",
+        help=f"perfguard: where exported/quantized models are cached (default {CACHE_DIR}).",
+        default=CACHE_DIR,
     )
     parser.addini(
         "perfguard_shard",

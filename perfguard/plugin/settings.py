@@ -51,6 +51,7 @@ class RunSettings:
     shard: ShardSpec | None = None  # --perfguard-shard: measure only this shard's cells
     shard_plan: FixedPlan | None = None  # --perfguard-shard-plan: the plan, made before
     shard_plan_out: Path | None = None  # --perfguard-shard-plan-out: write the plan here
+    pythonpath: tuple[str, ...] = ()  # pytest's `pythonpath` ini entries, absolute
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> RunSettings:
@@ -65,6 +66,7 @@ class RunSettings:
             cache_dir=cache if cache.is_absolute() else rootdir / cache,
             suite_patterns=tuple(config.getini("perfguard_suite_patterns")),
             explicit_args=_explicit_args(config),
+            pythonpath=_ini_pythonpath(config),
             judging=GateSettings(
                 baseline=str(
                     config.getoption("perfguard_baseline") or config.getini("perfguard_baseline")

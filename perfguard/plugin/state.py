@@ -75,6 +75,7 @@ from perfguard.shard.plan import (
     write_plan_file,
 )
 from perfguard.suite.files import SUITE_SUFFIXES, is_suite_path
+from perfguard.suite.project import project_libraries
 
 STATE_KEY = pytest.StashKey["PerfguardSession"]()
 PLUGIN_NAME = "perfguard-session"
@@ -189,7 +190,14 @@ class PerfguardSession:
             extra: dict[str, str] = {}
             for fields in self.config.hook.pytest_perfguard_environment(config=self.config):
                 extra.update({str(k): str(v) for k, v in (fields or {}).items()})
-            self._environment = collect_environment(extra)
+            settings = self.settings
+            libraries = project_libraries(
+                settings.rootdir,
+                settings.suite_patterns,
+                settings.explicit_args,
+                tuple(Path(p) for p in settings.pythonpath),
+            )
+            self._environment = collect_environment(extra, libraries)
         return self._environment
 
     @property

@@ -2,7 +2,8 @@
 
 The text is built from :mod:`perfguard.suite.grammar` (defaults, the schema line) and
 a model's inputs: read from an ONNX file's graph here (:func:`onnx_inputs`), or found
-by the caller from a factory's module (``perfguard.cli``). Dynamic dimensions get a
+by the caller from a factory's module (``perfguard.cli``; a Hugging Face model's from its
+config, :mod:`perfguard.suite.pretrained`). Dynamic dimensions get a
 fixed default (batch 1, 128 elsewhere) and a comment naming them; an input whose shape
 or dtype could not be read gets a placeholder and a ``TODO``.
 """
@@ -26,6 +27,7 @@ __all__ = [
     "BATCH",
     "DIM",
     "SCHEMA_FILE",
+    "SCHEMA_NAME",
     "StarterInput",
     "onnx_inputs",
     "render",
@@ -33,6 +35,7 @@ __all__ = [
     "suite_name",
 ]
 
+SCHEMA_NAME = "perfguard/schemas/suite.schema.json"  # where the package ships it
 SCHEMA_FILE = Path(__file__).resolve().parents[1] / "schemas" / "suite.schema.json"
 BATCH = 1  # what a dynamic leading (batch) dimension becomes
 DIM = 128  # what any other dynamic dimension becomes (a sequence length, an image side)
@@ -183,13 +186,18 @@ def _not_onnx(path: Path, exc: Exception) -> ModelError:
 
 
 def schema_comment(suite_path: Path, root: Path) -> str:
-    """The editor's schema line: relative when perfguard sits inside the project ``root``
-    (a virtual environment there, a checkout), else the installed file's absolute path."""
+    """The editor's schema line, relative to the suite file when perfguard sits inside
+    the project ``root`` (a virtual environment there, a checkout): it then works in
+    any checkout. Otherwise a comment naming the schema's place in the package, never
+    this machine's absolute path (the file is meant to be committed)."""
     target = SCHEMA_FILE
-    shown = target.as_posix()
     if target.is_relative_to(root.resolve()):
-        shown = Path(os.path.relpath(target, suite_path.parent.resolve())).as_posix()
-    return f"# yaml-language-server: $schema={shown}"
+        shown = Path(os.path.relpath(target, (root / suite_path).parent.resolve())).as_posix()
+        return f"# yaml-language-server: $schema={shown}"
+    return (
+        f"# Editor completion: point `$schema` at {SCHEMA_NAME} of the installed perfguard "
+        "(`perfguard init` printed its path)"
+    )
 
 
 def _flow(value: object) -> str:
@@ -227,10 +235,12 @@ def render(
     factory: str | None = None,
     onnx: str | None = None,
     source_note: str = "",
+    torch_only: str | None = None,
 ) -> str:
     """The starter suite's text: one model (``factory`` or ``onnx``), one scenario.
 
-    ``suite_path`` is where it will be written, relative to the project ``root``."""
+    ``suite_path`` is where it will be written, relative to the project ``root``.
+    ``torch_only``: why a factory's model runs in torch alone (no ONNX Runtime cell)."""
     defaults = grammar.DEFAULTS
     warmup, measure = defaults.key("warmup").default, defaults.key("measure").default
     p95 = grammar.GATE.key("p95").default
@@ -263,7 +273,12 @@ def render(
         f"    model: {_key(name)}",
         "    device: cpu",
     ]
-    if factory is not None:
+    if factory is not None and torch_only is not None:
+        lines += [
+            f"    backend: torch  # ONNX Runtime left out: {torch_only};",
+            "    #   an export traces one pass and would measure something else",
+        ]
+    elif factory is not None:
         lines += [
             "    matrix:  # one pytest item per cell: name[torch-fp32], ...",
             "      backend: [torch, onnxruntime]",

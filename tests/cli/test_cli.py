@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import replace
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -514,6 +515,28 @@ def test_env_json_is_this_machines_fingerprint(capsys: pytest.CaptureFixture[str
     status, out, _ = run_cli(capsys, "env")
     assert status == 0
     assert out.splitlines()[0] == f"fingerprint {data['fingerprint']}"
+
+
+def test_env_has_the_model_libraries_of_the_current_directorys_factories(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("transformers")
+    monkeypatch.chdir(tmp_path)
+    plain = json.loads(run_cli(capsys, "env", "--json")[1])
+    assert "transformers" not in plain["comparable"]
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    (suites / "text.py").write_text("from transformers import BertModel\n")
+    (suites / "text.yaml").write_text(
+        'models:\n  m: {factory: "text:build", inputs: {x: {shape: [1, 8]}}}\n'
+        "scenarios:\n  - {name: m, model: m, backend: torch}\n"
+    )
+    data = json.loads(run_cli(capsys, "env", "--json")[1])
+    assert data["comparable"] == {
+        **plain["comparable"],
+        "transformers": metadata.version("transformers"),
+    }
+    assert data["recorded"]["model_libraries"].startswith("transformers ")
 
 
 def test_env_says_why_no_gpu_is_in_the_fingerprint(

@@ -13,12 +13,14 @@ import pytest
 from perfguard.cli import main
 from perfguard.suite import grammar, starter
 from perfguard.suite.loader import load_suite
+from tests.helpers.hf_models import HF_FACTORIES, preload_transformers
 
 # Imported once, up front: pytester restores sys.modules after each test, and a second
 # import of onnx's or torch's C extension in one process aborts it.
 for _runtime in ("torch", "onnx", "onnxruntime"):
     with contextlib.suppress(ImportError):
         importlib.import_module(_runtime)
+preload_transformers()
 
 TINY_FACTORY = """\
 import torch
@@ -140,9 +142,8 @@ def test_init_onnx_reads_the_graph_inputs_and_the_suite_collects(
     assert out.startswith("wrote suites/tiny.yaml (1 input)")
     assert "no pytest settings needed" in out
     text = path.read_text(encoding="utf-8")
-    first = text.splitlines()[0]
-    assert first.startswith("# yaml-language-server: $schema=")
-    assert first.endswith("perfguard/schemas/suite.schema.json")
+    first = text.splitlines()[0]  # perfguard lies outside this project: no path of it
+    assert starter.SCHEMA_NAME in first and str(starter.SCHEMA_FILE) not in text
     assert "dim 0 (`batch`) fixed at 1; dim 1 (`sequence`) fixed at 128" in text
     (sc,) = load_suite(path).scenarios
     assert sc.backend == "onnxruntime" and sc.model.onnx == (path.parent / "../tiny.onnx")
@@ -267,3 +268,117 @@ def test_suite_names_are_what_the_loader_accepts() -> None:
     assert starter.suite_name("my model (v2)") == "my_model__v2"
     assert starter.suite_name("bert-base.int8") == "bert-base.int8"
     assert starter.suite_name("...") == "model"
+
+
+# --------------------------------------------------------------------------- Hugging Face
+
+
+def test_init_bert_factory_reads_its_config_and_runs_under_perfguard(
+    project: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("transformers")
+    (project.path / "suites").mkdir()
+    (project.path / "suites" / "hf_factories.py").write_text(HF_FACTORIES)
+    code, out, err = run(capsys, "init", "--factory", "hf_factories:bert", "-o", "suites/bert.yaml")
+    assert (code, err) == (0, ""), err
+    assert out.startswith("wrote suites/bert.yaml (3 inputs)") and "TODO" not in out
+    text = (project.path / "suites" / "bert.yaml").read_text(encoding="utf-8")
+    assert "forward() names no required input" not in text
+    assert "inputs:  # forward() ran on these inputs" in text
+    assert "input_ids: {shape: [1, 128], dtype: int64, low: 0, high: 500}" in text
+    assert "attention_mask: {shape: [1, 128], dtype: int64, fill: 1}" in text
+    assert "token_type_ids: {shape: [1, 128], dtype: int64, fill: 0}" in text
+    cells = load_suite(project.path / "suites" / "bert.yaml").scenarios
+    assert [sc.backend for sc in cells] == ["torch", "onnxruntime"]
+    # The starter runs as written (its torch cell: the measurement, not the export).
+    result = project.runpytest(
+        "--perfguard",
+        "suites/bert.yaml",
+        "-k",
+        "torch",
+        "--perfguard-no-gate",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(passed=1)
+
+
+def test_init_generation_loop_factory_proposes_torch_alone(
+    project: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("transformers")
+    (project.path / "hf_factories.py").write_text(HF_FACTORIES)
+    code, _, err = run(capsys, "init", "--factory", "hf_factories:generator")
+    assert (code, err) == (0, ""), err
+    text = (project.path / "suites" / "hf_factories.yaml").read_text(encoding="utf-8")
+    assert "backend: torch  # ONNX Runtime left out: forward() calls generate()" in text
+    assert "[torch, onnxruntime]" not in text
+    assert "input_ids: {shape: [1, 32], dtype: int64, low: 0, high: 300}" in text
+    assert "32 tokens: half the config's max_position_embeddings (32)" in text
+    (cell,) = load_suite(project.path / "suites" / "hf_factories.yaml").scenarios
+    assert cell.backend == "torch"
+
+
+def test_init_wrapper_taking_kwargs_gets_its_models_inputs(
+    project: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("transformers")
+    (project.path / "hf_factories.py").write_text(HF_FACTORIES)
+    code, _, err = run(capsys, "init", "--factory", "hf_factories:encoder", "--name", "enc")
+    assert (code, err) == (0, ""), err
+    text = (project.path / "suites" / "enc.yaml").read_text(encoding="utf-8")
+    assert "TODO" not in text and "forward() ran on these inputs" in text
+    (cell, _) = load_suite(project.path / "suites" / "enc.yaml").scenarios
+    names = [spec.name for spec in cell.model.inputs]
+    assert names == ["input_ids", "attention_mask", "token_type_ids"]
+
+
+# --------------------------------------------------------------------------- .gitignore
+
+
+def test_init_without_gitignore_offers_the_lines_and_writes_nothing(
+    project: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    export_tiny_onnx(project.path / "tiny.onnx")
+    code, out, _ = run(capsys, "init", "--onnx", "tiny.onnx")
+    assert code == 0
+    assert out.endswith(
+        ".gitignore is missing: git would not ignore .perfguard/ (the export and "
+        "quantization cache) and reports/ (each run's reports and results.json); add these "
+        "lines to it (init --gitignore adds them):\n.perfguard/\nreports/\n"
+    )
+    assert not (project.path / ".gitignore").exists()
+
+
+def test_init_gitignore_adds_only_the_missing_lines(
+    project: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    export_tiny_onnx(project.path / "tiny.onnx")
+    gitignore = project.path / ".gitignore"
+    gitignore.write_text("node_modules/\n/reports")
+    code, out, _ = run(capsys, "init", "--onnx", "tiny.onnx")
+    assert code == 0
+    assert ".gitignore does not ignore .perfguard/ (the export and quantization cache);" in out
+    assert "reports/ (" not in out
+    assert gitignore.read_text() == "node_modules/\n/reports"  # never written unasked
+    code, out, _ = run(capsys, "init", "--onnx", "tiny.onnx", "--force", "--gitignore")
+    assert code == 0
+    assert "added to .gitignore: .perfguard/ (the export and quantization cache)" in out
+    assert gitignore.read_text() == (
+        "node_modules/\n/reports\n# perfguard's generated files\n.perfguard/\n"
+    )
+    code, out, _ = run(capsys, "init", "--onnx", "tiny.onnx", "--force")
+    assert code == 0 and ".gitignore" not in out  # all ignored: nothing to say
+
+
+def test_init_prints_the_schema_it_does_not_write(
+    project: pytest.Pytester, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    export_tiny_onnx(project.path / "tiny.onnx")
+    elsewhere = project.path.parent / "venv" / "perfguard" / "schemas" / "suite.schema.json"
+    monkeypatch.setattr(starter, "SCHEMA_FILE", elsewhere)
+    code, out, _ = run(capsys, "init", "--onnx", "tiny.onnx")
+    assert code == 0
+    assert f"editor schema: {elsewhere} (not written into suites/tiny.yaml" in out
+    text = (project.path / "suites" / "tiny.yaml").read_text(encoding="utf-8")
+    assert str(elsewhere.parent.parent.parent) not in text

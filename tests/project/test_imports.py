@@ -88,11 +88,13 @@ def test_the_heavy_check_would_see_a_heavy_import() -> None:
 
 
 # What a plain `pytest` run loads of perfguard: the entry point, the option definitions
-# and the two small tables they need (a default contention limit, the suite patterns).
+# and the small tables they need (a default contention limit, the suite patterns, the
+# report and cache folders' defaults).
 # Importing the suite grammar here once added ~90 ms to every plain pytest run.
 ENTRY_POINT_MODULES = [
     "perfguard",
     "perfguard.core",
+    "perfguard.core.gitignore",
     "perfguard.core.policy",
     "perfguard.plugin",
     "perfguard.plugin.hooks",
