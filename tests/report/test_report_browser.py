@@ -196,7 +196,7 @@ def _caption_problems(figures: list[dict[str, str]]) -> list[str]:
                 ("in red", "in red" in caption, red),
             ]
         elif f["kind"] in ("trend", "scatter"):
-            claims.append(("in red", "in red" in caption, red))
+            claims.append(("in red", "in red" in caption or "(red)" in caption, red))
             marked = "changepoint" in svg or 'class="change"' in f["svg"]
             claims.append(("change point", "change point" in caption, marked))
         elif f["kind"] == "icicle":
