@@ -46,6 +46,32 @@ class Session(Protocol):
         """Release the model and its device memory."""
 
 
+class GenerativeSession(Protocol):
+    """A causal language model ready to generate on one device and precision: the
+    runtime's own decoding path with its KV cache (``perfguard.measure.generation``
+    times it token by token).
+
+    ``vocab_size`` is the model's vocabulary (None: unknown; the suite then gives it)."""
+
+    runtime_info: dict[str, Any]
+    vocab_size: int | None
+
+    def prepare(self, prompt: np.ndarray) -> Any:
+        """Token ids (``batch x prompt_tokens`` int64) as the runtime's own tensor, on the
+        device, once: outside any timing."""
+
+    def generate(self, prepared: Any, new_tokens: int, stamp: Callable[[], None]) -> Any:
+        """Greedy-decode exactly ``new_tokens`` tokens after the prompt (no early stop);
+        call ``stamp()`` once per decoding step, as soon as that step's tokens are on
+        the host (as a streaming server would send them). Returns the runtime's tokens."""
+
+    def tokens(self, generated: Any) -> np.ndarray:
+        """What ``generate`` returned as ``batch x new_tokens`` int64 token ids."""
+
+    def close(self) -> None:
+        """Release the model and its device memory."""
+
+
 class Backend(Protocol):
     """A runtime (torch, onnxruntime, ...)."""
 
@@ -71,6 +97,18 @@ class Backend(Protocol):
         Raises ``ModelError``, ``InputError``, ``CellError`` or
         ``ProviderFallbackError`` with a message naming the suite location.
         """
+
+
+class GenerativeBackend(Backend, Protocol):
+    """A runtime with a generation path of its own (``generate:`` cells)."""
+
+    def open_generative(self, scenario: Scenario, cache_dir: Path) -> GenerativeSession:
+        """Build/load the scenario's causal LM, ready to generate."""
+
+
+def generative(backend: Backend) -> GenerativeBackend | None:
+    """``backend`` where it can generate, else None."""
+    return backend if callable(getattr(backend, "open_generative", None)) else None  # type: ignore[return-value]
 
 
 # --- operator profiles -------------------------------------------------------------

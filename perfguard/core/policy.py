@@ -59,6 +59,7 @@ __all__ = [
     "DEGENERATE_MAX_ABS",
     "DEGENERATE_SPREAD",
     "FUTILITY_CONFIDENCE",
+    "GENERATIVE_METRICS",
     "INCONCLUSIVE",
     "INCONCLUSIVE_CHOICES",
     "INCONCLUSIVE_ROUNDS",
@@ -78,12 +79,15 @@ __all__ = [
     "QUIET_SECONDS",
     "QUIET_WAIT_S",
     "REFUSED_METRICS",
+    "SAMPLE_SETS",
     "SLO_GATE",
     "SUITE_MAX_BYTES",
     "SUITE_MAX_DEPTH",
     "SUITE_MAX_NODES",
     "THREADS_FLOOR",
     "THREADS_MARGIN",
+    "TOKEN_SAMPLES",
+    "GENERATE_MAX_TOKENS",
     "GateMetric",
     "GateSpec",
     "MetricKind",
@@ -125,7 +129,7 @@ class GateMetric:
     ``unit`` is the unit of the stored figure (``ns`` per request, ``/s``, ``MiB``);
     ``units`` maps each unit a suite may write an absolute limit in to the factor that
     turns it into ``limit_unit`` (the unit ``GateSpec.limit`` holds). ``quantile`` is the
-    percentile a latency metric reads from the per-request samples. ``has`` says which
+    percentile a latency metric reads from its ``samples``. ``has`` says which
     runs record the figure; ``examples`` are a relative and an absolute limit, for
     messages and docs.
     """
@@ -141,6 +145,11 @@ class GateMetric:
     examples: tuple[str, str]
     quantile: float | None = None
     aliases: tuple[str, ...] = field(default=())
+    #: Which per-request samples a latency metric reads (one of ``SAMPLE_SETS``):
+    #: ``request`` (each request's latency: a generative request's end to end),
+    #: ``ttft``/``tpot`` (one per generative request) or ``itl`` (every gap between two
+    #: tokens, grouped by request: its bounds resample whole requests).
+    samples: str = "request"
 
     @property
     def sign(self) -> str:
@@ -152,19 +161,31 @@ _TIME_UNITS: Mapping[str, float] = {"ms": 1.0, "us": 1e-3, "s": 1000.0}
 _MEMORY_UNITS: Mapping[str, float] = {"KiB": 1 / 1024, "MiB": 1.0, "GiB": 1024.0}
 
 
-def _latency(name: str, q: float) -> GateMetric:
-    label = f"P{q:g} latency"
+#: The sample sets a latency metric may read (``GateMetric.samples``).
+SAMPLE_SETS: tuple[str, ...] = ("request", "ttft", "itl", "tpot")
+#: What each generative sample set is, for labels, docs and the report.
+TOKEN_SAMPLES: Mapping[str, str] = {
+    "ttft": "time to first token: from sending a request to its first token",
+    "itl": "inter-token latency: each gap between two consecutive tokens of a request",
+    "tpot": "time per output token: (end to end - TTFT) / (tokens - 1), one per request",
+}
+_GENERATIVE_HAS = "generative cells (`generate:`)"
+
+
+def _latency(name: str, q: float, samples: str = "request") -> GateMetric:
+    token = samples != "request"
     return GateMetric(
         name=name,
         kind=MetricKind.LATENCY,
-        label=label,
+        label=f"{samples.upper()} P{q:g}" if token else f"P{q:g} latency",
         unit="ns",
         limit_unit="ms",
         units=_TIME_UNITS,
         higher_is_worse=True,
-        has="every measured cell (per-request samples)",
-        examples=("+5%", "+2ms"),
+        has=_GENERATIVE_HAS if token else "every measured cell (per-request samples)",
+        examples=("+5%", "+2ms" if samples == "ttft" or not token else "+0.5ms"),
         quantile=q,
+        samples=samples,
     )
 
 
@@ -184,6 +205,23 @@ METRICS: tuple[GateMetric, ...] = (
         higher_is_worse=False,
         has="every measured cell (items/s; a load level's achieved rate)",
         examples=("-5%", "-100/s"),
+    ),
+    *(
+        _latency(f"{samples}_p{q:g}", q, samples)
+        for samples in ("ttft", "itl", "tpot")
+        for q in (50.0, 90.0, 95.0, 99.0)
+    ),
+    GateMetric(
+        name="tokens_per_s",
+        kind=MetricKind.THROUGHPUT,
+        label="output tokens/s",
+        unit="tokens/s",
+        limit_unit="tokens/s",
+        units={"tokens/s": 1.0, "/s": 1.0},
+        higher_is_worse=False,
+        has=_GENERATIVE_HAS,
+        examples=("-5%", "-50tokens/s"),
+        aliases=("tokens/s", "output_tokens_per_s"),
     ),
     GateMetric(
         name="peak_memory",
@@ -222,7 +260,13 @@ REFUSED_METRICS: Mapping[str, str] = {
 
 _BY_NAME: dict[str, GateMetric] = {alias: m for m in METRICS for alias in (m.name, *m.aliases)}
 
-LATENCY_QS: Mapping[str, float] = {m.name: m.quantile for m in METRICS if m.quantile is not None}
+#: The request-latency percentiles (``p50``...``p999``): what every cell records, what a
+#: ``LatencySummary`` holds and what same-run A/B gates.
+LATENCY_QS: Mapping[str, float] = {
+    m.name: m.quantile for m in METRICS if m.quantile is not None and m.samples == "request"
+}
+#: The gates only a generative cell has figures for (its token figures).
+GENERATIVE_METRICS: frozenset[str] = frozenset(m.name for m in METRICS if m.has == _GENERATIVE_HAS)
 
 # --------------------------------------------------------------------------- defaults
 
@@ -360,6 +404,9 @@ THREADS_FLOOR = 256
 LOOP_MAX_ITERATIONS = 10_000_000
 LOOP_MAX_SECONDS = 3600.0
 LOAD_MAX_CLIENTS = 4096
+# * GENERATE_MAX_TOKENS: `prompt_tokens` and `new_tokens` of a `generate:` (a request's
+#   tokens each keep a timestamp; a million is far beyond any model's context).
+GENERATE_MAX_TOKENS = 1_048_576
 
 
 def threads_limit() -> int:

@@ -329,6 +329,45 @@ class LoadSpec:
         return f"c{int(self.level)}" if self.mode == "closed" else f"r{self.level:g}"
 
 
+#: How a generative cell's prompts are made (``GenerateSpec.source``).
+PROMPT_SOURCES: tuple[str, ...] = ("random", "file")
+
+
+@dataclass(frozen=True)
+class GenerateSpec:
+    """A generative cell (``generate:`` in a suite): requests of fixed shape, each a batch
+    of ``batch`` prompts of exactly ``prompt_tokens`` tokens that generate exactly
+    ``new_tokens`` tokens by greedy decoding (generation never stops early, so every
+    request does the same work).
+
+    Prompts: ``prompts`` distinct ones, used in turn. Without ``file`` their token ids are
+    drawn with ``seed`` uniformly from ``[0, vocab)`` (``vocab`` None: the model's
+    ``config.vocab_size``); with ``file`` (JSONL, one ``{"prompt": text}`` per line) the
+    first ``prompts`` lines long enough are encoded by ``tokenizer`` (``module:function``
+    returning an object with ``encode(text) -> list[int]``) and cut to ``prompt_tokens``.
+    ``prompt_tokens`` is one value per cell: a suite's list of lengths (the prompt-length
+    buckets) is one set of cells each, id ``p<length>``.
+    """
+
+    prompt_tokens: int
+    new_tokens: int
+    batch: int = 1
+    prompts: int = 8
+    seed: int = 0
+    vocab: int | None = None
+    file: Path | None = None
+    tokenizer: str | None = None
+
+    @property
+    def bucket_id(self) -> str:
+        """The cell id part of this prompt length: ``p64``."""
+        return f"p{self.prompt_tokens}"
+
+    @property
+    def source(self) -> str:
+        return "file" if self.file is not None else "random"
+
+
 @dataclass(frozen=True)
 class Scenario:
     """One matrix cell of one scenario of one suite: everything needed to measure it."""
@@ -367,6 +406,8 @@ class Scenario:
     # networks): op types or node names left in float32. None: the backend's default
     # (TensorRT: perfguard.backends.tensorrt_build.KEEP_FP32_OPS; onnxruntime: none).
     keep_fp32: tuple[str, ...] | None = None
+    # A generative cell: token-level timing of greedy generation (perfguard.measure.generation).
+    generate: GenerateSpec | None = None
 
     @property
     def item_name(self) -> str:

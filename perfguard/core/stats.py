@@ -33,6 +33,7 @@ __all__ = [
     "RatioBound",
     "as_samples",
     "check_q",
+    "clustered_percentile_ratio_bound",
     "is_stable",
     "noise_floor",
     "order_statistic_ci",
@@ -245,6 +246,72 @@ def percentile_ratio_bound(
         upper=max(upper, point),
         confidence=conf,
         method=f"bootstrap-percentile(n_boot={n_boot}, seed={seed})",
+    )
+
+
+def _clustered_replicates(
+    groups: FloatArray, q: float, n_boot: int, rng: np.random.Generator, chunk: int
+) -> FloatArray:
+    """``n_boot`` replicates of the q-th percentile of ``groups`` (one row per cluster)
+    resampled by whole rows; in chunks, so memory stays ``chunk x groups.size``."""
+    rows, width = groups.shape
+    k = rank_index(rows * width, q)
+    out = np.empty(n_boot, dtype=np.float64)
+    for start in range(0, n_boot, chunk):
+        stop = min(start + chunk, n_boot)
+        picked = groups[rng.integers(0, rows, size=(stop - start, rows))].reshape(stop - start, -1)
+        out[start:stop] = np.partition(picked, k, axis=1)[:, k]
+    return out
+
+
+def clustered_percentile_ratio_bound(
+    base: npt.ArrayLike,
+    current: npt.ArrayLike,
+    q: float = 95.0,
+    confidence: float = 0.99,
+    *,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> RatioBound:
+    """Like :func:`percentile_ratio_bound` for samples that come in clusters: each side
+    is a 2-D array, one row per cluster (a generative request's inter-token gaps), and
+    the percentile is over all its values. The bootstrap resamples whole rows: values of
+    one row are not independent (a request that ran during a slow spell is slow at every
+    token), and resampling them one by one would give bounds too narrow by about the
+    square root of the row length. Rows of one side have one length; the two sides'
+    lengths may differ."""
+    qf = check_q(q)
+    conf = _check_confidence(confidence)
+    if n_boot < 1:
+        raise ValueError(f"n_boot={n_boot} is invalid; expected an integer >= 1")
+    sides = []
+    for name, value in (("base", base), ("current", current)):
+        arr = np.asarray(value, dtype=np.float64)
+        if arr.ndim != 2 or arr.size == 0:
+            raise ValueError(f"{name} has shape {arr.shape}; expected clusters x values, both >= 1")
+        as_samples(arr.ravel(), name)  # finite, non-empty
+        sides.append(arr)
+    b, c = sides
+    if float(b.min()) <= 0.0:
+        raise ValueError(
+            f"base has a sample <= 0 ({b.min()}); a ratio of latencies needs positive base samples"
+        )
+    point = percentile(c.ravel(), qf) / percentile(b.ravel(), qf)
+    rng = np.random.default_rng(seed)
+    chunk = max(1, 4_000_000 // max(b.size, c.size))
+    ratios = _clustered_replicates(c, qf, n_boot, rng, chunk) / _clustered_replicates(
+        b, qf, n_boot, rng, chunk
+    )
+    alpha = 1.0 - conf
+    ratios.sort()
+    lower = float(ratios[rank_index(n_boot, 100.0 * alpha / 2.0)])
+    upper = float(ratios[rank_index(n_boot, 100.0 * (1.0 - alpha / 2.0))])
+    return RatioBound(
+        point=point,
+        lower=min(lower, point),
+        upper=max(upper, point),
+        confidence=conf,
+        method=f"cluster-bootstrap-percentile(n_boot={n_boot}, seed={seed})",
     )
 
 

@@ -62,7 +62,6 @@ from perfguard.core.policy import (
     CONFIDENCE,
     CONTENTION_LIMIT,
     DEFAULT_GATES,
-    LATENCY_QS,
     METRICS,
     MIN_HISTORY,
     NOISE_K,
@@ -75,7 +74,12 @@ from perfguard.core.policy import (
     limit_unit,
     samples_needed,
 )
-from perfguard.core.stats import noise_floor, percentile, percentile_ratio_bound
+from perfguard.core.stats import (
+    clustered_percentile_ratio_bound,
+    noise_floor,
+    percentile,
+    percentile_ratio_bound,
+)
 from perfguard.judge.verdict import (
     MetricVerdict,
     ScenarioVerdict,
@@ -106,18 +110,30 @@ class _Figure:
     """What one side offers for one gate."""
 
     value: float | None
-    samples: np.ndarray | None  # per-request latencies, latency gates only
+    # Latency gates only: the samples the percentile is read from; 2-D for clustered
+    # samples (a generative request's inter-token gaps: one row per request).
+    samples: np.ndarray | None
     n: int | None
 
 
 def _figure(result: ScenarioResult, metric: GateMetric) -> _Figure:
     if metric.kind is MetricKind.THROUGHPUT:
+        if metric.name == "tokens_per_s":
+            tokens = result.tokens
+            return _Figure(tokens.tokens_per_s if tokens else None, None, None)
         return _Figure(result.throughput, None, None)
     if metric.kind is MetricKind.MEMORY:
         if metric.name == "gpu_mem":
             return _Figure(result.gpu_peak_memory_mib, None, None)
         return _Figure(result.peak_memory_mib, None, None)
     assert metric.quantile is not None
+    if metric.samples != "request":  # a generative cell's token figures
+        if result.tokens is None:
+            return _Figure(None, None, None)
+        arr = result.tokens.samples(metric.samples)
+        if arr.size == 0:
+            return _Figure(None, None, None)
+        return _Figure(percentile(arr.ravel(), metric.quantile), arr, int(arr.size))
     if result.samples_ns:
         arr = np.asarray(result.samples_ns, dtype=np.float64)
         return _Figure(percentile(arr, metric.quantile), arr, int(arr.size))
@@ -316,9 +332,11 @@ def _symmetric_bound(
     improvement, nothing else). The union is slightly conservative; the two
     bootstraps cost O(n log n) each.
     """
-    q = LATENCY_QS[metric.name]
-    forward = percentile_ratio_bound(base, current, q, 2.0 * confidence - 1.0)
-    backward = percentile_ratio_bound(current, base, q, 2.0 * confidence - 1.0)
+    q = metric.quantile
+    assert q is not None, metric.name
+    bound = clustered_percentile_ratio_bound if base.ndim == 2 else percentile_ratio_bound
+    forward = bound(base, current, q, 2.0 * confidence - 1.0)
+    backward = bound(current, base, q, 2.0 * confidence - 1.0)
     return min(forward.lower, 1.0 / backward.upper), max(forward.upper, 1.0 / backward.lower)
 
 

@@ -7,12 +7,14 @@ confirmation rounds); a cell under ``load:`` is handed to ``perfguard.measure.lo
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from typing import cast
 
 import numpy as np
 
 from perfguard.backends import Session
+from perfguard.backends.base import GenerativeSession
 from perfguard.core.blame import blame
 from perfguard.core.errors import (
     HostMemoryError,
@@ -24,6 +26,12 @@ from perfguard.core.errors import (
 from perfguard.core.scenario import Scenario
 from perfguard.core.stats import stability_ratio, throughput
 from perfguard.measure.canary import CanaryProbe
+from perfguard.measure.generation import (
+    GenerativeRequests,
+    check_generated,
+    generation_result,
+    open_generator,
+)
 from perfguard.measure.gpuwatch import GpuWatch, is_out_of_memory
 from perfguard.measure.loadcell import LoadRunner, measure_load
 from perfguard.measure.memory import PeakMemory
@@ -33,15 +41,27 @@ from perfguard.records.figures import RuntimeInfo, summarize
 from perfguard.records.results import ScenarioResult
 
 
-def run_loop(scenario: Scenario, session: Session, prepared: object) -> Measurement:
-    """Warm up and time the scenario; a model error becomes a located ``ModelError``."""
+def run_loop(
+    scenario: Scenario, session: Session | GenerativeSession, prepared: object
+) -> Measurement:
+    """Warm up and time the scenario; a model error becomes a located ``ModelError``.
 
-    # partial, not a closure: one less Python frame inside every timed request.
-    call = functools.partial(session.run, prepared)
+    ``session`` is a ``Session`` and ``prepared`` its prepared inputs, or a generative
+    cell's ``GenerativeSession`` and ``prepared`` its ``GenerativeRequests`` (the call
+    timed: each request stamps its own tokens)."""
+    call: Callable[[], object]
+    sync: Callable[[], None] | None = None
+    if isinstance(prepared, GenerativeRequests):
+        call = prepared  # a GPU step is synchronised by its tokens' copy to the host
+    else:
+        plain = cast("Session", session)
+        # partial, not a closure: one less Python frame inside every timed request.
+        call = functools.partial(plain.run, prepared)
+        sync = plain.synchronize
     try:
         return measure(
             call,
-            session.synchronize,
+            sync,
             scenario.warmup,
             scenario.measure,
             scenario.stability_tolerance,
@@ -76,7 +96,9 @@ def run_loop(scenario: Scenario, session: Session, prepared: object) -> Measurem
     raise error
 
 
-def _oom_message(scenario: Scenario, session: Session, exc: BaseException) -> str:
+def _oom_message(
+    scenario: Scenario, session: Session | GenerativeSession, exc: BaseException
+) -> str:
     describe = getattr(session, "describe_oom", None)
     if describe is not None:
         return str(describe(exc))
@@ -121,11 +143,25 @@ class ScenarioRun:
         self.memory = PeakMemory()
         self.memory.start()
         self.calibration = calibration
+        self._load: LoadRunner | None = None
+        # A generative cell (`generate:`) has a generator and its requests instead of a
+        # session: it only answers measure() (perfguard.measure.generation).
+        self.generator: GenerativeSession | None = None
+        self.requests: GenerativeRequests | None = None
+        if scenario.generate is not None:
+            self._opened_generator = open_generator(scenario, ctx)
+            self.generator, prompts, self.batch = self._opened_generator.__enter__()
+            self.requests = GenerativeRequests(
+                self.generator, prompts, scenario.generate.new_tokens
+            )
+            return
         self._opened = open_session(scenario, ctx, calibration)
         self.session, self.prepared, self.batch = self._opened.__enter__()
-        self._load: LoadRunner | None = None
 
     def close(self) -> None:
+        if self.generator is not None:
+            self._opened_generator.__exit__(None, None, None)
+            return
         try:
             if self._load is not None:
                 self._load.close()
@@ -155,6 +191,8 @@ class ScenarioRun:
         return self.memory.peak_mib()
 
     def measure(self) -> ScenarioResult:
+        if self.requests is not None:
+            return self._measure_generation(self.requests)
         if self.scenario.load is not None:
             if self._load is None:
                 self._load = LoadRunner(self)
@@ -183,6 +221,26 @@ class ScenarioRun:
             peak_memory_mib=self.memory.peak_mib(),
         )
         return watch.check(built)
+
+    def _measure_generation(self, requests: GenerativeRequests) -> ScenarioResult:
+        assert self.generator is not None
+        requests.rows.clear()
+        probe = CanaryProbe()
+        probe.sample()
+        timed = run_loop(self.scenario, self.generator, requests)
+        probe.sample()
+        canary = probe.result()
+        check_generated(self.scenario, self.generator, requests.last)
+        runtime = RuntimeInfo(backend=dict(self.generator.runtime_info), cpu=canary.shares)
+        return generation_result(
+            self.scenario,
+            self.ctx,
+            requests,
+            timed,
+            runtime,
+            canary_ns=canary.median_ns,
+            peak_memory_mib=self.memory.peak_mib(),
+        )
 
 
 def build_result(

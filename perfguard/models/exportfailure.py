@@ -195,7 +195,8 @@ def generation_loop_error(model: ModelSpec, found: str) -> ExportError:
         "forward passes with Python stopping rules and sampling cannot be exported to ONNX, "
         "and ONNX Runtime has no generate()",
         expected="a torch.nn.Module whose forward is one pass of the network",
-        fix="measure generate() on the torch backend (a module whose forward calls it), or "
+        fix="measure generation as a generative scenario (`generate:` in the suite: TTFT, "
+        "ITL and TPOT on the torch backend, the factory returning the causal LM), or "
         "return a module whose forward is the model's forward (the prefill: "
         "`model(input_ids=input_ids, use_cache=False).logits`) and export that",
         location=model.location,

@@ -26,6 +26,7 @@ from perfguard.records.declare import TAMPERED_FIX, Codec, Record, decode, spec
 from perfguard.records.figures import JSON, LatencySummary, RuntimeInfo
 from perfguard.records.loadfigures import LoadFigures
 from perfguard.records.opprofile import PROFILE_CODEC, OperatorProfile
+from perfguard.records.tokenfigures import TokenFigures
 
 __all__ = [
     "RUN_MODES",
@@ -261,6 +262,9 @@ class ScenarioResult(Record):
     profile: OperatorProfile | None = field(
         default=None, metadata=spec(omit="none", codec=PROFILE_CODEC)
     )
+    # A generative cell's token-level timing (perfguard.records.tokenfigures); its
+    # samples_ns are then each request's end-to-end time.
+    tokens: TokenFigures | None = field(default=None, metadata=spec(omit="none"))
 
     def __post_init__(self) -> None:
         # Callers may pass the word itself ("skipped"); the record always holds the enum.

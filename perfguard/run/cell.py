@@ -145,7 +145,10 @@ class CellMeasurer:
 
     # -- operator profiles ------------------------------------------------------------
     def wants_profile(self, scenario: Scenario, verdict: ScenarioVerdict) -> bool:
-        """``profile: true``, ``--perfguard-profile``, or a latency/throughput regression."""
+        """``profile: true``, ``--perfguard-profile``, or a latency/throughput regression;
+        never a generative cell (its token figures split prefill from decode instead)."""
+        if scenario.generate is not None:
+            return False
         return scenario.profile or self.profile_every or regressed_in_time(verdict)
 
     def base_profile(

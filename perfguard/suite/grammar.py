@@ -41,6 +41,7 @@ from typing import Any, Union
 
 from perfguard.core.policy import (
     DEFAULT_GATES,
+    GENERATE_MAX_TOKENS,
     LOAD_MAX_CLIENTS,
     LOOP_MAX_ITERATIONS,
     LOOP_MAX_SECONDS,
@@ -62,6 +63,7 @@ from perfguard.core.scenario import (
     AccuracyInputs,
     AccuracySpec,
     BatchingSpec,
+    GenerateSpec,
     GpuSpec,
     InputSpec,
     LoadSpec,
@@ -87,6 +89,7 @@ __all__ = [
     "EXCLUDE_ENTRY",
     "FUNCTION_PATTERN",
     "GATE",
+    "GENERATE",
     "GPU",
     "IDENT_PATTERN",
     "INPUT",
@@ -386,7 +389,9 @@ MODEL = Section(
         ),
         Key("outputs", ListOf(_TEXT), "output names"),
     ),
-    exactly_one=(("factory", "onnx"), ("inputs", "inputs_file")),
+    exactly_one=(("factory", "onnx"),),
+    # Neither: a generative model (its scenarios' `generate:` makes the prompts).
+    at_most_one=(("inputs", "inputs_file"),),
     requires=(("kwargs", ("factory",)), ("opset", ("factory",)), ("exporter", ("factory",))),
     title="model",
 )
@@ -730,6 +735,54 @@ LOAD = Section(
     title="load",
 )
 
+# --------------------------------------------------------------------------- generate
+
+_GEN = GenerateSpec(prompt_tokens=1, new_tokens=1)
+_TOKENS_WHY = "perfguard's limit on tokens per request (each keeps a timestamp)"
+_TOKENS = _int(1, GENERATE_MAX_TOKENS, _TOKENS_WHY)
+GENERATE = Section(
+    (
+        Key(
+            "prompt_tokens",
+            OneOf((_TOKENS, ListOf(_TOKENS, min_items=1, unique=True))),
+            "prompt length in tokens; a list: one set of cells per length (id pN)",
+            required=True,
+            example="[48, 96]",
+        ),
+        Key(
+            "new_tokens",
+            _TOKENS,
+            "tokens generated per request, always all of them (greedy, no early stop)",
+            required=True,
+            example="32",
+        ),
+        Key("batch", _int(1), "prompts per request (decoded together)", _GEN.batch),
+        Key("prompts", _int(1), "distinct prompts, used in turn", _GEN.prompts),
+        Key("seed", _int(0), "seeds the random prompts' token ids", _GEN.seed),
+        Key(
+            "vocab",
+            _int(2),
+            "random token ids are drawn from [0, vocab)",
+            default_text="the model's config.vocab_size",
+        ),
+        Key(
+            "file",
+            _TEXT,
+            'JSONL prompts (`{"prompt": "..."}` per line), relative to the suite\'s folder',
+            example="prompts.jsonl",
+        ),
+        Key(
+            "tokenizer",
+            _FUNCTION,
+            "`module:function` returning a tokenizer with encode(text) -> token ids",
+            example="mypkg.text:tokenizer",
+        ),
+    ),
+    requires=(("file", ("tokenizer",)), ("tokenizer", ("file",))),
+    at_most_one=(("file", "vocab"), ("file", "seed")),
+    title="generate",
+)
+
 # --------------------------------------------------------------------------- gpu
 
 _GPU = GpuSpec()
@@ -938,6 +991,11 @@ SCENARIO = Section(
                 min_items=1,
             ),
             "input-shape buckets: bucket -> input -> shape, one set of cells each",
+        ),
+        Key(
+            "generate",
+            GENERATE,
+            "a generative model: token-level timing of greedy generation (TTFT, ITL, TPOT)",
         ),
         Key("matrix", MATRIX, "axes: one cell per combination, in the order written"),
         Key("exclude", ListOf(EXCLUDE_ENTRY), "partial cells to drop"),

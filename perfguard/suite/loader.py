@@ -85,6 +85,7 @@ from perfguard.suite.sections.accuracy import (
     parse_presets,
     parse_quantization,
 )
+from perfguard.suite.sections.generate import check_generative, drop_token_gates, parse_generate
 from perfguard.suite.sections.gpu import GPU, gpu_spec, parse_gpu
 from perfguard.suite.sections.load import LOAD, expand_cells, parse_load, parse_shapes
 from perfguard.suite.sections.models import parse_model
@@ -302,6 +303,10 @@ def _unsupported(sc: Scenario) -> str | None:
         problem = f"{cell} asks for TensorRT on `{sc.device}`; TensorRT runs on NVIDIA GPUs"
         expected = "device `cuda` or `cuda:N` for backend `tensorrt`"
         fix = "set `device: cuda` for this cell (or `exclude` it)"
+    elif sc.generate is not None and sc.backend != "torch":
+        problem = f"{cell} generates on `{sc.backend}`, which has no generation path yet"
+        expected = "backend `torch` for a generative cell (`generate:`)"
+        fix = "use `backend: torch` for this cell (or `exclude` it)"
     elif sc.precision == "int8" and sc.is_gpu and sc.backend != "tensorrt":
         problem = f"{cell} asks for `int8` on `{sc.device}`; int8 is CPU dynamic quantization"
         expected = "device `cpu` for precision `int8`"
@@ -403,6 +408,13 @@ def _scenario(
     settings = _settings(rd, m, where)
     _check_loops(rd, m, defaults, settings, where)
     shapes = parse_shapes(rd, m, where, models[model])
+    prompts = parse_generate(rd, m, where)
+    check_generative(rd, m, where)
+    if not prompts and not models[model].inputs and models[model].inputs_file is None:
+        problem = f"{where} uses model `{model}`, which declares no inputs, and generates nothing"
+        expected = "`inputs:` or `inputs_file:` on the model, or `generate:` on this scenario"
+        fix = f"declare the inputs of model `{model}`, or add `generate:` for a generative model"
+        rd.fail(m.key_line("model"), problem, expected, fix)
     axes = _matrix(rd, m, where)
     rules = _excludes(rd, m, axes, where)
     cells = [
@@ -427,6 +439,8 @@ def _scenario(
         }
         gates = {g.metric: g for g in _DEFAULTS["gates"]}
         gates.update(cast("dict[str, GateSpec]", merged.pop("gate", {})))
+        if not prompts:
+            gates = {g.metric: g for g in drop_token_gates(tuple(gates.values()))}
         sc = Scenario(
             suite=rd.path, name=name, cell_id="-".join(map(str, cell.values())),
             model=models[model], location=Location(rd.path, m.line), gates=tuple(gates.values()),
@@ -444,7 +458,7 @@ def _scenario(
         group = [dataclasses.replace(sc, error=_unsupported(sc)) for sc in group]
         return finish_cells(rd, group, extras, presets, written)
 
-    return expand_cells(rd, out, load, shapes, LOAD in settings, finish)
+    return expand_cells(rd, out, load, shapes, LOAD in settings, finish, prompts)
 
 
 def _read(rd: Reader, path: Path) -> PosDict:

@@ -102,13 +102,14 @@ class _Cell:
     def __init__(self, scenario: Scenario, ctx: RunContext) -> None:
         self.scenario = scenario
         self.run = ScenarioRun(scenario, ctx)
+        self._load: LoadRunner | None = None
+        if self.run.generator is not None:
+            return  # measured whole by `result` (_open_cell refuses the other ops)
         self.session: Session = self.run.session
         self.prepared, self.batch = self.run.prepared, self.run.batch
         # partial, not a closure: one less Python frame inside every timed request.
         self.call: Callable[[], object] = functools.partial(self.session.run, self.prepared)
         self.sync = self.session.synchronize
-
-        self._load: LoadRunner | None = None
 
     @property
     def load(self) -> LoadRunner:
@@ -290,6 +291,12 @@ class Server:
                 f"`{op}` was sent while no cell is open in slot {slot!r}",
                 expected="`open` first",
                 fix="send `open` with the suite and the cell's item name",
+            )
+        if cell.run.generator is not None and op != "result":
+            raise ProtocolError(
+                f"`{op}` was sent for {cell.scenario.item_name}, a generative cell",
+                expected="`result` (a generative cell is measured whole, token by token)",
+                fix="send `result`; same-run A/B and load do not take generative cells yet",
             )
         return cell
 

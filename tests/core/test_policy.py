@@ -14,15 +14,23 @@ from perfguard.core.policy import METRICS, GateSpec, MetricKind, gate_metric, sa
 from perfguard.judge.compare import compare_scenario
 from perfguard.records.figures import summarize
 from perfguard.records.results import LatencySummary, RunResult, ScenarioResult
+from perfguard.records.tokenfigures import TokenFigures
 from perfguard.suite.loader import load_suite
 
 
 def test_every_latency_metric_is_a_field_of_the_latency_summary() -> None:
+    # A request percentile by its own name (p95); a token percentile by its suffix in
+    # the summary of its samples (itl_p95: TokenFigures.itl_ns.p95).
     fields = set(LatencySummary.__dataclass_fields__)
     for m in METRICS:
         if m.kind is MetricKind.LATENCY:
-            assert m.name in fields, m.name
             assert m.quantile is not None
+            if m.samples == "request":
+                assert m.name in fields, m.name
+            else:
+                prefix, _, field = m.name.partition("_")
+                assert prefix == m.samples and field in fields, m.name
+                assert f"{m.samples}_ns" in TokenFigures.__dataclass_fields__
 
 
 def test_names_and_aliases_resolve_to_one_entry() -> None:
@@ -44,10 +52,13 @@ def test_every_metric_is_accepted_by_the_loader_and_decided_by_the_comparison(
     """A gate the loader accepts is one the comparison can decide (not `invalid`)."""
     spec = gate_metric(metric)
     assert spec is not None
+    generative = metric in policy.GENERATIVE_METRICS
+    generate = "    generate: {prompt_tokens: 8, new_tokens: 16}\n" if generative else ""
     suite = tmp_path / "s.yaml"
     suite.write_text(
         "models:\n  m:\n    factory: mod:build\n    inputs:\n      x: {shape: [1, 4]}\n"
-        f'scenarios:\n  - name: s\n    model: m\n    gate: {{{metric}: "{spec.examples[0]}"}}\n'
+        f"scenarios:\n  - name: s\n    model: m\n{generate}"
+        f'    gate: {{{metric}: "{spec.examples[0]}"}}\n'
     )
     gates = {g.metric: g for g in load_suite(suite).scenarios[0].gates}
     gate = gates[metric]
@@ -70,6 +81,14 @@ def test_every_metric_is_accepted_by_the_loader_and_decided_by_the_comparison(
             peak_memory_mib=100.0,
             gpu_peak_memory_mib=100.0,
             samples_ns=samples,
+            # a generative cell's: every request 16 tokens, one every ~1 ms
+            tokens=TokenFigures.of(
+                np.cumsum(rng.integers(1_000_000, 1_100_000, size=(n, 16)), axis=1),
+                prompt_tokens=8,
+                batch=1,
+            )
+            if generative
+            else None,
         )
 
     verdict = compare_scenario(result(), result(), (gate,), baseline_commit="a" * 40)

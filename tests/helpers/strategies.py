@@ -5,10 +5,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import numpy as np
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from perfguard.records.declare import FieldSpec, Record, Shape, stored_fields
 from perfguard.records.opprofile import PROFILERS, NodeTime, OperatorProfile, OpTypeTime
+from perfguard.records.tokenfigures import TokenFigures
 
 names = st.text(max_size=20)
 
@@ -75,8 +78,28 @@ def _values(shape: Shape, spec: FieldSpec) -> st.SearchStrategy[Any]:
     return (st.none() | inner) if nullable else inner
 
 
+#: Token times of generative requests (one row per request, never going backwards).
+token_times = hnp.arrays(
+    np.int64, st.tuples(st.integers(1, 4), st.integers(1, 5)), elements=st.integers(0, 10**9)
+).map(lambda a: np.cumsum(a, axis=1))
+
+
+def token_figures() -> st.SearchStrategy[TokenFigures]:
+    """Token figures as a generative cell records them: their fields are read from the
+    token times, so a declaration-drawn record would be inconsistent (and refused)."""
+    return st.builds(
+        TokenFigures.of, token_times, prompt_tokens=st.integers(1, 64), batch=st.integers(1, 8)
+    )
+
+
+#: Records whose fields depend on each other: drawn by their own strategy.
+_DERIVED: dict[type, Any] = {TokenFigures: token_figures}
+
+
 def records(cls: type[Record]) -> st.SearchStrategy[Any]:
     """Any ``cls`` record its declaration allows (``perfguard.records.declare``)."""
+    if cls in _DERIVED:
+        return _DERIVED[cls]()  # type: ignore[no-any-return]
     # A field of a hand-written codec keeps its default (its own tests draw it).
     drawn = [f for f in stored_fields(cls) if f.shape.kind != "codec"]
     return st.builds(

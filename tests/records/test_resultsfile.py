@@ -199,8 +199,9 @@ def test_schema_covers_exactly_the_data_classes() -> None:
     assert set(schema["properties"]) == set(a_run(mode="ab").to_dict())
     assert "mode" not in a_run().to_dict()  # a plain run's file is as it always was
     assert set(defs["scenario"]["properties"]) == {f.name for f in fields(ScenarioResult)}
-    # wall_ns and profile are optional: absent from older files, left out while not taken.
-    optional = {"wall_ns", "profile"}
+    # wall_ns, profile and tokens are optional: absent from older files, left out while
+    # not taken (tokens: a cell that generates nothing).
+    optional = {"wall_ns", "profile", "tokens"}
     assert set(defs["scenario"]["required"]) == {f.name for f in fields(ScenarioResult)} - optional
     unmeasured = a_run().scenarios[0]
     assert unmeasured.wall_ns is None and "wall_ns" not in unmeasured.to_dict()

@@ -101,6 +101,7 @@ from perfguard.core.scenario import (
     ARRIVALS,
     SESSION_MODES,
     BatchingSpec,
+    GenerateSpec,
     LoadSpec,
     ModelSpec,
     Scenario,
@@ -338,8 +339,10 @@ def parse_shapes(rd: Reader, m: PosDict, where: str, model: ModelSpec) -> dict[s
 def expand_cells(
     rd: Reader, cells: Sequence[Scenario], draft: object, shapes: Mapping[str, ModelSpec],
     own: bool, finish: Callable[[list[Scenario]], list[Scenario]],
+    prompts: Sequence[GenerateSpec] = (),
 ) -> list[Scenario]:  # fmt: skip
-    """Each matrix cell once per shape bucket and load level, in that order.
+    """Each matrix cell once per shape bucket, prompt length (``prompts``: a generative
+    scenario's, one ``GenerateSpec`` each) and load level, in that order.
 
     ``draft`` is the merged ``load`` (``parse_load``'s dicts over ``defaults``), the
     same for every cell; ``own``: the scenario wrote ``load:`` itself. ``finish``
@@ -356,9 +359,11 @@ def expand_cells(
         else {}
     )
     buckets: list[tuple[str, ModelSpec | None]] = [*shapes.items()] or [("", None)]
+    generate: list[GenerateSpec | None] = [*prompts] or [None]
     groups = [
-        finish([_cell(rd, sc, bucket, model, load, lines) for sc in cells])
+        finish([_cell(rd, sc, bucket, model, load, lines, prompt) for sc in cells])
         for bucket, model in buckets
+        for prompt in generate
         for load in loads
     ]
     return [_with_axes(group[i]) for i in range(len(cells)) for group in groups]
@@ -422,16 +427,16 @@ def _loads(rd: Reader, name: str, draft: object, own: bool) -> list[LoadSpec | N
 
 def _cell(
     rd: Reader, sc: Scenario, bucket: str, model: ModelSpec | None, load: LoadSpec | None,
-    lines: Mapping[str, int],
+    lines: Mapping[str, int], prompt: GenerateSpec | None = None,
 ) -> Scenario:  # fmt: skip
-    parts = (sc.cell_id, bucket, load.level_id if load else "")
+    parts = (sc.cell_id, bucket, prompt.bucket_id if prompt else "", load.level_id if load else "")
     gates = sc.gates
     if load is not None and load.slo is not None:
         gates = tuple(g for g in gates if g.metric not in LATENCY_QS)
         gates += () if any(g.metric == SLO_GATE.metric for g in gates) else (SLO_GATE,)
     cell = dataclasses.replace(
         sc, cell_id="-".join(p for p in parts if p), model=model or sc.model, load=load,
-        shape_bucket=bucket, gates=gates,
+        shape_bucket=bucket, gates=gates, generate=prompt,
     )  # fmt: skip
     if load is not None:
         _check_batching(rd, cell, load, lines.get("batching", lines[_LINE]))
@@ -441,6 +446,7 @@ def _cell(
 
 def _with_axes(sc: Scenario) -> Scenario:
     axes: tuple[tuple[str, str], ...] = (("shape", sc.shape_bucket),) if sc.shape_bucket else ()
+    axes += (("prompt", sc.generate.bucket_id),) if sc.generate else ()
     axes += (("load", sc.load.level_id),) if sc.load else ()
     return dataclasses.replace(sc, matrix_values=sc.matrix_values + axes)
 

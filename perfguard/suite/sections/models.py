@@ -8,7 +8,8 @@ rest: every error names ``file:line``, what was found, what was expected and the
   ``kwargs`` reach the function as plain data, lists turned into tuples;
   ``opset`` for the ONNX export, default 17, and ``exporter``: ``torchscript``
   (default) or ``dynamo``, whose opset is at least 18) or ``onnx: path.onnx``; and exactly
-  one of ``inputs:`` (name -> spec) or ``inputs_file: data.npz``. ``outputs``
+  at most one of ``inputs:`` (name -> spec) or ``inputs_file: data.npz`` (neither: a
+  generative model, whose scenarios' ``generate:`` makes its prompts). ``outputs``
   optionally names the outputs.
 * ``onnx`` and ``inputs_file`` are relative to the suite file's directory
   (``ModelSpec.base_dir``, also where factory modules are imported from). Files
@@ -130,7 +131,7 @@ def parse_model(rd: Reader, name: object, value: object, line: int, base_dir: Pa
             fix = "add `name: {shape: [...], dtype: ...}` entries"
             rd.fail(m.key_line("inputs"), f"`inputs` of {where} is empty", "an input", fix)
         inputs = [_input(rd, k, v, spec.key_line(k), name) for k, v in spec.items()]
-    else:
+    elif "inputs_file" in m:
         inputs_file = path("inputs_file")
     outputs: tuple[str, ...] = ()
     if "outputs" in m:

@@ -1,0 +1,227 @@
+"""Greedy generation on torch: a causal LM's own decode loop with its KV cache.
+
+The factory returns a causal language model with the Hugging Face calling convention
+(``transformers``' ``*ForCausalLM``, or any module alike): ``forward(input_ids=..., <cache>=...,
+use_cache=True)`` returns an object with ``logits`` (``batch x positions x vocab``), and
+the cache object it is handed is updated in place. One request is
+
+1. the **prefill**: one forward pass over the whole prompt, filling the cache; the
+   argmax of the last position's logits is the first token;
+2. ``new_tokens - 1`` **decode steps**: one forward pass over the last token with the
+   cache; the argmax is the next token. Generation never stops early (no EOS check), so
+   every request does the same work.
+
+After each step its tokens are taken to the host (``.cpu()``, as a streaming server
+sends them) before ``stamp()``; on a GPU that copy is the step's synchronisation, the
+one a streaming runtime makes anyway, and no other sync is added. On the CPU the
+tokens are already there.
+
+The cache: a fresh ``transformers.DynamicCache`` per request (the one ``generate()``
+uses by default) handed as ``cache=`` (transformers >= 5) or ``past_key_values=`` (the
+older name), whichever ``forward`` takes; ``logits_to_keep=1`` where ``forward`` takes it
+(the prefill then computes the vocabulary projection for the last position only, as
+``generate()`` does). A module without ``transformers`` conventions that takes neither
+cache name is refused with what it needs.
+
+Precision as on the torch backend: fp16/bf16 cast the module, int8 is dynamic
+quantization of its ``nn.Linear`` layers (CPU). ``torch.compile`` and CUDA graphs are
+refused here for now: prefill and decode have different shapes and the cache grows by
+one position per step, which both need a static cache to capture.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from perfguard.backends.torch_backend import parse_torch_device
+from perfguard.core.errors import CellError, ModelError
+from perfguard.core.scenario import Scenario
+from perfguard.models.factory import load_factory
+from perfguard.models.quantize import quantize_torch_int8, torch_quant_facts
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["TorchGenerator"]
+
+#: The keyword a causal LM's forward takes its KV cache by: transformers 5 names it
+#: ``cache``, transformers 4 ``past_key_values``.
+CACHE_KEYWORDS: tuple[str, ...] = ("cache", "past_key_values")
+
+
+class TorchGenerator:
+    """A factory's causal LM on one device at one precision, generating greedily
+    (``perfguard.backends.base.GenerativeSession``)."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        import torch
+
+        self._scenario = scenario
+        self._previous_threads: int | None = None
+        if scenario.model.factory is None:
+            raise CellError(
+                f"model {scenario.model.name!r} is an ONNX file; generation on torch needs "
+                "a `factory:`",
+                expected="`factory: module:function` returning a causal language model",
+                fix="give the model a factory returning e.g. a transformers *ForCausalLM",
+                location=scenario.location,
+            )
+        self.device = parse_torch_device(scenario)
+        if self.device.type == "cuda" and (
+            scenario.gpu.cuda_graph or scenario.gpu.compile_mode is not None
+        ):
+            raise CellError(
+                "`gpu: {cuda_graph/compile}` on a generative cell: the prompt pass and the "
+                "decode steps differ in shape and the KV cache grows each step",
+                expected="eager torch for generative cells",
+                fix="remove `cuda_graph` and `compile` from this cell's `gpu:`",
+                location=scenario.location,
+            )
+        if scenario.precision == "int8" and self.device.type != "cpu":
+            raise CellError(
+                f"precision int8 on {scenario.device} is not supported by the torch backend",
+                expected="int8 (dynamic quantization of nn.Linear) on device cpu",
+                fix="run int8 with `device: cpu`, or use fp16/bf16 on the GPU",
+                location=scenario.location,
+            )
+        self.dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(
+            scenario.precision, torch.float32
+        )
+        if scenario.threads is not None:
+            self._previous_threads = torch.get_num_threads()
+            torch.set_num_threads(scenario.threads)
+        try:
+            self._module = self._build(scenario)
+            config = getattr(self._module, "config", None)
+            self._config = config
+            vocab = getattr(config, "vocab_size", None)
+            self.vocab_size: int | None = int(vocab) if isinstance(vocab, int) else None
+            self._cache_keyword, self._keep_last = _forward_keywords(self._module, scenario)
+            self._new_cache = _cache_factory(config)
+            self.runtime_info: dict[str, Any] = {
+                "torch": torch.__version__,
+                "device": str(self.device),
+                "dtype": str(self.dtype).removeprefix("torch."),
+                "precision": scenario.precision,
+                "threads": torch.get_num_threads(),
+                "decoding": "greedy",
+                "kv_cache": self._cache_name(),
+            }
+            attention = getattr(config, "_attn_implementation", None)
+            if isinstance(attention, str):
+                self.runtime_info["attention"] = attention
+            if importlib.util.find_spec("transformers") is not None:
+                import transformers
+
+                self.runtime_info["transformers"] = transformers.__version__
+            if scenario.precision == "int8":
+                applied = torch_quant_facts(self._module)
+                self.runtime_info["quantization"] = {"applied": applied.to_dict()}
+            if self.device.type == "cuda":
+                self.runtime_info["cuda"] = torch.version.cuda
+                self.runtime_info["gpu"] = torch.cuda.get_device_name(self.device)
+        except BaseException:
+            self._restore_threads()
+            raise
+
+    def _build(self, scenario: Scenario) -> torch.nn.Module:
+        module = load_factory(scenario.model)
+        module.eval()
+        if scenario.precision == "int8":
+            module = quantize_torch_int8(module, scenario.model.name, scenario.location)
+        elif scenario.precision in ("fp16", "bf16"):
+            module = module.to(self.dtype)
+        return module.to(self.device)
+
+    def _cache_name(self) -> str:
+        made = self._new_cache()
+        return "none (the model keeps its own)" if made is None else type(made).__name__
+
+    def prepare(self, prompt: np.ndarray) -> torch.Tensor:
+        import torch
+
+        return torch.from_numpy(np.array(prompt, dtype=np.int64, copy=True, order="C")).to(
+            self.device
+        )
+
+    def generate(self, prepared: Any, new_tokens: int, stamp: Callable[[], None]) -> Any:
+        import torch
+
+        model = self._module
+        cache = self._new_cache()
+        kwargs: dict[str, Any] = {"use_cache": True}
+        if self._keep_last:
+            kwargs["logits_to_keep"] = 1
+        on_host = self.device.type != "cpu"
+        steps: list[Any] = []
+        with torch.inference_mode():
+            out = model(input_ids=prepared, **{self._cache_keyword: cache}, **kwargs)
+            token = out.logits[:, -1, :].argmax(dim=-1, keepdim=True)
+            steps.append(token.cpu() if on_host else token)
+            stamp()
+            for _ in range(new_tokens - 1):
+                out = model(input_ids=token, **{self._cache_keyword: cache}, **kwargs)
+                token = out.logits[:, -1, :].argmax(dim=-1, keepdim=True)
+                steps.append(token.cpu() if on_host else token)
+                stamp()
+        return steps
+
+    def tokens(self, generated: Any) -> np.ndarray:
+        import torch
+
+        return torch.cat(list(generated), dim=1).numpy().astype(np.int64)
+
+    def close(self) -> None:
+        import torch
+
+        if getattr(self, "_module", None) is not None:
+            del self._module
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        self._restore_threads()
+
+    def _restore_threads(self) -> None:
+        import torch
+
+        if self._previous_threads is not None:
+            torch.set_num_threads(self._previous_threads)
+            self._previous_threads = None
+
+
+def _forward_keywords(module: torch.nn.Module, scenario: Scenario) -> tuple[str, bool]:
+    """The keyword ``forward`` takes its cache by, and whether it takes ``logits_to_keep``."""
+    try:
+        params = inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        params = {}  # type: ignore[assignment]
+    keyword = next((k for k in CACHE_KEYWORDS if k in params), None)
+    if keyword is None:
+        raise ModelError(
+            f"the forward of model {scenario.model.name!r} "
+            f"({type(module).__qualname__}) takes no KV cache (neither "
+            f"{' nor '.join(f'`{k}`' for k in CACHE_KEYWORDS)})",
+            expected="a causal language model with the transformers calling convention: "
+            "forward(input_ids=..., cache=..., use_cache=True) -> an object with `logits`",
+            fix="return the *ForCausalLM model itself from the factory (not a wrapper "
+            "whose forward hides the cache)",
+            location=scenario.location,
+        )
+    return keyword, "logits_to_keep" in params
+
+
+def _cache_factory(config: object) -> Callable[[], Any]:
+    """A fresh KV cache per request: transformers' ``DynamicCache`` for the model's
+    config (None where transformers is not installed: the model then makes its own)."""
+    if importlib.util.find_spec("transformers") is None:
+        return lambda: None
+    from transformers import DynamicCache
+
+    params = inspect.signature(DynamicCache.__init__).parameters
+    if "config" in params and config is not None:
+        return lambda: DynamicCache(config=config)  # type: ignore[arg-type]
+    return DynamicCache

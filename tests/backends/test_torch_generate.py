@@ -1,0 +1,148 @@
+"""perfguard.backends.torch_generate: greedy generation through a real transformers causal
+LM's forward and KV cache (perfguard_examples.tinylm, seeded random weights)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from perfguard.backends.torch_backend import TorchBackend
+from perfguard.backends.torch_generate import TorchGenerator
+from perfguard.core.errors import CellError, ModelError
+from perfguard.core.scenario import GenerateSpec, GpuSpec, ModelSpec, Scenario
+from tests.helpers.torch_cells import LOCATION
+
+pytest.importorskip("transformers")
+
+SMALL = (("kind", "llama"), ("layers", 2), ("hidden", 64), ("heads", 4), ("vocab", 128))
+
+
+def cell(tmp_path: Path, kwargs: tuple[tuple[str, object], ...] = SMALL, **fields: Any) -> Scenario:
+    model = ModelSpec(
+        name="lm",
+        location=LOCATION,
+        base_dir=tmp_path,
+        factory="perfguard_examples.tinylm:build",
+        factory_kwargs=kwargs,
+    )
+    generate = fields.pop("generate", GenerateSpec(prompt_tokens=12, new_tokens=6, batch=2))
+    return Scenario(
+        suite=tmp_path / "s.yaml",
+        name="gen",
+        cell_id="p12",
+        model=model,
+        location=LOCATION,
+        generate=generate,
+        threads=1,
+        **fields,
+    )
+
+
+def run(gen: TorchGenerator, prompt: np.ndarray, new_tokens: int) -> tuple[np.ndarray, int]:
+    stamps: list[int] = []
+    out = gen.generate(gen.prepare(prompt), new_tokens, lambda: stamps.append(1))
+    return gen.tokens(out), len(stamps)
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_the_tokens_are_transformers_own_greedy_generation(tmp_path: Path, kind: str) -> None:
+    import torch
+
+    kwargs = (("kind", kind), *SMALL[1:])
+    gen = TorchBackend().open_generative(cell(tmp_path, kwargs), tmp_path)
+    assert isinstance(gen, TorchGenerator)
+    try:
+        prompt = np.random.default_rng(0).integers(0, 128, (2, 12))
+        tokens, stamps = run(gen, prompt, 6)
+        assert tokens.shape == (2, 6) and stamps == 6
+        model = gen._module
+        # No end of sequence: the model's EOS id is one more token (perfguard never
+        # stops early), and min_new_tokens would forbid it instead.
+        model.generation_config.eos_token_id = None
+        with torch.inference_mode():
+            expected = model.generate(
+                torch.from_numpy(prompt),
+                attention_mask=torch.ones(2, 12, dtype=torch.long),
+                do_sample=False,
+                max_new_tokens=6,
+                pad_token_id=0,
+            )[:, 12:]
+        assert tokens.tolist() == expected.tolist()
+    finally:
+        gen.close()
+
+
+def test_runtime_facts_name_the_cache_and_versions(tmp_path: Path) -> None:
+    import transformers
+
+    gen = TorchGenerator(cell(tmp_path))
+    try:
+        info = gen.runtime_info
+        assert info["kv_cache"] == "DynamicCache" and info["decoding"] == "greedy"
+        assert info["transformers"] == transformers.__version__
+        assert info["threads"] == 1 and info["precision"] == "fp32"
+        assert gen.vocab_size == 128
+    finally:
+        gen.close()
+
+
+def test_int8_quantizes_the_linear_layers_and_still_generates(tmp_path: Path) -> None:
+    gen = TorchGenerator(cell(tmp_path, precision="int8"))
+    try:
+        applied = gen.runtime_info["quantization"]["applied"]
+        assert sum(applied["quantized"].values()) > 0
+        tokens, stamps = run(gen, np.zeros((2, 12), dtype=np.int64), 4)
+        assert tokens.shape == (2, 4) and stamps == 4
+    finally:
+        gen.close()
+
+
+def test_one_new_token_is_the_prefill_alone(tmp_path: Path) -> None:
+    gen = TorchGenerator(cell(tmp_path))
+    try:
+        tokens, stamps = run(gen, np.ones((2, 12), dtype=np.int64), 1)
+        assert tokens.shape == (2, 1) and stamps == 1
+    finally:
+        gen.close()
+
+
+NO_CACHE = """\
+import torch
+
+
+class Plain(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 4)
+
+    def forward(self, input_ids):
+        return self.emb(input_ids)
+
+
+def build():
+    return Plain()
+"""
+
+
+def test_a_model_without_a_kv_cache_is_refused_with_what_it_needs(tmp_path: Path) -> None:
+    (tmp_path / "plainlm.py").write_text(NO_CACHE)
+    sc = cell(tmp_path)
+    sc = replace(sc, model=replace(sc.model, factory="plainlm:build", factory_kwargs=()))
+    with pytest.raises(ModelError) as info:
+        TorchGenerator(sc)
+    message = str(info.value)
+    assert "takes no KV cache (neither `cache` nor `past_key_values`)" in message
+    assert "*ForCausalLM" in message
+
+
+def test_cuda_graphs_and_compile_are_refused_on_a_gpu_generative_cell(tmp_path: Path) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device (the options are ignored on the CPU)")
+    with pytest.raises(CellError, match="eager torch for generative cells"):
+        TorchGenerator(cell(tmp_path, device="cuda", gpu=GpuSpec(cuda_graph=True)))

@@ -1,0 +1,44 @@
+"""Seeded token times of generative requests, and the results built from them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from perfguard.core.stats import throughput
+from perfguard.records.figures import summarize
+from perfguard.records.tokenfigures import TokenFigures
+from tests.helpers.samples import SID, result
+
+
+def token_times(
+    requests: int,
+    new_tokens: int,
+    seed: int,
+    *,
+    prefill_ms: float = 4.0,
+    decode_ms: float = 1.0,
+    sigma: float = 0.05,
+    request_sigma: float = 0.0,
+) -> np.ndarray:
+    """Token arrival times (ns after each request's send), one row per request: a
+    lognormal prefill, then lognormal decode steps; ``request_sigma`` gives each request
+    a common slowness of its own (tokens of one request then move together)."""
+    rng = np.random.default_rng(seed)
+    slow = rng.lognormal(0.0, request_sigma, (requests, 1)) if request_sigma else 1.0
+    prefill = prefill_ms * 1e6 * rng.lognormal(0.0, sigma, (requests, 1)) * slow
+    steps = decode_ms * 1e6 * rng.lognormal(0.0, sigma, (requests, new_tokens - 1)) * slow
+    return np.cumsum(np.concatenate([prefill, steps], axis=1), axis=1).astype(np.int64)
+
+
+def generative_result(times: np.ndarray, *, sid: str = SID, batch: int = 1) -> object:
+    """A passed generative cell's result whose token figures are ``times``."""
+    tokens = TokenFigures.of(times, prompt_tokens=16, batch=batch)
+    e2e = tokens.e2e()
+    return replace(
+        result(e2e, sid=sid, throughput=throughput(e2e, batch)),
+        latency_ns=summarize(e2e),
+        samples_ns=tuple(int(x) for x in e2e),
+        tokens=tokens,
+    )

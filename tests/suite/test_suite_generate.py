@@ -1,0 +1,188 @@
+"""perfguard.suite.sections.generate: generative scenarios in a suite file, their cells
+(one per prompt length), and the refusals with file:line, found, expected and fix."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from perfguard.core.errors import SuiteError
+from perfguard.core.scenario import GenerateSpec, Scenario
+from perfguard.suite.loader import load_suite
+
+HEAD = """\
+models:
+  lm:
+    factory: pkg.mod:build
+  enc:
+    factory: pkg.mod:build
+    inputs:
+      x: {shape: [1, 4]}
+scenarios:
+"""
+
+
+def cells(tmp_path: Path, body: str, head: str = HEAD) -> list[Scenario]:
+    path = tmp_path / "s.yaml"
+    path.write_text(head + textwrap.dedent(body), encoding="utf-8")
+    return list(load_suite(path).scenarios)
+
+
+def refusal(tmp_path: Path, body: str, head: str = HEAD) -> str:
+    with pytest.raises(SuiteError) as info:
+        cells(tmp_path, body, head)
+    return str(info.value)
+
+
+def test_one_set_of_cells_per_prompt_length_after_the_matrix(tmp_path: Path) -> None:
+    got = cells(
+        tmp_path,
+        """\
+        - name: gen
+          model: lm
+          matrix: {precision: [fp32, int8]}
+          generate: {prompt_tokens: [48, 96], new_tokens: 32, batch: 2, prompts: 4, seed: 7}
+        """,
+    )
+    assert [c.item_name for c in got] == [
+        "gen[fp32-p48]",
+        "gen[fp32-p96]",
+        "gen[int8-p48]",
+        "gen[int8-p96]",
+    ]
+    assert got[1].matrix_values == (("precision", "fp32"), ("prompt", "p96"))
+    assert got[1].generate == GenerateSpec(
+        prompt_tokens=96, new_tokens=32, batch=2, prompts=4, seed=7
+    )
+
+
+def test_one_length_and_defaults(tmp_path: Path) -> None:
+    (cell,) = cells(
+        tmp_path, "- {name: gen, model: lm, generate: {prompt_tokens: 16, new_tokens: 4}}\n"
+    )
+    assert cell.item_name == "gen[p16]"
+    assert cell.generate == GenerateSpec(prompt_tokens=16, new_tokens=4)
+    assert cell.generate.batch == 1 and cell.generate.prompts == 8 and cell.generate.vocab is None
+
+
+def test_a_prompt_file_is_relative_to_the_suite(tmp_path: Path) -> None:
+    (cell,) = cells(
+        tmp_path,
+        """\
+        - name: gen
+          model: lm
+          generate: {prompt_tokens: 8, new_tokens: 4, file: data/p.jsonl, tokenizer: tok:make}
+        """,
+    )
+    assert cell.generate is not None
+    assert cell.generate.file == tmp_path / "data" / "p.jsonl"
+    assert cell.generate.tokenizer == "tok:make" and cell.generate.source == "file"
+
+
+def test_token_gates_are_kept_on_generative_cells(tmp_path: Path) -> None:
+    (cell,) = cells(
+        tmp_path,
+        """\
+        - name: gen
+          model: lm
+          generate: {prompt_tokens: 8, new_tokens: 4}
+          gate: {ttft_p95: "+10%", itl_p95: "+0.5ms", tokens_per_s: "-5%"}
+        """,
+    )
+    gates = {g.metric: g for g in cell.gates}
+    assert gates["ttft_p95"].limit == pytest.approx(0.10)
+    assert not gates["itl_p95"].relative and gates["itl_p95"].limit == pytest.approx(0.5)
+    assert not gates["tokens_per_s"].higher_is_worse
+
+
+def test_a_token_gate_on_a_scenario_that_generates_nothing_is_refused(tmp_path: Path) -> None:
+    message = refusal(
+        tmp_path,
+        """\
+        - name: enc
+          model: enc
+          gate: {itl_p95: "+5%"}
+        """,
+    )
+    assert "s.yaml:11" in message and "gates `itl_p95`, a token figure" in message
+    assert "add `generate:`" in message
+
+
+def test_defaults_token_gates_reach_only_generative_scenarios(tmp_path: Path) -> None:
+    head = 'defaults:\n  gate: {ttft_p95: "+7%"}\n' + HEAD
+    enc, gen = cells(
+        tmp_path,
+        """\
+        - {name: enc, model: enc}
+        - {name: gen, model: lm, generate: {prompt_tokens: 8, new_tokens: 4}}
+        """,
+        head,
+    )
+    assert "ttft_p95" not in {g.metric for g in enc.gates}
+    assert "ttft_p95" in {g.metric for g in gen.gates}
+
+
+@pytest.mark.parametrize(
+    ("extra", "key"),
+    [
+        ("load: {concurrency: [1, 2]}", "load"),
+        ("accuracy: {}", "accuracy"),
+        ("profile: true", "profile"),
+    ],
+)
+def test_what_generative_cells_do_not_measure_yet_is_refused(
+    tmp_path: Path, extra: str, key: str
+) -> None:
+    message = refusal(
+        tmp_path,
+        f"""\
+        - name: gen
+          model: lm
+          generate: {{prompt_tokens: 8, new_tokens: 4}}
+          {extra}
+        """,
+    )
+    assert f"has `generate` and `{key}`" in message and "is not measured yet" in message
+    assert "s.yaml:12" in message and f"remove `{key}`" in message
+
+
+def test_a_model_without_inputs_needs_generate(tmp_path: Path) -> None:
+    message = refusal(tmp_path, "- {name: plain, model: lm}\n")
+    assert "model `lm`, which declares no inputs, and generates nothing" in message
+    assert "add `generate:`" in message
+
+
+def test_generation_on_another_backend_fails_only_that_cell(tmp_path: Path) -> None:
+    torch, ort = cells(
+        tmp_path,
+        """\
+        - name: gen
+          model: lm
+          matrix: {backend: [torch, onnxruntime]}
+          generate: {prompt_tokens: 8, new_tokens: 4}
+        """,
+    )
+    assert torch.error is None
+    assert ort.error is not None and "generates on `onnxruntime`" in ort.error
+
+
+@pytest.mark.parametrize(
+    ("generate", "found"),
+    [
+        ("{prompt_tokens: [8, 8], new_tokens: 4}", "lists 8 twice"),
+        ("{prompt_tokens: [], new_tokens: 4}", "empty"),
+        ("{prompt_tokens: 0, new_tokens: 4}", "`prompt_tokens`"),
+        ("{prompt_tokens: 8}", "has no `new_tokens`"),
+        ("{prompt_tokens: 8, new_tokens: 4, file: p.jsonl}", "`file` but no `tokenizer`"),
+        ("{prompt_tokens: 8, new_tokens: 4, vocab: 1}", "`vocab`"),
+        ("{prompt_tokens: 8, new_tokens: 2000000}", "`new_tokens`"),
+        ("{prompt_tokens: 8, new_tokens: 4, temperature: 0.7}", "temperature"),
+    ],
+)
+def test_bad_generate_values_are_refused_at_their_line(
+    tmp_path: Path, generate: str, found: str
+) -> None:
+    message = refusal(tmp_path, f"- {{name: gen, model: lm, generate: {generate}}}\n")
+    assert "s.yaml:9" in message and found in message
