@@ -105,17 +105,24 @@ def safe_label(commit: str) -> str:
     return digits or "?"
 
 
-def cdf_svg(current: Sequence[int], baseline: Sequence[int] | None) -> str:
-    """Latency CDF of the current run (and the baseline), P50/P95/P99 as vertical lines."""
+def cdf_svg(
+    current: Sequence[int] | np.ndarray,
+    baseline: Sequence[int] | np.ndarray | None,
+    *,
+    what: str = "latency",
+    of: str = "requests",
+) -> str:
+    """Latency CDF of the current run (and the baseline), P50/P95/P99 as vertical lines;
+    ``what`` names the figure on the x axis and ``of`` what the samples are."""
     series = [("current", current, CURRENT_COLOR)]
-    if baseline:
+    if baseline is not None and len(baseline):
         series.insert(0, ("baseline", baseline, BASELINE_COLOR))
     with _style():
         fig = _figure()
         ax = fig.add_subplot()
         lo, hi = np.inf, 0.0
         for label, samples, color in series:
-            xs, ys = cdf_points(samples)
+            xs, ys = cdf_points(samples)  # type: ignore[arg-type]
             lo, hi = min(lo, float(xs[0])), max(hi, float(xs[-1]))
             ax.step(xs, ys, where="post", color=color, label=label, linewidth=1.2)
             full = np.sort(np.asarray(samples, dtype=np.float64)) / 1e6
@@ -123,10 +130,40 @@ def cdf_svg(current: Sequence[int], baseline: Sequence[int] | None) -> str:
                 ax.axvline(_nearest_rank(full, q), color=color, linestyle=style, linewidth=0.8)
         if lo > 0 and hi / lo > 20:
             ax.set_xscale("log")
-        ax.set_xlabel("latency (ms); lines: P50 dotted, P95 dashed, P99 dash-dot")
-        ax.set_ylabel("share of requests")
+        ax.set_xlabel(f"{what} (ms); lines: P50 dotted, P95 dashed, P99 dash-dot")
+        ax.set_ylabel(f"share of {of}")
         ax.xaxis.label.set_fontsize(7.0)
         ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right")
+        return _finish(fig)
+
+
+def token_timeline_svg(current_ms: Sequence[float], baseline_ms: Sequence[float] | None) -> str:
+    """One request's token arrivals: token number against ms since the request was sent
+    (the first point is its TTFT, the slope after it its time per token), current red,
+    baseline blue."""
+    series = [("current", current_ms, CURRENT_COLOR)]
+    if baseline_ms:
+        series.insert(0, ("baseline", baseline_ms, BASELINE_COLOR))
+    with _style():
+        fig = _figure()
+        ax = fig.add_subplot()
+        for label, times, color in series:
+            ax.step(
+                list(times),
+                range(1, len(times) + 1),
+                where="post",
+                color=color,
+                label=label,
+                linewidth=1.2,
+                marker=".",
+                markersize=3,
+            )
+        ax.set_xlabel("ms since the request was sent")
+        ax.set_ylabel("tokens received")
+        ax.set_xlim(left=0)
+        ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend(loc="lower right")
         return _finish(fig)

@@ -32,6 +32,7 @@ from perfguard.report.loadsections import load_context, load_fact
 from perfguard.report.model import ReportInput
 from perfguard.report.profilediff import ProfileView, profile_view
 from perfguard.report.tables import busy_host, cells_named, on_busy_host, telemetry_gaps
+from perfguard.report.tokensections import TokenView, token_view
 
 #: Scenarios (in table order: regressions first) drawn as full matplotlib figures;
 #: the rest get sparklines, so a 500-scenario report stays fast and small
@@ -322,6 +323,8 @@ class Row:
     facts: list[tuple[str, str]] = field(default_factory=list)
     #: "Where the time went" (``perfguard.report.profilediff``), for a cell with a profile.
     profile: ProfileView | None = None
+    #: Token timing (``perfguard.report.tokensections``), for a generative cell.
+    tokens: TokenView | None = None
 
 
 def _triple(result: ScenarioResult | None) -> tuple[str, str, str]:
@@ -658,6 +661,7 @@ def build_rows(inp: ReportInput) -> list[Row]:
         ab = ABBase(ab_detail.base, base) if ab_detail is not None else None
         _add_plots(row, inp, cur, base, full, group, side, p95, ab)
         row.profile = profile_view(cur, base)
+        row.tokens = token_view(cur, base, verdicts.get(sid), full=full)
         rows.append(row)
     return rows
 

@@ -103,10 +103,15 @@ class _Cell:
         self.scenario = scenario
         self.run = ScenarioRun(scenario, ctx)
         self._load: LoadRunner | None = None
+        self.batch = self.run.batch
+        #: A generative cell answers only `result` (``_open_cell`` refuses the rest).
+        self.generative = self.run.generator is not None
         if self.run.generator is not None:
-            return  # measured whole by `result` (_open_cell refuses the other ops)
+            self.runtime_info: dict[str, Any] = self.run.generator.runtime_info
+            return
         self.session: Session = self.run.session
-        self.prepared, self.batch = self.run.prepared, self.run.batch
+        self.runtime_info = self.session.runtime_info
+        self.prepared = self.run.prepared
         # partial, not a closure: one less Python frame inside every timed request.
         self.call: Callable[[], object] = functools.partial(self.session.run, self.prepared)
         self.sync = self.session.synchronize
@@ -277,7 +282,7 @@ class Server:
         return {
             "scenario_id": scenario.scenario_id(ctx.rootdir),
             "batch": cell.batch,
-            "runtime": cell.session.runtime_info,
+            "runtime": cell.runtime_info,
             "backend": scenario.backend,
             "device": scenario.device,
             "precision": scenario.precision,
@@ -292,7 +297,7 @@ class Server:
                 expected="`open` first",
                 fix="send `open` with the suite and the cell's item name",
             )
-        if cell.run.generator is not None and op != "result":
+        if cell.generative and op != "result":
             raise ProtocolError(
                 f"`{op}` was sent for {cell.scenario.item_name}, a generative cell",
                 expected="`result` (a generative cell is measured whole, token by token)",
@@ -320,7 +325,7 @@ class Server:
 
     def _measure(self, request: dict[str, Any]) -> dict[str, Any]:
         cell = self.cells.get(request.get("slot", _MAIN))
-        if cell is None:
+        if cell is None or cell.generative:  # the fast path of an open plain cell
             cell = self._open_cell("measure", request)
         k = request.get("k")
         if type(k) is not int or k < 1:

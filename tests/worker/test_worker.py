@@ -529,6 +529,7 @@ def test_pairs_credit_each_request_to_its_own_slot(monkeypatch: pytest.MonkeyPat
                 now[0] += cost
 
             self.call, self.sync = call, None
+            self.generative = False
 
     monkeypatch.setattr("perfguard.worker.serve.time.perf_counter_ns", lambda: now[0])
     server = Server()
@@ -620,3 +621,31 @@ def test_load_interleaved_shares_one_level_between_two_slots(tmp_path: Path) -> 
             assert failed["ok"] is False and fragment in failed["error"]["message"], failed
     finally:
         server.shutdown()
+
+
+GENERATIVE_SUITE = """\
+defaults: {threads: 1, warmup: {iterations: 2, seconds: 0}, measure: {iterations: 6, seconds: 0}}
+models:
+  lm:
+    factory: perfguard_examples.tinylm:build
+    kwargs: {layers: 1, hidden: 32, heads: 2, kv_heads: 1, vocab: 64}
+scenarios:
+  - {name: gen, model: lm, isolate: true, generate: {prompt_tokens: 8, new_tokens: 4}}
+"""
+
+
+def test_an_isolated_generative_cell_is_measured_whole_in_its_worker(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    suite = tmp_path / "g.yaml"
+    suite.write_text(GENERATIVE_SUITE)
+    (scenario,) = load_suite(suite).scenarios
+    ctx = RunContext(rootdir=tmp_path, cache_dir=tmp_path / ".cache")
+    with IsolatedRun(scenario, ctx) as run:
+        result = run.measure()
+    assert result.tokens is not None and result.tokens.requests == 6
+    assert result.tokens.new_tokens == 4 and len(result.samples_ns) == 6
+    with WorkerProcess(name="G", cwd=tmp_path) as worker:
+        opened = _open(worker, suite, "gen[p8]")
+        assert opened["runtime"]["kv_cache"] == "DynamicCache"
+        with pytest.raises(ProtocolError, match="a generative cell"):
+            worker.measure(k=2)
