@@ -142,7 +142,6 @@ class TorchSession:
         import torch
 
         self._scenario = scenario
-        self._previous_threads: int | None = None
         self._positional = False
         self._cuda: CudaRuntime | None = None
         self._compile_pending = False
@@ -173,12 +172,8 @@ class TorchSession:
             )
         if self.device.type == "cuda":
             CudaRuntime.check(scenario)
-        self.dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(
-            scenario.precision, torch.float32
-        )
-        if scenario.threads is not None:
-            self._previous_threads = torch.get_num_threads()
-            torch.set_num_threads(scenario.threads)
+        self.dtype = precision_dtype(scenario.precision)
+        self._threads = TorchThreads(scenario.threads)
         try:
             self._module = self._build(scenario, feeds)
             self._call: Callable[..., Any] = self._module
@@ -207,7 +202,7 @@ class TorchSession:
                 # (another session, a load worker's stream) is not waited for.
                 self.synchronize = self._cuda.synchronize
         except BaseException:
-            self._restore_threads()
+            self._threads.restore()
             raise
 
     def _build(self, scenario: Scenario, feeds: Mapping[str, np.ndarray]) -> torch.nn.Module:
@@ -367,14 +362,34 @@ class TorchSession:
             if cuda is not None:
                 gc.collect()  # reference cycles (a failed request's traceback) hold memory
             torch.cuda.empty_cache()
-        self._restore_threads()
+        self._threads.restore()
 
-    def _restore_threads(self) -> None:
+
+def precision_dtype(precision: str) -> torch.dtype:
+    """The torch dtype a cell's model and float inputs run in at ``precision``."""
+    import torch
+
+    return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision, torch.float32)
+
+
+class TorchThreads:
+    """torch's intra-op threads for one session: ``threads`` set when it opens (None:
+    left as they are), the previous count restored by ``restore`` (once; safe again)."""
+
+    def __init__(self, threads: int | None) -> None:
         import torch
 
-        if self._previous_threads is not None:
-            torch.set_num_threads(self._previous_threads)
-            self._previous_threads = None
+        self._previous: int | None = None
+        if threads is not None:
+            self._previous = torch.get_num_threads()
+            torch.set_num_threads(threads)
+
+    def restore(self) -> None:
+        import torch
+
+        if self._previous is not None:
+            torch.set_num_threads(self._previous)
+            self._previous = None
 
 
 def _closed(*_: Any, **__: Any) -> Any:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from perfguard.backends.torch_backend import parse_torch_device
+from perfguard.backends.torch_backend import TorchThreads, parse_torch_device, precision_dtype
 from perfguard.core.errors import CellError, ModelError
 from perfguard.core.scenario import Scenario
 from perfguard.models.factory import load_factory
@@ -62,7 +62,6 @@ class TorchGenerator:
         import torch
 
         self._scenario = scenario
-        self._previous_threads: int | None = None
         if scenario.model.factory is None:
             raise CellError(
                 f"model {scenario.model.name!r} is an ONNX file; generation on torch needs "
@@ -89,12 +88,8 @@ class TorchGenerator:
                 fix="run int8 with `device: cpu`, or use fp16/bf16 on the GPU",
                 location=scenario.location,
             )
-        self.dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(
-            scenario.precision, torch.float32
-        )
-        if scenario.threads is not None:
-            self._previous_threads = torch.get_num_threads()
-            torch.set_num_threads(scenario.threads)
+        self.dtype = precision_dtype(scenario.precision)
+        self._threads = TorchThreads(scenario.threads)
         try:
             self._module = self._build(scenario)
             config = getattr(self._module, "config", None)
@@ -126,7 +121,7 @@ class TorchGenerator:
                 self.runtime_info["cuda"] = torch.version.cuda
                 self.runtime_info["gpu"] = torch.cuda.get_device_name(self.device)
         except BaseException:
-            self._restore_threads()
+            self._threads.restore()
             raise
 
     def _build(self, scenario: Scenario) -> torch.nn.Module:
@@ -183,14 +178,7 @@ class TorchGenerator:
             del self._module
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
-        self._restore_threads()
-
-    def _restore_threads(self) -> None:
-        import torch
-
-        if self._previous_threads is not None:
-            torch.set_num_threads(self._previous_threads)
-            self._previous_threads = None
+        self._threads.restore()
 
 
 def _forward_keywords(module: torch.nn.Module, scenario: Scenario) -> tuple[str, bool]:

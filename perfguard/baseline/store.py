@@ -64,6 +64,7 @@ from perfguard.core.stats import throughput
 from perfguard.core.text import one_line
 from perfguard.records.figures import summarize
 from perfguard.records.results import CommitInfo, RunResult, ScenarioResult
+from perfguard.records.tokenfigures import pooled_tokens
 
 DEFAULT_ROOT = Path(BASELINE_DIR)
 DEFAULT_MAX_LAUNCHES = 5
@@ -121,7 +122,8 @@ class Baseline:
         why. ``canary_ns`` is the median of the launches' canaries, so a baseline
         normalises against its typical machine speed rather than one launch's. The
         operator profile is the most recent launch's that has one (profiles are not
-        pooled: each is a median over its own pass).
+        pooled: each is a median over its own pass); a generative cell's token times
+        are pooled like its samples.
         """
         results = self.scenario_launches(scenario_id)
         if not results:
@@ -150,6 +152,7 @@ class Baseline:
             canary_ns=float(statistics.median(canaries)) if canaries else None,
             stable=all(r.stable for r in measured),
             profile=next((r.profile for r in reversed(results) if r.profile is not None), None),
+            tokens=pooled_tokens([r.tokens for r in measured if r.tokens is not None]),
         )
 
 

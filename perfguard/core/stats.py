@@ -236,17 +236,21 @@ def percentile_ratio_bound(
     ratios = _bootstrap_order_statistic(c, kc, n_boot, rng) / _bootstrap_order_statistic(
         b, kb, n_boot, rng
     )
+    return _interval(ratios, point, conf, f"bootstrap-percentile(n_boot={n_boot}, seed={seed})")
+
+
+def _interval(ratios: FloatArray, point: float, conf: float, method: str) -> RatioBound:
+    """The percentile interval of bootstrap ``ratios`` at ``conf``, widened to hold
+    ``point``."""
     alpha = 1.0 - conf
     ratios.sort()
+    n_boot = ratios.size
     lower = float(ratios[rank_index(n_boot, 100.0 * alpha / 2.0)])
     upper = float(ratios[rank_index(n_boot, 100.0 * (1.0 - alpha / 2.0))])
     return RatioBound(
-        point=point,
-        lower=min(lower, point),
-        upper=max(upper, point),
-        confidence=conf,
-        method=f"bootstrap-percentile(n_boot={n_boot}, seed={seed})",
-    )
+        point=point, lower=min(lower, point), upper=max(upper, point), confidence=conf,
+        method=method,
+    )  # fmt: skip
 
 
 def _clustered_replicates(
@@ -302,17 +306,8 @@ def clustered_percentile_ratio_bound(
     ratios = _clustered_replicates(c, qf, n_boot, rng, chunk) / _clustered_replicates(
         b, qf, n_boot, rng, chunk
     )
-    alpha = 1.0 - conf
-    ratios.sort()
-    lower = float(ratios[rank_index(n_boot, 100.0 * alpha / 2.0)])
-    upper = float(ratios[rank_index(n_boot, 100.0 * (1.0 - alpha / 2.0))])
-    return RatioBound(
-        point=point,
-        lower=min(lower, point),
-        upper=max(upper, point),
-        confidence=conf,
-        method=f"cluster-bootstrap-percentile(n_boot={n_boot}, seed={seed})",
-    )
+    method = f"cluster-bootstrap-percentile(n_boot={n_boot}, seed={seed})"
+    return _interval(ratios, point, conf, method)
 
 
 def order_statistic_ci(samples: npt.ArrayLike, q: float, confidence: float) -> tuple[float, float]:

@@ -28,13 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from perfguard.backends import get_backend
 from perfguard.backends.base import GenerativeSession, generative
-from perfguard.core.errors import BackendUnavailable, CellError, ModelError
+from perfguard.core.errors import CellError, ModelError
 from perfguard.core.scenario import Scenario
 from perfguard.core.stats import is_stable, stability_ratio, throughput
-from perfguard.measure.gpuwatch import cuda_unavailable
-from perfguard.measure.opencell import RunContext
+from perfguard.measure.opencell import RunContext, ready_backend
 from perfguard.measure.timing import Measurement
 from perfguard.measure.watchdog import cell_limit, watch
 from perfguard.models.prompts import make_prompts
@@ -54,14 +52,7 @@ def open_generator(
     Yields ``(session, prepared prompts, batch)``, like ``opencell.open_session``."""
     spec = scenario.generate
     assert spec is not None, scenario.item_name
-    if scenario.error:
-        raise CellError(scenario.error)
-    if scenario.threads is None and ctx.default_threads is not None:
-        scenario = replace(scenario, threads=ctx.default_threads)
-    backend = get_backend(scenario.backend)
-    reason = backend.unavailable_reason() or cuda_unavailable(scenario)
-    if reason:
-        raise BackendUnavailable(reason, location=scenario.location)
+    scenario, backend = ready_backend(scenario, ctx)
     maker = generative(backend)
     if maker is None:
         raise CellError(

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from perfguard.backends import Session, get_backend
+from perfguard.backends import Backend, Session, get_backend
 from perfguard.core.errors import BackendUnavailable, CellError
 from perfguard.core.policy import OPEN_TIMEOUT_S
 from perfguard.core.scenario import Scenario
@@ -25,7 +25,7 @@ from perfguard.measure.gpuwatch import cuda_unavailable
 from perfguard.measure.watchdog import cell_limit, watch
 from perfguard.models.inputs import batch_size, make_inputs
 
-__all__ = ["RunContext", "open_session"]
+__all__ = ["RunContext", "open_session", "ready_backend"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,20 @@ class RunContext:
         return OPEN_TIMEOUT_S if self.open_timeout_s is None else self.open_timeout_s
 
 
+def ready_backend(scenario: Scenario, ctx: RunContext) -> tuple[Scenario, Backend]:
+    """The cell as it runs (the context's default threads where it sets none) and its
+    backend, ready: an unsupported cell, a missing runtime or CUDA raise here."""
+    if scenario.error:
+        raise CellError(scenario.error)
+    if scenario.threads is None and ctx.default_threads is not None:
+        scenario = replace(scenario, threads=ctx.default_threads)
+    backend = get_backend(scenario.backend)
+    reason = backend.unavailable_reason() or cuda_unavailable(scenario)
+    if reason:
+        raise BackendUnavailable(reason, location=scenario.location)
+    return scenario, backend
+
+
 @contextmanager
 def open_session(
     scenario: Scenario,
@@ -64,14 +78,7 @@ def open_session(
 
     ``calibration`` feeds (the accuracy inputs) are only needed by static int8.
     """
-    if scenario.error:
-        raise CellError(scenario.error)
-    if scenario.threads is None and ctx.default_threads is not None:
-        scenario = replace(scenario, threads=ctx.default_threads)
-    backend = get_backend(scenario.backend)
-    reason = backend.unavailable_reason() or cuda_unavailable(scenario)
-    if reason:
-        raise BackendUnavailable(reason, location=scenario.location)
+    scenario, backend = ready_backend(scenario, ctx)
     feeds = make_inputs(scenario.model)
     # Opening, preparing and (perfguard.measure.timing) the warm-up are watched.
     with cell_limit(ctx.open_timeout_s, cell=scenario.item_name, location=scenario.location):

@@ -25,6 +25,7 @@ Percentiles are nearest rank, as every latency figure of perfguard.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -34,7 +35,7 @@ import numpy.typing as npt
 from perfguard.records.declare import Record, spec
 from perfguard.records.figures import LatencySummary, summarize
 
-__all__ = ["TokenFigures"]
+__all__ = ["TokenFigures", "pooled_tokens"]
 
 _POSITIVE = spec(minimum=1)
 _NON_NEGATIVE = spec(minimum=0)
@@ -144,3 +145,22 @@ class TokenFigures(Record):
             tokens_per_s=batch * new_tokens * requests / (total / 1e9) if total > 0 else 0.0,
             prefill_share=float(times[:, 0].sum() / total) if total > 0 else 0.0,
         )
+
+
+def pooled_tokens(figures: Sequence[TokenFigures]) -> TokenFigures | None:
+    """The token figures of several launches of one cell as one (a baseline pools its
+    launches): every request of those with the newest's shape (prompt, new tokens,
+    batch), oldest first; None for none."""
+    if not figures:
+        return None
+    newest = figures[-1]
+    same = [
+        f
+        for f in figures
+        if (f.prompt_tokens, f.new_tokens, f.batch)
+        == (newest.prompt_tokens, newest.new_tokens, newest.batch)
+    ]
+    if len(same) == 1:
+        return newest
+    times = np.concatenate([f.times() for f in same], axis=0)
+    return TokenFigures.of(times, prompt_tokens=newest.prompt_tokens, batch=newest.batch)

@@ -14,6 +14,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -33,10 +34,12 @@ from perfguard.core.errors import GitError, ResultsError, StoreError
 from perfguard.records.arrays import SAMPLES_ENCODING as ENCODING
 from perfguard.records.figures import summarize
 from perfguard.records.loadfigures import LoadFigures
+from perfguard.records.tokenfigures import TokenFigures, pooled_tokens
 from tests.helpers.baseline_runs import FP, IDS, make_run, make_samples, sha_of
 from tests.helpers.envs import fp as fingerprint_of
 from tests.helpers.paths import RECORDS
 from tests.helpers.results import load_dict
+from tests.helpers.tokens import token_times
 
 # -- format and round trip ------------------------------------------------------------
 
@@ -574,6 +577,35 @@ def test_pooled_load_cells_keep_the_launches_own_throughput() -> None:
     assert loaded is not None
     other = loaded.pooled(IDS[0])
     assert other is not None and other.throughput != 123.5  # recomputed from samples
+
+
+def test_pooled_generative_cells_pool_every_launchs_token_times() -> None:
+    # A baseline of three launches gates ITL on all their requests, not the newest's.
+    store = MemoryStore()
+    times = [token_times(20, 6, seed) for seed in range(3)]
+    for t in times:
+        run = make_run(sha_of(1))
+        scenarios = tuple(
+            dataclasses.replace(s, tokens=TokenFigures.of(t, prompt_tokens=4, batch=1))
+            for s in run.scenarios
+        )
+        store.save(dataclasses.replace(run, scenarios=scenarios))
+    baseline = store.load(FP, sha_of(1))
+    assert baseline is not None
+    pooled = baseline.pooled(IDS[0])
+    assert pooled is not None and pooled.tokens is not None
+    assert pooled.tokens.requests == 60
+    assert pooled.tokens.times().tolist() == np.concatenate(times).tolist()
+    # a launch of another shape (its suite changed between launches) is left out
+    assert (
+        pooled_tokens(
+            [
+                TokenFigures.of(times[0][:, :3], prompt_tokens=4, batch=1),
+                TokenFigures.of(times[1], prompt_tokens=4, batch=1),
+            ]
+        ).requests
+        == 20
+    )  # type: ignore[union-attr]
 
 
 # -- headers: what `perfguard baseline list` reads -------------------------------------
