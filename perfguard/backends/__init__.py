@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from perfguard.backends.base import Backend, Session
+from perfguard.backends.base import Backend, GenerativeBackend, Session
 from perfguard.backends.onnxruntime_backend import OnnxRuntimeBackend
 from perfguard.backends.tensorrt_backend import TensorRTBackend
 from perfguard.backends.torch_backend import TorchBackend
+from perfguard.backends.torch_generate import TorchGeneration
 from perfguard.core.errors import CellError
 
-__all__ = ["Backend", "Session", "get_backend"]
+__all__ = ["Backend", "GenerativeBackend", "Session", "generative", "get_backend"]
 
 
 def get_backend(name: str) -> Backend:
@@ -24,3 +25,8 @@ def get_backend(name: str) -> Backend:
         expected="one of: torch, onnxruntime, tensorrt",
         fix="set `backend:` to a supported runtime",
     )
+
+
+def generative(backend: Backend) -> GenerativeBackend | None:
+    """``backend``'s generation path (``generate:`` cells), or None where it has none."""
+    return TorchGeneration() if backend.name == "torch" else None

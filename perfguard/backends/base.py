@@ -99,16 +99,12 @@ class Backend(Protocol):
         """
 
 
-class GenerativeBackend(Backend, Protocol):
-    """A runtime with a generation path of its own (``generate:`` cells)."""
+class GenerativeBackend(Protocol):
+    """A runtime's generation path (``generate:`` cells); ``backends.generative`` finds
+    a backend's."""
 
     def open_generative(self, scenario: Scenario, cache_dir: Path) -> GenerativeSession:
         """Build/load the scenario's causal LM, ready to generate."""
-
-
-def generative(backend: Backend) -> GenerativeBackend | None:
-    """``backend`` where it can generate, else None."""
-    return backend if callable(getattr(backend, "open_generative", None)) else None  # type: ignore[return-value]
 
 
 # --- operator profiles -------------------------------------------------------------

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from perfguard.backends.base import GenerativeSession, ProfiledRequests
+from perfguard.backends.base import ProfiledRequests
 from perfguard.backends.torch_cuda import (
     CudaRuntime,
     compile_module,
@@ -74,12 +74,6 @@ class TorchBackend:
     ) -> TorchSession:
         """``calibration`` is ignored: torch int8 is dynamic quantization."""
         return TorchSession(scenario, feeds)
-
-    def open_generative(self, scenario: Scenario, cache_dir: Path) -> GenerativeSession:
-        """The scenario's causal LM, generating greedily with its KV cache."""
-        from perfguard.backends.torch_generate import TorchGenerator
-
-        return TorchGenerator(scenario)
 
 
 def parse_torch_device(scenario: Scenario) -> torch.device:

@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from perfguard.backends.base import GenerativeSession, generative
+from perfguard.backends import generative
+from perfguard.backends.base import GenerativeSession
 from perfguard.core.errors import CellError, ModelError
 from perfguard.core.scenario import Scenario
 from perfguard.core.stats import is_stable, stability_ratio, throughput

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from perfguard.backends import generative
 from perfguard.backends.torch_backend import TorchBackend
 from perfguard.backends.torch_generate import TorchGenerator
 from perfguard.core.errors import CellError, ModelError
@@ -53,7 +54,7 @@ def test_the_tokens_are_transformers_own_greedy_generation(tmp_path: Path, kind:
     import torch
 
     kwargs = (("kind", kind), *SMALL[1:])
-    gen = TorchBackend().open_generative(cell(tmp_path, kwargs), tmp_path)
+    gen = generative(TorchBackend()).open_generative(cell(tmp_path, kwargs), tmp_path)  # type: ignore[union-attr]
     assert isinstance(gen, TorchGenerator)
     try:
         prompt = np.random.default_rng(0).integers(0, 128, (2, 12))
