@@ -34,6 +34,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -47,11 +48,19 @@ from perfguard.models.quantize import quantize_torch_int8, torch_quant_facts
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["TorchGenerator"]
+__all__ = ["TorchGeneration", "TorchGenerator"]
 
 #: The keyword a causal LM's forward takes its KV cache by: transformers 5 names it
 #: ``cache``, transformers 4 ``past_key_values``.
 CACHE_KEYWORDS: tuple[str, ...] = ("cache", "past_key_values")
+
+
+class TorchGeneration:
+    """torch's generation path (``perfguard.backends.base.GenerativeBackend``)."""
+
+    def open_generative(self, scenario: Scenario, cache_dir: Path) -> TorchGenerator:
+        """The scenario's causal LM, generating greedily with its KV cache."""
+        return TorchGenerator(scenario)
 
 
 class TorchGenerator:
@@ -148,19 +157,19 @@ class TorchGenerator:
         import torch
 
         model = self._module
-        cache = self._new_cache()
-        kwargs: dict[str, Any] = {"use_cache": True}
+        # One keyword set per request (its own cache), not rebuilt at every step.
+        kwargs: dict[str, Any] = {"use_cache": True, self._cache_keyword: self._new_cache()}
         if self._keep_last:
             kwargs["logits_to_keep"] = 1
         on_host = self.device.type != "cpu"
         steps: list[Any] = []
         with torch.inference_mode():
-            out = model(input_ids=prepared, **{self._cache_keyword: cache}, **kwargs)
+            out = model(input_ids=prepared, **kwargs)
             token = out.logits[:, -1, :].argmax(dim=-1, keepdim=True)
             steps.append(token.cpu() if on_host else token)
             stamp()
             for _ in range(new_tokens - 1):
-                out = model(input_ids=token, **{self._cache_keyword: cache}, **kwargs)
+                out = model(input_ids=token, **kwargs)
                 token = out.logits[:, -1, :].argmax(dim=-1, keepdim=True)
                 steps.append(token.cpu() if on_host else token)
                 stamp()
