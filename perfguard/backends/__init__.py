@@ -8,6 +8,7 @@ from perfguard.backends.tensorrt_backend import TensorRTBackend
 from perfguard.backends.torch_backend import TorchBackend
 from perfguard.backends.torch_generate import TorchGeneration
 from perfguard.core.errors import CellError
+from perfguard.core.scenario import GENERATIVE_BACKENDS
 
 __all__ = ["Backend", "GenerativeBackend", "Session", "generative", "get_backend"]
 
@@ -29,4 +30,11 @@ def get_backend(name: str) -> Backend:
 
 def generative(backend: Backend) -> GenerativeBackend | None:
     """``backend``'s generation path (``generate:`` cells), or None where it has none."""
-    return TorchGeneration() if backend.name == "torch" else None
+    made = _GENERATION.get(backend.name)
+    return made() if made is not None else None
+
+
+#: Each of ``core.scenario.GENERATIVE_BACKENDS``' generation path (the loader refuses a
+#: generative cell on any other backend).
+_GENERATION: dict[str, type[GenerativeBackend]] = {"torch": TorchGeneration}
+assert set(_GENERATION) == set(GENERATIVE_BACKENDS)

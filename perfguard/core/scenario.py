@@ -329,6 +329,8 @@ class LoadSpec:
         return f"c{int(self.level)}" if self.mode == "closed" else f"r{self.level:g}"
 
 
+#: The backends with a generation path (``generate:`` cells; ``backends.generative``).
+GENERATIVE_BACKENDS: tuple[str, ...] = ("torch",)
 #: How a generative cell's prompts are made (``GenerateSpec.source``).
 PROMPT_SOURCES: tuple[str, ...] = ("random", "file")
 

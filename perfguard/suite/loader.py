@@ -74,7 +74,7 @@ from perfguard.core.policy import (
     gate_metric,
     threads_limit,
 )
-from perfguard.core.scenario import ModelSpec, QuantSpec, Scenario
+from perfguard.core.scenario import GENERATIVE_BACKENDS, ModelSpec, QuantSpec, Scenario
 from perfguard.suite import grammar
 from perfguard.suite.rules import check_section, integer, number
 from perfguard.suite.sections.accuracy import (
@@ -303,9 +303,9 @@ def _unsupported(sc: Scenario) -> str | None:
         problem = f"{cell} asks for TensorRT on `{sc.device}`; TensorRT runs on NVIDIA GPUs"
         expected = "device `cuda` or `cuda:N` for backend `tensorrt`"
         fix = "set `device: cuda` for this cell (or `exclude` it)"
-    elif sc.generate is not None and sc.backend != "torch":
+    elif sc.generate is not None and sc.backend not in GENERATIVE_BACKENDS:
         problem = f"{cell} generates on `{sc.backend}`, which has no generation path yet"
-        expected = "backend `torch` for a generative cell (`generate:`)"
+        expected = f"backend {' or '.join(map(repr, GENERATIVE_BACKENDS))} for a generative cell"
         fix = "use `backend: torch` for this cell (or `exclude` it)"
     elif sc.precision == "int8" and sc.is_gpu and sc.backend != "tensorrt":
         problem = f"{cell} asks for `int8` on `{sc.device}`; int8 is CPU dynamic quantization"

@@ -49,3 +49,11 @@ def test_backend_availability_and_install_hint(
 def test_unknown_backend_names_the_supported_ones() -> None:
     with pytest.raises(CellError, match="one of: torch, onnxruntime"):
         get_backend("tensorflow")
+
+
+@pytest.mark.parametrize("name", ["torch", "onnxruntime", "tensorrt"])
+def test_exactly_the_generative_backends_have_a_generation_path(name: str) -> None:
+    from perfguard.backends import generative
+    from perfguard.core.scenario import GENERATIVE_BACKENDS
+
+    assert (generative(get_backend(name)) is not None) == (name in GENERATIVE_BACKENDS)
