@@ -31,6 +31,7 @@ __all__ = [
     "CodeTree",
     "active_tree",
     "check_origins",
+    "in_environment",
     "module_paths",
     "resolved",
     "use_tree",
@@ -63,7 +64,9 @@ class CodeTree:
 
     def owner(self, path: str) -> Path | None:
         """The checkout (``root`` or one of ``others``) holding ``path``, the innermost
-        when they nest; None outside all of them."""
+        when they nest; None outside all of them, and inside an installed environment
+        kept in a checkout (:func:`in_environment`): a ``.venv`` in the repository holds
+        the packages both sides share, not either side's code."""
         real = _real(path)
         best: Path | None = None
         for tree in (self.root, *self.others):
@@ -72,7 +75,39 @@ class CodeTree:
                 best is None or len(text) > len(str(best))
             ):
                 best = tree
+        if best is not None and in_environment(best, real):
+            return None
         return best
+
+
+#: Folders that hold installed packages, wherever they lie.
+_PACKAGE_FOLDERS = frozenset({"site-packages", "dist-packages"})
+
+
+def in_environment(checkout: Path, real: str) -> bool:
+    """Whether ``real`` (a resolved path inside ``checkout``) lies in an installed Python
+    environment kept there: below a virtual environment's root (a folder holding
+    ``pyvenv.cfg``, as ``python -m venv .venv`` makes) or a ``site-packages`` /
+    ``dist-packages`` folder (``pip install --target``)."""
+    parts = Path(os.path.relpath(real, checkout)).parts
+    if _PACKAGE_FOLDERS.intersection(parts):
+        return True
+    folder = checkout
+    for part in parts[:-1]:
+        folder = folder / part
+        if _is_venv(str(folder)):
+            return True
+    return False
+
+
+_VENV: dict[str, bool] = {}
+
+
+def _is_venv(folder: str) -> bool:
+    found = _VENV.get(folder)
+    if found is None:
+        found = _VENV[folder] = (Path(folder) / "pyvenv.cfg").is_file()
+    return found
 
 
 _active: list[CodeTree] = []

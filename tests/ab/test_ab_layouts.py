@@ -136,9 +136,10 @@ def assert_regression(result: tuple) -> None:
     assert code == 1, output
 
 
-def venv(tmp_path: Path) -> str:
-    """A virtual environment that sees this one's packages, for a real ``pip install -e``."""
-    where = tmp_path / "venv"
+def venv(tmp_path: Path, where: Path | None = None) -> str:
+    """A virtual environment that sees this one's packages, for a real ``pip install -e``
+    (at ``where``, default ``tmp_path / "venv"``)."""
+    where = where or tmp_path / "venv"
     base = getattr(sys, "_base_executable", sys.executable)
     subprocess.run(
         [base, "-m", "venv", "--without-pip", "--system-site-packages", str(where)], check=True
@@ -270,3 +271,25 @@ def test_a_factory_reaching_the_head_by_a_full_path_is_refused_naming_the_module
     assert "not from this side's tree" in output and "perfguard-ab-base-" in output, output
     verdict = verdicts.get("suites/s.yaml::lin")
     assert verdict is None or verdict["verdict"] != "unchanged", output
+
+
+def test_a_virtual_environment_inside_the_repository_serves_both_sides(tmp_path: Path) -> None:
+    """``python -m venv .venv`` in the checkout (as `make install` does here): its packages
+    are no side's code. The base side once mapped the venv's site-packages into the base
+    worktree, where no venv is, and every cell was skipped for a missing package."""
+    repo = new_repo(tmp_path / "repo", "lin_model:build")
+    (repo / ".gitignore").write_text("reports/\n.perfguard/\n__pycache__/\n.venv/\n")
+    python = venv(tmp_path, repo / ".venv")
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    (Path(purelib) / "venvonly.py").write_text("LAYERS = 1\n")  # installed in .venv only
+    body = "import venvonly\n" + model(0)
+    (repo / "suites" / "lin_model.py").write_text(body)
+    commit(repo, "base: one layer")
+    (repo / "suites" / "lin_model.py").write_text(body.replace("range(0)", "range(300)"))
+    commit(repo, "head: 300 more layers")
+    assert_regression(ab(repo, python))
