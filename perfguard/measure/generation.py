@@ -41,7 +41,13 @@ from perfguard.records.figures import RuntimeInfo, summarize
 from perfguard.records.results import ScenarioResult
 from perfguard.records.tokenfigures import TokenFigures
 
-__all__ = ["GenerativeRequests", "check_generated", "generation_result", "open_generator"]
+__all__ = [
+    "GenerativeRequests",
+    "check_generated",
+    "generation_result",
+    "open_generator",
+    "token_result",
+]
 
 
 @contextmanager
@@ -83,6 +89,9 @@ class GenerativeRequests:
     new_tokens: int
     rows: list[tuple[int, list[int]]] = field(default_factory=list)
     last: Any = None  # the last request's tokens, as the runtime returned them
+    #: Requests sent so far: request ``turn`` sends prompt ``turn % len(prepared)``. Two
+    #: cells compared pair by pair set theirs equal, so a pair sends one prompt to both.
+    turn: int = 0
 
     def __call__(self) -> None:
         clock = time.perf_counter_ns
@@ -92,14 +101,15 @@ class GenerativeRequests:
         def stamp() -> None:
             append(clock())
 
-        prompt = self.prepared[len(self.rows) % len(self.prepared)]
+        prompt = self.prepared[self.turn % len(self.prepared)]
+        self.turn += 1
         start = clock()
         self.last = self.session.generate(prompt, self.new_tokens, stamp)
         self.rows.append((start, stamps))
 
     def token_times(self, skip: int) -> np.ndarray:
         """Token times (ns after each request's send) of the requests after the first
-        ``skip``: one row per request."""
+        ``skip`` kept in ``rows``: one row per request."""
         rows = self.rows[skip:]
         for _start, stamps in rows:
             if len(stamps) != self.new_tokens:
@@ -110,6 +120,14 @@ class GenerativeRequests:
                     fix="this is a bug in perfguard's generation path: please report it",
                 )
         return np.asarray([[t - start for t in stamps] for start, stamps in rows], dtype=np.int64)
+
+    def drain(self) -> np.ndarray:
+        """:meth:`token_times` of every request kept since the last drain, then forgets
+        them (a worker answering request after request keeps no more than one reply's)."""
+        try:
+            return self.token_times(0)
+        finally:
+            self.rows.clear()
 
 
 def generation_result(
@@ -123,23 +141,35 @@ def generation_result(
     peak_memory_mib: float | None = None,
 ) -> ScenarioResult:
     """The cell's result from the timing loop's ``timed`` and the requests' stamps."""
+    result = token_result(scenario, ctx, requests.token_times(timed.warmup_iterations), runtime)
+    return replace(
+        result,
+        cold_start_ns=int(timed.cold_start_ns),
+        warmup_iterations=int(timed.warmup_iterations),
+        warmup_ns=int(timed.warmup_ns),
+        canary_ns=canary_ns,
+        peak_memory_mib=peak_memory_mib,
+    )
+
+
+def token_result(
+    scenario: Scenario, ctx: RunContext, times: np.ndarray, runtime: RuntimeInfo
+) -> ScenarioResult:
+    """A generative cell's result from its timed requests' token times (one row per
+    request, ns after its send): its token figures, and its per-request samples,
+    latency summary, throughput and stability from the requests' end-to-end times.
+    Warm-up, canary and memory figures are the caller's to add."""
     spec = scenario.generate
     assert spec is not None
-    times = requests.token_times(timed.warmup_iterations)
     tokens = TokenFigures.of(times, prompt_tokens=spec.prompt_tokens, batch=spec.batch)
     e2e = tokens.e2e()
     return replace(
         ScenarioResult.for_cell(scenario, ctx.rootdir, batch_size=spec.batch),
         latency_ns=summarize(e2e),
         throughput=throughput(e2e, spec.batch),
-        cold_start_ns=int(timed.cold_start_ns),
-        warmup_iterations=int(timed.warmup_iterations),
-        warmup_ns=int(timed.warmup_ns),
         stable=bool(is_stable(e2e, scenario.stability_tolerance)),
         stability_ratio=float(stability_ratio(e2e)),
         runtime=runtime,
-        canary_ns=canary_ns,
-        peak_memory_mib=peak_memory_mib,
         samples_ns=tuple(int(s) for s in e2e),
         tokens=tokens,
     )

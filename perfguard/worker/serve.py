@@ -16,13 +16,18 @@ Ops (fields of the request -> fields of the ``ok: true`` reply):
 * ``warmup`` ``iterations``, ``seconds`` [, ``max_seconds``: the cap, default
   ``LoopSpec``'s 300 s] -> ``cold_start_ns``, ``iterations``, ``elapsed_ns``
   (:func:`perfguard.measure.timing.warm_up`, the same warm-up as in-process measurement).
-* ``measure`` ``k`` -> ``samples_ns`` (k requests, each timed on its own, GC off).
+* ``measure`` ``k`` -> ``samples_ns`` (k requests, each timed on its own, GC off);
+  a generative cell adds ``tokens``: each request's token times, ns after its send
+  (one row per request, ``new_tokens`` each).
 * ``pairs`` ``order`` (booleans: true = slot ``a`` first) [, ``slots``: two slot
   names, default ``["a", "b"]``] -> ``a_ns``, ``b_ns``: one request of each cell per
   pair, back to back in this process, each timed on its own, GC off (same-run A/B:
-  no pipe round trip between the two requests of a pair or between pairs).
+  no pipe round trip between the two requests of a pair or between pairs); two
+  generative cells add ``a_tokens``, ``b_tokens`` (as ``measure``'s ``tokens``), both
+  sending the same prompt in each pair.
 * ``loop`` -> the cell's full warm-up and timed loop (``run_loop``): the
   ``Measurement`` fields with ``samples_ns`` as a list, and ``runtime``.
+* A generative cell answers ``result``, ``warmup``, ``measure`` and ``pairs`` only.
 * ``result`` -> ``result``: the cell measured exactly as in-process measurement
   does (:meth:`perfguard.measure.runner.ScenarioRun.measure`: warm-up and timed loop with
   the machine-speed canary, GPU watch and peak memory, or the cell's ``load:``
@@ -66,6 +71,7 @@ from perfguard.backends import Session
 from perfguard.core.blame import blame, model_trace, owner, trace_of
 from perfguard.core.errors import CellNotFound, Location, PerfguardError, ProtocolError
 from perfguard.core.scenario import LoopSpec, Scenario
+from perfguard.measure.generation import check_generated
 from perfguard.measure.levelfigures import LevelFigures
 from perfguard.measure.loadcell import LoadRunner
 from perfguard.measure.opencell import RunContext
@@ -104,16 +110,23 @@ class _Cell:
         self.run = ScenarioRun(scenario, ctx)
         self._load: LoadRunner | None = None
         self.batch = self.run.batch
-        #: A generative cell answers only `result` (``_open_cell`` refuses the rest).
-        self.generative = self.run.generator is not None
-        if self.run.generator is not None:
+        #: A generative cell answers only ``GENERATIVE_OPS`` (``_open_cell`` refuses the
+        #: rest); its call is one whole request, whose token times ``measure`` and
+        #: ``pairs`` send back beside its end-to-end time.
+        self.requests = self.run.requests
+        self.generative = self.requests is not None
+        self.call: Callable[[], object]
+        self.sync: Callable[[], None] | None
+        if self.run.generator is not None and self.requests is not None:
             self.runtime_info: dict[str, Any] = self.run.generator.runtime_info
+            self.call = self.requests
+            self.sync = None  # each step is stamped once its tokens are on the host
             return
         self.session: Session = self.run.session
         self.runtime_info = self.session.runtime_info
         self.prepared = self.run.prepared
         # partial, not a closure: one less Python frame inside every timed request.
-        self.call: Callable[[], object] = functools.partial(self.session.run, self.prepared)
+        self.call = functools.partial(self.session.run, self.prepared)
         self.sync = self.session.synchronize
 
     @property
@@ -297,11 +310,13 @@ class Server:
                 expected="`open` first",
                 fix="send `open` with the suite and the cell's item name",
             )
-        if cell.generative and op != "result":
+        if cell.generative and op not in GENERATIVE_OPS:
             raise ProtocolError(
                 f"`{op}` was sent for {cell.scenario.item_name}, a generative cell",
-                expected="`result` (a generative cell is measured whole, token by token)",
-                fix="send `result`; same-run A/B and load do not take generative cells yet",
+                expected=f"one of {', '.join(GENERATIVE_OPS)} (a generative cell is timed "
+                "token by token)",
+                fix="send `result`, or `warmup` then `measure`/`pairs`; load does not take "
+                "generative cells yet",
             )
         return cell
 
@@ -353,6 +368,8 @@ class Server:
         finally:
             if gc_was_enabled:
                 gc.enable()
+        if cell.generative:
+            return {"samples_ns": samples, "tokens": _token_times(cell)}
         return {"samples_ns": samples}
 
     def _pairs(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -364,6 +381,7 @@ class Server:
                 fix="send the pair orders from perfguard.ab.paired.pair_orders",
             )
         cells = self._two_cells("pairs", request)
+        generative = _paired_generation(cells)
         clock = time.perf_counter_ns
         noop = _noop
         (call_a, sync_a), (call_b, sync_b) = ((c.call, c.sync or noop) for c in cells)
@@ -388,6 +406,13 @@ class Server:
         finally:
             if gc_was_enabled:
                 gc.enable()
+        if generative:
+            return {
+                "a_ns": a_ns,
+                "b_ns": b_ns,
+                "a_tokens": _token_times(cells[0]),
+                "b_tokens": _token_times(cells[1]),
+            }
         return {"a_ns": a_ns, "b_ns": b_ns}
 
     def _two_cells(self, op: str, request: dict[str, Any]) -> tuple[_Cell, _Cell]:
@@ -524,6 +549,42 @@ def _bad_request(problem: str, line: bytes) -> ProtocolError:
         expected='{"v": 1, "id": <int>, "op": "<op>", ...} on one line',
         fix="send requests with perfguard.worker.client.WorkerProcess",
     )
+
+
+#: The ops a generative cell answers: measured whole (``result``), or warmed up and then
+#: timed request by request, alone (``measure``) or pair by pair with another (``pairs``).
+GENERATIVE_OPS = ("result", "warmup", "measure", "pairs")
+
+
+def _paired_generation(cells: tuple[_Cell, _Cell]) -> bool:
+    """Whether the two cells of a ``pairs`` request generate (then both must), their
+    kept requests forgotten and their prompt turns made equal, so that each pair sends
+    one prompt to both sides."""
+    first, second = cells
+    if first.generative != second.generative:
+        which = first if first.generative else second
+        raise ProtocolError(
+            f"`pairs` was sent for {which.scenario.item_name}, a generative cell, beside "
+            "one that is not",
+            expected="two generative cells, or two that are not",
+            fix="compare a generative cell with the same cell of the other side",
+        )
+    if first.requests is None or second.requests is None:
+        return False
+    turn = max(first.requests.turn, second.requests.turn)
+    for requests in (first.requests, second.requests):
+        requests.turn = turn
+        requests.rows.clear()
+    return True
+
+
+def _token_times(cell: _Cell) -> list[list[int]]:
+    """The token times (ns after each request's send) of the cell's requests since the
+    last reply, one row per request, after checking the last request's tokens."""
+    assert cell.requests is not None and cell.run.generator is not None
+    check_generated(cell.scenario, cell.run.generator, cell.requests.last)
+    times: list[list[int]] = cell.requests.drain().tolist()
+    return times
 
 
 def _level_reply(figures: LevelFigures) -> dict[str, Any]:

@@ -648,4 +648,54 @@ def test_an_isolated_generative_cell_is_measured_whole_in_its_worker(tmp_path: P
         opened = _open(worker, suite, "gen[p8]")
         assert opened["runtime"]["kv_cache"] == "DynamicCache"
         with pytest.raises(ProtocolError, match="a generative cell"):
-            worker.measure(k=2)
+            worker.request("check")
+
+
+def test_generative_cells_answer_measure_and_pairs_with_token_times(
+    tmp_path: Path, suite: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What same-run A/B sends a generative cell: `warmup`, then `pairs` (one request of
+    each slot per pair, each request's token times) or `measure`."""
+    pytest.importorskip("transformers")
+    generative = tmp_path / "g.yaml"
+    generative.write_text(GENERATIVE_SUITE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    where = {"rootdir": str(tmp_path), "cache_dir": str(tmp_path / ".cache")}
+    server = Server()
+    try:
+        for slot in ("a", "b"):
+            opened = _serve(
+                server,
+                {"v": 1, "id": 1, "op": "open", "slot": slot, "suite": str(generative)}
+                | {"cell": "gen[p8]"}
+                | where,
+            )
+            assert opened["ok"] is True, opened
+            warm = {"v": 1, "id": 2, "op": "warmup", "slot": slot, "iterations": 3}
+            assert _serve(server, warm | {"seconds": 0})["ok"] is True
+        a, b = (server.cells[s].requests for s in "ab")
+        assert a is not None and b is not None
+        a.turn += 5  # pairs send one prompt to both sides, whatever each side sent before
+        reply = _serve(server, {"v": 1, "id": 3, "op": "pairs", "order": [True, False, True]})
+        assert reply["ok"] is True, reply
+        assert a.turn == b.turn == 8 + 3 and not a.rows and not b.rows
+        for side in "ab":
+            rows = reply[f"{side}_tokens"]
+            assert len(rows) == 3 and all(len(r) == 4 for r in rows)
+            assert all(r[0] > 0 and r == sorted(r) for r in rows)
+            # The request's time includes its last token's.
+            assert all(t >= r[-1] for t, r in zip(reply[f"{side}_ns"], rows, strict=True))
+        measured = _serve(server, {"v": 1, "id": 4, "op": "measure", "slot": "a", "k": 2})
+        assert measured["ok"] is True and len(measured["tokens"]) == 2
+        assert len(measured["samples_ns"]) == 2
+        opened = _serve(
+            server,
+            {"v": 1, "id": 5, "op": "open", "slot": "b", "suite": str(suite)}
+            | {"cell": "mlp[fp32]"}
+            | where,
+        )
+        assert opened["ok"] is True, opened
+        mixed = _serve(server, {"v": 1, "id": 6, "op": "pairs", "order": [True]})
+        assert mixed["ok"] is False and "beside one that is not" in mixed["error"]["message"]
+    finally:
+        server.shutdown()
