@@ -38,7 +38,7 @@ import os
 import tempfile
 import time
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,13 +65,14 @@ from perfguard.ab.rounds import (
     pooled,
     run_rounds,
 )
+from perfguard.ab.tokenpairs import TokenGate, TokenLooks, TokenPairs, token_gates
 from perfguard.ab.worktree import BaseRef, base_worktree, resolve_base
 from perfguard.baseline.git import repo_root, run_git
 from perfguard.core import progress
 from perfguard.core.blame import first_line
 from perfguard.core.errors import GitError, LoadError, ProtocolError, SuiteError
 from perfguard.core.paths import under_root
-from perfguard.core.policy import LATENCY_QS
+from perfguard.core.policy import LATENCY_QS, gate_metric
 from perfguard.core.progress import Throttle
 from perfguard.core.scenario import Scenario
 from perfguard.core.stats import percentile, stability_ratio, throughput
@@ -85,6 +86,7 @@ from perfguard.judge.verdict import (
     VerdictKind,
     worst,
 )
+from perfguard.measure.generation import token_result
 from perfguard.measure.loadcell import interleavable
 from perfguard.measure.opencell import RunContext
 from perfguard.measure.profiling import PROFILE_REQUESTS
@@ -92,6 +94,7 @@ from perfguard.records.figures import RuntimeInfo, summarize
 from perfguard.records.loadfigures import LoadFigures
 from perfguard.records.opprofile import OperatorProfile
 from perfguard.records.results import ScenarioResult
+from perfguard.records.tokenfigures import TokenFigures
 from perfguard.suite.loader import load_suite
 from perfguard.worker.client import OPEN_TIMEOUT_S, WorkerProcess
 from perfguard.worker.isolate import measure_timeout_s
@@ -170,24 +173,35 @@ class Slot:
 
 
 def _pair_block(
-    a: WorkerProcess | Slot, b: WorkerProcess | Slot, order: np.ndarray, timeout_s: float
-) -> tuple[list[int], list[int]]:
+    a: WorkerProcess | Slot,
+    b: WorkerProcess | Slot,
+    order: np.ndarray,
+    timeout_s: float,
+    tokens: bool = False,
+) -> tuple[list[Any], list[Any]]:
     """``len(order)`` pairs: in one ``pairs`` request when both cells share a worker
-    (no pipe round trip between requests), else one ``measure`` request at a time."""
+    (no pipe round trip between requests), else one ``measure`` request at a time. Each
+    side's request times (ns), or with ``tokens`` (generative cells) each request's
+    token times."""
     if isinstance(a, Slot) and isinstance(b, Slot) and a.worker is b.worker:
         reply = a.worker.request(
             "pairs", timeout_s=timeout_s, order=[bool(x) for x in order], slots=[a.slot, b.slot]
         )
+        if tokens:
+            return list(reply["a_tokens"]), list(reply["b_tokens"])
         return [int(x) for x in reply["a_ns"]], [int(x) for x in reply["b_ns"]]
-    a_ns: list[int] = []
-    b_ns: list[int] = []
+    key = "tokens" if tokens else "samples_ns"
+    a_out: list[Any] = []
+    b_out: list[Any] = []
     for a_first in order:
         first, second = (a, b) if a_first else (b, a)
-        t_first = first.request("measure", timeout_s=timeout_s, k=1)["samples_ns"][0]
-        t_second = second.request("measure", timeout_s=timeout_s, k=1)["samples_ns"][0]
-        a_ns.append(int(t_first if a_first else t_second))
-        b_ns.append(int(t_second if a_first else t_first))
-    return a_ns, b_ns
+        t_first = first.request("measure", timeout_s=timeout_s, k=1)[key][0]
+        t_second = second.request("measure", timeout_s=timeout_s, k=1)[key][0]
+        a_out.append(t_first if a_first else t_second)
+        b_out.append(t_second if a_first else t_first)
+    if not tokens:
+        return [int(x) for x in a_out], [int(x) for x in b_out]
+    return a_out, b_out
 
 
 def run_pairs(
@@ -200,59 +214,115 @@ def run_pairs(
     timeout_s: float = REQUEST_TIMEOUT_S,
     cell: str = "",
 ) -> tuple[np.ndarray, np.ndarray, Decision, float]:
-    """Alternate single requests between A and B until ``rule`` stops; raw paired samples.
+    """Alternate single requests between A and B until ``rule`` stops; raw paired samples
+    (the loop: :func:`pair_loop`)."""
+    a_ns: list[int] = []
+    b_ns: list[int] = []
+    decisions: list[Decision] = []
 
-    The first pair (timed alone, so a worker that never answers shows within
-    ``timeout_s``) and ``settle`` more are discarded. The rest come in blocks that end at
-    the rule's looks (every ``check_every`` pairs from ``min_pairs``), cut short so
-    that a block is not planned past ``max_seconds``. ``timeout_s`` bounds one
-    request; a block may take ``timeout_s`` plus 20 times its expected time. Progress
-    (step ``A/B pairs``) is reported between blocks, at most every half second, and
-    once at the end.
-    """
+    def block(order: np.ndarray, timeout: float, keep: bool) -> int:
+        block_a, block_b = _pair_block(a, b, order, timeout)
+        if keep:
+            a_ns.extend(block_a)
+            b_ns.extend(block_b)
+        return len(a_ns)
+
+    def look(elapsed: float) -> tuple[bool, str]:
+        decision = decide(rule, np.asarray(a_ns, np.int64), np.asarray(b_ns, np.int64), elapsed)
+        decisions.append(decision)
+        return decision.stop, progress_text(decision)
+
+    elapsed = pair_loop(block, look, rule, seed=seed, settle=settle, timeout_s=timeout_s, cell=cell)
+    a_arr, b_arr = np.asarray(a_ns, dtype=np.int64), np.asarray(b_ns, dtype=np.int64)
+    return a_arr, b_arr, decisions[-1], elapsed
+
+
+def pair_loop(
+    block: Callable[[np.ndarray, float, bool], int],
+    look: Callable[[float], tuple[bool, str]],
+    rule: StoppingRule,
+    *,
+    seed: int = 0,
+    settle: int = SETTLE_PAIRS,
+    timeout_s: float = REQUEST_TIMEOUT_S,
+    cell: str = "",
+) -> float:
+    """Measure pairs in blocks until ``look`` says stop; the seconds spent measuring.
+
+    ``block(orders, timeout_s, keep)`` measures one pair per order (true: A first),
+    keeps them when ``keep`` and returns how many pairs are kept in all; ``look(elapsed)``
+    decides on the kept pairs and returns whether to stop (it must at ``rule``'s caps)
+    and a progress detail. The first pair (timed alone, so a worker that never answers
+    shows within ``timeout_s``) and ``settle`` more are discarded. The rest come in
+    blocks that end at the rule's looks (every ``check_every`` pairs from ``min_pairs``),
+    cut short so that a block is not planned past ``max_seconds``. ``timeout_s`` bounds
+    one request; a block may take ``timeout_s`` plus 20 times its expected time.
+    Progress (step ``A/B pairs``) is reported between blocks, at most every half second,
+    and once at the end."""
     orders = pair_orders(rule.max_pairs + settle + 1, seed)
     t0 = time.perf_counter()
-    _pair_block(a, b, orders[:1], timeout_s)  # the first pair alone: a hung worker shows fast
+    block(orders[:1], timeout_s, False)  # the first pair alone: a hung worker shows fast
     per_pair = time.perf_counter() - t0
     if settle:
         t0 = time.perf_counter()
-        _pair_block(a, b, orders[1 : settle + 1], timeout_s + 20 * settle * per_pair)
+        block(orders[1 : settle + 1], timeout_s + 20 * settle * per_pair, False)
         per_pair = (time.perf_counter() - t0) / settle
     orders = orders[settle + 1 :]
-    a_ns: list[int] = []
-    b_ns: list[int] = []
+    pairs = 0
     shown = Throttle()
     start = time.perf_counter()
     while True:
-        pairs = len(a_ns)
-        look = max(rule.min_pairs, pairs + rule.check_every - pairs % rule.check_every)
+        next_look = max(rule.min_pairs, pairs + rule.check_every - pairs % rule.check_every)
         left_s = rule.max_seconds - (time.perf_counter() - start)
-        n = max(1, min(look, rule.max_pairs) - pairs)
+        n = max(1, min(next_look, rule.max_pairs) - pairs)
         n = min(n, max(1, math.ceil(left_s / max(per_pair, 1e-9))))
-        block_a, block_b = _pair_block(
-            a, b, orders[pairs : pairs + n], timeout_s + 20 * n * per_pair
-        )
-        a_ns += block_a
-        b_ns += block_b
+        pairs = block(orders[pairs : pairs + n], timeout_s + 20 * n * per_pair, True)
         elapsed = time.perf_counter() - start
-        per_pair = elapsed / len(a_ns)
-        at_look = len(a_ns) >= rule.min_pairs and len(a_ns) % rule.check_every == 0
-        if at_look or len(a_ns) >= rule.max_pairs or elapsed >= rule.max_seconds:
-            a_arr, b_arr = np.asarray(a_ns, dtype=np.int64), np.asarray(b_ns, dtype=np.int64)
-            decision = decide(rule, a_arr, b_arr, elapsed)
-            if decision.stop or shown.due():
+        per_pair = elapsed / pairs
+        at_look = pairs >= rule.min_pairs and pairs % rule.check_every == 0
+        if at_look or pairs >= rule.max_pairs or elapsed >= rule.max_seconds:
+            stop, detail = look(elapsed)
+            if stop or shown.due():
                 progress.report(
-                    "A/B pairs",
-                    len(a_ns),
-                    rule.max_pairs,
-                    cell=cell,
-                    detail=progress_text(decision),
-                    final=decision.stop,
+                    "A/B pairs", pairs, rule.max_pairs, cell=cell, detail=detail, final=stop
                 )
-            if decision.stop:  # always at the pair or time cap
-                return a_arr, b_arr, decision, elapsed
+            if stop:  # always at the pair or time cap
+                return elapsed
         elif shown.due():
-            progress.report("A/B pairs", len(a_ns), rule.max_pairs, cell=cell)
+            progress.report("A/B pairs", pairs, rule.max_pairs, cell=cell)
+
+
+def run_token_pairs(
+    a: WorkerProcess | Slot,
+    b: WorkerProcess | Slot,
+    gates: Sequence[TokenGate],
+    new_tokens: int,
+    *,
+    seed: int = 0,
+    settle: int = SETTLE_PAIRS,
+    timeout_s: float = REQUEST_TIMEOUT_S,
+    cell: str = "",
+) -> tuple[TokenPairs, TokenLooks, float]:
+    """Alternate generative requests between A and B until every gate has stopped
+    (:mod:`perfguard.ab.tokenpairs`); the pairs' token times, each gate's decision and
+    the seconds spent (the loop: :func:`pair_loop`, on the first gate's caps and looks,
+    which all gates share)."""
+    pairs = TokenPairs(new_tokens)
+    looks = TokenLooks(gates)
+
+    def block(order: np.ndarray, timeout: float, keep: bool) -> int:
+        a_rows, b_rows = _pair_block(a, b, order, timeout, tokens=True)
+        if keep:
+            pairs.add(a_rows, b_rows)
+        return len(pairs)
+
+    def look(elapsed: float) -> tuple[bool, str]:
+        stop, shown = looks.look(pairs, elapsed)
+        return stop, progress_text(looks.decisions[shown.metric], shown.label)
+
+    rule = gates[0].rule
+    elapsed = pair_loop(block, look, rule, seed=seed, settle=settle, timeout_s=timeout_s, cell=cell)
+    return pairs, looks, elapsed
 
 
 def latency_gate(scenario: Scenario) -> tuple[str, float]:
@@ -442,6 +512,20 @@ def _bootstrap_command(python: str) -> list[str]:
         "runpy.run_module('perfguard.worker', run_name='__main__')"
     )
     return [python, "-c", code]
+
+
+def _warm_up(a: Slot, b: Slot, scenario: Scenario, ctx: RunContext) -> dict[str, dict[str, Any]]:
+    """Both sides' cold start and warm-up (A first), as a plain run warms its cell up."""
+    warm: dict[str, dict[str, Any]] = {}
+    for name, side in (("a", a), ("b", b)):
+        warm[name] = side.request(
+            "warmup",
+            timeout_s=ctx.worker_open_limit_s + scenario.warmup.max_seconds,
+            iterations=scenario.warmup.iterations,
+            seconds=scenario.warmup.seconds,
+            max_seconds=scenario.warmup.max_seconds,
+        )
+    return warm
 
 
 class ABRun:
@@ -673,13 +757,15 @@ class ABRun:
         missing = self.why_not_in_base(scenario)
         if missing is not None:
             return missing
-        if scenario.generate is not None:
-            return (
-                "a generative cell: compared with the archived baseline; same-run A/B of "
-                "token figures is not built yet"
-            )
         cells = self.base_cells(scenario.suite)
         assert not isinstance(cells, SuiteError)
+        base_generates = cells[scenario.item_name].generate is not None
+        if (scenario.generate is None) != (not base_generates):
+            side = "the working tree" if scenario.generate is not None else "the base revision"
+            return (
+                f"generative only in {side}: compared with the archived baseline, not in "
+                "same-run A/B (both sides must be measured the same way)"
+            )
         base_load = cells[scenario.item_name].load
         if scenario.load is not None and scenario.load.slo is not None:
             return (
@@ -704,18 +790,12 @@ class ABRun:
         into the result, A's into the verdict's A/B record (``ABDetail.profile_a``)."""
         if scenario.load is not None:
             return self._measure_load(scenario, ctx, profile)
+        if scenario.generate is not None:
+            return self._measure_tokens(scenario, ctx)
         metric, limit = latency_gate(scenario)
         rule = StoppingRule(limit=limit, q=LATENCY_QS[metric])
         with self._sides(scenario, ctx) as (a, b, opened):
-            warm: dict[str, Any] = {}
-            for name, worker in (("a", a), ("b", b)):
-                warm[name] = worker.request(
-                    "warmup",
-                    timeout_s=ctx.worker_open_limit_s + scenario.warmup.max_seconds,
-                    iterations=scenario.warmup.iterations,
-                    seconds=scenario.warmup.seconds,
-                    max_seconds=scenario.warmup.max_seconds,
-                )
+            warm = _warm_up(a, b, scenario, ctx)
             a_ns, b_ns, decision, elapsed = run_pairs(
                 a, b, rule, seed=self.config.seed, cell=scenario.item_name
             )
@@ -858,6 +938,131 @@ class ABRun:
                 rounds=tuple(per_round(outcome.samples_a, outcome.samples_b)),
                 samples_a_ns=tuple(int(x) for x in outcome.samples_a),
             ),
+        )
+
+    # -- a generative cell: request pairs judged on their token figures ------------
+    def _measure_tokens(
+        self, scenario: Scenario, ctx: RunContext
+    ) -> tuple[ScenarioResult, ScenarioVerdict]:
+        """Warm both sides up, then alternate generative requests between A and B until
+        every gated token figure is decided (:mod:`perfguard.ab.tokenpairs`); B's token
+        figures as the result, one paired verdict per gated figure."""
+        spec = scenario.generate
+        assert spec is not None
+        gates = token_gates(scenario, seed=self.config.seed)
+        with self._sides(scenario, ctx) as (a, b, opened):
+            warm = _warm_up(a, b, scenario, ctx)
+            pairs, looks, elapsed = run_token_pairs(
+                a, b, gates, spec.new_tokens, seed=self.config.seed, cell=scenario.item_name
+            )
+        assert self.base is not None
+        runtime = RuntimeInfo(backend=dict(opened.get("runtime") or {}), ab_base=self.base.sha)
+        result = dataclasses.replace(
+            token_result(scenario, ctx, pairs.times("b"), runtime),
+            cold_start_ns=int(warm["b"].get("cold_start_ns", 0)),
+            warmup_iterations=int(warm["b"].get("iterations", 0)),
+            warmup_ns=int(warm["b"].get("elapsed_ns", 0)),
+            stable=True,
+        )
+        verdict = self._token_verdict(scenario, ctx, pairs, looks, elapsed)
+        return self._memory(scenario, ctx, result, verdict)
+
+    def _token_verdict(
+        self,
+        scenario: Scenario,
+        ctx: RunContext,
+        pairs: TokenPairs,
+        looks: TokenLooks,
+        elapsed: float,
+    ) -> ScenarioVerdict:
+        assert self.base is not None and scenario.generate is not None
+        spec = scenario.generate
+        per_request = spec.batch * spec.new_tokens
+        metrics = []
+        for gate in looks.gates:
+            d = looks.decisions[gate.metric]
+            pa = pairs.figure(gate, "a", per_request)
+            pb = pairs.figure(gate, "b", per_request)
+            metrics.append(self._token_metric(gate, d, pa, pb))
+        a_times = pairs.times("a")
+        a_e2e, b_e2e = a_times[:, -1], pairs.times("b")[:, -1]
+        messages = [m.message for m in metrics]
+        if self.base.dirty:
+            messages.append("A/B compares the working tree as it is (uncommitted changes included)")
+        return ScenarioVerdict(
+            scenario_id=scenario.scenario_id(ctx.rootdir),
+            verdict=worst(m.verdict for m in metrics),
+            metrics=tuple(metrics),
+            baseline_commit=self.base.sha,
+            messages=tuple(messages),
+            mode="ab",
+            ab=ABDetail(
+                base=self.base.sha,
+                base_how=self.base.how,
+                decision=looks.lead(),
+                elapsed_s=elapsed,
+                rounds=tuple(per_round(a_e2e, b_e2e)),
+                samples_a_ns=tuple(int(x) for x in a_e2e),
+                tokens_a=TokenFigures.of(
+                    a_times, prompt_tokens=spec.prompt_tokens, batch=spec.batch
+                ),
+            ),
+        )
+
+    def _token_metric(
+        self, gate: TokenGate, d: Decision, pa: float | None, pb: float | None
+    ) -> MetricVerdict:
+        """One gated token figure's verdict and message. Output tokens/s was decided on
+        the median request time (A/B); its ratio and bounds are stated inverted (B/A in
+        tokens/s, higher is better)."""
+        spec = gate_metric(gate.metric)
+        assert spec is not None
+        ratio, lo, hi = d.ratio, d.lo, d.hi
+        limit = gate.rule.limit
+        if gate.is_rate:
+            ratio = 1.0 / ratio if ratio else None
+            lo, hi = (1.0 / hi, 1.0 / lo) if lo and hi else (None, None)
+
+            def shown(x: float | None) -> str:
+                return f"{x:.1f} tokens/s" if x is not None else "-"
+        else:
+
+            def shown(x: float | None) -> str:
+                return f"{x / 1e6:.3f} ms" if x is not None else "-"
+
+        message = self._message(
+            spec.label,
+            shown(pa),
+            shown(pb),
+            ratio if ratio is not None else (pb / pa if pa and pb else None),
+            (lo, hi) if lo is not None and hi is not None else None,
+            f"{d.pairs} request pairs",
+            f"{'-' if gate.is_rate else '+'}{limit * 100:g}%",
+            d,
+        )
+        rule = (
+            "same-run A/B: ratio of the pairs' median request times beyond the limit and "
+            "its 99% paired-bootstrap bound beyond 1, stated as output tokens/s"
+            if gate.is_rate
+            else f"same-run A/B: ratio of the pairs' {spec.label}s beyond the limit and its "
+            "99% bound from a bootstrap drawing whole pairs (every gap of both requests)"
+            " beyond 1"
+            if gate.samples == "itl"
+            else f"same-run A/B: ratio of {spec.label}s beyond the limit and its 99% "
+            "paired-bootstrap bound beyond 1"
+        )
+        return ab_metric(
+            gate.metric,
+            d.verdict.verdict,
+            message,
+            rule,
+            values=(pa, pb),
+            ratio=ratio,
+            bounds=(lo, hi),
+            limit=limit,
+            n=(d.pairs, d.pairs),
+            unit=spec.unit,
+            higher_is_worse=not gate.is_rate,
         )
 
     # -- a cell under load: rounds of whole levels ------------------------------------

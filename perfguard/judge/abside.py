@@ -41,7 +41,8 @@ def base_results(
     under load the base side's own throughput and load figures (never the head's: a
     verdict stored before them leaves those figures out rather than borrow the head's),
     and the base side's operator profile when it was taken (never the working tree's:
-    a base that was not profiled has none). Its peak memory is side A's own figure
+    a base that was not profiled has none), and a generative cell's base-side token
+    figures (none when the verdict has none). Its peak memory is side A's own figure
     from the verdict's memory gates, and none without them."""
     out: dict[str, ScenarioResult] = {}
     for sid, verdict in verdicts.items():
@@ -61,6 +62,7 @@ def base_results(
             latency_ns=summarize(samples),
             runtime=RuntimeInfo(),
             profile=ab.profile_a,
+            tokens=ab.tokens_a,
             peak_memory_mib=memory.get("peak_memory"),
             gpu_peak_memory_mib=memory.get("gpu_mem"),
         )

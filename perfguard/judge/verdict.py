@@ -19,6 +19,7 @@ from perfguard.core.policy import gate_metric, limit_unit
 from perfguard.records.declare import Codec, Record, spec
 from perfguard.records.opprofile import PROFILE_CODEC, OperatorProfile
 from perfguard.records.results import WordEnum
+from perfguard.records.tokenfigures import TokenFigures
 
 
 class VerdictKind(WordEnum):
@@ -132,7 +133,9 @@ class ABDetail(Record):
     out of the JSON) when the base side was not profiled. A cell under load says how its
     rounds ran (``levels``): ``interleaved`` (one level per round, A's and B's requests
     alternating on every client) or ``alternating`` (a whole level of each side, one
-    after the other); absent for request pairs and in files written before it."""
+    after the other); absent for request pairs and in files written before it. A
+    generative cell keeps the base side's token figures (``tokens_a``), read from the
+    same pairs as the head's; absent for other cells."""
 
     SCHEMA_NAME: ClassVar[str] = "ab"
 
@@ -158,6 +161,7 @@ class ABDetail(Record):
             "in files written before it.",
         ),
     )
+    tokens_a: TokenFigures | None = field(default=None, metadata=spec(omit="none"))
 
 
 @dataclass(frozen=True)

@@ -42,3 +42,33 @@ def generative_result(times: np.ndarray, *, sid: str = SID, batch: int = 1) -> o
         samples_ns=tuple(int(x) for x in e2e),
         tokens=tokens,
     )
+
+
+def spin_lm_suite(prefill_us: int, decode_us: int) -> str:
+    """A suite of one generative cell of the example model (``perfguard_examples.tinylm``,
+    one layer) that busy-waits ``prefill_us`` before each prompt pass and ``decode_us``
+    before each decode step, gated at +50% on TTFT, ITL and TPOT: figures dominated by
+    known costs, for end-to-end tests of the plumbing rather than of the machine."""
+    return f"""\
+defaults:
+  threads: 1
+  warmup: {{iterations: 3, seconds: 0}}
+  measure: {{iterations: 100, seconds: 0}}
+  stability_tolerance: 0.99
+models:
+  lm:
+    factory: perfguard_examples.tinylm:build
+    kwargs:
+      layers: 1
+      hidden: 32
+      heads: 2
+      kv_heads: 1
+      vocab: 64
+      prefill_spin_us: {prefill_us}
+      decode_spin_us: {decode_us}
+scenarios:
+  - name: gen
+    model: lm
+    generate: {{prompt_tokens: 16, new_tokens: 6}}
+    gate: {{p95: "+1000%", ttft_p95: "+50%", itl_p95: "+50%", tpot_p50: "+50%"}}
+"""

@@ -16,36 +16,11 @@ import json
 import pytest
 
 from tests.helpers.git_repos import SpinRepo
+from tests.helpers.tokens import spin_lm_suite as suite
 
 pytest.importorskip("transformers")
 
 INI = "[pytest]\nperfguard_contention_limit = 1.01\n"
-
-
-def suite(prefill_us: int, decode_us: int) -> str:
-    return f"""\
-defaults:
-  threads: 1
-  warmup: {{iterations: 3, seconds: 0}}
-  measure: {{iterations: 100, seconds: 0}}
-  stability_tolerance: 0.99
-models:
-  lm:
-    factory: perfguard_examples.tinylm:build
-    kwargs:
-      layers: 1
-      hidden: 32
-      heads: 2
-      kv_heads: 1
-      vocab: 64
-      prefill_spin_us: {prefill_us}
-      decode_spin_us: {decode_us}
-scenarios:
-  - name: gen
-    model: lm
-    generate: {{prompt_tokens: 16, new_tokens: 6}}
-    gate: {{p95: "+1000%", ttft_p95: "+50%", itl_p95: "+50%", tpot_p50: "+50%"}}
-"""
 
 
 @pytest.fixture

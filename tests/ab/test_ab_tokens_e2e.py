@@ -1,0 +1,74 @@
+"""End to end: `--perfguard-ab` on a generative cell, through pytester.
+
+The example model busy-waits a set time before each prompt pass and decode step
+(``tests.helpers.tokens.spin_lm_suite``); the working tree triples one of them. The
+same-run A/B must pair the two revisions' requests and fail the gates of the figure that
+moved, not the other's; limits are wide (+50%) and slowdowns 3x, so no verdict can flake
+on a noisy host.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers.git_repos import SpinRepo
+from tests.helpers.tokens import spin_lm_suite
+
+pytest.importorskip("transformers")
+
+INI = "[pytest]\nperfguard_contention_limit = 1.01\n"
+
+
+@pytest.fixture
+def repo(pytester: pytest.Pytester) -> SpinRepo:
+    return SpinRepo(pytester, INI)
+
+
+def verdict(repo: SpinRepo) -> dict:
+    (found,) = (repo.path / "reports").glob("*/comparison.json")
+    (cell,) = json.loads(found.read_text())["verdicts"]
+    return cell
+
+
+def test_a_decode_slowdown_fails_itl_and_tpot_in_the_same_run(repo: SpinRepo) -> None:
+    base = repo.commit_suite(spin_lm_suite(3000, 1000), "base")
+    (repo.path / "suites" / "s.yaml").write_text(spin_lm_suite(3000, 3000))  # uncommitted
+    run = repo.pytester.runpytest("--perfguard", "-rA", "--perfguard-ab=HEAD")
+    run.assert_outcomes(failed=1)
+    run.stdout.fnmatch_lines(
+        [
+            f"*ITL P95 +*% (* ms -> * ms; 99% bounds +*%..+*%) vs base {base[:7]} measured "
+            "in this run, interleaved, * request pairs, limit +50%: regression*"
+        ]
+    )
+    cell = verdict(repo)
+    assert cell["mode"] == "ab"
+    got = {m["metric"]: m["verdict"] for m in cell["metrics"]}
+    assert got == {
+        "p95": "unchanged",  # +1000%: never
+        "ttft_p95": "unchanged",
+        "itl_p95": "regression",
+        "tpot_p50": "regression",
+    }
+    itl = next(m for m in cell["metrics"] if m["metric"] == "itl_p95")
+    assert itl["ratio"] > 2.0 and itl["lower"] > 1.5  # 3 ms vs 1 ms of spin per step
+    # The base side's token figures are the report's baseline, not the head's.
+    tokens_a = cell["ab"]["tokens_a"]
+    assert tokens_a["new_tokens"] == 6 and tokens_a["requests"] == cell["ab"]["decision"]["pairs"]
+    (results,) = (repo.path / "reports").glob("*/results.json")
+    (head,) = json.loads(results.read_text())["scenarios"]
+    assert head["tokens"]["tpot_ns"]["p50"] > 2 * tokens_a["tpot_ns"]["p50"]
+    report = next((repo.path / "reports").glob("*/report.html")).read_text()
+    assert "Token timing" in report
+
+
+def test_a_prefill_slowdown_fails_ttft_alone_in_the_same_run(repo: SpinRepo) -> None:
+    repo.commit_suite(spin_lm_suite(3000, 1000), "base")
+    repo.commit_suite(spin_lm_suite(9000, 1000), "prefill 3x slower")
+    run = repo.pytester.runpytest("--perfguard", "-rA", "--perfguard-ab=HEAD~1")
+    run.assert_outcomes(failed=1)
+    got = {m["metric"]: m["verdict"] for m in verdict(repo)["metrics"]}
+    assert got["ttft_p95"] == "regression"
+    assert got["itl_p95"] == "unchanged" and got["tpot_p50"] == "unchanged"
