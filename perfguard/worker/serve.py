@@ -569,8 +569,9 @@ def _paired_generation(cells: tuple[_Cell, _Cell]) -> bool:
             expected="two generative cells, or two that are not",
             fix="compare a generative cell with the same cell of the other side",
         )
-    if first.requests is None or second.requests is None:
+    if not first.generative:
         return False
+    assert first.requests is not None and second.requests is not None
     turn = max(first.requests.turn, second.requests.turn)
     for requests in (first.requests, second.requests):
         requests.turn = turn
