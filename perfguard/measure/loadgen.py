@@ -77,10 +77,16 @@ _GRACE_NS = 5 * _NS  # how long past the cap a worker may take to return
 
 @dataclass(frozen=True)
 class Worker:
-    """One model instance: ``calls[k]`` serves a batch of ``k`` requests."""
+    """One model instance: ``calls[k]`` serves a batch of ``k`` requests.
 
-    calls: Mapping[int, Call]
+    A *streaming* worker (a generative cell's) serves one request at a time and its
+    ``calls[1]`` takes one argument, ``stamp``: a function to call with no argument
+    each time a token is ready; the request keeps a ``perf_counter_ns`` reading per
+    call (``LoadLog.tokens``)."""
+
+    calls: Mapping[int, Callable[..., object]]
     synchronize: Callable[[], None] | None = None
+    streaming: bool = False
 
 
 @dataclass(frozen=True)
@@ -99,7 +105,9 @@ class LoadLog:
     cap). ``calls`` holds one ``(batch size, start, end)`` row per model call.
     ``hung`` counts workers or clients still inside a call after the grace period.
     ``side`` is each request's side in an interleaved level (0 or 1; all 0 otherwise,
-    and None in logs built without it).
+    and None in logs built without it). ``tokens`` (streaming workers only, else None)
+    holds each request's token times, ns (``perf_counter_ns``), empty where it was not
+    served.
     """
 
     scheduled_ns: npt.NDArray[np.int64] = field(compare=False)
@@ -113,6 +121,7 @@ class LoadLog:
     window_ns: tuple[int, int]
     hung: int = 0
     side: npt.NDArray[np.int8] | None = field(default=None, compare=False)
+    tokens: tuple[tuple[int, ...], ...] | None = field(default=None, compare=False)
 
     @property
     def served(self) -> npt.NDArray[np.bool_]:
@@ -143,6 +152,11 @@ class LoadLog:
             window_ns=self.window_ns,
             hung=self.hung,
             side=self.side[keep],
+            tokens=(
+                tuple(t for t, k in zip(self.tokens, keep, strict=True) if k)
+                if self.tokens is not None
+                else None
+            ),
         )
 
     @property
@@ -151,7 +165,7 @@ class LoadLog:
 
 
 class _Request:
-    __slots__ = ("batch", "done", "end", "failed", "scheduled", "sent", "side", "start")
+    __slots__ = ("batch", "done", "end", "failed", "scheduled", "sent", "side", "start", "tokens")
 
     def __init__(self, scheduled: int, side: int = 0) -> None:
         self.scheduled = scheduled
@@ -162,6 +176,11 @@ class _Request:
         self.batch = 0
         self.failed = False
         self.done: threading.Event | None = None
+        self.tokens: list[int] = []
+
+    def stamp(self) -> None:
+        """One token of this request is ready (a streaming worker's call calls it)."""
+        self.tokens.append(time.perf_counter_ns())
 
 
 class _Errors:
@@ -289,7 +308,10 @@ class _Server:
             failed = False
             start = clock()
             try:
-                calls[size]()
+                if worker.streaming:
+                    calls[1](batch[0].stamp)  # one request per call: no batching
+                else:
+                    calls[size]()
                 if sync is not None:
                     sync()
             except Exception as exc:  # the model's error fails these requests only
@@ -310,6 +332,7 @@ def _log(
     errors: _Errors,
     window: tuple[int, int],
     hung: int,
+    streaming: bool = False,
 ) -> LoadLog:
     def column(name: str, dtype: type) -> Any:
         return np.fromiter((getattr(r, name) for r in requests), dtype=dtype, count=len(requests))
@@ -326,6 +349,9 @@ def _log(
         window_ns=window,
         hung=hung,
         side=column("side", np.int8),
+        tokens=tuple(tuple(r.tokens) if r.end >= 0 else () for r in requests)
+        if streaming
+        else None,
     )
 
 
@@ -345,6 +371,7 @@ def open_loop(
     2, takes ~0.2 s with torch loaded; same-run A/B's short rounds take 1).
     """
     offsets = np.asarray(offsets_ns, dtype=np.int64)
+    streaming = _streaming(workers, batching)
     clock = time.perf_counter_ns
     sleep = time.sleep
     errors = _Errors()
@@ -376,7 +403,18 @@ def open_loop(
             busy = server.join(max(cap, clock()) + _GRACE_NS)
         served = [r.end for r in requests if r.end >= 0]
         window = (t0, max(served) if served and not busy else max(cap, clock()))
-    return _log(requests, server.calls, errors, window, busy)
+    return _log(requests, server.calls, errors, window, busy, streaming)
+
+
+def _streaming(workers: Sequence[Worker], batching: Batching | None) -> bool:
+    """Whether ``workers`` stream tokens: all of them or none, and never batched."""
+    kinds = {w.streaming for w in workers}
+    if len(kinds) > 1:
+        raise ValueError("the workers of one level must all stream tokens, or none")
+    streaming = kinds == {True}
+    if streaming and batching is not None and batching.max_batch > 1:
+        raise ValueError("streaming workers serve one request per call: no batching")
+    return streaming
 
 
 def closed_loop(
@@ -411,6 +449,7 @@ def closed_loop(
             f"an interleaved closed loop needs one alternate worker per client "
             f"({len(workers)}; got {len(alternate)}) and no batching"
         )
+    streaming = _streaming([*workers, *alternate], batching)
     clock = time.perf_counter_ns
     errors = _Errors()
     stop = threading.Event()
@@ -443,7 +482,10 @@ def closed_loop(
                     request.start = request.scheduled
                     request.batch = 1
                     try:
-                        call()  # type: ignore[misc]
+                        if streaming:
+                            call(request.stamp)  # type: ignore[misc]
+                        else:
+                            call()  # type: ignore[misc]
                         if sync is not None:
                             sync()
                     except Exception as exc:
@@ -489,4 +531,4 @@ def closed_loop(
         if server is not None
         else [(1, r.start, r.end) for r in requests if r.end >= 0]
     )
-    return _log(requests, calls, errors, window, hung)
+    return _log(requests, calls, errors, window, hung, streaming)

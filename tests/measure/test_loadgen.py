@@ -313,3 +313,42 @@ def test_an_ordinary_closed_loop_is_all_side_zero_and_an_interleaved_one_needs_p
             server_workers=[worker(sleeper(0.001), range(1, 3))],
             alternate=[Worker({})],
         )
+
+
+# -- streaming workers (generative cells) -------------------------------------------
+def streamer(tokens: int, gap_s: float) -> Callable[[Callable[[], None]], None]:
+    """A fake generative request: ``tokens`` tokens, ``gap_s`` of sleep before each."""
+
+    def call(stamp: Callable[[], None]) -> None:
+        for _ in range(tokens):
+            time.sleep(gap_s)
+            stamp()
+
+    return call
+
+
+def test_streaming_workers_keep_each_request_s_token_times() -> None:
+    workers = [Worker(calls={1: streamer(3, 0.002)}, streaming=True) for _ in range(2)]
+    log = closed_loop(workers, iterations=10, seconds=0.0)
+    assert log.tokens is not None and len(log.tokens) == log.scheduled_ns.size >= 10
+    for scheduled, end, times in zip(log.scheduled_ns, log.end_ns, log.tokens, strict=True):
+        assert len(times) == 3 and list(times) == sorted(times)
+        assert scheduled + 3 * 2_000_000 <= times[-1] <= end  # a sleep never returns early
+    opened = open_loop(
+        schedule(100.0, 8, "constant"), [Worker(calls={1: streamer(2, 0.001)}, streaming=True)]
+    )
+    assert opened.tokens is not None and [len(t) for t in opened.tokens] == [2] * 8
+    spec = LoadSpec(mode="open", level=100.0, arrivals="constant", late_ms=50.0)
+    figures = level_figures(opened, spec, 1)
+    assert figures.token_ns is not None and figures.token_ns.shape == (8, 2)
+    assert (figures.token_ns[:, 0] >= 1_000_000).all()  # from the scheduled send
+    # An ordinary level keeps no token times.
+    assert closed_loop([worker(sleeper(0.001))], iterations=3, seconds=0.0).tokens is None
+
+
+def test_streaming_workers_are_never_batched_nor_mixed_with_ordinary_ones() -> None:
+    stream = Worker(calls={1: streamer(1, 0.0)}, streaming=True)
+    with pytest.raises(ValueError, match="all stream tokens, or none"):
+        closed_loop([stream, worker(sleeper(0.0))], iterations=2, seconds=0.0)
+    with pytest.raises(ValueError, match="no batching"):
+        open_loop(schedule(10.0, 2, "constant"), [stream], Batching(max_batch=4))
