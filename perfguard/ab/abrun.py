@@ -767,6 +767,11 @@ class ABRun:
                 "same-run A/B (both sides must be measured the same way)"
             )
         base_load = cells[scenario.item_name].load
+        if scenario.generate is not None and scenario.load is not None:
+            return (
+                "a generative cell under load: compared with the archived baseline; same-run "
+                "A/B of generative load levels is not built yet"
+            )
         if scenario.load is not None and scenario.load.slo is not None:
             return (
                 "an SLO search: compared with the archived baseline, not in same-run A/B "

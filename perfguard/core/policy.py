@@ -224,6 +224,17 @@ METRICS: tuple[GateMetric, ...] = (
         aliases=("tokens/s", "output_tokens_per_s"),
     ),
     GateMetric(
+        name="goodput",
+        kind=MetricKind.THROUGHPUT,
+        label="goodput",
+        unit="/s",
+        limit_unit="/s",
+        units={"/s": 1.0},
+        higher_is_worse=False,
+        has=_GENERATIVE_HAS + " under `load:` with `goodput:` limits",
+        examples=("-5%", "-2/s"),
+    ),
+    GateMetric(
         name="peak_memory",
         kind=MetricKind.MEMORY,
         label="peak memory",
@@ -266,7 +277,9 @@ LATENCY_QS: Mapping[str, float] = {
     m.name: m.quantile for m in METRICS if m.quantile is not None and m.samples == "request"
 }
 #: The gates only a generative cell has figures for (its token figures).
-GENERATIVE_METRICS: frozenset[str] = frozenset(m.name for m in METRICS if m.has == _GENERATIVE_HAS)
+GENERATIVE_METRICS: frozenset[str] = frozenset(
+    m.name for m in METRICS if m.has.startswith(_GENERATIVE_HAS)
+)
 
 # --------------------------------------------------------------------------- defaults
 

@@ -282,6 +282,17 @@ class SloSpec:
 
 
 @dataclass(frozen=True)
+class GoodputSpec:
+    """When a generative request under load is *good* (``load: goodput:``): its time to
+    first token (from its scheduled send) within ``ttft_ms`` and its time per output
+    token within ``tpot_ms``, both at once, as MLPerf's and vLLM's goodput count them.
+    The level's goodput is its good requests per second."""
+
+    ttft_ms: float
+    tpot_ms: float
+
+
+@dataclass(frozen=True)
 class LoadSpec:
     """Concurrent load for one cell (one level of the scenario's `load:`).
 
@@ -296,6 +307,8 @@ class LoadSpec:
     of them makes the level ``invalid`` (the generator, not the model, fell
     behind). See :meth:`late_limit_ms`.
     ``slo`` is set on the one search cell of a scenario (``level`` = its start).
+    ``goodput`` (generative cells only): the limits a request must meet to count in the
+    level's goodput.
     """
 
     mode: str
@@ -308,6 +321,7 @@ class LoadSpec:
     slo: SloSpec | None = None
     late_ms: float | None = None  # None: max(1 ms, a quarter of the mean arrival gap)
     late_max: float = 0.05
+    goodput: GoodputSpec | None = None
 
     def late_limit_ms(self) -> float:
         """How late a request may be sent before it counts as late.

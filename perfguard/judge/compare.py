@@ -121,6 +121,9 @@ def _figure(result: ScenarioResult, metric: GateMetric) -> _Figure:
         if metric.name == "tokens_per_s":
             tokens = result.tokens
             return _Figure(tokens.tokens_per_s if tokens else None, None, None)
+        if metric.name == "goodput":
+            good = result.load.goodput if result.load is not None else None
+            return _Figure(good.per_s if good is not None else None, None, None)
         return _Figure(result.throughput, None, None)
     if metric.kind is MetricKind.MEMORY:
         if metric.name == "gpu_mem":
@@ -443,7 +446,11 @@ def compare_scenario(
             VerdictKind.INCOMPARABLE,
             f"environment differs from {base_ref} ({fields}); record a baseline on this machine",
         )
-    notes = []
+    notes = [
+        f"{who} fell short of its rate: {figures.shortfall}"
+        for who, figures in (("this level", current.load), (f"{base_ref}'s level", baseline.load))
+        if figures is not None and figures.shortfall
+    ]
     if not baseline.stable or (_foreign_cpu(baseline) or 0.0) > contention_limit:
         # Not invalid: a pooled multi-launch baseline is still the best figure there is.
         notes.append(

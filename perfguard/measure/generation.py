@@ -21,7 +21,7 @@ token, on the same clock as the token times; its throughput counts sequences
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -43,6 +43,7 @@ from perfguard.records.tokenfigures import TokenFigures
 
 __all__ = [
     "GenerativeRequests",
+    "StreamingRequests",
     "check_generated",
     "generation_result",
     "open_generator",
@@ -128,6 +129,23 @@ class GenerativeRequests:
             return self.token_times(0)
         finally:
             self.rows.clear()
+
+
+@dataclass
+class StreamingRequests:
+    """One load worker's call (``perfguard.measure.loadgen``'s streaming workers): each
+    call is one request, the prompts in turn from ``turn``, each token reported through
+    the ``stamp`` the load generator hands in (the generator keeps the times)."""
+
+    session: GenerativeSession
+    prepared: list[Any]
+    new_tokens: int
+    turn: int = 0
+
+    def __call__(self, stamp: Callable[[], None]) -> None:
+        prompt = self.prepared[self.turn % len(self.prepared)]
+        self.turn += 1
+        self.session.generate(prompt, self.new_tokens, stamp)
 
 
 def generation_result(

@@ -14,6 +14,13 @@
   ``invalid``: the generator, not the model, fell behind.
 * **Rates**: asked (the schedule), sent (requests handed over per second of the
   sending span) and achieved (requests answered per second of the window).
+* **Kept up** (open loop): answered rate over asked rate (:func:`kept_up`); under 90%
+  the level is overloaded and its ``shortfall`` says what it achieved: its figures are
+  an overloaded level's, not the asked rate's.
+* **Token times** (a generative level, whose workers stream): each answered request's
+  token times from its *scheduled* send (so TTFT is corrected as the latency is), one row
+  per request; **goodput** (with ``goodput:`` limits): the requests whose TTFT and TPOT
+  both meet them, per second of the window.
 * **Throughput**: answered, non-failed requests x the request's batch per
   second of the window. For one side of an interleaved closed loop (same-run A/B,
   ``interleaved=True``) the alternation fixes each side's share of the requests, so
@@ -29,15 +36,22 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from perfguard.core.scenario import LoadSpec
+from perfguard.core.scenario import GoodputSpec, LoadSpec
 from perfguard.core.stats import percentile
 from perfguard.measure.loadgen import LoadLog
 from perfguard.records.figures import LatencySummary, summarize
-from perfguard.records.loadfigures import BatchingFigures, LateFigures, LoadFigures
+from perfguard.records.loadfigures import (
+    BatchingFigures,
+    GoodputFigures,
+    LateFigures,
+    LoadFigures,
+)
 
-__all__ = ["LevelFigures", "level_figures"]
+__all__ = ["LevelFigures", "kept_up", "level_figures"]
 
 _NS = 1e9
+#: An open-loop level answering under this share of the asked rate is overloaded.
+SATURATED = 0.9
 
 
 @dataclass(frozen=True)
@@ -47,6 +61,9 @@ class LevelFigures:
     samples_ns: npt.NDArray[np.int64] = field(compare=False)
     throughput: float
     load: LoadFigures
+    #: A generative level's token times from each answered request's scheduled send
+    #: (one row per request, in send order); None for other levels.
+    token_ns: npt.NDArray[np.int64] | None = field(default=None, compare=False)
 
     @property
     def invalid(self) -> str | None:
@@ -109,6 +126,18 @@ def level_figures(
         span = (int(log.sent_ns[sent].max()) - t0) / _NS
         rate_sent = float(np.count_nonzero(sent)) / span if span > 0 else None
 
+    token_ns = _token_times(log, ok) if log.tokens is not None else None
+    goodput = None
+    if spec.goodput is not None and token_ns is not None:
+        goodput = _goodput(spec.goodput, token_ns, n, window_s)
+    shortfall = None
+    achieved_share = kept_up(log) if open_loop else 1.0
+    if achieved_share < SATURATED:
+        shortfall = (
+            f"achieved {completed / window_s:.3g}/s of the {spec.level:g}/s asked "
+            f"({achieved_share:.0%}): the level is overloaded, requests queued up; its "
+            "figures are those of an overloaded level, not of the rate asked"
+        )
     invalid = None
     if open_loop and late_share > spec.late_max:
         sent_text = f"{rate_sent:.0f}/s" if rate_sent is not None else "nothing"
@@ -148,8 +177,65 @@ def level_figures(
         batching=_batching(log, spec, ok) if spec.batching is not None else None,
         slo=None,
         invalid=invalid,
+        shortfall=shortfall,
+        goodput=goodput,
     )
-    return LevelFigures(samples_ns=corrected, throughput=throughput, load=load)
+    return LevelFigures(samples_ns=corrected, throughput=throughput, load=load, token_ns=token_ns)
+
+
+def _token_times(log: LoadLog, ok: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
+    """The answered requests' token times from their scheduled sends, in send order."""
+    assert log.tokens is not None
+    index = np.flatnonzero(ok)
+    index = index[np.argsort(log.scheduled_ns[index], kind="stable")]
+    rows = [log.tokens[i] for i in index]
+    width = {len(r) for r in rows}
+    if len(width) > 1 or 0 in width:
+        raise ValueError(
+            f"answered requests streamed {sorted(width)} tokens; expected the same number, >= 1"
+        )
+    if not rows:
+        return np.zeros((0, 1), dtype=np.int64)
+    return np.asarray(rows, dtype=np.int64) - log.scheduled_ns[index][:, None]
+
+
+def _goodput(
+    limits: GoodputSpec, token_ns: npt.NDArray[np.int64], requests: int, window_s: float
+) -> GoodputFigures:
+    """Requests meeting both limits (failed and unserved ones never do), per second."""
+    good = 0
+    if token_ns.size:
+        ttft = token_ns[:, 0]
+        steps = max(token_ns.shape[1] - 1, 1)
+        tpot = (token_ns[:, -1] - token_ns[:, 0]) / steps
+        good = int(
+            np.count_nonzero((ttft <= limits.ttft_ms * 1e6) & (tpot <= limits.tpot_ms * 1e6))
+        )
+    return GoodputFigures(
+        ttft_ms=limits.ttft_ms,
+        tpot_ms=limits.tpot_ms,
+        good=good,
+        per_s=good / window_s if window_s > 0 else 0.0,
+        share=good / requests if requests else 0.0,
+    )
+
+
+def kept_up(log: LoadLog) -> float:
+    """Answered rate / scheduled rate of an open-loop level, 1.0 when it kept up.
+
+    The window from the first scheduled time to the last answer always includes
+    the last request's own latency; taking one median latency off it keeps a
+    short level with long (but stable) latencies from looking overloaded, while
+    a growing backlog still stretches the window far past the schedule.
+    """
+    answered = log.end_ns >= 0
+    if not answered.any() or log.scheduled_ns.size < 2:
+        return 0.0 if not answered.any() else 1.0
+    first, last = int(log.scheduled_ns.min()), int(log.scheduled_ns.max())
+    typical = float(np.median((log.end_ns - log.scheduled_ns)[answered]))
+    window = max(float(log.end_ns[answered].max()) - first - typical, float(last - first), 1.0)
+    scheduled_rate = (log.scheduled_ns.size - 1) / max(last - first, 1)
+    return float(np.count_nonzero(answered) - 1) / window / scheduled_rate
 
 
 def _batching(log: LoadLog, spec: LoadSpec, ok: npt.NDArray[np.bool_]) -> BatchingFigures:

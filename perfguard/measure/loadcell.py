@@ -10,7 +10,10 @@ reuse it):
    under ``torch.inference_mode`` in each thread); ``per_worker`` opens one more
    session per worker. With batching, each worker has a prepared input for
    every batch of ``k`` requests (the request's inputs repeated ``k`` times
-   along axis 0), made before timing.
+   along axis 0), made before timing. A generative cell's workers all stream from its
+   one model (``measure.generation.StreamingRequests``: one request per call, each with
+   its own KV cache, each worker its own turn through the prompts); the load generator
+   keeps every request's token times.
 2. **Warm-up.** Every worker's every batch size is called once (a model that
    cannot take a batch fails here, with the fix), then the same load pattern
    runs for ``warmup.seconds`` (at least ``warmup.iterations`` requests) and is
@@ -50,8 +53,9 @@ from perfguard.core.progress import Throttle
 from perfguard.core.scenario import LoadSpec, LoopSpec, Scenario
 from perfguard.core.stats import stability_ratio
 from perfguard.measure.canary import CanaryProbe
+from perfguard.measure.generation import GenerativeRequests, StreamingRequests
 from perfguard.measure.gpuwatch import GpuWatch
-from perfguard.measure.levelfigures import LevelFigures, level_figures
+from perfguard.measure.levelfigures import SATURATED, LevelFigures, kept_up, level_figures
 from perfguard.measure.loadgen import Batching, LoadLog, Worker, closed_loop, open_loop, schedule
 from perfguard.measure.memory import PeakMemory
 from perfguard.measure.opencell import RunContext, open_session
@@ -65,13 +69,13 @@ from perfguard.records.loadfigures import (
     SloStep,
 )
 from perfguard.records.results import ScenarioResult, Status
+from perfguard.records.tokenfigures import TokenFigures
 
 __all__ = [
     "LevelRun",
     "LoadCell",
     "LoadRunner",
     "interleavable",
-    "kept_up",
     "measure_load",
 ]
 
@@ -81,16 +85,20 @@ class LoadCell(Protocol):
 
     scenario: Scenario
     ctx: RunContext
-    session: Session
     batch: int
     calibration: Sequence[Mapping[str, np.ndarray]] | None
     memory: PeakMemory
+    #: A generative cell's requests (its session, prompts and tokens per request); a
+    #: cell's runtime session otherwise.
+    requests: GenerativeRequests | None
+
+    @property
+    def session(self) -> Session: ...
 
     def peak_memory_mib(self) -> float | None: ...
 
 
 _PROBE_CALLS = 20
-_SATURATED = 0.9  # answered under this share of the asked rate: the level is overloaded
 _MAX_STEPS = 30
 
 
@@ -128,8 +136,12 @@ class LoadRunner:
         assert self.scenario.load is not None
         self.spec: LoadSpec = self.scenario.load
         self._open_session = open_session
-        self._feeds = make_inputs(self.scenario.model)
-        self._sessions: list[Session] = [run.session]
+        # A generative cell: every worker streams from the one model, each request with
+        # its own KV cache, each worker its own turn through the prompts.
+        self._requests = run.requests
+        self._streams: dict[int, StreamingRequests] = {}
+        self._feeds = make_inputs(self.scenario.model) if run.requests is None else {}
+        self._sessions: list[Session] = [run.session] if run.requests is None else []
         self._extra: list[AbstractContextManager[Any]] = []
         self._prepared: dict[tuple[int, int], object] = {}
         self.cold_start_ns: int | None = None
@@ -155,6 +167,8 @@ class LoadRunner:
         return index, self._sessions[index]
 
     def _worker(self, index: int) -> Worker:
+        if self._requests is not None:
+            return self._streaming_worker(index)
         slot, session = self._session(index)
         prepared = {}
         for k in self._batch_sizes():
@@ -170,6 +184,25 @@ class LoadRunner:
             return Worker(calls=calls, synchronize=sync)
         calls = {k: functools.partial(session.run, p) for k, p in prepared.items()}
         return Worker(calls=calls, synchronize=session.synchronize)
+
+    def _streaming_worker(self, index: int) -> Worker:
+        """A generative cell's worker ``index``: one request per call, its tokens stamped
+        by the load generator; the cell's very first request is its cold start."""
+        requests = self._requests
+        assert requests is not None
+        if index not in self._streams:
+            stream = StreamingRequests(
+                requests.session, requests.prepared, requests.new_tokens, turn=index
+            )
+            self._streams[index] = stream
+            if self.cold_start_ns is None:
+                t0 = time.perf_counter_ns()
+                try:
+                    stream(_no_stamp)
+                except Exception as exc:
+                    raise self._batch_error(1, exc) from exc
+                self.cold_start_ns = time.perf_counter_ns() - t0
+        return Worker(calls={1: self._streams[index]}, streaming=True)
 
     def _first_call(self, session: Session, prepared: object, k: int) -> None:
         """Each session's each batch size is called once, alone, before any load; the
@@ -409,7 +442,7 @@ class LoadRunner:
             figures = run.figures
             p_ms = figures.percentile_ms(slo.percentile)
             load = figures.load
-            saturated = load.unserved > 0 or (not closed and kept_up(run.log) < _SATURATED)
+            saturated = load.unserved > 0 or (not closed and kept_up(run.log) < SATURATED)
             ok = (
                 p_ms is not None
                 and p_ms <= slo.target_ms
@@ -480,22 +513,8 @@ class LoadRunner:
         return runs[best.level], summary
 
 
-def kept_up(log: LoadLog) -> float:
-    """Answered rate / scheduled rate of an open-loop level, 1.0 when it kept up.
-
-    The window from the first scheduled time to the last answer always includes
-    the last request's own latency; taking one median latency off it keeps a
-    short level with long (but stable) latencies from looking overloaded, while
-    a growing backlog still stretches the window far past the schedule.
-    """
-    answered = log.end_ns >= 0
-    if not answered.any() or log.scheduled_ns.size < 2:
-        return 0.0 if not answered.any() else 1.0
-    first, last = int(log.scheduled_ns.min()), int(log.scheduled_ns.max())
-    typical = float(np.median((log.end_ns - log.scheduled_ns)[answered]))
-    window = max(float(log.end_ns[answered].max()) - first - typical, float(last - first), 1.0)
-    scheduled_rate = (log.scheduled_ns.size - 1) / max(last - first, 1)
-    return float(np.count_nonzero(answered) - 1) / window / scheduled_rate
+def _no_stamp() -> None:
+    return None
 
 
 def stable_under_load(log: LoadLog, tolerance: float) -> tuple[bool, float]:
@@ -519,11 +538,12 @@ def measure_load(run: LoadCell, runner: LoadRunner) -> ScenarioResult:
     """
     sc = run.scenario
     spec = runner.spec
+    session: Any = run.requests.session if run.requests is not None else run.session
     probe = CanaryProbe()
     probe.sample()
     # Telemetry and peak device memory on a GPU; per-request device time is not
     # taken under load (each worker has its own stream).
-    with GpuWatch(sc, run.session, device_timing=False) as watch:
+    with GpuWatch(sc, session, device_timing=False) as watch:
         if spec.slo is not None:
             level_run, slo = runner.search()
         else:
@@ -558,19 +578,32 @@ def measure_load(run: LoadCell, runner: LoadRunner) -> ScenarioResult:
         stable=stable,
         stability_ratio=ratio,
         runtime=RuntimeInfo(
-            backend=dict(run.session.runtime_info),
+            backend=dict(session.runtime_info),
             cpu=canary.shares,
-            sessions=len(runner._sessions),
+            sessions=max(1, len(runner._sessions)),
             gpu=watch.facts(0),
         ),
         canary_ns=canary.median_ns,
         peak_memory_mib=run.peak_memory_mib(),
         load=load,
         samples_ns=tuple(int(s) for s in samples),
+        tokens=_level_tokens(sc, figures),
     )
     result = watch.check(result)
     _raise_for(result, load, spec, sc)
     return result
+
+
+def _level_tokens(sc: Scenario, figures: LevelFigures) -> TokenFigures | None:
+    """A generative level's token figures, from each request's scheduled send (None for
+    other levels, and for a level that answered nothing)."""
+    spec = sc.generate
+    if spec is None or figures.token_ns is None or not figures.token_ns.shape[0]:
+        return None
+    tokens = TokenFigures.of(figures.token_ns, prompt_tokens=spec.prompt_tokens, batch=spec.batch)
+    # Requests overlap under load: the level's output rate is its answered requests'
+    # tokens over its window, not one stream's.
+    return dataclasses.replace(tokens, tokens_per_s=figures.throughput * spec.new_tokens)
 
 
 def _errors_text(errors: Mapping[str, int]) -> str:

@@ -159,14 +159,14 @@ class ScenarioRun:
         self.session, self.prepared, self.batch = self._opened.__enter__()
 
     def close(self) -> None:
-        if self.generator is not None:
-            self._opened_generator.__exit__(None, None, None)
-            return
         try:
             if self._load is not None:
                 self._load.close()
         finally:
-            self._opened.__exit__(None, None, None)
+            if self.generator is not None:
+                self._opened_generator.__exit__(None, None, None)
+            else:
+                self._opened.__exit__(None, None, None)
 
     def __enter__(self) -> ScenarioRun:
         return self
@@ -191,14 +191,15 @@ class ScenarioRun:
         return self.memory.peak_mib()
 
     def measure(self) -> ScenarioResult:
-        if self.requests is not None:
-            return self._measure_generation(self.requests)
         if self.scenario.load is not None:
             if self._load is None:
                 self._load = LoadRunner(self)
             loaded = measure_load(self, self._load)
-            self.check_final_outputs()
+            if self.requests is None:
+                self.check_final_outputs()
             return loaded
+        if self.requests is not None:
+            return self._measure_generation(self.requests)
         probe = CanaryProbe()
         probe.sample()
         with GpuWatch(self.scenario, self.session) as watch:

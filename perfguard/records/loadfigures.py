@@ -19,6 +19,7 @@ from perfguard.records.figures import LatencySummary
 
 __all__ = [
     "BatchingFigures",
+    "GoodputFigures",
     "LateFigures",
     "LevelMemory",
     "LoadFigures",
@@ -155,13 +156,37 @@ class LevelMemory(Record):
 
 
 @dataclass(frozen=True)
+class GoodputFigures(Record):
+    """The goodput of a generative level: of its ``requests``, the ``good`` ones met
+    both limits (TTFT from the scheduled send within ``ttft_ms``, TPOT within
+    ``tpot_ms``); ``per_s`` is good requests per second of the level's window (the
+    gated figure), ``share`` good over all requests (failed and unserved ones are
+    never good)."""
+
+    SCHEMA_NAME: ClassVar[str] = "goodput"
+    SCHEMA_DESCRIPTION: ClassVar[str | None] = (
+        "Requests of a generative level meeting its TTFT and TPOT limits together "
+        "(perfguard.records.loadfigures.GoodputFigures); per_s is the goodput."
+    )
+
+    ttft_ms: float = field(metadata=_NON_NEGATIVE)
+    tpot_ms: float = field(metadata=_NON_NEGATIVE)
+    good: int = field(metadata=_COUNT)
+    per_s: float = field(metadata=_NON_NEGATIVE)
+    share: float = field(metadata=spec(minimum=0, maximum=1))
+
+
+@dataclass(frozen=True)
 class LoadFigures(Record):
     """One measured load level (or the chosen level of an SLO search).
 
     ``mode`` is ``closed`` (``concurrency`` clients) or ``open`` (``rate_asked``
     requests per second, ``arrivals`` their spacing); the other mode's fields are
     None. ``invalid`` says why the level cannot be trusted (the generator fell
-    behind), None when it can.
+    behind), None when it can. ``shortfall`` (an open loop that did not keep up:
+    answered under 90% of the asked rate) says what it achieved: its figures are those
+    of an overloaded level, not of the rate asked. ``goodput``: a generative level's,
+    when its scenario sets the limits.
     """
 
     SCHEMA_NAME: ClassVar[str] = "load"
@@ -198,6 +223,8 @@ class LoadFigures(Record):
     invalid: str | None = None
     # absent from older files, and where RSS is not read
     memory: LevelMemory | None = field(default=None, metadata=spec(omit="none"))
+    shortfall: str | None = field(default=None, metadata=spec(omit="none"))
+    goodput: GoodputFigures | None = field(default=None, metadata=spec(omit="none"))
 
     @property
     def is_open(self) -> bool:

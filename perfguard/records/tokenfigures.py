@@ -6,7 +6,8 @@ gets a timestamp, in ns after the request was sent (``token_ns``, request-major:
 samples, kept). Everything else is read from them:
 
 * **TTFT** (time to first token): the first step's timestamp. It covers the prefill,
-  the pass over the whole prompt.
+  the pass over the whole prompt. Under load every time runs from the request's
+  *scheduled* send (queueing included, coordinated omission corrected).
 * **ITL** (inter-token latency): each gap between two consecutive steps of a request,
   ``new_tokens - 1`` per request. Gaps of one request are not independent (a slow request
   tends to be slow throughout), so their bounds resample whole requests
@@ -16,7 +17,8 @@ samples, kept). Everything else is read from them:
 * **End to end**: the last step's timestamp; the cell's per-request latency samples
   (``ScenarioResult.samples_ns``) are these.
 * **Output tokens/s**: ``batch * new_tokens`` tokens per request over the requests' summed
-  end-to-end time (requests run one at a time).
+  end-to-end time (requests run one at a time); under load, the level's answered requests'
+  tokens over its window (requests overlap).
 * **Prefill share**: the requests' summed TTFT over their summed end to end: how much of
   the time went to the prompt, the rest to decoding.
 

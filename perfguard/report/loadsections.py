@@ -87,6 +87,67 @@ class LoadGroup:
     batching: list[BatchingView] = field(default_factory=list)
     slo: list[SloView] = field(default_factory=list)
     memory: str = ""  # the memory per added stream (tables.MemoryGrowth), or ""
+    #: A generative scenario's token figures per level (``token_rows``), else empty.
+    tokens: list[tuple[str, ...]] = field(default_factory=list)
+
+
+#: The columns of a generative scenario's token table, one row per level.
+TOKEN_HEADERS = (
+    "level",
+    "TTFT P50 ms",
+    "TTFT P95 ms",
+    "TPOT P50 ms",
+    "TPOT P95 ms",
+    "output tokens/s",
+    "goodput/s (good share)",
+)
+
+
+def token_rows(
+    members: Sequence[ScenarioResult], base: Sequence[ScenarioResult]
+) -> list[tuple[str, ...]]:
+    """TTFT, TPOT, output tokens/s and goodput of each generative level, in level order,
+    each with the baseline's figure of the same level after an arrow (``4.10 -> 4.52``):
+    how they move with concurrency or rate, and how this change moved them."""
+    by_level = {r.load.level: r for r in base if r.load is not None}
+    rows = []
+    for r in sorted(members, key=lambda r: load_level_key(r.load)):
+        if r.tokens is None or r.load is None:
+            continue
+        old = by_level.get(r.load.level)
+        cells = [r.load.level]
+        for summary, key in (
+            ("ttft_ns", "p50"),
+            ("ttft_ns", "p95"),
+            ("tpot_ns", "p50"),
+            ("tpot_ns", "p95"),
+        ):
+            cells.append(
+                _moved(
+                    _ms(getattr(old.tokens, summary), key) if old and old.tokens else None,
+                    _ms(getattr(r.tokens, summary), key),
+                    ".3g",
+                )
+            )
+        cells.append(
+            _moved(old.tokens.tokens_per_s if old and old.tokens else None, r.tokens.tokens_per_s)
+        )
+        good = r.load.goodput
+        old_good = old.load.goodput if old and old.load else None
+        cells.append(
+            f"{_moved(old_good.per_s if old_good else None, good.per_s)} ({good.share * 100:.0f}%)"
+            if good is not None
+            else "-"
+        )
+        rows.append(tuple(cells))
+    return rows
+
+
+def _moved(old: float | None, new: float | None, spec: str = ".1f") -> str:
+    """``new``, after the baseline's ``old`` and an arrow when there is one."""
+    if old is None:
+        return _f(new, spec)
+    return f"{_f(old, spec)} -> {_f(new, spec)}"
 
 
 def batching_view(level: str, batching: BatchingFigures) -> BatchingView:
@@ -164,6 +225,18 @@ def _details(load: LoadFigures) -> list[tuple[str, str]]:
             f"max {_f(late.lag_max_ms, '.3g')} ms",
         )
     )
+    if load.shortfall:
+        out.append(("fell short", load.shortfall))
+    good = load.goodput
+    if good is not None:
+        out.append(
+            (
+                "goodput",
+                f"{good.good} of {load.requests} requests ({good.share * 100:.1f}%) within TTFT "
+                f"{_f(good.ttft_ms, 'g')} ms and TPOT {_f(good.tpot_ms, 'g')} ms: "
+                f"{_f(good.per_s, '.3g')}/s",
+            )
+        )
     memory = memory_detail(load)
     if memory is not None:
         out.append(("host memory", memory))
@@ -244,6 +317,7 @@ def _group(
             steps += _steps(slo)
     growth = memory_growth(members)
     group.memory = growth.text() if growth is not None else ""
+    group.tokens = token_rows(members, base)
     current = _segments(members)
     if draw and (any(current) or steps):
         baseline = _segments(base)
@@ -327,6 +401,7 @@ def load_context(inp: ReportInput, anchors: Mapping[str, str]) -> dict[str, Any]
     return {
         "load_groups": groups,
         "load_headers": LOAD_HEADERS[1:-1],
+        "token_headers": TOKEN_HEADERS,
         "load_invalid": [(g.anchor, g.key, lvl, why) for g in groups for lvl, why in g.invalid],
     }
 

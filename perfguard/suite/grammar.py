@@ -64,6 +64,7 @@ from perfguard.core.scenario import (
     AccuracySpec,
     BatchingSpec,
     GenerateSpec,
+    GoodputSpec,
     GpuSpec,
     InputSpec,
     LoadSpec,
@@ -90,6 +91,7 @@ __all__ = [
     "FUNCTION_PATTERN",
     "GATE",
     "GENERATE",
+    "GOODPUT",
     "GPU",
     "IDENT_PATTERN",
     "INPUT",
@@ -687,6 +689,26 @@ _RATE = OneOf(
         ),
     )
 )
+GOODPUT = Section(
+    (
+        Key(
+            "ttft_ms",
+            _num(exclusive_minimum=0),
+            "most time to first token, from the scheduled send",
+            required=True,
+            example="200",
+        ),
+        Key(
+            "tpot_ms",
+            _num(exclusive_minimum=0),
+            "most time per output token after the first",
+            required=True,
+            example="20",
+        ),
+    ),
+    title="goodput",
+)
+assert GOODPUT.names == tuple(f.name for f in dataclasses.fields(GoodputSpec))
 _CLIENTS_WHY = "perfguard's limit: each is a thread of the load generator"
 _CONCURRENCY = _int(1, LOAD_MAX_CLIENTS, _CLIENTS_WHY)
 
@@ -730,6 +752,12 @@ LOAD = Section(
             _LOAD.late_max,
         ),
         Key("slo", SLO, "one more cell (`slo`): the highest level meeting a latency target"),
+        Key(
+            "goodput",
+            GOODPUT,
+            "generative cells: a request is good when its TTFT and TPOT are both within "
+            "these; the level's goodput is good requests per second",
+        ),
     ),
     at_most_one=(("concurrency", "rate"),),
     title="load",

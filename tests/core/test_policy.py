@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from perfguard.core import policy
 from perfguard.core.policy import METRICS, GateSpec, MetricKind, gate_metric, samples_needed
 from perfguard.judge.compare import compare_scenario
 from perfguard.records.figures import summarize
+from perfguard.records.loadfigures import GoodputFigures, LateFigures, LoadFigures
 from perfguard.records.results import LatencySummary, RunResult, ScenarioResult
 from perfguard.records.tokenfigures import TokenFigures
 from perfguard.suite.loader import load_suite
@@ -54,6 +56,8 @@ def test_every_metric_is_accepted_by_the_loader_and_decided_by_the_comparison(
     assert spec is not None
     generative = metric in policy.GENERATIVE_METRICS
     generate = "    generate: {prompt_tokens: 8, new_tokens: 16}\n" if generative else ""
+    if metric == "goodput":  # a generative level with goodput limits
+        generate += "    load: {concurrency: 2, goodput: {ttft_ms: 200, tpot_ms: 20}}\n"
     suite = tmp_path / "s.yaml"
     suite.write_text(
         "models:\n  m:\n    factory: mod:build\n    inputs:\n      x: {shape: [1, 4]}\n"
@@ -91,7 +95,15 @@ def test_every_metric_is_accepted_by_the_loader_and_decided_by_the_comparison(
             else None,
         )
 
-    verdict = compare_scenario(result(), result(), (gate,), baseline_commit="a" * 40)
+    def measured() -> ScenarioResult:
+        r = result()
+        if metric != "goodput":
+            return r
+        # The level's goodput: every request within the limits, in a 1 s window.
+        good = GoodputFigures(ttft_ms=200, tpot_ms=20, good=n, per_s=float(n), share=1.0)
+        return dataclasses.replace(r, load=closed_level(n, good))
+
+    verdict = compare_scenario(measured(), measured(), (gate,), baseline_commit="a" * 40)
     assert [m.verdict for m in verdict.metrics] == ["unchanged"], verdict.messages
 
 
@@ -116,3 +128,16 @@ def test_samples_needed_is_the_fewest_that_give_the_bound(q: float, confidence: 
 def test_default_gate_is_p95_plus_five_percent() -> None:
     assert (GateSpec("p95", 0.05),) == policy.DEFAULT_GATES
     assert RunResult.__name__  # the records module imports cleanly beside the policy
+
+
+def closed_level(requests: int, goodput: GoodputFigures) -> LoadFigures:
+    """A closed-loop level of 2 clients, all ``requests`` answered in 1 s."""
+    return LoadFigures(
+        mode="closed", level="c2", concurrency=2, rate_asked=None, rate_sent=None,
+        rate_achieved=None, arrivals=None, workers=1, sessions="shared", requests=requests,
+        completed=requests, failed=0, unserved=0, duration_s=1.0, throughput=float(requests),
+        uncorrected_ns=None, queue_share=None,
+        late=LateFigures(count=0, share=0.0, limit_ms=1.0, max_share=0.05, lag_p99_ms=None,
+                         lag_max_ms=None),
+        errors={}, goodput=goodput,
+    )  # fmt: skip

@@ -222,6 +222,11 @@ PLACES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "SLO": ("scenarios.0.load.slo", {"p95_ms": 50}, _LOAD),
     "BATCHING": ("scenarios.0.load.batching", {"max_batch": 2, "max_wait_ms": 1}, _LOAD),
     "GENERATE": ("scenarios.0.generate", {"prompt_tokens": 8, "new_tokens": 4}, {}),
+    "GOODPUT": (
+        "scenarios.0.load.goodput",
+        {"ttft_ms": 200, "tpot_ms": 20},
+        {**_LOAD, "scenarios.0.generate": {"prompt_tokens": 8, "new_tokens": 4}},
+    ),
     "GPU": ("scenarios.0.gpu", {}, {}),
     "TENSORRT": ("scenarios.0.gpu.tensorrt", {}, {}),
     "PROFILE": (

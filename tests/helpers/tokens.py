@@ -44,16 +44,24 @@ def generative_result(times: np.ndarray, *, sid: str = SID, batch: int = 1) -> o
     )
 
 
-def spin_lm_suite(prefill_us: int, decode_us: int) -> str:
+def spin_lm_suite(
+    prefill_us: int,
+    decode_us: int,
+    *,
+    load: str | None = None,
+    gate: str = '{p95: "+1000%", ttft_p95: "+50%", itl_p95: "+50%", tpot_p50: "+50%"}',
+) -> str:
     """A suite of one generative cell of the example model (``perfguard_examples.tinylm``,
     one layer) that busy-waits ``prefill_us`` before each prompt pass and ``decode_us``
-    before each decode step, gated at +50% on TTFT, ITL and TPOT: figures dominated by
-    known costs, for end-to-end tests of the plumbing rather than of the machine."""
+    before each decode step, gated by ``gate`` (default +50% on TTFT, ITL and TPOT), under
+    ``load`` when given: figures dominated by known costs, for end-to-end tests of the
+    plumbing rather than of the machine."""
+    under = f"    load: {load}\n" if load is not None else ""
     return f"""\
 defaults:
   threads: 1
   warmup: {{iterations: 3, seconds: 0}}
-  measure: {{iterations: 100, seconds: 0}}
+  measure: {{iterations: 100, seconds: 0.5}}
   stability_tolerance: 0.99
 models:
   lm:
@@ -70,5 +78,5 @@ scenarios:
   - name: gen
     model: lm
     generate: {{prompt_tokens: 16, new_tokens: 6}}
-    gate: {{p95: "+1000%", ttft_p95: "+50%", itl_p95: "+50%", tpot_p50: "+50%"}}
-"""
+    gate: {gate}
+{under}"""

@@ -5,15 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perfguard.core.scenario import LoadSpec
-from perfguard.measure.levelfigures import level_figures
-from perfguard.measure.loadcell import kept_up
+from perfguard.core.scenario import GoodputSpec, LoadSpec
+from perfguard.measure.levelfigures import kept_up, level_figures
 from perfguard.measure.loadgen import LoadLog
 
 MS = 1_000_000
 
 
-def log_of(**columns: list[int]) -> LoadLog:
+def log_of(tokens: list[list[int]] | None = None, **columns: list[int]) -> LoadLog:
     n = len(columns["scheduled"])
     return LoadLog(
         scheduled_ns=np.array(columns["scheduled"], dtype=np.int64) * MS,
@@ -25,6 +24,7 @@ def log_of(**columns: list[int]) -> LoadLog:
         calls=np.zeros((0, 3), dtype=np.int64),
         errors={"RuntimeError: boom": 1} if any(columns.get("failed", [])) else {},
         window_ns=(0, columns["window_end"][0] * MS),
+        tokens=tuple(tuple(t * MS for t in row) for row in tokens) if tokens else None,
     )
 
 
@@ -132,3 +132,70 @@ def test_one_side_of_an_interleaved_level_has_the_throughput_of_its_own_latency(
         level_figures(log.of_side(0), LoadSpec(mode="open", level=100.0), 1, interleaved=True)
     with pytest.raises(ValueError, match="not an interleaved level"):
         LOG.of_side(0)
+
+
+# A generative open loop, 3 tokens per request: times in ms. TTFT from the scheduled send;
+# TPOT = (last - first) / 2.
+#   request 0: sched 0,  tokens 5 7 9    -> TTFT 5,  TPOT 2   good
+#   request 1: sched 10, tokens 18 20 22 -> TTFT 8,  TPOT 2   good
+#   request 2: sched 20, tokens 26 32 38 -> TTFT 6,  TPOT 6   too slow per token
+#   request 3: sched 30, tokens 45 47 49 -> TTFT 15, TPOT 2   too slow to start
+#   request 4: sched 40, failed (its tokens never count)
+#   request 5: sched 45, never answered
+TOKEN_LOG = log_of(
+    scheduled=[0, 10, 20, 30, 40, 45],
+    sent=[0, 10, 20, 30, 40, 45],
+    start=[0, 10, 20, 30, 40, -1],
+    end=[9, 22, 38, 49, 41, -1],
+    failed=[0, 0, 0, 0, 1, 0],
+    window_end=[50],
+    tokens=[[5, 7, 9], [18, 20, 22], [26, 32, 38], [45, 47, 49], [41], []],
+)
+GOODPUT = LoadSpec(
+    mode="open", level=120.0, arrivals="constant", late_ms=1.0, goodput=GoodputSpec(10, 3)
+)
+
+
+def test_goodput_counts_the_requests_meeting_both_limits() -> None:
+    figures = level_figures(TOKEN_LOG, GOODPUT, request_batch=1)
+    good = figures.load.goodput
+    assert good is not None
+    assert (good.good, good.ttft_ms, good.tpot_ms) == (2, 10, 3)
+    assert good.per_s == pytest.approx(2 / 0.050)  # 2 good requests in a 50 ms window
+    assert good.share == pytest.approx(2 / 6)  # the failed and the unanswered count as not good
+    assert figures.token_ns is not None
+    # The answered, not failed requests' token times from their scheduled sends.
+    assert (figures.token_ns / MS).tolist() == [[5, 7, 9], [8, 10, 12], [6, 12, 18], [15, 17, 19]]
+
+
+def test_a_level_without_limits_has_no_goodput_and_an_ordinary_one_no_tokens() -> None:
+    plain_limits = LoadSpec(mode="open", level=120.0, arrivals="constant", late_ms=1.0)
+    assert level_figures(TOKEN_LOG, plain_limits, 1).load.goodput is None
+    figures = level_figures(LOG, OPEN, 1)
+    assert figures.token_ns is None and figures.load.goodput is None
+
+
+def test_an_open_loop_that_fell_short_of_its_rate_says_what_it_achieved() -> None:
+    # 10 requests asked at 10/s, served one per 250 ms: 4/s, a growing backlog.
+    backlog = log_of(
+        scheduled=[i * 100 for i in range(10)],
+        sent=[i * 100 for i in range(10)],
+        start=[i * 250 for i in range(10)],
+        end=[i * 250 + 250 for i in range(10)],
+        window_end=[2500],
+    )
+    spec = LoadSpec(mode="open", level=10.0, arrivals="constant", late_ms=1.0)
+    load = level_figures(backlog, spec, 1).load
+    assert load.shortfall is not None
+    assert load.shortfall.startswith("achieved 4/s of the 10/s asked")  # 10 answers in 2.5 s
+    assert "overloaded" in load.shortfall
+    steady = log_of(
+        scheduled=[i * 100 for i in range(10)],
+        sent=[i * 100 for i in range(10)],
+        start=[i * 100 + 200 for i in range(10)],
+        end=[i * 100 + 300 for i in range(10)],
+        window_end=[1200],
+    )
+    assert level_figures(steady, spec, 1).load.shortfall is None
+    closed = LoadSpec(mode="closed", level=2.0)
+    assert level_figures(backlog, closed, 1).load.shortfall is None

@@ -46,6 +46,7 @@ from perfguard.records.figures import (
 )
 from perfguard.records.loadfigures import (
     BatchingFigures,
+    GoodputFigures,
     LateFigures,
     LevelMemory,
     LoadFigures,
@@ -209,6 +210,9 @@ loads = st.builds(
     ),
     invalid=st.none() | words,
     memory=st.none() | st.builds(LevelMemory, non_negative, non_negative, st.integers(1, 10**6)),
+    shortfall=st.none() | words,
+    goodput=st.none()
+    | st.builds(GoodputFigures, non_negative, non_negative, count, non_negative, st.floats(0, 1)),
 )
 
 ints = st.lists(st.integers(0, 10**6), max_size=4).map(tuple)

@@ -12,8 +12,9 @@ import pytest
 from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
 from perfguard.records.accuracyfigures import AccuracyFigures
 from perfguard.records.figures import summarize
-from perfguard.records.loadfigures import LevelMemory, LoadFigures
+from perfguard.records.loadfigures import GoodputFigures, LevelMemory, LoadFigures
 from perfguard.records.results import ScenarioResult, Status
+from perfguard.records.tokenfigures import TokenFigures
 from perfguard.report import render_html, render_markdown
 from perfguard.report.model import ReportInput
 from perfguard.report.plots import BASELINE_COLOR
@@ -25,6 +26,7 @@ from perfguard.report.tables import (
     short_invalid,
 )
 from tests.helpers.results import load_dict, p95_verdict, run_of, scenario
+from tests.helpers.tokens import token_times
 
 SUITE = "suites/x.yaml"
 INVALID = (
@@ -438,3 +440,42 @@ def test_a_levels_note_says_what_failed_never_a_bare_failed_beside_0_failed_requ
     assert notes["c1"] == "accuracy gate not met"
     for level in ("c4", "slo", "c1"):
         assert "failed" not in notes[level]
+
+
+def generative_level(clients: int, decode_ms: float, good: int, seed: int) -> ScenarioResult:
+    """A generative closed-loop level: 120 requests of 8 tokens, ``good`` of them good."""
+    times = token_times(120, 8, seed, prefill_ms=4.0 * clients, decode_ms=decode_ms)
+    cell = load_cell(f"c{clients}", 20.0, 10.0 * clients, seed, axes="torch-p48")
+    load = dataclasses.replace(
+        cell.load,  # type: ignore[arg-type]
+        concurrency=clients,
+        requests=120,
+        goodput=GoodputFigures(
+            ttft_ms=10, tpot_ms=2, good=good, per_s=good / 5.0, share=good / 120
+        ),
+        shortfall="achieved 7/s of the 10/s asked (70%): the level is overloaded"
+        if good < 60
+        else None,
+    )
+    tokens = TokenFigures.of(times, prompt_tokens=48, batch=1)
+    return dataclasses.replace(cell, load=load, tokens=tokens)
+
+
+def test_a_generative_scenario_s_levels_show_their_token_figures_and_goodput() -> None:
+    current = [generative_level(1, 1.0, 120, 1), generative_level(4, 2.5, 30, 2)]
+    baseline = {
+        r.id: r for r in (generative_level(1, 1.0, 120, 3), generative_level(4, 1.2, 110, 4))
+    }
+    html = render_html(ReportInput(run=run_of(current), baseline=baseline))
+    section = _section(html, f"{SUITE}::minilm[torch-p48]")
+    assert "Token figures per level" in section
+    rows = re.findall(r"<tr><td>(c\d)</td>(.*?)</tr>", section)
+    assert [level for level, _ in rows] == ["c1", "c4"]
+    c4 = re.findall(r'<td class="num">(.*?)</td>', rows[1][1])
+    old, new = baseline[current[1].id].tokens, current[1].tokens
+    assert old is not None and new is not None
+    tpot = f"{old.tpot_ns.p50 / 1e6:.3g} -&gt; {new.tpot_ns.p50 / 1e6:.3g}"  # type: ignore[union-attr]
+    assert c4[2] == tpot  # TPOT P50, baseline -> this run: the decode slowdown at 4 clients
+    assert c4[5] == "22.0 -&gt; 6.0 (25%)"  # goodput/s 110/5 -> 30/5, 30 of 120 good
+    assert "30 of 120 requests (25.0%) within TTFT 10 ms and TPOT 2 ms: 6/s" in section
+    assert "fell short" in section and "achieved 7/s of the 10/s asked" in section

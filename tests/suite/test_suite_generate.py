@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from perfguard.core.errors import SuiteError
-from perfguard.core.scenario import GenerateSpec, Scenario
+from perfguard.core.scenario import GenerateSpec, GoodputSpec, Scenario
 from perfguard.suite.loader import load_suite
 
 HEAD = """\
@@ -127,7 +127,6 @@ def test_defaults_token_gates_reach_only_generative_scenarios(tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("extra", "key"),
     [
-        ("load: {concurrency: [1, 2]}", "load"),
         ("accuracy: {}", "accuracy"),
         ("profile: true", "profile"),
     ],
@@ -186,3 +185,96 @@ def test_bad_generate_values_are_refused_at_their_line(
 ) -> None:
     message = refusal(tmp_path, f"- {{name: gen, model: lm, generate: {generate}}}\n")
     assert "s.yaml:9" in message and found in message
+
+
+def test_a_generative_scenario_under_load_has_a_cell_per_prompt_length_and_level(
+    tmp_path: Path,
+) -> None:
+    got = cells(
+        tmp_path,
+        """\
+        - name: gen
+          model: lm
+          generate: {prompt_tokens: [8, 16], new_tokens: 4}
+          load: {concurrency: [1, 4], goodput: {ttft_ms: 200, tpot_ms: 20.5}}
+          gate: {goodput: "-10%", ttft_p95: "+5%"}
+        """,
+    )
+    assert [c.item_name for c in got] == ["gen[p8-c1]", "gen[p8-c4]", "gen[p16-c1]", "gen[p16-c4]"]
+    assert got[1].matrix_values == (("prompt", "p8"), ("load", "c4"))
+    load = got[1].load
+    assert load is not None and load.goodput == GoodputSpec(ttft_ms=200.0, tpot_ms=20.5)
+    assert {g.metric for g in got[1].gates} >= {"goodput", "ttft_p95"}
+
+
+@pytest.mark.parametrize(
+    ("load", "key", "fix"),
+    [
+        ("{concurrency: 2, batching: {max_batch: 4, max_wait_ms: 1}}", "batching", "remove"),
+        ("{rate: 5, sessions: per_worker}", "sessions", "remove `sessions`"),
+        ("{concurrency: [1, 2], slo: {p95_ms: 50}}", "slo", "list the levels"),
+    ],
+)
+def test_what_a_generative_cell_under_load_does_not_take_yet_is_refused(
+    tmp_path: Path, load: str, key: str, fix: str
+) -> None:
+    message = refusal(
+        tmp_path,
+        f"""\
+        - name: gen
+          model: lm
+          generate: {{prompt_tokens: 8, new_tokens: 4}}
+          load: {load}
+        """,
+    )
+    assert f"`{key}` in `load` of scenario `gen`, a generative scenario" in message, message
+    assert "is not measured yet" in message and fix in message
+    assert "s.yaml:12" in message
+
+
+def test_goodput_limits_need_a_generative_scenario_and_a_goodput_gate_needs_limits(
+    tmp_path: Path,
+) -> None:
+    message = refusal(
+        tmp_path,
+        """\
+        - name: enc
+          model: enc
+          load:
+            concurrency: 2
+            goodput: {ttft_ms: 10, tpot_ms: 1}
+        """,
+    )
+    assert "`goodput` in `load` of scenario `enc`, which generates nothing" in message
+    assert "s.yaml:13" in message
+    message = refusal(
+        tmp_path,
+        """\
+        - name: gen
+          model: lm
+          generate: {prompt_tokens: 8, new_tokens: 4}
+          load: {concurrency: 2}
+          gate: {goodput: "-5%"}
+        """,
+    )
+    assert "gates `goodput` but sets no goodput limits" in message
+    assert "ttft_ms: 200, tpot_ms: 20" in message
+    message = refusal(
+        tmp_path,
+        """\
+        - name: enc
+          model: enc
+          gate: {goodput: "-5%"}
+        """,
+    )
+    assert "a token figure, but generates nothing" in message
+    message = refusal(
+        tmp_path,
+        """\
+        - name: gen
+          model: lm
+          generate: {prompt_tokens: 8, new_tokens: 4}
+          load: {concurrency: 2, goodput: {ttft_ms: 10}}
+        """,
+    )
+    assert "tpot_ms" in message and "s.yaml:12" in message

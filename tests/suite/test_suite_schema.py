@@ -287,6 +287,10 @@ JUNK_KEYS = {
     ),
     "GPU": _scenario_with("gpu: {zz_junk: 1}\n"),
     "GENERATE": _scenario_with("generate: {prompt_tokens: 8, new_tokens: 4, zz_junk: 1}\n"),
+    "GOODPUT": _scenario_with(
+        "generate: {prompt_tokens: 8, new_tokens: 4}\n"
+        "load: {rate: 100, goodput: {ttft_ms: 9, tpot_ms: 1, zz_junk: 1}}\n"
+    ),
     "TENSORRT": _scenario_with("gpu: {tensorrt: {zz_junk: 1}}\n"),
     "PROFILE": _scenario_with(
         "gpu: {tensorrt: {profiles: {x: {min: [1], opt: [1], max: [1], zz_junk: 1}}}}\n"

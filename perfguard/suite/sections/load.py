@@ -102,6 +102,7 @@ from perfguard.core.scenario import (
     SESSION_MODES,
     BatchingSpec,
     GenerateSpec,
+    GoodputSpec,
     LoadSpec,
     ModelSpec,
     Scenario,
@@ -224,6 +225,18 @@ def _batching(rd: Reader, value: object, line: int, what: str) -> BatchingSpec:
     )  # fmt: skip
 
 
+def _goodput(rd: Reader, value: object, line: int, what: str) -> GoodputSpec:
+    m = rd.as_map(value, line, what)
+    rd.keys(m, grammar.GOODPUT.names, what)
+    check_section(rd, m, grammar.GOODPUT, line, what)
+    return GoodputSpec(
+        *(
+            number(rd, m[k], m.key_line(k), f"`{k}` of {what}", grammar.GOODPUT.scalar(k))
+            for k in grammar.GOODPUT.names
+        )
+    )
+
+
 def _slo(rd: Reader, value: object, line: int, what: str) -> _Slo:
     m = rd.as_map(value, line, what)
     rd.keys(m, grammar.SLO.names, what)
@@ -257,7 +270,7 @@ def _option(name: str) -> Callable[[Reader, object, int, str], object]:
 _PARSERS: dict[str, Callable[[Reader, object, int, str], object]] = {
     "concurrency": lambda rd, v, line, what: _levels(rd, v, line, what, closed=True),
     "rate": lambda rd, v, line, what: _levels(rd, v, line, what, closed=False),
-    "batching": _batching, "slo": _slo,
+    "batching": _batching, "slo": _slo, "goodput": _goodput,
     "arrivals": lambda rd, v, line, what: rd.as_choice(v, line, what, ARRIVALS),
     "sessions": lambda rd, v, line, what: rd.as_choice(v, line, what, SESSION_MODES),
     **{k: _option(k) for k in ("seed", "workers", "late_ms", "late_max")},
@@ -438,10 +451,69 @@ def _cell(
         sc, cell_id="-".join(p for p in parts if p), model=model or sc.model, load=load,
         shape_bucket=bucket, gates=gates, generate=prompt,
     )  # fmt: skip
+    if any(g.metric == "goodput" for g in cell.gates) and (load is None or not load.goodput):
+        where = f"scenario `{sc.name}`"
+        rd.fail(
+            lines.get("goodput", sc.location.line),
+            f"{where} gates `goodput` but sets no goodput limits "
+            f"(`{LOAD}: goodput: {{ttft_ms, tpot_ms}}`)",
+            "`goodput` gated on a generative cell under `load:` with `goodput:` limits",
+            f"add e.g. `goodput: {{ttft_ms: 200, tpot_ms: 20}}` to `{LOAD}` of {where}, or "
+            "remove the `goodput` gate (one in `defaults` reaches every generative scenario)",
+        )
     if load is not None:
+        _check_generative(rd, cell, load, lines)
         _check_batching(rd, cell, load, lines.get("batching", lines[_LINE]))
         _check_count(rd, cell, load, lines[_LINE])
     return cell
+
+
+# What a generative cell under load does not take yet: the `load` key, why, and the fix.
+_GENERATIVE_NOT_YET: Mapping[str, tuple[str, str]] = {
+    "batching": (
+        "dynamic batching of generative requests (continuous batching is a serving "
+        "engine's, not a queue in front of `generate`)",
+        "remove `batching`; `generate: batch:` decodes several prompts per request",
+    ),
+    "sessions": (
+        "one model per worker for generative cells (the workers share the model; each "
+        "request has its own KV cache)",
+        "remove `sessions`",
+    ),
+    "slo": (
+        "the SLO search of generative cells",
+        "list the levels to measure (`concurrency: [1, 2, 4]` or `rate: [...]`) and gate "
+        "`goodput` on each",
+    ),
+}
+
+
+def _check_generative(rd: Reader, sc: Scenario, load: LoadSpec, lines: Mapping[str, int]) -> None:
+    """``goodput`` only on a generative cell; on one, what load does not take yet."""
+    if sc.generate is None:
+        if load.goodput is not None:
+            rd.fail(
+                lines.get("goodput", lines[_LINE]),
+                f"`goodput` in `{LOAD}` of scenario `{sc.name}`, which generates nothing",
+                "`goodput` only beside `generate:` (its limits are on TTFT and TPOT)",
+                "remove `goodput`, or add `generate:` to the scenario",
+            )
+        return
+    given = {
+        "batching": load.batching is not None,
+        "sessions": load.sessions != grammar.LOAD.key("sessions").default,
+        "slo": load.slo is not None,
+    }
+    for key, (what, fix) in _GENERATIVE_NOT_YET.items():
+        if given[key]:
+            rd.fail(
+                lines.get(key, lines[_LINE]),
+                f"`{key}` in `{LOAD}` of scenario `{sc.name}`, a generative scenario: {what} "
+                "is not measured yet",
+                f"a generative cell under `{LOAD}`: `concurrency` or `rate`, `arrivals`, "
+                "`seed`, `workers`, `late_ms`, `late_max`, `goodput`",
+                fix,
+            )
 
 
 def _with_axes(sc: Scenario) -> Scenario:
