@@ -126,7 +126,7 @@ def token_rows(
                 _moved(
                     _ms(getattr(old.tokens, summary), key) if old and old.tokens else None,
                     _ms(getattr(r.tokens, summary), key),
-                    ".3g",
+                    ".3f",
                 )
             )
         cells.append(

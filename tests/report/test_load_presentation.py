@@ -474,7 +474,7 @@ def test_a_generative_scenario_s_levels_show_their_token_figures_and_goodput() -
     c4 = re.findall(r'<td class="num">(.*?)</td>', rows[1][1])
     old, new = baseline[current[1].id].tokens, current[1].tokens
     assert old is not None and new is not None
-    tpot = f"{old.tpot_ns.p50 / 1e6:.3g} -&gt; {new.tpot_ns.p50 / 1e6:.3g}"  # type: ignore[union-attr]
+    tpot = f"{old.tpot_ns.p50 / 1e6:.3f} -&gt; {new.tpot_ns.p50 / 1e6:.3f}"  # type: ignore[union-attr]
     assert c4[2] == tpot  # TPOT P50, baseline -> this run: the decode slowdown at 4 clients
     assert c4[5] == "22.0 -&gt; 6.0 (25%)"  # goodput/s 110/5 -> 30/5, 30 of 120 good
     assert "30 of 120 requests (25.0%) within TTFT 10 ms and TPOT 2 ms: 6/s" in section
