@@ -991,7 +991,30 @@ class ABRun:
             metrics.append(self._token_metric(gate, d, pa, pb))
         a_times = pairs.times("a")
         a_e2e, b_e2e = a_times[:, -1], pairs.times("b")[:, -1]
-        messages = [m.message for m in metrics]
+        return self._ab_verdict(
+            scenario,
+            ctx,
+            metrics,
+            [m.message for m in metrics],
+            decision=looks.lead(),
+            elapsed_s=elapsed,
+            rounds=tuple(per_round(a_e2e, b_e2e)),
+            samples_a_ns=tuple(int(x) for x in a_e2e),
+            tokens_a=TokenFigures.of(a_times, prompt_tokens=spec.prompt_tokens, batch=spec.batch),
+        )
+
+    def _ab_verdict(
+        self,
+        scenario: Scenario,
+        ctx: RunContext,
+        metrics: Sequence[MetricVerdict],
+        messages: list[str],
+        **detail: Any,
+    ) -> ScenarioVerdict:
+        """A same-run A/B verdict: the worst of ``metrics``, ``messages`` (and the note
+        when the working tree is dirty), and the A/B record of ``detail`` against the
+        base."""
+        assert self.base is not None
         if self.base.dirty:
             messages.append("A/B compares the working tree as it is (uncommitted changes included)")
         return ScenarioVerdict(
@@ -1001,17 +1024,7 @@ class ABRun:
             baseline_commit=self.base.sha,
             messages=tuple(messages),
             mode="ab",
-            ab=ABDetail(
-                base=self.base.sha,
-                base_how=self.base.how,
-                decision=looks.lead(),
-                elapsed_s=elapsed,
-                rounds=tuple(per_round(a_e2e, b_e2e)),
-                samples_a_ns=tuple(int(x) for x in a_e2e),
-                tokens_a=TokenFigures.of(
-                    a_times, prompt_tokens=spec.prompt_tokens, batch=spec.batch
-                ),
-            ),
+            ab=ABDetail(base=self.base.sha, base_how=self.base.how, **detail),
         )
 
     def _token_metric(
@@ -1235,26 +1248,18 @@ class ABRun:
                 f"{dropped[0].index + 1}, {dropped[0].dropped})"
             )
         messages.append(f"round order (seed {self.config.seed}): {order_text(rounds)}")
-        if self.base.dirty:
-            messages.append("A/B compares the working tree as it is (uncommitted changes included)")
-        return ScenarioVerdict(
-            scenario_id=scenario.scenario_id(ctx.rootdir),
-            verdict=worst(m.verdict for m in metrics),
-            metrics=tuple(metrics),
-            baseline_commit=self.base.sha,
-            messages=tuple(messages),
-            mode="ab",
-            ab=ABDetail(
-                base=self.base.sha,
-                base_how=self.base.how,
-                decision=d,
-                elapsed_s=elapsed,
-                rounds=tuple(ab_rounds(rounds, plan.q)),
-                samples_a_ns=tuple(int(x) for x in pooled(rounds, "a")),
-                throughput_a=throughput_a,
-                load_a=load_a or None,
-                levels="interleaved" if plan.interleaved else "alternating",
-            ),
+        return self._ab_verdict(
+            scenario,
+            ctx,
+            metrics,
+            messages,
+            decision=d,
+            elapsed_s=elapsed,
+            rounds=tuple(ab_rounds(rounds, plan.q)),
+            samples_a_ns=tuple(int(x) for x in pooled(rounds, "a")),
+            throughput_a=throughput_a,
+            load_a=load_a or None,
+            levels="interleaved" if plan.interleaved else "alternating",
         )
 
     def outside_ab(self, scenario: Scenario, verdict: ScenarioVerdict) -> ScenarioVerdict:
