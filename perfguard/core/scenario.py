@@ -271,14 +271,21 @@ class SloSpec:
     ``max_level`` is reached); then ``refine`` bisection steps narrow the gap
     between the last level that met it and the first that did not. The cell is
     gated on the throughput of the best level that met the target.
+
+    A *goodput search* (a generative cell with ``goodput:`` limits) sets
+    ``goodput_share`` instead of ``target_ms``: a level meets it when at least that
+    share of its requests is good (TTFT and TPOT both within the limits), the SLO
+    attainment of DistServe's goodput; ``percentile`` is then only the latency each step
+    records.
     """
 
     percentile: float  # 95.0 for `p95_ms`
-    target_ms: float
+    target_ms: float | None  # None: a goodput search
     start: float
     factor: float = 2.0
     refine: int = 4
     max_level: float | None = None
+    goodput_share: float | None = None
 
 
 @dataclass(frozen=True)

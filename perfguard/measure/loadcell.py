@@ -443,13 +443,13 @@ class LoadRunner:
             p_ms = figures.percentile_ms(slo.percentile)
             load = figures.load
             saturated = load.unserved > 0 or (not closed and kept_up(run.log) < SATURATED)
-            ok = (
-                p_ms is not None
-                and p_ms <= slo.target_ms
-                and figures.invalid is None
-                and not saturated
-                and load.failed == 0
+            good = load.goodput.share if load.goodput is not None else None
+            met = (
+                good is not None and good >= slo.goodput_share
+                if slo.goodput_share is not None
+                else p_ms is not None and slo.target_ms is not None and p_ms <= slo.target_ms
             )
+            ok = met and figures.invalid is None and not saturated and load.failed == 0
             steps.append(
                 SloStep(
                     level=level,
@@ -457,6 +457,7 @@ class LoadRunner:
                     throughput=figures.throughput,
                     ok=ok,
                     invalid=figures.invalid or ("saturated" if saturated else None),
+                    good_share=good if slo.goodput_share is not None else None,
                 )
             )
             return ok
@@ -501,6 +502,7 @@ class LoadRunner:
             percentile=slo.percentile,
             target_ms=slo.target_ms,
             over="concurrency" if closed else "rate",
+            goodput_share=slo.goodput_share,
             steps=tuple(steps),
         )
         passing = [s for s in steps if s.ok]
@@ -625,13 +627,18 @@ def _raise_for(result: ScenarioResult, load: LoadFigures, spec: LoadSpec, sc: Sc
     elif load.slo is not None and load.slo.best_level is None:
         slo = load.slo
         first = slo.steps[0]
-        seen = f"{first.p_ms:.2f} ms" if first.p_ms is not None else "no answer"
         why = f"; {first.invalid}" if first.invalid else ""
+        if slo.goodput_share is not None:
+            seen = f"{first.good_share:.0%} good" if first.good_share is not None else "no answer"
+            target = f"a good share >= {slo.goodput_share:.0%}"
+        else:
+            seen = f"{first.p_ms:.2f} ms" if first.p_ms is not None else "no answer"
+            target = f"P{slo.percentile:g} <= {slo.target_ms:g} ms"
         problem = LoadError(
-            f"no level met P{slo.percentile:g} <= {slo.target_ms:g} ms: already at the "
-            f"start level {first.level:g} ({slo.over}) it was {seen}{why}",
-            expected=f"P{slo.percentile:g} within the target at the start level",
-            fix="lower `slo.start` (the first listed level), or raise the target",
+            f"no level met {target}: already at the start level {first.level:g} "
+            f"({slo.over}) it was {seen}{why}",
+            expected=f"{target} at the start level",
+            fix="lower `slo.start` (the first listed level), or loosen the target",
             location=sc.location,
         )
     elif load.invalid:

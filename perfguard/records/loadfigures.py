@@ -91,7 +91,8 @@ class BatchingFigures(Record):
 
 @dataclass(frozen=True)
 class SloStep(Record):
-    """One level tried by an SLO search; ``invalid`` says why it could not count."""
+    """One level tried by an SLO search; ``invalid`` says why it could not count;
+    ``good_share`` (a goodput search's) the share of its requests that were good."""
 
     SCHEMA_NAME: ClassVar[str] = "slo_step"
 
@@ -100,13 +101,15 @@ class SloStep(Record):
     throughput: float = field(metadata=_NON_NEGATIVE)
     ok: bool
     invalid: str | None
+    good_share: float | None = field(default=None, metadata=spec(omit="none", minimum=0, maximum=1))
 
 
 @dataclass(frozen=True)
 class SloSearch(Record):
     """An SLO search: the levels tried (``over`` concurrency or rate) and the best one
-    meeting ``P<percentile> <= target_ms`` (None when none did). In JSON ``steps``
-    comes last, after the best level."""
+    meeting ``P<percentile> <= target_ms`` (None when none did), or for a goodput search
+    (``goodput_share`` set, ``target_ms`` null) the best one where at least that share of
+    the requests was good. In JSON ``steps`` comes last, after the best level."""
 
     SCHEMA_NAME: ClassVar[str] = "slo"
     SCHEMA_DESCRIPTION: ClassVar[str | None] = (
@@ -115,11 +118,14 @@ class SloSearch(Record):
     )
 
     percentile: float = field(metadata=spec(minimum=0, maximum=100))
-    target_ms: float = field(metadata=_NON_NEGATIVE)
+    target_ms: float | None = field(metadata=_NON_NEGATIVE)
     over: str
     best_level: float | None = field(default=None, metadata=_NON_NEGATIVE)
     best_throughput: float | None = field(default=None, metadata=_NON_NEGATIVE)
     best_p_ms: float | None = field(default=None, metadata=_NON_NEGATIVE)
+    goodput_share: float | None = field(
+        default=None, metadata=spec(omit="none", minimum=0, maximum=1)
+    )
     steps: tuple[SloStep, ...] = ()
 
 

@@ -64,6 +64,7 @@ class SloView:
     headline: str
     met: bool
     steps: list[tuple[str, str, str, str]] = field(default_factory=list)  # level, P, thrpt, result
+    column: str = "percentile ms"  # what the second column holds
 
 
 @dataclass
@@ -180,17 +181,20 @@ def batching_view(level: str, batching: BatchingFigures) -> BatchingView:
 
 def slo_view(level: str, slo: SloSearch) -> SloView:
     steps = []
+    goodput = slo.goodput_share is not None
     for step in slo.steps:
         outcome = f"invalid: {step.invalid}" if step.invalid else ("met" if step.ok else "missed")
+        share = f"{step.good_share * 100:.1f}%" if step.good_share is not None else "-"
         steps.append(
             (
                 slo_level(slo, step.level),
-                _f(step.p_ms, ".3f"),
+                share if goodput else _f(step.p_ms, ".3f"),
                 _f(step.throughput),
                 outcome,
             )
         )
-    return SloView(level, slo_note(slo), slo.best_level is not None, steps)
+    column = "good share" if goodput else f"P{float(slo.percentile):g} ms"
+    return SloView(level, slo_note(slo), slo.best_level is not None, steps, column)
 
 
 def _details(load: LoadFigures) -> list[tuple[str, str]]:
@@ -313,7 +317,8 @@ def _group(
         slo = load.slo
         if slo is not None:
             group.slo.append(slo_view(level, slo))
-            targets.append(float(slo.target_ms))
+            if slo.target_ms is not None:  # a goodput search has no latency target
+                targets.append(float(slo.target_ms))
             steps += _steps(slo)
     growth = memory_growth(members)
     group.memory = growth.text() if growth is not None else ""

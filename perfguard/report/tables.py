@@ -360,8 +360,13 @@ def slo_level(slo: SloSearch, level: float | None) -> str:
 
 
 def slo_note(slo: SloSearch) -> str:
-    """``SLO P95<=50 ms: best 340/s -> 338.1/s`` (or ``no level met it``)."""
-    head = f"SLO P{float(slo.percentile):g}<={float(slo.target_ms):g} ms"
+    """``SLO P95<=50 ms: best 340/s -> 338.1/s`` (or ``no level met it``); a goodput
+    search: ``SLO good share>=90%: best c2 -> 29.0/s``."""
+    head = (
+        f"SLO good share>={float(slo.goodput_share) * 100:g}%"
+        if slo.goodput_share is not None
+        else f"SLO P{float(slo.percentile):g}<={float(slo.target_ms or 0):g} ms"
+    )
     if slo.best_level is None:
         return f"{head}: no level met it"
     best = slo_level(slo, slo.best_level)

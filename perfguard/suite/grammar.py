@@ -648,11 +648,18 @@ SLO = Section(
             )
             for k, q in SLO_TARGETS.items()
         ),
+        Key(
+            "goodput_share",
+            _num(exclusive_minimum=0, maximum=1),
+            "generative cells with `goodput:` limits: the share of good requests a level "
+            "must reach (the search finds the highest such level)",
+            example="0.9",
+        ),
         Key("factor", _num(exclusive_minimum=1), "level multiplier while searching", _SLO.factor),
         Key("refine", _int(0), "bisection steps after the target is missed", _SLO.refine),
         Key("max", _num(exclusive_minimum=0), "highest level tried", default_text="no cap"),
     ),
-    exactly_one=(tuple(SLO_TARGETS),),
+    exactly_one=((*SLO_TARGETS, "goodput_share"),),
     title="slo",
 )
 

@@ -85,3 +85,26 @@ def test_an_open_loop_beyond_the_model_says_what_rate_it_achieved(repo: SpinRepo
     assert again.ret in (0, 1)  # an overloaded level is gated as measured, whatever it gives
     (verdict,) = verdicts(repo).values()
     assert any("this level fell short of its rate: achieved" in m for m in verdict["messages"])
+
+
+def test_a_goodput_search_finds_the_most_clients_whose_requests_stay_good(
+    repo: SpinRepo,
+) -> None:
+    # 2 ms of GIL-holding spin per decode step: clients take turns, so TPOT is ~2 ms x
+    # clients. Within 3 ms per token: one client's requests are good (a busy host makes a
+    # few slow: the share asked is half), two clients' (~4 ms) are not.
+    load = (
+        "{concurrency: 1, goodput: {ttft_ms: 200, tpot_ms: 3}, "
+        "slo: {goodput_share: 0.5, factor: 2, refine: 0, max: 4}}"
+    )
+    repo.commit_suite(spin_lm_suite(3000, 2000, load=load, gate='{p95: "+1000%"}'), "base")
+    run = repo.pytester.runpytest("--perfguard", "-rA")
+    run.assert_outcomes(passed=2)
+    search = scenarios(repo)["gen[p16-slo]"]["load"]["slo"]
+    assert search["goodput_share"] == 0.5 and search["target_ms"] is None
+    tried = {step["level"]: step for step in search["steps"]}
+    assert sorted(tried) == [1, 2]  # stepped up until the share was missed
+    assert tried[1]["ok"] and tried[1]["good_share"] >= 0.5
+    assert not tried[2]["ok"] and tried[2]["good_share"] < 0.5
+    assert search["best_level"] == 1
+    run.stdout.fnmatch_lines(["*SLO good share>=50%: best c1*"])

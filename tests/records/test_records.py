@@ -195,11 +195,17 @@ loads = st.builds(
     | st.builds(
         SloSearch,
         percentile=st.floats(0, 100),
-        target_ms=non_negative,
+        target_ms=maybe_nn,
         over=st.sampled_from(["rate", "concurrency"]),
         steps=st.lists(
             st.builds(
-                SloStep, non_negative, maybe_nn, non_negative, st.booleans(), st.none() | words
+                SloStep,
+                non_negative,
+                maybe_nn,
+                non_negative,
+                st.booleans(),
+                st.none() | words,
+                st.none() | st.floats(0, 1),
             ),
             min_size=1,
             max_size=3,
@@ -207,6 +213,7 @@ loads = st.builds(
         best_level=maybe_nn,
         best_throughput=maybe_nn,
         best_p_ms=maybe_nn,
+        goodput_share=st.none() | st.floats(0, 1),
     ),
     invalid=st.none() | words,
     memory=st.none() | st.builds(LevelMemory, non_negative, non_negative, st.integers(1, 10**6)),

@@ -12,7 +12,13 @@ import pytest
 from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
 from perfguard.records.accuracyfigures import AccuracyFigures
 from perfguard.records.figures import summarize
-from perfguard.records.loadfigures import GoodputFigures, LevelMemory, LoadFigures
+from perfguard.records.loadfigures import (
+    GoodputFigures,
+    LevelMemory,
+    LoadFigures,
+    SloSearch,
+    SloStep,
+)
 from perfguard.records.results import ScenarioResult, Status
 from perfguard.records.tokenfigures import TokenFigures
 from perfguard.report import render_html, render_markdown
@@ -479,3 +485,25 @@ def test_a_generative_scenario_s_levels_show_their_token_figures_and_goodput() -
     assert c4[5] == "22.0 -&gt; 6.0 (25%)"  # goodput/s 110/5 -> 30/5, 30 of 120 good
     assert "30 of 120 requests (25.0%) within TTFT 10 ms and TPOT 2 ms: 6/s" in section
     assert "fell short" in section and "achieved 7/s of the 10/s asked" in section
+
+
+def test_a_goodput_search_shows_the_share_of_good_requests_per_step() -> None:
+    steps = (
+        SloStep(level=1, p_ms=20.0, throughput=30.0, ok=True, invalid=None, good_share=1.0),
+        SloStep(level=2, p_ms=45.0, throughput=31.0, ok=False, invalid=None, good_share=0.85),
+    )
+    search = SloSearch(
+        percentile=95.0, target_ms=None, over="concurrency", best_level=1.0,
+        best_throughput=30.0, best_p_ms=20.0, goodput_share=0.9, steps=steps,
+    )  # fmt: skip
+    cell = generative_level(1, 1.0, 120, 5)
+    cell = dataclasses.replace(
+        cell,
+        id=cell.id.replace("-c1]", "-slo]"),
+        load=dataclasses.replace(cell.load, level="slo", slo=search),  # type: ignore[arg-type]
+    )
+    html = render_html(ReportInput(run=run_of([cell]), baseline={}))
+    section = _section(html, f"{SUITE}::minilm[torch-p48]")
+    assert "SLO good share&gt;=90%: best c1 -&gt; 30.0/s" in section
+    assert "<th>good share</th>" in section
+    assert '<td class="num">85.0%</td>' in section and "missed" in section

@@ -212,7 +212,6 @@ def test_a_generative_scenario_under_load_has_a_cell_per_prompt_length_and_level
     [
         ("{concurrency: 2, batching: {max_batch: 4, max_wait_ms: 1}}", "batching", "remove"),
         ("{rate: 5, sessions: per_worker}", "sessions", "remove `sessions`"),
-        ("{concurrency: [1, 2], slo: {p95_ms: 50}}", "slo", "list the levels"),
     ],
 )
 def test_what_a_generative_cell_under_load_does_not_take_yet_is_refused(
@@ -278,3 +277,57 @@ def test_goodput_limits_need_a_generative_scenario_and_a_goodput_gate_needs_limi
         """,
     )
     assert "tpot_ms" in message and "s.yaml:12" in message
+
+
+def test_a_goodput_search_needs_a_generative_cell_and_its_limits(tmp_path: Path) -> None:
+    (*levels, search) = cells(
+        tmp_path,
+        """\
+        - name: gen
+          model: lm
+          generate: {prompt_tokens: 8, new_tokens: 4}
+          load:
+            concurrency: [1, 2]
+            goodput: {ttft_ms: 200, tpot_ms: 20}
+            slo: {goodput_share: 0.9, max: 8}
+        """,
+    )
+    assert [c.item_name for c in (*levels, search)] == ["gen[p8-c1]", "gen[p8-c2]", "gen[p8-slo]"]
+    slo = search.load.slo if search.load is not None else None
+    assert slo is not None and slo.goodput_share == 0.9 and slo.target_ms is None
+    assert (slo.start, slo.max_level) == (1.0, 8.0)
+    message = refusal(
+        tmp_path,
+        """\
+        - name: gen
+          model: lm
+          generate: {prompt_tokens: 8, new_tokens: 4}
+          load:
+            concurrency: 1
+            slo: {goodput_share: 0.9}
+        """,
+    )
+    assert "`goodput_share` of `slo` in `load` of scenario `gen` needs goodput limits" in message
+    assert "s.yaml:14" in message and "ttft_ms: 200, tpot_ms: 20" in message
+    message = refusal(
+        tmp_path,
+        """\
+        - name: enc
+          model: enc
+          load: {concurrency: 1, slo: {goodput_share: 0.5}}
+        """,
+    )
+    assert "which generates nothing" in message and "`p95_ms`" in message
+    message = refusal(
+        tmp_path,
+        """\
+        - name: gen
+          model: lm
+          generate: {prompt_tokens: 8, new_tokens: 4}
+          load:
+            concurrency: 1
+            goodput: {ttft_ms: 200, tpot_ms: 20}
+            slo: {goodput_share: 0.9, p95_ms: 50}
+        """,
+    )
+    assert "goodput_share" in message and "p95_ms" in message

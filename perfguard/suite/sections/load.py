@@ -125,6 +125,7 @@ _LEVEL_KEYS = grammar.LOAD.at_most_one[0]
 # Keys copied into LoadSpec as they are.
 _OPTIONS = tuple(k for k in grammar.LOAD.names if k not in (*_LEVEL_KEYS, "slo"))
 _SLO_TARGETS = grammar.SLO_TARGETS
+_GOODPUT_SHARE = "goodput_share"  # the goodput search's target, in `slo`
 # A closed loop's level: the first form of `concurrency` (the other is a list of them).
 _CLIENTS = next(
     o
@@ -148,11 +149,12 @@ class _At:
 @dataclass(frozen=True)
 class _Slo:
     percentile: float
-    target_ms: float
+    target_ms: float | None  # None: a goodput search
     factor: float
     refine: int
     max_level: float | None
     max_line: int
+    goodput_share: float | None
 
 
 def _rate(rd: Reader, value: object, line: int, what: str) -> float:
@@ -241,20 +243,22 @@ def _slo(rd: Reader, value: object, line: int, what: str) -> _Slo:
     m = rd.as_map(value, line, what)
     rd.keys(m, grammar.SLO.names, what)
     check_section(rd, m, grammar.SLO, line, what)
-    key = next(key for key in m if key in _SLO_TARGETS)
+    key = next(key for key in m if key in (*_SLO_TARGETS, _GOODPUT_SHARE))
 
     def num(k: str) -> float:
         return number(rd, m[k], m.key_line(k), f"`{k}` of {what}", grammar.SLO.scalar(k))
 
     refine = m.get("refine", grammar.SLO.key("refine").default)
+    goodput = key == _GOODPUT_SHARE
     return _Slo(
-        _SLO_TARGETS[key],
-        num(key),
+        _SLO_TARGETS.get(key, 95.0),  # a goodput search records P95 per step
+        None if goodput else num(key),
         num("factor") if "factor" in m else grammar.SLO.key("factor").default,
         integer(rd, refine, m.key_line("refine"), f"`refine` of {what}",
                 grammar.SLO.scalar("refine")),
         num("max") if "max" in m else None,
         m.key_line("max"),
+        num(key) if goodput else None,
     )  # fmt: skip
 
 
@@ -433,7 +437,10 @@ def _loads(rd: Reader, name: str, draft: object, own: bool) -> list[LoadSpec | N
             expected = f"`max` > the lowest listed `{key}` ({start:g}), where the search starts"
             fix = f"set `max` above {start:g}, e.g. {start * slo.factor**4:g}, or remove it"
             rd.fail(slo.max_line, problem, expected, fix)
-        spec = SloSpec(slo.percentile, slo.target_ms, start, slo.factor, slo.refine, slo.max_level)
+        spec = SloSpec(
+            slo.percentile, slo.target_ms, start, slo.factor, slo.refine, slo.max_level,
+            slo.goodput_share,
+        )  # fmt: skip
         specs.append(dataclasses.replace(base, level=start, slo=spec))
     return specs
 
@@ -480,17 +487,19 @@ _GENERATIVE_NOT_YET: Mapping[str, tuple[str, str]] = {
         "request has its own KV cache)",
         "remove `sessions`",
     ),
-    "slo": (
-        "the SLO search of generative cells",
-        "list the levels to measure (`concurrency: [1, 2, 4]` or `rate: [...]`) and gate "
-        "`goodput` on each",
-    ),
 }
 
 
 def _check_generative(rd: Reader, sc: Scenario, load: LoadSpec, lines: Mapping[str, int]) -> None:
     """``goodput`` only on a generative cell; on one, what load does not take yet."""
     if sc.generate is None:
+        if load.slo is not None and load.slo.goodput_share is not None:
+            rd.fail(
+                lines.get("slo", lines[_LINE]),
+                f"`goodput_share` in `slo` of scenario `{sc.name}`, which generates nothing",
+                "a goodput search only beside `generate:`",
+                "search on a latency target (`p95_ms`) instead, or add `generate:`",
+            )
         if load.goodput is not None:
             rd.fail(
                 lines.get("goodput", lines[_LINE]),
@@ -499,10 +508,17 @@ def _check_generative(rd: Reader, sc: Scenario, load: LoadSpec, lines: Mapping[s
                 "remove `goodput`, or add `generate:` to the scenario",
             )
         return
+    if load.slo is not None and load.slo.goodput_share is not None and load.goodput is None:
+        where = f"`{LOAD}` of scenario `{sc.name}`"
+        rd.fail(
+            lines.get("slo", lines[_LINE]),
+            f"`goodput_share` of `slo` in {where} needs goodput limits",
+            f"`goodput: {{ttft_ms, tpot_ms}}` beside it in `{LOAD}` (what a good request is)",
+            f"add e.g. `goodput: {{ttft_ms: 200, tpot_ms: 20}}` to {where}",
+        )
     given = {
         "batching": load.batching is not None,
         "sessions": load.sessions != grammar.LOAD.key("sessions").default,
-        "slo": load.slo is not None,
     }
     for key, (what, fix) in _GENERATIVE_NOT_YET.items():
         if given[key]:
@@ -511,7 +527,7 @@ def _check_generative(rd: Reader, sc: Scenario, load: LoadSpec, lines: Mapping[s
                 f"`{key}` in `{LOAD}` of scenario `{sc.name}`, a generative scenario: {what} "
                 "is not measured yet",
                 f"a generative cell under `{LOAD}`: `concurrency` or `rate`, `arrivals`, "
-                "`seed`, `workers`, `late_ms`, `late_max`, `goodput`",
+                "`seed`, `workers`, `late_ms`, `late_max`, `goodput`, `slo`",
                 fix,
             )
 
@@ -544,7 +560,11 @@ def _up(x: float) -> str:
 
 def _check_count(rd: Reader, sc: Scenario, load: LoadSpec, line: int) -> None:
     if load.slo is not None:
-        qs = {load.slo.percentile: f"its P{load.slo.percentile:g} target"}
+        qs = (
+            {load.slo.percentile: f"its P{load.slo.percentile:g} target"}
+            if load.slo.goodput_share is None
+            else {}  # a share of good requests needs no percentile bound
+        )
         level, start, lower = load.slo.start, "the `slo` search's start ", "target"
     else:
         qs = {LATENCY_QS[g.metric]: f"a P{LATENCY_QS[g.metric]:g} gate" for g in sc.gates
