@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import subprocess
 import sys
 import time
@@ -44,6 +43,8 @@ from typing import Any
 # Runnable from a checkout without installing.
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+import planted  # noqa: E402  (beside this script)
 
 GATES = ("ttft_p95", "itl_p95", "tpot_p50")
 
@@ -126,23 +127,13 @@ def judge(rounds: list[dict[str, Any]], base: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def busy_loop() -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
-
-
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         child(float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--aa", type=int, default=40)
-    parser.add_argument("--decode10", type=int, default=20)
-    parser.add_argument("--decode20", type=int, default=10)
-    parser.add_argument("--prefill20", type=int, default=10)
+    planted.add_arguments(parser)
     parser.add_argument("--requests", type=int, default=100)
-    parser.add_argument("--busy", action="store_true", help="a busy-loop process beside runs")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
     started = time.monotonic()
@@ -151,24 +142,13 @@ def main() -> int:
     tokens = base["tokens"]
     ttft_ms = tokens["ttft_ns"]["p50"] / 1e6
     tpot_ms = tokens["tpot_ns"]["p50"] / 1e6
-    conditions = (
-        [("aa", 0.0, 0.0)] * args.aa
-        + [("decode+10%", 0.0, 0.10 * tpot_ms * 1e3)] * args.decode10
-        + [("decode+20%", 0.0, 0.20 * tpot_ms * 1e3)] * args.decode20
-        + [("prefill+20%", 0.20 * ttft_ms * 1e3, 0.0)] * args.prefill20
-    )
-    random.Random(args.seed).shuffle(conditions)
+    conditions = planted.conditions(args, ttft_ms * 1e3, tpot_ms * 1e3)
     tallies: dict[str, Counter[str]] = {}
     per_run = []
     raw: list[dict[str, Any]] = [{"condition": "baseline", "rounds": base_rounds}]
     for i, (name, prefill_us, decode_us) in enumerate(conditions):
-        neighbour = busy_loop() if args.busy else None
-        try:
+        with planted.neighbour(args.busy):
             rounds = launch(prefill_us, decode_us, args.requests)
-        finally:
-            if neighbour is not None:
-                neighbour.kill()
-                neighbour.wait()
         verdicts = judge(rounds, base)
         per_run.append((name, verdicts))
         raw.append({"condition": name, "rounds": rounds})
@@ -193,7 +173,7 @@ def main() -> int:
         "| condition | runs | " + " | ".join(GATES) + " |",
         "|---|---|" + "---|" * len(GATES),
     ]
-    for name in ("aa", "decode+10%", "decode+20%", "prefill+20%"):
+    for name in planted.CONDITIONS:
         if name not in tallies:
             continue
         n = sum(1 for run_name, _ in per_run if run_name == name)
@@ -205,18 +185,7 @@ def main() -> int:
             )
         lines.append(f"| {name} | {n} | " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        args.out.write_text(text)
-    # Every round's results, to judge again by another rule without measuring again.
-    kept = (
-        ROOT
-        / ".perfguard"
-        / "benchmarks"
-        / f"verdicts-generative-raw{'-busy' if args.busy else ''}.json"
-    )
-    kept.parent.mkdir(parents=True, exist_ok=True)
-    kept.write_text(json.dumps(raw))
+    planted.finish(args, text, "verdicts-generative", raw)
     return 0
 
 

@@ -31,11 +31,8 @@ This is a report, not a test: it always exits 0.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,6 +42,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+import planted  # noqa: E402  (beside this script)
 
 from perfguard.ab.abrun import Slot, run_token_pairs, worker_env  # noqa: E402
 from perfguard.ab.tokenpairs import token_gates  # noqa: E402
@@ -118,43 +117,22 @@ def one_run(folder: Path, prefill_us: float, decode_us: float, seed: int) -> dic
     }
 
 
-def busy_loop() -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--aa", type=int, default=40)
-    parser.add_argument("--decode10", type=int, default=20)
-    parser.add_argument("--decode20", type=int, default=10)
-    parser.add_argument("--prefill20", type=int, default=10)
-    parser.add_argument("--busy", action="store_true", help="a busy-loop process beside runs")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path)
+    planted.add_arguments(parser)
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     started = time.monotonic()
     folder = Path(tempfile.mkdtemp(prefix="pg-gen-ab-"))
     ttft_us, tpot_us = calibrate(folder)
-    conditions = (
-        [("aa", 0.0, 0.0)] * args.aa
-        + [("decode+10%", 0.0, round(0.10 * tpot_us, 1))] * args.decode10
-        + [("decode+20%", 0.0, round(0.20 * tpot_us, 1))] * args.decode20
-        + [("prefill+20%", round(0.20 * ttft_us, 1), 0.0)] * args.prefill20
-    )
-    random.Random(args.seed).shuffle(conditions)
+    conditions = planted.conditions(args, ttft_us, tpot_us)
     tallies: dict[str, Counter[str]] = {}
     runs: dict[str, list[dict[str, Any]]] = {}
     raw: list[dict[str, Any]] = []
     for i, (name, prefill_us, decode_us) in enumerate(conditions):
-        neighbour = busy_loop() if args.busy else None
-        try:
+        with planted.neighbour(args.busy):
             run = one_run(folder, prefill_us, decode_us, seed=args.seed + i)
-        finally:
-            if neighbour is not None:
-                neighbour.kill()
-                neighbour.wait()
         raw.append({"condition": name, **run})
         runs.setdefault(name, []).append(run)
         counter = tallies.setdefault(name, Counter())
@@ -184,7 +162,7 @@ def main() -> int:
         "| condition | runs | " + " | ".join(GATES) + " | pairs (median) | measuring s (median) |",
         "|---|---|" + "---|" * len(GATES) + "---|---|",
     ]
-    for name in ("aa", "decode+10%", "decode+20%", "prefill+20%"):
+    for name in planted.CONDITIONS:
         if name not in tallies:
             continue
         done = runs[name]
@@ -195,7 +173,7 @@ def main() -> int:
             f"| {name} | {len(done)} | " + " | ".join(cells) + f" | {pairs:g} | {seconds:.1f} |"
         )
     lines += ["", "Median B/A ratio per gate (min .. max):", ""]
-    for name in ("aa", "decode+10%", "decode+20%", "prefill+20%"):
+    for name in planted.CONDITIONS:
         if name not in runs:
             continue
         parts = []
@@ -209,17 +187,7 @@ def main() -> int:
                 )
         lines.append(f"- {name}: " + "; ".join(parts))
     text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        args.out.write_text(text)
-    kept = (
-        ROOT
-        / ".perfguard"
-        / "benchmarks"
-        / f"verdicts-generative-ab-raw{'-busy' if args.busy else ''}.json"
-    )
-    kept.parent.mkdir(parents=True, exist_ok=True)
-    kept.write_text(json.dumps(raw))
+    planted.finish(args, text, "verdicts-generative-ab", raw)
     return 0
 
 

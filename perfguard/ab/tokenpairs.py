@@ -31,7 +31,7 @@ is the paired rule's; a cell gated on four figures has up to four such chances.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -40,7 +40,7 @@ from perfguard.ab.paired import StoppingRule, decide, decide_pooled
 from perfguard.core.policy import MetricKind, gate_metric
 from perfguard.core.scenario import Scenario
 from perfguard.core.stats import percentile
-from perfguard.judge.verdict import Decision, DecisionKind
+from perfguard.judge.verdict import SEVERITY, Decision
 
 __all__ = ["TokenGate", "TokenLooks", "TokenPairs", "token_gates"]
 
@@ -103,21 +103,8 @@ def _gate(
     base: StoppingRule, metric: str, samples: str, q: float, limit: float, label: str, seed: int
 ) -> TokenGate:
     label = "time per request (median), for output tokens/s" if samples == "tokens" else label
-    return TokenGate(
-        metric=metric,
-        samples=samples,
-        rule=StoppingRule(
-            limit=limit,
-            q=q,
-            min_pairs=base.min_pairs,
-            max_pairs=base.max_pairs,
-            check_every=base.check_every,
-            max_seconds=base.max_seconds,
-            n_boot=base.n_boot,
-            seed=seed,
-            label=label,
-        ),
-    )
+    rule = replace(base, limit=limit, q=q, seed=seed, label=label)
+    return TokenGate(metric=metric, samples=samples, rule=rule)
 
 
 @dataclass
@@ -128,6 +115,9 @@ class TokenPairs:
     new_tokens: int
     a: list[npt.NDArray[np.int64]] = field(default_factory=list)
     b: list[npt.NDArray[np.int64]] = field(default_factory=list)
+    _stacked: dict[str, npt.NDArray[np.int64]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __len__(self) -> int:
         return len(self.a)
@@ -144,13 +134,16 @@ class TokenPairs:
                         f"a request has {times.size} token times; expected {self.new_tokens}"
                     )
                 side.append(times)
+        self._stacked.clear()
 
     def times(self, side: str) -> npt.NDArray[np.int64]:
-        """One side's token times: one row per pair."""
-        rows = self.a if side == "a" else self.b
-        if not rows:
-            return np.zeros((0, self.new_tokens), dtype=np.int64)
-        return np.vstack(rows)
+        """One side's token times: one row per pair (stacked once per block of pairs,
+        not at every look of every gate)."""
+        if side not in self._stacked:
+            rows = self.a if side == "a" else self.b
+            stacked = np.vstack(rows) if rows else np.zeros((0, self.new_tokens), np.int64)
+            self._stacked[side] = stacked
+        return self._stacked[side]
 
     def values(self, side: str, samples: str) -> npt.NDArray[np.float64]:
         """One value per request of ``side``: its end to end (``request``, ``tokens``),
@@ -224,12 +217,7 @@ class TokenLooks:
         return not still, still[0] if still else self.gates[0]
 
     def lead(self) -> Decision:
-        """The cell's headline decision: the worst verdict's, the first gate on a tie."""
-        rank = {
-            DecisionKind.REGRESSION: 0,
-            DecisionKind.UNDECIDED: 1,
-            DecisionKind.UNCHANGED: 2,
-            DecisionKind.IMPROVEMENT: 3,
-        }
+        """The cell's headline decision: the one whose verdict ranks worst in
+        :data:`~perfguard.judge.verdict.SEVERITY`, the first gate on a tie."""
         found = [self.decisions[g.metric] for g in self.gates if g.metric in self.decisions]
-        return min(found, key=lambda d: rank[d.verdict])
+        return min(found, key=lambda d: SEVERITY.index(d.verdict.verdict))
