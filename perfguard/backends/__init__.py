@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from perfguard.backends.base import Backend, GenerativeBackend, Session
 from perfguard.backends.onnxruntime_backend import OnnxRuntimeBackend
+from perfguard.backends.ort_genai import OrtGenAIGeneration
 from perfguard.backends.tensorrt_backend import TensorRTBackend
 from perfguard.backends.torch_backend import TorchBackend
 from perfguard.backends.torch_generate import TorchGeneration
@@ -36,5 +37,8 @@ def generative(backend: Backend) -> GenerativeBackend | None:
 
 #: Each of ``core.scenario.GENERATIVE_BACKENDS``' generation path (the loader refuses a
 #: generative cell on any other backend).
-_GENERATION: dict[str, type[GenerativeBackend]] = {"torch": TorchGeneration}
+_GENERATION: dict[str, type[GenerativeBackend]] = {
+    "torch": TorchGeneration,
+    "onnxruntime": OrtGenAIGeneration,
+}
 assert set(_GENERATION) == set(GENERATIVE_BACKENDS)

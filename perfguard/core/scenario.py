@@ -19,7 +19,7 @@ EXPORTERS: tuple[str, ...] = ("torchscript", "dynamo")
 #: The lowest opset the dynamo exporter writes itself: it converts a lower one down
 #: after the fact, which can leave a graph ONNX Runtime refuses (GPT-2's Split at 17).
 DYNAMO_MIN_OPSET = 18
-PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")
+PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8", "int4")
 GRAPH_OPT_LEVELS: tuple[str, ...] = ("disable", "basic", "extended", "all")
 # Numpy dtype names accepted for inputs.
 DTYPES: tuple[str, ...] = (
@@ -351,7 +351,7 @@ class LoadSpec:
 
 
 #: The backends with a generation path (``generate:`` cells; ``backends.generative``).
-GENERATIVE_BACKENDS: tuple[str, ...] = ("torch",)
+GENERATIVE_BACKENDS: tuple[str, ...] = ("torch", "onnxruntime")
 #: How a generative cell's prompts are made (``GenerateSpec.source``).
 PROMPT_SOURCES: tuple[str, ...] = ("random", "file")
 

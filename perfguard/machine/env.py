@@ -54,6 +54,12 @@ RUNTIME_DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
     # The `tensorrt` meta package pulls in `tensorrt-cu12`; either may be alone.
     "tensorrt": ("tensorrt", "tensorrt-cu12", "tensorrt-cu11"),
 }
+#: Runtimes that enter the fingerprint only where installed: added after archives were
+#: fingerprinted without them, so a machine without one keeps its fingerprint (and one
+#: that installs it starts a new one, as a new runtime version should).
+OPTIONAL_RUNTIMES: dict[str, tuple[str, ...]] = {
+    "onnxruntime-genai": ("onnxruntime-genai", "onnxruntime-genai-cuda"),
+}
 #: Model libraries whose version changes the figures of the models built with them
 #: (their layers, kernels, defaults): when a project's factory imports one (or one that
 #: requires it, as sentence-transformers requires transformers), its version enters the
@@ -413,6 +419,9 @@ def collect_environment(
     }
     for key, names in RUNTIME_DISTRIBUTIONS.items():
         comparable[key] = package_version(names, report_all=key in EXCLUSIVE_FAMILIES)
+    for key, names in OPTIONAL_RUNTIMES.items():
+        if (version := package_version(names)) != ABSENT:
+            comparable[key] = version
     if gpu.get("gpu_model"):
         comparable["gpu_model"] = gpu["gpu_model"]
         if gpu.get("gpu_memory_gib"):

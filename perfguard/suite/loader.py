@@ -36,7 +36,9 @@ Rules:
   Tags may not be pytest's own markers (``skip``, ``xfail``, ``parametrize``, ...).
 * Cells that cannot run get ``Scenario.error``: ``onnxruntime`` with ``bf16``;
   ``int8`` (CPU dynamic quantization) on a ``cuda`` device; an ``onnx:``
-  model on the ``torch`` backend; ``tensorrt`` off the GPU.
+  model on the ``torch`` backend; ``tensorrt`` off the GPU; ``int4`` anywhere but a
+  generative ``onnxruntime`` cell (ONNX Runtime GenAI), which also refuses ``fp16`` on
+  the CPU (and quantization presets: ``sections.accuracy``).
 * YAML anchors and ``<<`` merges work; duplicate keys are an error.
 * Limits (``perfguard.core.policy``, "suite limits"): the file's size, its nesting and
   the values it expands to through aliases (:mod:`perfguard.suite.yamlpos`); ``threads``,
@@ -307,6 +309,14 @@ def _unsupported(sc: Scenario) -> str | None:
         problem = f"{cell} generates on `{sc.backend}`, which has no generation path yet"
         expected = f"backend {' or '.join(map(repr, GENERATIVE_BACKENDS))} for a generative cell"
         fix = "use `backend: torch` for this cell (or `exclude` it)"
+    elif sc.precision == "int4" and not (sc.backend == "onnxruntime" and sc.generate):
+        problem = f"{cell} asks `{sc.backend}` for `int4`"
+        expected = "int4 on generative onnxruntime cells (ONNX Runtime GenAI's weight-only int4)"
+        fix = "run int4 on `backend: onnxruntime` with `generate:`, or use int8 (or `exclude`)"
+    elif sc.backend == "onnxruntime" and sc.generate and sc.precision == "fp16" and not sc.is_gpu:
+        problem = f"{cell} asks ONNX Runtime GenAI for `fp16` on `{sc.device}`"
+        expected = "fp32, int8 or int4 on the CPU (the model builder's fp16 is a GPU graph)"
+        fix = "use int8/int4 to shrink the model on the CPU, or `device: cuda` for fp16"
     elif sc.precision == "int8" and sc.is_gpu and sc.backend != "tensorrt":
         problem = f"{cell} asks for `int8` on `{sc.device}`; int8 is CPU dynamic quantization"
         expected = "device `cpu` for precision `int8`"

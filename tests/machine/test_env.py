@@ -197,6 +197,31 @@ def test_package_version_reads_metadata(monkeypatch: pytest.MonkeyPatch) -> None
     assert package_version(env.RUNTIME_DISTRIBUTIONS["tensorrt"]) == "10.0.1"
 
 
+@pytest.mark.usefixtures("no_gpu")
+def test_an_optional_runtime_enters_the_fingerprint_only_where_installed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = metadata.version
+    installed: dict[str, str] = {}
+
+    def version(name: str) -> str:
+        if name.startswith("onnxruntime-genai"):
+            if name in installed:
+                return installed[name]
+            raise metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(metadata, "version", version)
+    without = collect_environment()
+    assert "onnxruntime-genai" not in without.comparable  # archives keep their fingerprint
+    installed["onnxruntime-genai-cuda"] = "0.18.0"
+    with_cuda = collect_environment()
+    assert with_cuda.comparable["onnxruntime-genai"] == "0.18.0 (onnxruntime-genai-cuda)"
+    assert with_cuda.fingerprint != without.fingerprint
+    installed["onnxruntime-genai"] = "0.19.0"
+    assert collect_environment().comparable["onnxruntime-genai"] == "0.19.0"
+
+
 def test_gpu_from_pynvml(bin_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     module = fake_pynvml()
     monkeypatch.setitem(sys.modules, "pynvml", module)

@@ -15,8 +15,13 @@ from perfguard.machine.env import MODEL_LIBRARIES, collect_environment, model_li
 from perfguard.machine.libraries import imported_distributions
 from perfguard.records.results import fingerprint
 
-#: The comparable keys of a machine without a GPU before model libraries existed.
-PLAIN_KEYS = {"cpu_model", "cpu_count", "machine", "os", "python"} | set(env.RUNTIME_DISTRIBUTIONS)
+#: The comparable keys of a machine without a GPU before model libraries existed (and
+#: the optional runtimes this one has installed).
+PLAIN_KEYS = (
+    {"cpu_model", "cpu_count", "machine", "os", "python"}
+    | set(env.RUNTIME_DISTRIBUTIONS)
+    | {k for k, names in env.OPTIONAL_RUNTIMES.items() if env.package_version(names) != env.ABSENT}
+)
 
 
 @pytest.fixture

@@ -565,6 +565,7 @@ def check_cell(
         or (sc.backend == "onnxruntime" and sc.precision == "bf16")
         or (sc.backend == "tensorrt" and not on_gpu)
         or (sc.precision == "int8" and on_gpu and sc.backend != "tensorrt")
+        or (sc.precision == "int4" and not (sc.backend == "onnxruntime" and sc.generate))
     )
     assert (sc.error is not None) == unsupported
 

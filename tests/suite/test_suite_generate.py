@@ -153,18 +153,50 @@ def test_a_model_without_inputs_needs_generate(tmp_path: Path) -> None:
     assert "add `generate:`" in message
 
 
-def test_generation_on_another_backend_fails_only_that_cell(tmp_path: Path) -> None:
-    torch, ort = cells(
+def test_generation_on_tensorrt_fails_only_that_cell(tmp_path: Path) -> None:
+    torch, ort, trt = cells(
         tmp_path,
         """\
         - name: gen
           model: lm
-          matrix: {backend: [torch, onnxruntime]}
+          device: cuda
+          matrix: {backend: [torch, onnxruntime, tensorrt]}
           generate: {prompt_tokens: 8, new_tokens: 4}
         """,
     )
-    assert torch.error is None
-    assert ort.error is not None and "generates on `onnxruntime`" in ort.error
+    assert torch.error is None and ort.error is None  # ONNX Runtime GenAI
+    assert trt.error is not None and "generates on `tensorrt`" in trt.error
+    assert "'torch' or 'onnxruntime'" in trt.error
+
+
+def test_int4_and_genai_precisions_fail_only_their_cells(tmp_path: Path) -> None:
+    found = {
+        sc.cell_id: sc
+        for sc in cells(
+            tmp_path,
+            """\
+            - name: gen
+              model: lm
+              matrix:
+                backend: [torch, onnxruntime]
+                precision: [fp32, fp16, int8, int4]
+              generate: {prompt_tokens: 8, new_tokens: 4}
+            - name: preset
+              model: lm
+              backend: onnxruntime
+              precision: int4
+              quantization: {mode: static}
+              generate: {prompt_tokens: 8, new_tokens: 4}
+            """,
+        )
+    }
+    broken = {cell for cell, sc in found.items() if sc.error is not None}
+    assert broken == {"torch-int4-p8", "onnxruntime-fp16-p8", "p8"}
+    assert "int4 on generative onnxruntime cells" in (found["torch-int4-p8"].error or "")
+    assert "fp16 is a GPU graph" in (found["onnxruntime-fp16-p8"].error or "")
+    assert "the model builder quantizes the weights itself" in (found["p8"].error or "")
+    for cell in ("onnxruntime-int8-p8", "onnxruntime-int4-p8", "torch-int8-p8"):
+        assert found[cell].error is None, cell
 
 
 @pytest.mark.parametrize(

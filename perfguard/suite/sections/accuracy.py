@@ -450,11 +450,16 @@ def _reference_of(
 
 
 def _cell_error(sc: Scenario, draft: object) -> str | None:
-    if sc.precision != "int8":
-        return None  # quantization settings only apply to int8
     q, cell = sc.quantization, f"cell `{sc.item_name}`"
-    if sc.backend == "torch":
-        if dataclasses.replace(q, name="default") == QuantSpec():
+    custom = dataclasses.replace(q, name="default") != QuantSpec()
+    if sc.generate is not None and sc.backend == "onnxruntime" and custom:
+        problem = f"{cell} sets quantization preset `{q.name}` for ONNX Runtime GenAI"
+        expected = "the default preset: the model builder quantizes the weights itself"
+        fix = "remove `quantization:` from this cell (or `exclude` it)"
+    elif sc.precision != "int8":
+        return None  # quantization settings only apply to int8
+    elif sc.backend == "torch":
+        if not custom:
             return None
         problem = f"{cell} asks torch for int8 with quantization preset `{q.name}`"
         expected = "a preset with the default settings: torch int8 is always dynamic per-tensor"
