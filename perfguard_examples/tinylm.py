@@ -78,3 +78,17 @@ def _planted(prefill_ns: float, decode_ns: float) -> Any:
             pass
 
     return spin
+
+
+class ByteTokenizer:
+    """Text as its UTF-8 bytes: ids 0-255, inside the example model's vocabulary. The
+    model's weights are random, so no tokenizer is its own; this one makes a text set
+    (``accuracy.text``) into token ids the same way on every machine."""
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+
+def byte_tokenizer() -> ByteTokenizer:
+    """The tokenizer ``accuracy.text`` and ``generate.file`` name: ``module:function``."""
+    return ByteTokenizer()

@@ -17,13 +17,27 @@ from typing import Any
 
 import numpy as np
 
+from perfguard.accuracy.generated import (
+    NEXT_TOKEN_OUTPUT,
+    PROMPT_OUTPUT,
+    Generated,
+    greedy_tokens,
+    perplexity,
+    perplexity_figures,
+    prompt_logits,
+    teacher_forced,
+    text_set,
+    token_agreement,
+)
 from perfguard.accuracy.metrics import compare_outputs, task_metric_check
 from perfguard.backends import Session
+from perfguard.backends.base import GenerativeSession
 from perfguard.core.blame import blame
 from perfguard.core.errors import AccuracyError, InputError, PerfguardError
-from perfguard.core.scenario import Scenario
+from perfguard.core.scenario import AccuracySpec, AccuracyText, Scenario
 from perfguard.models.factory import import_function
 from perfguard.models.inputs import make_accuracy_inputs
+from perfguard.models.prompts import make_prompts
 from perfguard.records.accuracyfigures import (
     AccuracyFigures,
     AccuracyReport,
@@ -168,10 +182,13 @@ class AccuracyChecker:
 
     open_session: Callable[[Scenario, Sequence[Feeds] | None], Any]
     scenarios_of: Callable[[Path], Sequence[Scenario]]
+    #: Opens a generative cell (``perfguard.measure.generation.open_generator``).
+    open_generator: Callable[[Scenario], Any] | None = None
     _inputs: dict[tuple[Any, ...], tuple[list[Feeds], np.ndarray | None]] = field(
         default_factory=dict
     )
     _references: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    _generated: dict[tuple[str, AccuracyText | None], Generated] = field(default_factory=dict)
 
     def inputs_for(self, scenario: Scenario) -> tuple[list[Feeds], np.ndarray | None]:
         spec = scenario.accuracy
@@ -209,16 +226,41 @@ class AccuracyChecker:
                 ) from exc
         return self._references[sid]
 
+    def reference_generation(self, reference: Scenario, text: AccuracyText | None) -> Generated:
+        """A generative reference cell's tokens, teacher-forced logits and perplexity,
+        made once per session (and text set)."""
+        key = (reference.scenario_id(), text)
+        if key not in self._generated:
+            assert self.open_generator is not None and reference.generate is not None
+            try:
+                with self.open_generator(reference) as (session, _prepared, _batch):
+                    prompts = make_prompts(reference, session.vocab_size)
+                    tokens = greedy_tokens(session, prompts, reference.generate.new_tokens)
+                    logits = teacher_forced(session, prompts, tokens)
+                    texts = text_set(reference, text, session.vocab_size) if text else []
+                    ppl = perplexity(session, texts) if texts else None
+            except PerfguardError as exc:
+                raise AccuracyError(
+                    f"the accuracy reference cell {cell_label(reference)!r} could not run: {exc}",
+                    fix="fix the reference cell, or point `accuracy.reference` elsewhere",
+                    location=reference.location,
+                ) from exc
+            self._generated[key] = Generated(tokens, logits, ppl)
+        return self._generated[key]
+
     def check(
         self,
         scenario: Scenario,
-        session: Session,
+        session: Any,
         baseline: ScenarioResult | None,
         baseline_commit: str | None,
     ) -> tuple[AccuracyFigures, dict[str, Any] | None]:
-        """The cell's accuracy figures and the golden outputs to archive."""
+        """The cell's accuracy figures and the golden outputs to archive; ``session`` is
+        the cell's open session (its generative session for a ``generate:`` cell)."""
         spec = scenario.accuracy
         assert spec is not None
+        if scenario.generate is not None:
+            return self._check_generative(scenario, session, baseline, baseline_commit)
         feeds, labels = self.inputs_for(scenario)
         current = _model_outputs(scenario, session, feeds)
         names = output_names(scenario, len(current))
@@ -266,6 +308,90 @@ class AccuracyChecker:
         inconclusive = [m for r in reports if r is not None for m in r.inconclusive]
         accuracy = replace(accuracy, failures=tuple(failures), inconclusive=tuple(inconclusive))
         archived = encode_outputs(names, current, spec.golden) if spec.golden else None
+        return accuracy, archived
+
+    def _check_generative(
+        self,
+        scenario: Scenario,
+        session: GenerativeSession,
+        baseline: ScenarioResult | None,
+        baseline_commit: str | None,
+    ) -> tuple[AccuracyFigures, dict[str, Any] | None]:
+        """``check`` of a generative cell (``perfguard.accuracy.generated``)."""
+        spec, gen = scenario.accuracy, scenario.generate
+        assert spec is not None and gen is not None
+        prompts = make_prompts(scenario, session.vocab_size)
+        own = greedy_tokens(session, prompts, gen.new_tokens)
+        texts = text_set(scenario, spec.text, session.vocab_size) if spec.text else []
+        accuracy = AccuracyFigures(n=int(own.shape[0]))
+        failures: list[str] = []
+        reference = find_reference(scenario, self.scenarios_of(scenario.suite))
+        ref_ppl: float | None = None
+        if reference is not None:
+            ref = self.reference_generation(reference, spec.text)
+            ref_name = cell_label(reference)
+            if ref.tokens.shape != own.shape:
+                raise AccuracyError(
+                    f"reference cell {ref_name!r} generated {ref.tokens.shape} tokens "
+                    f"(rows x new tokens), this cell {own.shape}",
+                    expected="the same prompts and new_tokens on both cells",
+                    location=scenario.location,
+                )
+            tokens = token_agreement(own, ref.tokens, spec.gates.token_match_min)
+            current = teacher_forced(session, prompts, ref.tokens)
+            report = compare_outputs(
+                [current],
+                [ref.logits],
+                spec,
+                reference_name=ref_name,
+                output_names=[NEXT_TOKEN_OUTPUT],
+            )
+            failures.extend(check.message for check in report.failures)
+            drift, drift_failures = figure_drift(scenario, report, baseline, baseline_commit)
+            failures.extend(drift_failures)
+            if not tokens.passed:
+                parted = tokens.rows - tokens.identical
+                failures.append(
+                    f"greedy tokens match {tokens.match:.4g} < {tokens.limit:g} vs reference "
+                    f"{ref_name}: {parted} of {tokens.rows} rows part from it, the earliest "
+                    f"at token {tokens.earliest}"
+                )
+            accuracy = replace(
+                accuracy, reference=ref_name, report=report, drift=tuple(drift), tokens=tokens
+            )
+            ref_ppl = ref.perplexity
+        if texts:
+            figures = perplexity_figures(
+                texts, perplexity(session, texts), ref_ppl, spec.gates.perplexity_rise_max
+            )
+            accuracy = replace(accuracy, perplexity=figures)
+            if not figures.passed:
+                failures.append(
+                    f"perplexity rose {figures.rise:+.2%} ({figures.reference:.6g} -> "
+                    f"{figures.current:.6g}) on {figures.texts} texts vs reference "
+                    f"{accuracy.reference}; limit perplexity_rise_max {figures.limit:g}"
+                )
+        golden = baseline.golden_outputs if baseline is not None else None
+        # As many rows as a baseline archives (the default's, when this cell archives none).
+        wanted = spec.golden or (AccuracySpec.golden if spec.against_baseline and golden else 0)
+        own_prompts = prompt_logits(session, prompts, wanted) if wanted else None
+        if spec.against_baseline and golden and own_prompts is not None:
+            against, golden_failures = self._against_golden(
+                scenario, [own_prompts], [PROMPT_OUTPUT], golden, baseline_commit
+            )
+            if isinstance(against, str):
+                accuracy = replace(accuracy, baseline_skipped=against)
+            else:
+                accuracy = replace(accuracy, baseline=against)
+            failures.extend(golden_failures)
+        reports = (accuracy.report, accuracy.baseline)
+        inconclusive = [m for r in reports if r is not None for m in r.inconclusive]
+        accuracy = replace(accuracy, failures=tuple(failures), inconclusive=tuple(inconclusive))
+        archived = (
+            encode_outputs([PROMPT_OUTPUT], [own_prompts], spec.golden)
+            if spec.golden and own_prompts is not None
+            else None
+        )
         return accuracy, archived
 
     def _task_metric(

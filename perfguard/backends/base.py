@@ -68,6 +68,12 @@ class GenerativeSession(Protocol):
     def tokens(self, generated: Any) -> np.ndarray:
         """What ``generate`` returned as ``batch x new_tokens`` int64 token ids."""
 
+    def logits(self, ids: np.ndarray) -> np.ndarray:
+        """Teacher forcing: one pass over ``ids`` (``batch x length`` int64, no cache kept),
+        the next-token logits at every position as ``batch x length x vocab`` float32
+        (row ``i`` is the distribution of the token after ``ids[:, i]``). For accuracy
+        checks, never timed."""
+
     def close(self) -> None:
         """Release the model and its device memory."""
 

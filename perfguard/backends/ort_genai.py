@@ -189,6 +189,29 @@ class OrtGenAIGenerator:
     def tokens(self, generated: Any) -> np.ndarray:
         return np.stack(list(generated), axis=1).astype(np.int64)
 
+    def logits(self, ids: np.ndarray) -> np.ndarray:
+        og = self._og
+        prepared = self.prepare(ids)
+        batch, length = prepared.shape
+        with self._lock:
+            params = og.GeneratorParams(self._model)
+            params.set_search_options(
+                max_length=int(length), batch_size=int(batch), random_seed=_SEED
+            )
+            generator = og.Generator(self._model, params)
+            generator.append_tokens(prepared)
+            out = np.asarray(generator.get_output("logits"), dtype=np.float32)
+        if out.ndim != 3 or out.shape[:2] != (batch, length):
+            raise ModelError(
+                f"ONNX Runtime GenAI's model returned logits of shape {out.shape} for "
+                f"{batch} x {length} tokens: its graph keeps only the last position",
+                expected=f"logits for every position ({batch} x {length} x vocab), as the "
+                "model builder writes by default",
+                fix="build the folder without `prune_lm_head=true` to check its accuracy",
+                location=self._scenario.model.location,
+            )
+        return out
+
     def close(self) -> None:
         self._model = None
 

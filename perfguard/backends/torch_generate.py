@@ -180,6 +180,13 @@ class TorchGenerator:
 
         return torch.cat(list(generated), dim=1).numpy().astype(np.int64)
 
+    def logits(self, ids: np.ndarray) -> np.ndarray:
+        import torch
+
+        with torch.inference_mode():
+            out = self._module(input_ids=self.prepare(ids), use_cache=False)
+            return np.asarray(out.logits.float().cpu().numpy(), dtype=np.float32)
+
     def close(self) -> None:
         import torch
 

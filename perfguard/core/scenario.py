@@ -155,6 +155,11 @@ class AccuracyGates:
     # Drift of the figures between commits: the largest allowed drop of
     # cosine_mean (vs the same reference) since the baseline commit.
     cosine_drift_max: float | None = None
+    # Generative cells (``perfguard.accuracy.generated``): the lowest share of greedy
+    # tokens equal to the reference's, and the largest relative rise of the perplexity
+    # on ``AccuracySpec.text`` over the reference's (0.05: +5%).
+    token_match_min: float | None = None
+    perplexity_rise_max: float | None = None
 
 
 @dataclass(frozen=True)
@@ -171,6 +176,18 @@ class TaskMetricSpec:
 
 
 @dataclass(frozen=True)
+class AccuracyText:
+    """A generative cell's text set for perplexity (``accuracy.text``): the first
+    ``count`` lines of a JSONL ``file`` (``{"prompt": text}`` per line, as
+    ``generate.file``) long enough to give ``tokens`` ids by ``tokenizer``."""
+
+    file: Path
+    tokenizer: str
+    tokens: int = 64
+    count: int = 8
+
+
+@dataclass(frozen=True)
 class AccuracySpec:
     """Accuracy checks of one cell.
 
@@ -180,7 +197,7 @@ class AccuracySpec:
     inputs' outputs are archived with the baseline. ``outputs`` selects outputs
     by name or index (empty: all). ``kl_on`` is ``probabilities`` or ``logits``
     (softmax with ``temperature`` first). ``per_output`` overrides ``gates``
-    for named/indexed outputs.
+    for named/indexed outputs. ``text`` is a generative cell's perplexity text set.
     """
 
     inputs: AccuracyInputs = AccuracyInputs()
@@ -193,6 +210,7 @@ class AccuracySpec:
     gates: AccuracyGates = AccuracyGates()
     per_output: tuple[tuple[str, AccuracyGates], ...] = ()
     task: TaskMetricSpec | None = None
+    text: AccuracyText | None = None
 
 
 ORT_GPU_PROVIDERS: tuple[str, ...] = ("cuda", "tensorrt")

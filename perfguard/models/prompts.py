@@ -31,16 +31,28 @@ __all__ = ["make_prompts"]
 Prompt = npt.NDArray[np.int64]
 
 
-def make_prompts(scenario: Scenario, vocab: int | None) -> list[Prompt]:
+#: The suite keys a message names, per section whose texts are read here: the file's
+#: key, and the keys that set how many long enough texts are needed.
+SECTIONS: dict[str, tuple[str, str]] = {
+    "generate": (
+        "`file` under the scenario's `generate:`",
+        "`prompt_tokens`, `prompts` or `batch`",
+    ),
+    "accuracy.text": ("`file` of the scenario's `accuracy.text`", "`tokens` or `count` of it"),
+}
+
+
+def make_prompts(scenario: Scenario, vocab: int | None, section: str = "generate") -> list[Prompt]:
     """The cell's prompts: ``prompts`` arrays of shape ``batch x prompt_tokens``.
 
     ``vocab`` is the model's vocabulary size (None: unknown), used when the suite gives
-    none; ids from a tokenizer must lie below it."""
+    none; ids from a tokenizer must lie below it. ``section`` (a key of ``SECTIONS``)
+    is the suite section the spec came from, for the messages' fixes."""
     spec = scenario.generate
     assert spec is not None, scenario.item_name
     if spec.file is None:
         return _random(scenario, spec, spec.vocab or vocab)
-    rows = _from_file(scenario, spec, spec.file)
+    rows = _from_file(scenario, spec, spec.file, SECTIONS[section])
     if vocab is not None and (high := max(int(r.max()) for r in rows)) >= vocab:
         raise InputError(
             f"the tokenizer {spec.tokenizer} gives token id {high} for {spec.file}, beyond the "
@@ -66,7 +78,9 @@ def _random(scenario: Scenario, spec: GenerateSpec, vocab: int | None) -> list[P
     return [rng.integers(0, vocab, size=shape, dtype=np.int64) for _ in range(spec.prompts)]
 
 
-def _from_file(scenario: Scenario, spec: GenerateSpec, path: Path) -> list[Prompt]:
+def _from_file(
+    scenario: Scenario, spec: GenerateSpec, path: Path, keys: tuple[str, str]
+) -> list[Prompt]:
     assert spec.tokenizer is not None
     encode = _encoder(scenario, spec.tokenizer)
     need = spec.prompts * spec.batch
@@ -76,7 +90,7 @@ def _from_file(scenario: Scenario, spec: GenerateSpec, path: Path) -> list[Promp
         raise InputError(
             f"the prompts file {path} cannot be read: {exc.strerror or exc}",
             expected='a JSONL file with one {"prompt": "..."} per line',
-            fix="check `file` under the scenario's `generate:` (relative to the suite's folder)",
+            fix=f"check {keys[0]} (relative to the suite's folder)",
             location=scenario.location,
         ) from exc
     ids: list[list[int]] = []
@@ -98,7 +112,7 @@ def _from_file(scenario: Scenario, spec: GenerateSpec, path: Path) -> list[Promp
             f"({short} shorter ones passed over); the cell needs {need} "
             f"({spec.prompts} prompts x batch {spec.batch})",
             expected=f"{need} prompts that encode to >= {spec.prompt_tokens} tokens",
-            fix="add longer prompts to the file, or lower `prompt_tokens`, `prompts` or `batch`",
+            fix=f"add longer texts to the file, or lower {keys[1]}",
             location=scenario.location,
         )
     rows = np.asarray(ids, dtype=np.int64).reshape(spec.prompts, spec.batch, spec.prompt_tokens)

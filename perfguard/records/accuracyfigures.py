@@ -21,7 +21,9 @@ __all__ = [
     "Check",
     "DriftRow",
     "OutputMetrics",
+    "PerplexityFigures",
     "TaskMetricFigures",
+    "TokenAgreement",
 ]
 
 
@@ -128,6 +130,70 @@ class TaskMetricFigures:
 
 
 @dataclass(frozen=True)
+class TokenAgreement:
+    """A generative cell's greedy tokens against its reference's, on the same prompts.
+
+    ``tokens`` were compared (requests x batch rows x new tokens); ``match`` is the share
+    equal position by position; ``first_divergence`` holds, per row, the first position
+    where the two part (None: equal throughout), and ``identical`` counts the rows equal
+    throughout. ``limit`` is ``token_match_min`` (None: not gated)."""
+
+    tokens: int
+    match: float
+    identical: int
+    first_divergence: tuple[int | None, ...]
+    limit: float | None
+    passed: bool
+
+    @property
+    def rows(self) -> int:
+        return len(self.first_divergence)
+
+    @property
+    def earliest(self) -> int | None:
+        """The earliest position where any row parts from the reference's."""
+        parted = [p for p in self.first_divergence if p is not None]
+        return min(parted) if parted else None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dict(_plain(asdict(self)))
+        out["first_divergence"] = list(self.first_divergence)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TokenAgreement:
+        kwargs = {f.name: data[f.name] for f in fields(cls)}
+        kwargs["first_divergence"] = tuple(
+            None if p is None else int(p) for p in kwargs["first_divergence"]
+        )
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class PerplexityFigures:
+    """Perplexity on the cell's text set (``accuracy.text``): ``exp`` of the mean negative
+    log-likelihood of each next token, over ``texts`` texts of ``tokens`` ids each
+    (``tokens - 1`` predictions per text). ``reference`` and ``rise`` (``current /
+    reference - 1``) are None without a reference cell; ``limit`` is
+    ``perplexity_rise_max``."""
+
+    texts: int
+    tokens: int
+    current: float
+    reference: float | None
+    rise: float | None
+    limit: float | None
+    passed: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(_plain(asdict(self)))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PerplexityFigures:
+        return cls(**{f.name: data[f.name] for f in fields(cls)})
+
+
+@dataclass(frozen=True)
 class AccuracyReport:
     """Every output's figures and every gate's check against one reference;
     ``inconclusive``: one message per output whose reference is degenerate (its checks
@@ -201,7 +267,9 @@ class AccuracyFigures:
     ``n`` is the number of accuracy inputs; ``failures`` are the one-line messages of
     every failed gate; ``inconclusive`` those of every check not made because its
     reference is degenerate (near zero, constant or NaN/Inf): with no failure, the
-    cell's accuracy is inconclusive, neither passed nor failed."""
+    cell's accuracy is inconclusive, neither passed nor failed. A generative cell adds
+    its greedy ``tokens`` against the reference's and its text set's ``perplexity``
+    (its ``report`` compares the next-token logits, teacher-forced)."""
 
     n: int
     reference: str | None = None
@@ -212,6 +280,8 @@ class AccuracyFigures:
     baseline_skipped: str | None = None
     failures: tuple[str, ...] = ()
     inconclusive: tuple[str, ...] = ()
+    tokens: TokenAgreement | None = None
+    perplexity: PerplexityFigures | None = None
 
     @property
     def passed(self) -> bool:
@@ -228,6 +298,10 @@ class AccuracyFigures:
             out["drift"] = [row.to_dict() for row in self.drift]
         if self.task_metric is not None:
             out["task_metric"] = self.task_metric.to_dict()
+        if self.tokens is not None:
+            out["tokens"] = self.tokens.to_dict()
+        if self.perplexity is not None:
+            out["perplexity"] = self.perplexity.to_dict()
         if self.baseline is not None:
             out["baseline"] = self.baseline.to_dict()
         elif self.baseline_skipped is not None:
@@ -241,6 +315,7 @@ class AccuracyFigures:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> AccuracyFigures:
         report, task, base = data.get("report"), data.get("task_metric"), data.get("baseline")
+        tokens, ppl = data.get("tokens"), data.get("perplexity")
         skipped = base.get("skipped") if isinstance(base, Mapping) else None
         return cls(
             n=data["n"],
@@ -252,4 +327,6 @@ class AccuracyFigures:
             baseline_skipped=skipped,
             failures=tuple(str(f) for f in data.get("failures") or ()),
             inconclusive=tuple(str(m) for m in data.get("inconclusive") or ()),
+            tokens=TokenAgreement.from_dict(tokens) if tokens else None,
+            perplexity=PerplexityFigures.from_dict(ppl) if ppl else None,
         )

@@ -209,6 +209,34 @@ class AccuracyView:
     baseline_title: str = "drift vs baseline"
     baseline_note: str = ""
     task: list[tuple[str, str]] = field(default_factory=list)
+    #: A generative cell's greedy tokens against the reference's, and its perplexity.
+    generated: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _generated(accuracy: AccuracyFigures) -> list[tuple[str, str]]:
+    rows: list[tuple[str, str]] = []
+    tokens = accuracy.tokens
+    if tokens is not None:
+        parted = [p for p in tokens.first_divergence if p is not None]
+        rows += [
+            ("greedy tokens matching", f"{_fmt(tokens.match, 4)} of {tokens.tokens}"),
+            ("rows equal throughout", f"{tokens.identical} of {tokens.rows}"),
+            (
+                "first divergence (token)",
+                ", ".join(str(p) for p in sorted(parted)) if parted else "none",
+            ),
+            ("token_match_min", _fmt(tokens.limit)),
+        ]
+    ppl = accuracy.perplexity
+    if ppl is not None:
+        rise = f"{ppl.rise:+.3%}" if ppl.rise is not None and math.isfinite(ppl.rise) else "-"
+        rows += [
+            (f"perplexity ({ppl.texts} texts x {ppl.tokens} tokens)", _fmt(ppl.current)),
+            ("reference perplexity", _fmt(ppl.reference)),
+            ("rise", rise),
+            ("perplexity_rise_max", _fmt(ppl.limit)),
+        ]
+    return rows
 
 
 def _outputs(report: AccuracyReport | None) -> list[dict[str, Any]]:
@@ -278,6 +306,7 @@ def accuracy_view(accuracy: AccuracyFigures | None) -> AccuracyView | None:
         baseline_title=f"vs {golden_label(base)}" if base is not None else "",
         baseline_note=accuracy.baseline_skipped or "",
         task=[(str(k), _fmt(v)) for k, v in (task.to_dict() if task is not None else {}).items()],
+        generated=_generated(accuracy),
     )
 
 

@@ -229,6 +229,16 @@ def accuracy_lines(results: Sequence[ScenarioResult]) -> list[str]:
             ]
             name = f"{output.name} (degenerate reference)" if output.degenerate else output.name
             parts.append(f"{name}: " + ", ".join(figures))
+        tokens = accuracy.tokens
+        if tokens is not None:
+            parted = (
+                f", first parts at token {tokens.earliest}" if tokens.earliest is not None else ""
+            )
+            parts.append(f"greedy tokens match {tokens.match:.4g}{parted}")
+        ppl = accuracy.perplexity
+        if ppl is not None and _finite(ppl.current):
+            rise = f" ({ppl.rise:+.2%})" if _finite(ppl.rise) else ""
+            parts.append(f"perplexity {ppl.current:.6g}{rise}")
         if accuracy.reference:
             parts.append(f"vs {accuracy.reference}")
         task = accuracy.task_metric

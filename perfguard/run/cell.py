@@ -50,6 +50,7 @@ from perfguard.core.scenario import Scenario
 from perfguard.judge.gatekeeper import Gatekeeper, failure_message
 from perfguard.judge.outcome import Outcome, cell_outcome, profile_line
 from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
+from perfguard.measure.generation import open_generator
 from perfguard.measure.opencell import RunContext, open_session
 from perfguard.measure.profiling import PROFILE_REQUESTS, profile_session
 from perfguard.measure.runner import ScenarioRun
@@ -103,6 +104,7 @@ class CellMeasurer:
         self.accuracy = AccuracyChecker(
             open_session=lambda scenario, calibration: open_session(scenario, ctx, calibration),
             scenarios_of=lambda path: suites.get(Path(path).resolve(), ()),
+            open_generator=lambda scenario: open_generator(scenario, ctx),
         )
 
     def measure_and_judge(self, scenario: Scenario) -> tuple[ScenarioResult, ScenarioVerdict]:
@@ -129,7 +131,8 @@ class CellMeasurer:
                     run.measure(), scenario.gates, run.measure
                 )
                 if scenario.accuracy is not None:
-                    result = self._accuracy_of(scenario, run.session, result)
+                    opened = run.generator if scenario.generate is not None else run.session
+                    result = self._accuracy_of(scenario, opened, result)
                 # A load cell too: one stream of requests at concurrency 1 on its session.
                 result, verdict = self._profiled(
                     scenario,
@@ -212,6 +215,9 @@ class CellMeasurer:
         """Accuracy of a cell measured out of process: checked here, in a session of its own."""
         if scenario.accuracy is None:
             return result
+        if scenario.generate is not None:
+            with open_generator(scenario, self.ctx) as (generator, _prompts, _batch):
+                return self._accuracy_of(scenario, generator, result)
         calibration = self.accuracy.calibration_for(scenario)
         with open_session(scenario, self.ctx, calibration) as (session, _prepared, _batch):
             return self._accuracy_of(scenario, session, result)

@@ -37,6 +37,7 @@ import json
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Union
 
 from perfguard.core.policy import (
@@ -62,6 +63,7 @@ from perfguard.core.scenario import (
     AccuracyGates,
     AccuracyInputs,
     AccuracySpec,
+    AccuracyText,
     BatchingSpec,
     GenerateSpec,
     GoodputSpec,
@@ -604,8 +606,41 @@ ACCURACY_LIMITS = Section(
         Key("nonfinite_max", _int(0), "NaN/Inf outputs allowed", _GATES.nonfinite_max),
         _limit("baseline_cosine_min", _COSINE, "lowest cosine vs the baseline's golden outputs"),
         _limit("cosine_drift_max", _NON_NEGATIVE, "largest cosine drift vs the baseline"),
+        _limit(
+            "token_match_min",
+            _num(minimum=0, maximum=1),
+            "lowest share of greedy tokens equal to the reference's (generative cells)",
+        ),
+        _limit(
+            "perplexity_rise_max",
+            _NON_NEGATIVE,
+            "largest relative rise of the `text` perplexity over the reference's (0.05: +5%)",
+        ),
     ),
     title="accuracyLimits",
+)
+
+_TEXT_SET = AccuracyText(Path("texts.jsonl"), "a:b")
+ACCURACY_TEXT = Section(
+    (
+        Key(
+            "file",
+            _TEXT,
+            'JSONL texts, one {"prompt": "..."} per line, relative to the suite\'s folder',
+            required=True,
+            example="texts.jsonl",
+        ),
+        Key(
+            "tokenizer",
+            _FUNCTION,
+            "module:function returning a tokenizer with encode(text)",
+            required=True,
+            example="mytokenizers:llama",
+        ),
+        Key("tokens", _int(2), "tokens of each text scored", _TEXT_SET.tokens),
+        Key("count", _int(1), "texts scored (the first long enough)", _TEXT_SET.count),
+    ),
+    title="accuracyText",
 )
 assert ACCURACY_LIMITS.names == tuple(f.name for f in dataclasses.fields(AccuracyGates))
 
@@ -622,6 +657,7 @@ ACCURACY = Section(
         Key("outputs", ListOf(_OUTPUT_NAME, min_items=1), "outputs checked (names or indices)"),
         Key("kl", KL, "how KL divergence reads the outputs"),
         Key("task", TASK, "a task metric computed from the outputs and labels"),
+        Key("text", ACCURACY_TEXT, "a text set whose perplexity is checked (generative cells)"),
         Key("gate", ACCURACY_LIMITS, "accuracy limits (null switches one off)"),
         Key(
             "per_output",

@@ -34,7 +34,9 @@ from perfguard.records.accuracyfigures import (
     Check,
     DriftRow,
     OutputMetrics,
+    PerplexityFigures,
     TaskMetricFigures,
+    TokenAgreement,
 )
 from perfguard.records.figures import (
     RESERVED_KEYS,
@@ -253,6 +255,18 @@ accuracies = st.builds(
     task_metric=st.none() | tasks,
     baseline=st.none() | reports,
     failures=st.lists(words, max_size=2).map(tuple),
+    tokens=st.none()
+    | st.builds(
+        TokenAgreement,
+        tokens=count,
+        match=st.floats(0, 1),
+        identical=count,
+        first_divergence=st.lists(st.none() | count, max_size=4).map(tuple),
+        limit=maybe,
+        passed=st.booleans(),
+    ),
+    perplexity=st.none()
+    | st.builds(PerplexityFigures, count, count, finite, maybe, maybe, maybe, st.booleans()),
 ).filter(lambda a: a.baseline is None or a.baseline_skipped is None)
 
 runtimes = st.builds(

@@ -126,10 +126,7 @@ def test_defaults_token_gates_reach_only_generative_scenarios(tmp_path: Path) ->
 
 @pytest.mark.parametrize(
     ("extra", "key"),
-    [
-        ("accuracy: {}", "accuracy"),
-        ("profile: true", "profile"),
-    ],
+    [("profile: true", "profile")],
 )
 def test_what_generative_cells_do_not_measure_yet_is_refused(
     tmp_path: Path, extra: str, key: str
@@ -167,6 +164,45 @@ def test_generation_on_tensorrt_fails_only_that_cell(tmp_path: Path) -> None:
     assert torch.error is None and ort.error is None  # ONNX Runtime GenAI
     assert trt.error is not None and "generates on `tensorrt`" in trt.error
     assert "'torch' or 'onnxruntime'" in trt.error
+
+
+def test_accuracy_keys_that_do_not_fit_the_cell_fail_it(tmp_path: Path) -> None:
+    gen, plain, probabilities = cells(
+        tmp_path,
+        """\
+        - name: gen
+          model: lm
+          generate: {prompt_tokens: 8, new_tokens: 4}
+          accuracy: {inputs: {count: 4}, outputs: [0], gate: {token_match_min: 0.9}}
+        - name: plain
+          model: enc
+          accuracy: {text: {file: t.jsonl, tokenizer: "a:b"}, gate: {perplexity_rise_max: 0.1}}
+        - name: probs
+          model: lm
+          generate: {prompt_tokens: 8, new_tokens: 4}
+          accuracy: {kl: {on: probabilities}}
+        """,
+    )
+    assert gen.error is not None and "its `accuracy:` sets `inputs`, `outputs`" in gen.error
+    assert "remove `inputs`, `outputs`" in gen.error
+    assert plain.error is not None and "generates nothing" in plain.error
+    assert "`text`, `perplexity_rise_max`" in plain.error
+    assert probabilities.error is not None and "`kl: {on: logits}`" in probabilities.error
+    good = cells(
+        tmp_path,
+        """\
+        - name: gen
+          model: lm
+          generate: {prompt_tokens: 8, new_tokens: 4}
+          accuracy:
+            text: {file: t.jsonl, tokenizer: "a:b", tokens: 16}
+            gate: {token_match_min: 0.9, kl_max: 0.01, perplexity_rise_max: 0.05}
+        """,
+    )[0]
+    assert good.error is None and good.accuracy is not None
+    assert good.accuracy.text is not None and good.accuracy.text.tokens == 16
+    assert good.accuracy.text.file == tmp_path / "t.jsonl"
+    assert good.accuracy.gates.token_match_min == 0.9
 
 
 def test_int4_and_genai_precisions_fail_only_their_cells(tmp_path: Path) -> None:

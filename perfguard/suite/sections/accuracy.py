@@ -82,6 +82,7 @@ from perfguard.core.scenario import (
     AccuracyGates,
     AccuracyInputs,
     AccuracySpec,
+    AccuracyText,
     QuantSpec,
     Scenario,
     TaskMetricSpec,
@@ -347,13 +348,27 @@ def _task(rd: Reader, value: object, line: int, what: str) -> TaskMetricSpec:
     return TaskMetricSpec(**fields)
 
 
+def _text(rd: Reader, value: object, line: int, what: str) -> AccuracyText:
+    m = rd.as_map(value, line, what)
+    rd.keys(m, grammar.ACCURACY_TEXT.names, what)
+    check_section(rd, m, grammar.ACCURACY_TEXT, line, what)
+    fields: dict[str, Any] = {}
+    for key, v in m.items():
+        at, name = m.key_line(key), f"`{key}` of {what}"
+        if key in ("tokens", "count"):
+            fields[key] = integer(rd, v, at, name, grammar.ACCURACY_TEXT.scalar(key))
+        else:
+            fields[key] = (_path if key == "file" else _function)(rd, v, at, name)
+    return AccuracyText(**fields)
+
+
 # Every `accuracy:` key but `gate` and `per_output`, which parse_accuracy flattens.
 # fmt: off
 _PARSERS: dict[str, Callable[[Reader, object, int, str], object]] = {
     "inputs": _inputs, "labels": _path, "reference": _reference, "baseline": Reader.as_bool,
     "golden": lambda rd, v, line, what: integer(
         rd, v, line, what, grammar.ACCURACY.scalar("golden")),
-    "outputs": _outputs, "kl": _kl, "task": _task,
+    "outputs": _outputs, "kl": _kl, "task": _task, "text": _text,
 }
 # fmt: on
 
@@ -410,7 +425,7 @@ def _accuracy(
         inputs, _reference_of(rd, sc, ref, cells, presets) if isinstance(ref, _Reference) else (),
         _get(draft, "baseline", _SPEC.against_baseline), _get(draft, "golden", _SPEC.golden),
         _get(draft, "outputs", _SPEC.outputs), kl_on, temperature, gates, per_output,
-        _get(draft, "task", _SPEC.task),
+        _get(draft, "task", _SPEC.task), _get(draft, "text", _SPEC.text),
     )  # fmt: skip
 
 
@@ -449,10 +464,55 @@ def _reference_of(
     rd.fail(line, f"{problem}; cells: {listed}", expected, fix)
 
 
+#: The `accuracy:` keys of a single-call cell that a generative cell has no use for:
+#: its prompts are its accuracy inputs and its output is the next-token logits.
+_NOT_GENERATIVE = ("inputs", "labels", "outputs", "task", "per_output")
+#: The `accuracy:` keys only a generative cell has.
+_GENERATIVE_ONLY = ("text", "gate.token_match_min", "gate.perplexity_rise_max")
+
+
+def _kind_error(sc: Scenario, draft: object) -> tuple[str, str, str] | None:
+    """``accuracy:`` keys that do not fit the cell's kind: (problem, expected, fix)."""
+    if not isinstance(draft, dict):
+        return None
+    cell = f"cell `{sc.item_name}`"
+    if sc.generate is not None:
+        keys = [k for k in draft if k.split(".")[0] in _NOT_GENERATIVE]
+        if keys:
+            listed = ", ".join(f"`{k.split('.')[0]}`" for k in dict.fromkeys(keys))
+            return (
+                f"{cell} generates, and its `accuracy:` sets {listed}",
+                "`reference`, `gate`, `text`, `golden`, `baseline` or `kl` on a generative "
+                "cell: its prompts are its inputs and its output the next-token logits",
+                f"remove {listed} from this scenario's `accuracy:`",
+            )
+        kl_on, _temperature = _get(draft, "kl", (_SPEC.kl_on, _SPEC.temperature))
+        if kl_on != "logits":
+            return (
+                f"{cell} generates and reads its outputs as probabilities (`kl: {{on: "
+                "probabilities}`)",
+                "`kl: {on: logits}`: a generative cell's output is its next-token logits",
+                "remove `on: probabilities`",
+            )
+        return None
+    keys = [k for k in draft if k in _GENERATIVE_ONLY and draft[k] is not None]
+    if keys:
+        listed = ", ".join(f"`{k.removeprefix('gate.')}`" for k in keys)
+        return (
+            f"{cell} generates nothing, and its `accuracy:` sets {listed}",
+            "those on a scenario with `generate:` (token agreement, perplexity)",
+            f"remove {listed}, or add `generate:` for a generative model",
+        )
+    return None
+
+
 def _cell_error(sc: Scenario, draft: object) -> str | None:
     q, cell = sc.quantization, f"cell `{sc.item_name}`"
     custom = dataclasses.replace(q, name="default") != QuantSpec()
-    if sc.generate is not None and sc.backend == "onnxruntime" and custom:
+    kind = _kind_error(sc, draft)
+    if kind is not None:
+        problem, expected, fix = kind
+    elif sc.generate is not None and sc.backend == "onnxruntime" and custom:
         problem = f"{cell} sets quantization preset `{q.name}` for ONNX Runtime GenAI"
         expected = "the default preset: the model builder quantizes the weights itself"
         fix = "remove `quantization:` from this cell (or `exclude` it)"

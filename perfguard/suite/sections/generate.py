@@ -11,7 +11,7 @@ keys, types, bounds and defaults are declared in :data:`perfguard.suite.grammar.
   errors naming its line.
 * A generative scenario's prompts are its inputs: the model's ``inputs:`` are not used.
   What this version does not measure for a generative cell yet is refused at the
-  scenario's ``generate:`` line (``accuracy``, ``shapes``, ``profile``; what ``load`` does
+  scenario's ``generate:`` line (``shapes``, ``profile``; what ``load`` does
   not take for one is refused by ``perfguard.suite.sections.load``), and a
   gate on a token figure (``ttft_p95``, ``itl_p95``, ``tpot_p50``, ``tokens_per_s``...) is
   refused on a scenario without ``generate:``.
@@ -38,7 +38,6 @@ _TOKENS = next(
 )
 # What a generative cell does not measure yet: the scenario keys refused beside `generate`.
 _NOT_YET: Mapping[str, str] = {
-    "accuracy": "accuracy of generative cells (token agreement, teacher-forced KL)",
     "shapes": "shape buckets (a generative cell's buckets are its `prompt_tokens`)",
     "profile": "operator profiles of generative cells",
 }
