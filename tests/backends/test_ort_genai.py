@@ -304,3 +304,23 @@ def test_every_name_the_backend_calls_is_in_the_real_package() -> None:
     assert hasattr(og.GeneratorParams, "set_search_options")
     for name in ("append_tokens", "generate_next_token", "get_next_tokens"):
         assert hasattr(og.Generator, name), name
+
+
+def test_teacher_forced_logits_are_transformers_own(fp32: tuple[Scenario, Path]) -> None:
+    """Every position's next-token logits in one pass (the accuracy checks' teacher
+    forcing), equal to the transformers model's at fp32."""
+    import torch
+
+    from perfguard.models.factory import load_factory
+
+    scenario, cache = fp32
+    gen = open_cell(scenario, cache)
+    try:
+        ids = np.random.default_rng(3).integers(0, 128, (2, 20))
+        got = gen.logits(ids)
+        assert got.shape == (2, 20, 128) and got.dtype == np.float32
+        with torch.inference_mode():
+            expected = load_factory(scenario.model)(input_ids=torch.from_numpy(ids)).logits
+        assert np.abs(got - expected.numpy()).max() < 1e-4
+    finally:
+        gen.close()

@@ -147,3 +147,19 @@ def test_cuda_graphs_and_compile_are_refused_on_a_gpu_generative_cell(tmp_path: 
         pytest.skip("needs a CUDA device (the options are ignored on the CPU)")
     with pytest.raises(CellError, match="eager torch for generative cells"):
         TorchGenerator(cell(tmp_path, device="cuda", gpu=GpuSpec(cuda_graph=True)))
+
+
+def test_teacher_forced_logits_predict_the_greedy_tokens(tmp_path: Path) -> None:
+    """``logits`` scores a whole sequence in one pass: fed the prompt and its own greedy
+    tokens, the argmax at each position is the next greedy token (the same positions the
+    accuracy checks compare)."""
+    gen = generative(TorchBackend()).open_generative(cell(tmp_path), tmp_path)  # type: ignore[union-attr]
+    assert isinstance(gen, TorchGenerator)
+    try:
+        prompt = np.random.default_rng(4).integers(0, 128, (2, 12))
+        tokens, _ = run(gen, prompt, 6)
+        logits = gen.logits(np.concatenate([prompt, tokens[:, :-1]], axis=1))
+        assert logits.shape == (2, 17, 128) and logits.dtype == np.float32
+        assert logits[:, 11:, :].argmax(axis=-1).tolist() == tokens.tolist()
+    finally:
+        gen.close()
