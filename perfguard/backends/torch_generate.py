@@ -24,15 +24,28 @@ older name), whichever ``forward`` takes; ``logits_to_keep=1`` where ``forward``
 cache name is refused with what it needs.
 
 Precision as on the torch backend: fp16/bf16 cast the module, int8 is dynamic
-quantization of its ``nn.Linear`` layers (CPU). ``torch.compile`` and CUDA graphs are
-refused here for now: prefill and decode have different shapes and the cache grows by
-one position per step, which both need a static cache to capture.
+quantization of its ``nn.Linear`` layers (CPU).
+
+``gpu: {compile: MODE}`` (on the CPU too, as on the torch backend) compiles the module
+with ``torch.compile`` and gives it a ``transformers.StaticCache`` of exactly
+``prompt_tokens + new_tokens`` positions, kept by the session and reset (zeroed) at the
+start of each request, as transformers' compiled ``generate`` does: the shapes stay
+fixed, so the prompt pass and the decode step are compiled once each. The compilation
+happens while the cell opens, on one request of the cell's shape
+(``runtime_info["compile_s"]``). On a GPU ``compile: reduce-overhead`` captures both in
+CUDA graphs (torch's own graph trees); ``gpu: {cuda_graph: true}`` is refused on a
+generative cell with that fix (its capture of one whole call cannot hold a growing
+decode loop). A compiled cell under ``load:`` is refused: its streams would share one
+static cache and one set of graphs. Compiled, the loop runs under ``torch.no_grad``
+(the static cache is zeroed in place between requests, which inference-mode tensors
+refuse).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import inspect
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,8 +53,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from perfguard.backends.torch_backend import TorchThreads, parse_torch_device, precision_dtype
+from perfguard.backends.torch_cuda import compile_module
 from perfguard.core.errors import CellError, ModelError
-from perfguard.core.scenario import Scenario
+from perfguard.core.scenario import GenerateSpec, Scenario
 from perfguard.models.factory import load_factory
 from perfguard.models.quantize import quantize_torch_int8, torch_quant_facts
 
@@ -80,14 +94,25 @@ class TorchGenerator:
                 location=scenario.location,
             )
         self.device = parse_torch_device(scenario)
-        if self.device.type == "cuda" and (
-            scenario.gpu.cuda_graph or scenario.gpu.compile_mode is not None
-        ):
+        spec = scenario.generate
+        assert spec is not None, scenario.item_name
+        compiled = scenario.gpu.compile_mode is not None
+        if self.device.type == "cuda" and scenario.gpu.cuda_graph:
             raise CellError(
-                "`gpu: {cuda_graph/compile}` on a generative cell: the prompt pass and the "
-                "decode steps differ in shape and the KV cache grows each step",
-                expected="eager torch for generative cells",
-                fix="remove `cuda_graph` and `compile` from this cell's `gpu:`",
+                "`gpu: {cuda_graph: true}` on a generative cell: one captured call cannot "
+                "hold a prompt pass and a decode loop over a growing KV cache",
+                expected="`compile: reduce-overhead`, which captures the prompt pass and the "
+                "decode step in CUDA graphs over a static KV cache",
+                fix="replace `cuda_graph: true` with `compile: reduce-overhead` in `gpu:`",
+                location=scenario.location,
+            )
+        if compiled and scenario.load is not None:
+            raise CellError(
+                "`gpu: {compile}` on a generative cell under `load:`: its concurrent "
+                "streams would share one static KV cache and one set of compiled graphs",
+                expected="`compile` on a generative cell without `load:`",
+                fix="measure the compiled model in a scenario without `load:`, or remove "
+                "`compile` from this one",
                 location=scenario.location,
             )
         if scenario.precision == "int8" and self.device.type != "cpu":
@@ -106,7 +131,14 @@ class TorchGenerator:
             vocab = getattr(config, "vocab_size", None)
             self.vocab_size: int | None = int(vocab) if isinstance(vocab, int) else None
             self._cache_keyword, self._keep_last = _forward_keywords(self._module, scenario)
-            self._new_cache = _cache_factory(config)
+            self._call: Any = self._module
+            self._grad: Callable[[], Any] = torch.inference_mode
+            if compiled:
+                self._call = compile_module(torch, self._module, scenario)
+                self._grad = torch.no_grad
+                self._new_cache = _static_cache(config, spec, scenario)
+            else:
+                self._new_cache = _cache_factory(config)
             self.runtime_info: dict[str, Any] = {
                 "torch": torch.__version__,
                 "device": str(self.device),
@@ -129,9 +161,37 @@ class TorchGenerator:
             if self.device.type == "cuda":
                 self.runtime_info["cuda"] = torch.version.cuda
                 self.runtime_info["gpu"] = torch.cuda.get_device_name(self.device)
+            if compiled:
+                self.runtime_info["compile_mode"] = scenario.gpu.compile_mode
+                self.runtime_info["kv_cache"] = (
+                    f"StaticCache ({spec.prompt_tokens + spec.new_tokens} positions)"
+                )
+                self.runtime_info["compile_s"] = self._compile(scenario, spec)
         except BaseException:
             self._threads.restore()
             raise
+
+    def _compile(self, scenario: Scenario, spec: GenerateSpec) -> float:
+        """Compile the prompt pass and the decode step on one request of the cell's
+        shape; the seconds it took."""
+        import torch
+
+        prompt = np.zeros((spec.batch, spec.prompt_tokens), dtype=np.int64)
+        started = time.perf_counter()
+        try:
+            self.generate(self.prepare(prompt), spec.new_tokens, lambda: None)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+        except Exception as exc:
+            raise CellError(
+                f"torch.compile(mode={scenario.gpu.compile_mode!r}) of model "
+                f"{scenario.model.name!r} failed on its first request: "
+                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                expected="a causal LM torch.compile can compile with a StaticCache",
+                fix="drop `compile:` from this cell's `gpu:`, or use another mode",
+                location=scenario.location,
+            ) from exc
+        return round(time.perf_counter() - started, 3)
 
     def _build(self, scenario: Scenario) -> torch.nn.Module:
         module = load_factory(scenario.model)
@@ -154,16 +214,14 @@ class TorchGenerator:
         )
 
     def generate(self, prepared: Any, new_tokens: int, stamp: Callable[[], None]) -> Any:
-        import torch
-
-        model = self._module
+        model = self._call
         # One keyword set per request (its own cache), not rebuilt at every step.
         kwargs: dict[str, Any] = {"use_cache": True, self._cache_keyword: self._new_cache()}
         if self._keep_last:
             kwargs["logits_to_keep"] = 1
         on_host = self.device.type != "cpu"
         steps: list[Any] = []
-        with torch.inference_mode():
+        with self._grad():
             out = model(input_ids=prepared, **kwargs)
             token = out.logits[:, -1, :].argmax(dim=-1, keepdim=True)
             steps.append(token.cpu() if on_host else token)
@@ -216,6 +274,27 @@ def _forward_keywords(module: torch.nn.Module, scenario: Scenario) -> tuple[str,
             location=scenario.location,
         )
     return keyword, "logits_to_keep" in params
+
+
+def _static_cache(config: object, spec: GenerateSpec, scenario: Scenario) -> Callable[[], Any]:
+    """One ``transformers.StaticCache`` of the request's full length, zeroed per request."""
+    if importlib.util.find_spec("transformers") is None or config is None:
+        raise CellError(
+            f"`gpu: {{compile}}` on generative cell `{scenario.item_name}` needs "
+            "transformers' StaticCache and the model's config",
+            expected="a transformers causal LM, with transformers installed",
+            fix="pip install transformers, or remove `compile` from this cell's `gpu:`",
+            location=scenario.location,
+        )
+    from transformers import StaticCache
+
+    cache = StaticCache(config=config, max_cache_len=spec.prompt_tokens + spec.new_tokens)  # type: ignore[arg-type]
+
+    def fresh() -> Any:
+        cache.reset()  # type: ignore[no-untyped-call]
+        return cache
+
+    return fresh
 
 
 def _cache_factory(config: object) -> Callable[[], Any]:

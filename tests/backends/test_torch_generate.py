@@ -140,13 +140,19 @@ def test_a_model_without_a_kv_cache_is_refused_with_what_it_needs(tmp_path: Path
     assert "*ForCausalLM" in message
 
 
-def test_cuda_graphs_and_compile_are_refused_on_a_gpu_generative_cell(tmp_path: Path) -> None:
+def test_cuda_graph_is_refused_on_a_gpu_generative_cell_with_its_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refused before anything touches the device (so the rule is checked here on a CPU
+    machine, the device parsed as `cuda`)."""
     import torch
 
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device (the options are ignored on the CPU)")
-    with pytest.raises(CellError, match="eager torch for generative cells"):
+    from perfguard.backends import torch_generate
+
+    monkeypatch.setattr(torch_generate, "parse_torch_device", lambda sc: torch.device("cuda"))
+    with pytest.raises(CellError) as err:
         TorchGenerator(cell(tmp_path, device="cuda", gpu=GpuSpec(cuda_graph=True)))
+    assert "replace `cuda_graph: true` with `compile: reduce-overhead`" in str(err.value)
 
 
 def test_teacher_forced_logits_predict_the_greedy_tokens(tmp_path: Path) -> None:
@@ -163,3 +169,33 @@ def test_teacher_forced_logits_predict_the_greedy_tokens(tmp_path: Path) -> None
         assert logits[:, 11:, :].argmax(axis=-1).tolist() == tokens.tolist()
     finally:
         gen.close()
+
+
+@pytest.mark.slow
+def test_a_compiled_cell_generates_the_eager_tokens_over_a_static_cache(tmp_path: Path) -> None:
+    """``gpu: {compile: default}`` (acting on the CPU as on the torch backend): the
+    module compiled while the cell opens, over a StaticCache of the request's length,
+    zeroed per request; its tokens are the eager loop's, request after request."""
+    eager = generative(TorchBackend()).open_generative(cell(tmp_path), tmp_path)  # type: ignore[union-attr]
+    compiled_cell = cell(tmp_path, gpu=GpuSpec(compile_mode="default"))
+    compiled = generative(TorchBackend()).open_generative(compiled_cell, tmp_path)  # type: ignore[union-attr]
+    try:
+        info = compiled.runtime_info
+        assert info["compile_mode"] == "default" and info["compile_s"] > 0
+        assert info["kv_cache"] == "StaticCache (18 positions)"
+        rng = np.random.default_rng(5)
+        for _ in range(3):  # the static cache is reset between requests
+            prompt = rng.integers(0, 128, (2, 12))
+            assert run(compiled, prompt, 6)[0].tolist() == run(eager, prompt, 6)[0].tolist()
+    finally:
+        compiled.close()
+        eager.close()
+
+
+def test_a_compiled_cell_under_load_is_refused(tmp_path: Path) -> None:
+    from perfguard.core.scenario import LoadSpec
+
+    loaded = cell(tmp_path, gpu=GpuSpec(compile_mode="default"), load=LoadSpec("closed", 2.0))
+    with pytest.raises(CellError) as err:
+        TorchGenerator(loaded)
+    assert "under `load:`" in str(err.value) and "one static KV cache" in str(err.value)
