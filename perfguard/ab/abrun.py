@@ -58,12 +58,14 @@ from perfguard.ab.rounds import (
     LevelSample,
     LoadRound,
     RoundPlan,
+    TokenRoundRule,
     ab_rounds,
     alternating,
     compared,
     order_text,
     pooled,
     run_rounds,
+    token_values,
 )
 from perfguard.ab.tokenpairs import TokenGate, TokenLooks, TokenPairs, token_gates
 from perfguard.ab.worktree import BaseRef, base_worktree, resolve_base
@@ -350,8 +352,30 @@ def load_plan(scenario: Scenario, seed: int = 0, interleaved: bool = False) -> R
         seconds=seconds,
         iterations=iterations,
         seed=seed,
-        interleaved=interleaved,
+        interleaved=interleaved and scenario.generate is None,
+        tokens=token_round_rules(scenario, metric),
     )
+
+
+def token_round_rules(
+    scenario: Scenario, latency_metric: str
+) -> tuple[tuple[str, str, float, float, str, bool], ...]:
+    """A generative load cell's gated token figures for its A/B rounds
+    (``RoundPlan.make``'s ``tokens``): every relative gate on a token figure but the
+    latency rule's own, and a relative ``goodput`` gate."""
+    if scenario.generate is None:
+        return ()
+    out: list[tuple[str, str, float, float, str, bool]] = []
+    for gate in token_gates(scenario):
+        if gate.metric == latency_metric and gate.samples == "request":
+            continue  # the latency rule judges it (corrected end to end)
+        out.append(
+            (gate.metric, gate.samples, gate.rule.q, gate.rule.limit, gate.rule.label, gate.is_rate)
+        )
+    good = next((g for g in scenario.gates if g.metric == "goodput" and g.relative), None)
+    if good is not None and scenario.load is not None and scenario.load.goodput is not None:
+        out.append(("goodput", "goodput", 50.0, good.limit, "time per good request", True))
+    return tuple(out)
 
 
 def run_load_rounds(
@@ -767,11 +791,6 @@ class ABRun:
                 "same-run A/B (both sides must be measured the same way)"
             )
         base_load = cells[scenario.item_name].load
-        if scenario.generate is not None and scenario.load is not None:
-            return (
-                "a generative cell under load: compared with the archived baseline; same-run "
-                "A/B of generative load levels is not built yet"
-            )
         if scenario.load is not None and scenario.load.slo is not None:
             return (
                 "an SLO search: compared with the archived baseline, not in same-run A/B "
@@ -1113,7 +1132,12 @@ class ABRun:
         ``--perfguard-ab-python``), and the base's cell and this one the same closed
         loop without batching (:func:`perfguard.measure.loadcell.interleavable`). Else
         whole levels of each side, one after the other."""
-        if self.config.python or scenario.load is None or not interleavable(scenario.load):
+        if (
+            self.config.python
+            or scenario.load is None
+            or scenario.generate is not None  # whole levels: streams of one model each
+            or not interleavable(scenario.load)
+        ):
             return False
         cells = self.base_cells(scenario.suite)
         base = cells.get(scenario.item_name) if isinstance(cells, dict) else None
@@ -1149,6 +1173,7 @@ class ABRun:
             runtime=RuntimeInfo(backend=dict(opened.get("runtime") or {}), ab_base=self.base.sha),
             load=LoadFigures.from_dict(load) if load else None,
             samples_ns=tuple(int(s) for s in samples),
+            tokens=round_tokens(scenario, rounds, "b"),
         )
 
     def _load_verdict(
@@ -1240,6 +1265,10 @@ class ABRun:
                     higher_is_worse=False,
                 )
             )
+        for token in plan.tokens:
+            found = self._token_round_metric(token, decisions[token.metric], rounds, how)
+            metrics.append(found)
+            messages.append(found.message)
         throughput_a, load_a = side_figures(rounds, "a")
         dropped = [r for r in rounds if r.dropped is not None]
         if dropped:
@@ -1260,6 +1289,60 @@ class ABRun:
             throughput_a=throughput_a,
             load_a=load_a or None,
             levels="interleaved" if plan.interleaved else "alternating",
+            tokens_a=round_tokens(scenario, rounds, "a"),
+        )
+
+    def _token_round_metric(
+        self, token: TokenRoundRule, d: Decision, rounds: list[LoadRound], how: str
+    ) -> MetricVerdict:
+        """One gated token figure of a generative load cell's rounds: the median round's
+        figure per side, compared by the paired rule (a rate as its inverse, stated as
+        the rate: output tokens/s, good requests/s)."""
+        spec = gate_metric(token.metric)
+        assert spec is not None
+        a, b = token_values(token, rounds)
+        fa = float(percentile(a, 50.0)) if a.size else None
+        fb = float(percentile(b, 50.0)) if b.size else None
+        ratio, lo, hi = d.ratio, d.lo, d.hi
+        if token.rate:  # decided on time per token / per good request: state the rate
+            fa, fb = (1.0 / fa if fa else None), (1.0 / fb if fb else None)
+            ratio = 1.0 / ratio if ratio else None
+            lo, hi = (1.0 / hi, 1.0 / lo) if lo and hi else (None, None)
+            unit = "tokens/s" if token.samples == "tokens" else "/s"
+
+            def shown(x: float | None) -> str:
+                return f"{x:.1f} {unit}" if x is not None else "-"
+        else:
+
+            def shown(x: float | None) -> str:
+                return f"{x / 1e6:.3f} ms" if x is not None else "-"
+
+        limit = token.rule.limit
+        message = self._message(
+            f"{spec.label} under load (median round)",
+            shown(fa),
+            shown(fb),
+            ratio,
+            (lo, hi) if lo is not None and hi is not None else None,
+            how,
+            f"{'-' if token.rate else '+'}{limit * 100:g}%",
+            d,
+        )
+        used = int(a.size)
+        return ab_metric(
+            token.metric,
+            d.verdict.verdict,
+            message,
+            f"same-run A/B under load: ratio of the median round {spec.label}s beyond the "
+            "limit and its 99% paired-bootstrap bound over rounds beyond 1"
+            + (" (decided on its inverse, stated as the rate)" if token.rate else ""),
+            values=(fa, fb),
+            ratio=ratio,
+            bounds=(lo, hi),
+            limit=limit,
+            n=(used, used),
+            unit=spec.unit,
+            higher_is_worse=not token.rate,
         )
 
     def outside_ab(self, scenario: Scenario, verdict: ScenarioVerdict) -> ScenarioVerdict:
@@ -1285,6 +1368,23 @@ class ABRun:
         return ScenarioVerdict(
             scenario_id=scenario_id, verdict=VerdictKind.MISSING, messages=(message,), mode="ab"
         )
+
+
+def round_tokens(scenario: Scenario, rounds: list[LoadRound], side: str) -> TokenFigures | None:
+    """One side's token figures over the usable rounds of a generative load cell (every
+    answered request's token times, from its scheduled send); its output tokens/s the
+    median round's. None for other cells."""
+    spec = scenario.generate
+    if spec is None:
+        return None
+    levels = [r.a if side == "a" else r.b for r in rounds if r.dropped is None]
+    parts = [lv.token_ns for lv in levels if lv.token_ns is not None and lv.token_ns.size]
+    if not parts:
+        return None
+    times = np.concatenate(parts, axis=0)
+    figures = TokenFigures.of(times, prompt_tokens=spec.prompt_tokens, batch=spec.batch)
+    rate = float(np.median([lv.throughput for lv in levels])) * spec.new_tokens
+    return dataclasses.replace(figures, tokens_per_s=rate)
 
 
 def side_figures(rounds: list[LoadRound], side: str) -> tuple[float, dict[str, Any]]:

@@ -47,6 +47,16 @@ second each round's level achieved (as time per request, so that "higher is wors
 holds for the rule). In an open-loop level that keeps up it equals the asked rate on
 both sides; it moves only when one side saturates.
 
+A generative cell's rounds are always whole levels (alternating) and carry each
+request's token times (from its scheduled send); every relative gate on a token figure
+(:class:`TokenRoundRule`: ``ttft_p95``, ``itl_p95``, ``tpot_p50``, ``tokens_per_s``,
+``goodput``...) is judged like the latency: on one figure per round and side (the
+level's own percentile, or its output tokens/s and goodput per second, compared as
+time per token and per good request so that "higher is worse" holds), the median
+round's by the paired rule. The rounds go on until every figure's rule stops. A round
+where a side's figure cannot be computed (no good request: goodput 0) leaves that
+figure's rule out of the round.
+
 A round in which either side's level is *invalid* (the load generator fell behind
 its schedule, or nothing was answered) is dropped from the figures and counted; the
 rounds cap counts it. A level with failed requests stops the comparison (the
@@ -77,6 +87,7 @@ __all__ = [
     "LevelSample",
     "LoadRound",
     "RoundPlan",
+    "TokenRoundRule",
     "ab_rounds",
     "alternating",
     "judge_rounds",
@@ -84,6 +95,7 @@ __all__ = [
     "order_text",
     "pooled",
     "run_rounds",
+    "token_values",
 ]
 
 #: Early stops need at least this many usable rounds; 7 is the fewest for any 99% bound.
@@ -102,15 +114,59 @@ class LevelSample:
     samples_ns: npt.NDArray[np.int64] = field(compare=False)
     throughput: float
     load: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    #: A generative level's token times: one row per answered request, ns after its
+    #: scheduled send (None for other levels).
+    token_ns: npt.NDArray[np.int64] | None = field(default=None, compare=False)
 
     @classmethod
     def from_reply(cls, reply: Mapping[str, Any]) -> LevelSample:
         """From a worker's ``load_level`` reply."""
+        tokens = reply.get("token_ns")
         return cls(
             samples_ns=np.asarray(reply.get("samples_ns") or [], dtype=np.int64),
             throughput=float(reply.get("throughput") or 0.0),
             load=dict(reply.get("load") or {}),
+            token_ns=np.asarray(tokens, dtype=np.int64) if tokens is not None else None,
         )
+
+    def token_figure(self, samples: str, q: float) -> float | None:
+        """The level's figure for a token rule (:class:`TokenRoundRule`): the ``q``-th
+        percentile of its requests' ``request`` (end to end), ``ttft``, ``tpot`` or of
+        its pooled ``itl`` gaps, in ns; for ``tokens`` its time per output token (1 /
+        output tokens/s) and for ``goodput`` its time per good request (1 / good
+        requests/s; a level without a good request counts half of one), in s. None when
+        the level has none of it."""
+        if samples == "goodput":
+            good = self.load.get("goodput")
+            count = good.get("good") if isinstance(good, Mapping) else None
+            window = self.load.get("duration_s")
+            if count is None or not window:
+                return None
+            # No good request: half of one over the window (a count's continuity
+            # correction), so a level that lost all its goodput still compares, as worse
+            # than any level with one good request.
+            return float(window) / max(float(count), 0.5)
+        times = self.token_ns
+        if times is None or times.ndim != 2 or times.shape[0] == 0:
+            return None
+        new_tokens = times.shape[1]
+        if samples == "tokens":
+            rate = self.throughput * new_tokens
+            return 1.0 / rate if rate > 0 else None
+        values: npt.NDArray[np.float64]
+        if samples == "request":
+            values = times[:, -1].astype(np.float64)
+        elif samples == "ttft":
+            values = times[:, 0].astype(np.float64)
+        elif samples == "tpot":
+            if new_tokens < 2:
+                return None
+            values = (times[:, -1] - times[:, 0]) / float(new_tokens - 1)
+        elif samples == "itl":
+            values = np.diff(times, axis=1).ravel().astype(np.float64)
+        else:
+            raise ValueError(f"no level figure named {samples!r}")
+        return float(percentile(values, q)) if values.size else None
 
     def figure(self, q: float) -> float:
         """The level's corrected q-th percentile, ns (nearest rank)."""
@@ -151,6 +207,20 @@ class LoadRound:
 
 
 @dataclass(frozen=True)
+class TokenRoundRule:
+    """A generative load cell's gated token figure in A/B rounds: the gate's ``metric``,
+    the level figure it reads (``samples``, ``q``: :meth:`LevelSample.token_figure`),
+    and the rule judging the median round's (``rule.limit`` is the gate's); ``rate``
+    for a figure stated as a rate (tokens/s, goodput), compared as its inverse."""
+
+    metric: str
+    samples: str
+    q: float
+    rule: StoppingRule
+    rate: bool = False
+
+
+@dataclass(frozen=True)
 class RoundPlan:
     """What a load cell's A/B asks: the latency percentile ``q`` compared per round,
     the rule for it, the throughput rule (None: throughput not gated), and each
@@ -163,6 +233,7 @@ class RoundPlan:
     seconds: float
     iterations: int
     interleaved: bool = False
+    tokens: tuple[TokenRoundRule, ...] = ()
 
     @property
     def max_rounds(self) -> int:
@@ -183,7 +254,11 @@ class RoundPlan:
         check_every: int = LOAD_CHECK_EVERY,
         max_seconds: float = LOAD_MAX_SECONDS,
         interleaved: bool = False,
+        tokens: tuple[tuple[str, str, float, float, str, bool], ...] = (),
     ) -> RoundPlan:
+        """``tokens``: ``(metric, samples, q, limit, label, rate)`` of each gated token
+        figure of a generative cell (:class:`TokenRoundRule`)."""
+
         def rule(lim: float, label: str, percentile: float = 50.0) -> StoppingRule:
             return StoppingRule(
                 limit=lim,
@@ -212,7 +287,28 @@ class RoundPlan:
             seconds=seconds,
             iterations=iterations,
             interleaved=interleaved,
+            tokens=tuple(
+                TokenRoundRule(metric, samples, fq, rule(lim, f"median round {label}"), rate)
+                for metric, samples, fq, lim, label, rate in tokens
+            ),
         )
+
+
+def token_values(
+    rule: TokenRoundRule, rounds: list[LoadRound]
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """A token rule's figure per usable round where both sides have it: (A's, B's)."""
+    a: list[float] = []
+    b: list[float] = []
+    for r in rounds:
+        if r.dropped is not None:
+            continue
+        fa = r.a.token_figure(rule.samples, rule.q)
+        fb = r.b.token_figure(rule.samples, rule.q)
+        if fa is not None and fb is not None and fa > 0 and fb > 0:
+            a.append(fa)
+            b.append(fb)
+    return np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
 
 
 def _figures(
@@ -247,6 +343,13 @@ def judge_rounds(
         inv_a = 1.0 / np.asarray(ta, dtype=np.float64)
         inv_b = 1.0 / np.asarray(tb, dtype=np.float64)
         out["throughput"] = decide(plan.throughput, inv_a, inv_b, elapsed_s, cap=cap)
+    for token in plan.tokens:
+        ta_, tb_ = token_values(token, rounds)
+        capped = cap
+        if capped is None and len(rounds) >= plan.max_rounds and ta_.size < plan.max_rounds:
+            # Rounds without this figure on a side (no good request) count to the cap.
+            capped = f"reached max_rounds={plan.max_rounds}, {ta_.size} with this figure"
+        out[token.metric] = decide(token.rule, ta_, tb_, elapsed_s, cap=capped)
     return out
 
 

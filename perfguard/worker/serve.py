@@ -41,9 +41,10 @@ Ops (fields of the request -> fields of the ``ok: true`` reply):
 * ``load_warmup`` (a cell under ``load:``) -> ``cold_start_ns``, ``iterations``,
   ``elapsed_ns``: the cold start and the cell's warm-up at its load level, discarded.
 * ``load_level`` ``seconds``, ``iterations``, ``seed_offset`` -> ``samples_ns`` (the
-  corrected latencies), ``throughput``, ``load`` (``LoadFigures.to_dict()``): one
-  short run of the cell's level, no warm-up (same-run A/B alternates these between
-  slots ``a`` and ``b``).
+  corrected latencies), ``throughput``, ``load`` (``LoadFigures.to_dict()``) and, for a
+  generative cell, ``token_ns`` (each answered request's token times from its scheduled
+  send): one short run of the cell's level, no warm-up (same-run A/B alternates these
+  between slots ``a`` and ``b``).
 * ``load_interleaved`` ``seconds``, ``iterations``, ``first`` [, ``slots``: two slot
   names, default ``["a", "b"]``] -> ``sides``: one ``load_level`` reply per slot, in
   the order of ``slots``, from ONE level whose clients alternate between the two cells
@@ -315,8 +316,8 @@ class Server:
                 f"`{op}` was sent for {cell.scenario.item_name}, a generative cell",
                 expected=f"one of {', '.join(GENERATIVE_OPS)} (a generative cell is timed "
                 "token by token)",
-                fix="send `result`, or `warmup` then `measure`/`pairs`; load does not take "
-                "generative cells yet",
+                fix="send `result`, `warmup` then `measure`/`pairs`, or (under `load:`) "
+                "`load_warmup` then `load_level`; generative levels are not interleaved",
             )
         return cell
 
@@ -552,8 +553,10 @@ def _bad_request(problem: str, line: bytes) -> ProtocolError:
 
 
 #: The ops a generative cell answers: measured whole (``result``), or warmed up and then
-#: timed request by request, alone (``measure``) or pair by pair with another (``pairs``).
-GENERATIVE_OPS = ("result", "warmup", "measure", "pairs")
+#: timed request by request, alone (``measure``) or pair by pair with another (``pairs``);
+#: under ``load:``, its level's warm-up and short levels (same-run A/B alternates whole
+#: levels of a generative cell; it does not interleave them).
+GENERATIVE_OPS = ("result", "warmup", "measure", "pairs", "load_warmup", "load_level")
 
 
 def _paired_generation(cells: tuple[_Cell, _Cell]) -> bool:
@@ -589,12 +592,17 @@ def _token_times(cell: _Cell) -> list[list[int]]:
 
 
 def _level_reply(figures: LevelFigures) -> dict[str, Any]:
-    """A load level's reply: its corrected samples, throughput and figures."""
-    return {
+    """A load level's reply: its corrected samples, throughput and figures, and a
+    generative level's token times (``token_ns``: one row per answered request, ns after
+    its scheduled send)."""
+    reply: dict[str, Any] = {
         "samples_ns": [int(x) for x in figures.samples_ns],
         "throughput": float(figures.throughput),
         "load": figures.load.to_dict(),
     }
+    if figures.token_ns is not None:
+        reply["token_ns"] = [[int(t) for t in row] for row in figures.token_ns]
+    return reply
 
 
 def _field(

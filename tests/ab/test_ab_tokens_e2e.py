@@ -72,3 +72,39 @@ def test_a_prefill_slowdown_fails_ttft_alone_in_the_same_run(repo: SpinRepo) -> 
     got = {m["metric"]: m["verdict"] for m in verdict(repo)["metrics"]}
     assert got["ttft_p95"] == "regression"
     assert got["itl_p95"] == "unchanged" and got["tpot_p50"] == "unchanged"
+
+
+#: Two clients; a request is good within 60 ms to its first token and 6 ms per token.
+LOAD = "{concurrency: 2, goodput: {ttft_ms: 60, tpot_ms: 6}}"
+LOAD_GATE = '{p95: "+1000%", ttft_p95: "+50%", itl_p95: "+50%", tpot_p50: "+50%", goodput: "-50%"}'
+
+
+def test_a_decode_slowdown_under_load_fails_its_token_gates_in_rounds(repo: SpinRepo) -> None:
+    """A generative cell under `load:` in same-run A/B: rounds of whole levels of each
+    side, every gated token figure judged on its median round; a 9x decode cost fails
+    ITL, TPOT and goodput (each request's decode then exceeds 6 ms per token) and not
+    TTFT (the prompt pass is unchanged; the wait per token holds the GIL, so a client's
+    prompt pass may queue behind the other's steps: +50% stays well away)."""
+    base = repo.commit_suite(spin_lm_suite(3000, 1000, load=LOAD, gate=LOAD_GATE), "base")
+    slow = spin_lm_suite(3000, 9000, load=LOAD, gate=LOAD_GATE)
+    (repo.path / "suites" / "s.yaml").write_text(slow)  # uncommitted
+    run = repo.pytester.runpytest("--perfguard", "-rA", "--perfguard-ab=HEAD")
+    run.assert_outcomes(failed=1)
+    run.stdout.fnmatch_lines(
+        [f"*TPOT P50 under load (median round) +*vs base {base[:7]} measured in this run*"]
+    )
+    cell = verdict(repo)
+    assert cell["mode"] == "ab" and cell["ab"]["levels"] == "alternating"
+    got = {m["metric"]: m["verdict"] for m in cell["metrics"]}
+    assert got["itl_p95"] == "regression" and got["tpot_p50"] == "regression"
+    assert got["goodput"] == "regression" and got["ttft_p95"] == "unchanged"
+    tpot = next(m for m in cell["metrics"] if m["metric"] == "tpot_p50")
+    assert tpot["ratio"] > 3.0  # 9 ms vs 1 ms of spin per step, plus the model's own
+    good = next(m for m in cell["metrics"] if m["metric"] == "goodput")
+    assert good["unit"] == "/s" and good["current"] < good["baseline"]
+    # The base side's token figures come from its own rounds, as the report's baseline.
+    tokens_a = cell["ab"]["tokens_a"]
+    (results,) = (repo.path / "reports").glob("*/results.json")
+    (head,) = json.loads(results.read_text())["scenarios"]
+    assert head["tokens"]["tpot_ns"]["p50"] > 3 * tokens_a["tpot_ns"]["p50"]
+    assert head["load"]["goodput"] is not None
