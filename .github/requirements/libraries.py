@@ -56,7 +56,8 @@ RUNNER_LIBRARIES: dict[str, str] = {
 
 #: Members whose ELF dependencies are recorded: they are what perfguard loads.
 INSPECTED = re.compile(
-    r"(onnxruntime/capi/libonnxruntime_providers_[a-z_]+\.so|tensorrt[a-z_]*/tensorrt\.so)$"
+    r"(onnxruntime/capi/libonnxruntime_providers_[a-z_]+\.so|tensorrt[a-z_]*/tensorrt\.so"
+    r"|onnxruntime_genai/libonnxruntime-genai-cuda\.so)$"
 )
 _SONAME = re.compile(r"(?:^|/)(lib[^/]*\.so(?:\.[0-9]+)*)$")
 _PIN = re.compile(r"^([A-Za-z0-9_.\-]+)==([^ \\]+)")
