@@ -176,6 +176,14 @@ def figure_drift(
     return rows, failures
 
 
+def _reference_failed(reference: Scenario, exc: PerfguardError) -> AccuracyError:
+    return AccuracyError(
+        f"the accuracy reference cell {cell_label(reference)!r} could not run: {exc}",
+        fix="fix the reference cell, or point `accuracy.reference` elsewhere",
+        location=reference.location,
+    )
+
+
 @dataclass
 class AccuracyChecker:
     """Per-session caches: accuracy inputs per model, reference outputs per cell."""
@@ -219,11 +227,7 @@ class AccuracyChecker:
                     session = opened[0]
                     self._references[sid] = _model_outputs(reference, session, feeds)
             except PerfguardError as exc:
-                raise AccuracyError(
-                    f"the accuracy reference cell {cell_label(reference)!r} could not run: {exc}",
-                    fix="fix the reference cell, or point `accuracy.reference` elsewhere",
-                    location=reference.location,
-                ) from exc
+                raise _reference_failed(reference, exc) from exc
         return self._references[sid]
 
     def reference_generation(self, reference: Scenario, text: AccuracyText | None) -> Generated:
@@ -240,11 +244,7 @@ class AccuracyChecker:
                     texts = text_set(reference, text, session.vocab_size) if text else []
                     ppl = perplexity(session, texts) if texts else None
             except PerfguardError as exc:
-                raise AccuracyError(
-                    f"the accuracy reference cell {cell_label(reference)!r} could not run: {exc}",
-                    fix="fix the reference cell, or point `accuracy.reference` elsewhere",
-                    location=reference.location,
-                ) from exc
+                raise _reference_failed(reference, exc) from exc
             self._generated[key] = Generated(tokens, logits, ppl)
         return self._generated[key]
 
@@ -294,9 +294,26 @@ class AccuracyChecker:
                 failures.append(failure)
 
         golden = baseline.golden_outputs if baseline is not None else None
-        if spec.against_baseline and golden:
+        return self._finish(scenario, accuracy, failures, names, current, golden, baseline_commit)
+
+    def _finish(
+        self,
+        scenario: Scenario,
+        accuracy: AccuracyFigures,
+        failures: list[str],
+        names: list[str],
+        outputs: list[np.ndarray] | None,
+        golden: Mapping[str, Any] | None,
+        baseline_commit: str | None,
+    ) -> tuple[AccuracyFigures, dict[str, Any] | None]:
+        """``accuracy`` checked against the baseline's ``golden`` outputs (when asked and
+        archived), its failures and inconclusive checks set, and ``outputs`` (named
+        ``names``) to archive as the next baseline's golden outputs."""
+        spec = scenario.accuracy
+        assert spec is not None
+        if spec.against_baseline and golden and outputs is not None:
             against, golden_failures = self._against_golden(
-                scenario, current, names, golden, baseline_commit
+                scenario, outputs, names, golden, baseline_commit
             )
             if isinstance(against, str):
                 accuracy = replace(accuracy, baseline_skipped=against)
@@ -307,7 +324,11 @@ class AccuracyChecker:
         reports = (accuracy.report, accuracy.baseline)
         inconclusive = [m for r in reports if r is not None for m in r.inconclusive]
         accuracy = replace(accuracy, failures=tuple(failures), inconclusive=tuple(inconclusive))
-        archived = encode_outputs(names, current, spec.golden) if spec.golden else None
+        archived = (
+            encode_outputs(names, outputs, spec.golden)
+            if spec.golden and outputs is not None
+            else None
+        )
         return accuracy, archived
 
     def _check_generative(
@@ -375,24 +396,10 @@ class AccuracyChecker:
         # As many rows as a baseline archives (the default's, when this cell archives none).
         wanted = spec.golden or (AccuracySpec.golden if spec.against_baseline and golden else 0)
         own_prompts = prompt_logits(session, prompts, wanted) if wanted else None
-        if spec.against_baseline and golden and own_prompts is not None:
-            against, golden_failures = self._against_golden(
-                scenario, [own_prompts], [PROMPT_OUTPUT], golden, baseline_commit
-            )
-            if isinstance(against, str):
-                accuracy = replace(accuracy, baseline_skipped=against)
-            else:
-                accuracy = replace(accuracy, baseline=against)
-            failures.extend(golden_failures)
-        reports = (accuracy.report, accuracy.baseline)
-        inconclusive = [m for r in reports if r is not None for m in r.inconclusive]
-        accuracy = replace(accuracy, failures=tuple(failures), inconclusive=tuple(inconclusive))
-        archived = (
-            encode_outputs([PROMPT_OUTPUT], [own_prompts], spec.golden)
-            if spec.golden and own_prompts is not None
-            else None
+        outputs = [own_prompts] if own_prompts is not None else None
+        return self._finish(
+            scenario, accuracy, failures, [PROMPT_OUTPUT], outputs, golden, baseline_commit
         )
-        return accuracy, archived
 
     def _task_metric(
         self,

@@ -23,42 +23,23 @@ from perfguard.backends.ort_genai_build import (
     genai_model,
 )
 from perfguard.core.errors import BackendUnavailable, CellError, ModelError
-from perfguard.core.scenario import GenerateSpec, ModelSpec, Scenario
-from tests.helpers.torch_cells import LOCATION
+from perfguard.core.scenario import Scenario
+from tests.helpers.tokens import SMALL_LM, lm_cell
 
 og = pytest.importorskip("onnxruntime_genai")
 pytest.importorskip("transformers")
 
-SMALL = (("kind", "llama"), ("layers", 2), ("hidden", 64), ("heads", 4), ("vocab", 128))
+SMALL = SMALL_LM
 
 
 def cell(
     tmp_path: Path,
     kwargs: tuple[tuple[str, object], ...] = SMALL,
     *,
-    factory: str = "perfguard_examples.tinylm:build",
+    factory: str | None = "perfguard_examples.tinylm:build",
     **fields: Any,
 ) -> Scenario:
-    model = ModelSpec(
-        name="lm",
-        location=LOCATION,
-        base_dir=tmp_path,
-        factory=factory,
-        factory_kwargs=kwargs,
-        onnx=fields.pop("onnx", None),
-    )
-    generate = fields.pop("generate", GenerateSpec(prompt_tokens=12, new_tokens=6, batch=2))
-    return Scenario(
-        suite=tmp_path / "s.yaml",
-        name="gen",
-        cell_id="p12",
-        model=model,
-        location=LOCATION,
-        backend="onnxruntime",
-        generate=generate,
-        threads=1,
-        **fields,
-    )
+    return lm_cell(tmp_path, kwargs, factory=factory, backend="onnxruntime", threads=1, **fields)
 
 
 def open_cell(scenario: Scenario, cache: Path) -> OrtGenAIGenerator:
@@ -216,7 +197,7 @@ def test_a_folder_the_suite_names_is_run_as_it_is(
 ) -> None:
     scenario, cache = fp32
     built = genai_model(scenario, cache, "cpu", og).folder
-    given = cell(tmp_path, factory=None, onnx=str(built))  # type: ignore[arg-type]
+    given = cell(tmp_path, factory=None, onnx=str(built))
     gen = open_cell(given, tmp_path / "unused-cache")
     try:
         assert gen.runtime_info["model_folder"] == str(built)
@@ -231,7 +212,7 @@ def test_a_folder_without_a_genai_config_is_refused(tmp_path: Path) -> None:
     (tmp_path / "model.onnx").write_bytes(b"")
     for given, said in (("exported", "without genai_config.json"), ("model.onnx", "a file")):
         with pytest.raises(ModelError) as err:
-            open_cell(cell(tmp_path, factory=None, onnx=given), tmp_path)  # type: ignore[arg-type]
+            open_cell(cell(tmp_path, factory=None, onnx=given), tmp_path)
         assert said in str(err.value) and "onnxruntime_genai.models.builder" in str(err.value)
 
 

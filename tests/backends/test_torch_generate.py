@@ -14,33 +14,16 @@ from perfguard.backends import generative
 from perfguard.backends.torch_backend import TorchBackend
 from perfguard.backends.torch_generate import TorchGenerator
 from perfguard.core.errors import CellError, ModelError
-from perfguard.core.scenario import GenerateSpec, GpuSpec, ModelSpec, Scenario
-from tests.helpers.torch_cells import LOCATION
+from perfguard.core.scenario import GpuSpec, Scenario
+from tests.helpers.tokens import SMALL_LM, lm_cell
 
 pytest.importorskip("transformers")
 
-SMALL = (("kind", "llama"), ("layers", 2), ("hidden", 64), ("heads", 4), ("vocab", 128))
+SMALL = SMALL_LM
 
 
 def cell(tmp_path: Path, kwargs: tuple[tuple[str, object], ...] = SMALL, **fields: Any) -> Scenario:
-    model = ModelSpec(
-        name="lm",
-        location=LOCATION,
-        base_dir=tmp_path,
-        factory="perfguard_examples.tinylm:build",
-        factory_kwargs=kwargs,
-    )
-    generate = fields.pop("generate", GenerateSpec(prompt_tokens=12, new_tokens=6, batch=2))
-    return Scenario(
-        suite=tmp_path / "s.yaml",
-        name="gen",
-        cell_id="p12",
-        model=model,
-        location=LOCATION,
-        generate=generate,
-        threads=1,
-        **fields,
-    )
+    return lm_cell(tmp_path, kwargs, threads=1, **fields)
 
 
 def run(gen: TorchGenerator, prompt: np.ndarray, new_tokens: int) -> tuple[np.ndarray, int]:

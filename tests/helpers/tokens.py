@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from perfguard.core.scenario import GenerateSpec, ModelSpec, Scenario
 from perfguard.core.stats import throughput
 from perfguard.records.figures import summarize
 from perfguard.records.tokenfigures import TokenFigures
 from tests.helpers.samples import SID, result
+from tests.helpers.torch_cells import LOCATION
 
 
 def token_times(
@@ -80,3 +84,39 @@ scenarios:
     generate: {{prompt_tokens: 16, new_tokens: 6}}
     gate: {gate}
 {under}"""
+
+
+#: A small shape of the example model (``perfguard_examples.tinylm``) for backend tests.
+SMALL_LM = (("kind", "llama"), ("layers", 2), ("hidden", 64), ("heads", 4), ("vocab", 128))
+
+
+def lm_cell(
+    base: Path,
+    kwargs: tuple[tuple[str, object], ...] = SMALL_LM,
+    *,
+    factory: str | None = "perfguard_examples.tinylm:build",
+    onnx: str | None = None,
+    generate: GenerateSpec | None = None,
+    cell_id: str = "p12",
+    **fields: Any,
+) -> Scenario:
+    """A generative cell of the example model (or another ``factory``, or an ``onnx:``
+    folder) in ``base``: 2 prompts of 12 tokens per request, 6 new tokens, unless
+    ``generate`` says otherwise; ``fields`` set the rest (backend, device, gpu...)."""
+    model = ModelSpec(
+        name="lm",
+        location=LOCATION,
+        base_dir=base,
+        factory=factory,
+        factory_kwargs=kwargs,
+        onnx=onnx,
+    )
+    return Scenario(
+        suite=base / "s.yaml",
+        name="gen",
+        cell_id=cell_id,
+        model=model,
+        location=LOCATION,
+        generate=generate or GenerateSpec(prompt_tokens=12, new_tokens=6, batch=2),
+        **fields,
+    )

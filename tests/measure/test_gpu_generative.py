@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from perfguard.core.scenario import GenerateSpec, GpuSpec, ModelSpec, Scenario
-from tests.helpers.torch_cells import LOCATION
+from perfguard.core.scenario import GenerateSpec, GpuSpec, Scenario
+from tests.helpers.tokens import lm_cell
 
 pytestmark = pytest.mark.gpu
 
@@ -24,23 +24,8 @@ SMALL = (("kind", "llama"), ("layers", 2), ("hidden", 128), ("heads", 4), ("voca
 
 
 def cell(tmp_path: Path, **fields: Any) -> Scenario:
-    model = ModelSpec(
-        name="lm",
-        location=LOCATION,
-        base_dir=tmp_path,
-        factory="perfguard_examples.tinylm:build",
-        factory_kwargs=SMALL,
-    )
-    return Scenario(
-        suite=tmp_path / "s.yaml",
-        name="gen",
-        cell_id="p16",
-        model=model,
-        location=LOCATION,
-        device="cuda:0",
-        generate=GenerateSpec(prompt_tokens=16, new_tokens=8, batch=2),
-        **fields,
-    )
+    spec = GenerateSpec(prompt_tokens=16, new_tokens=8, batch=2)
+    return lm_cell(tmp_path, SMALL, generate=spec, cell_id="p16", device="cuda:0", **fields)
 
 
 def run(gen: Any, prompt: np.ndarray, new_tokens: int) -> tuple[np.ndarray, int]:

@@ -261,18 +261,28 @@ def parse_accuracy(rd: Reader, value: object, line: int, where: str) -> dict[str
     return draft
 
 
-def _inputs(rd: Reader, value: object, line: int, what: str) -> AccuracyInputs:
+def _sourced(
+    rd: Reader, value: object, line: int, what: str, section: grammar.Section
+) -> dict[str, Any]:
+    """The fields of a section of integers, a ``file`` (relative to the suite's folder)
+    and a ``module:function`` (``accuracy.inputs``, ``accuracy.text``)."""
     m = rd.as_map(value, line, what)
-    rd.keys(m, grammar.ACCURACY_INPUTS.names, what)
-    check_section(rd, m, grammar.ACCURACY_INPUTS, line, what)
+    rd.keys(m, section.names, what)
+    check_section(rd, m, section, line, what)
     fields: dict[str, Any] = {}
     for key, v in m.items():
         at, name = m.key_line(key), f"`{key}` of {what}"
-        if key in ("count", "seed"):
-            fields[key] = integer(rd, v, at, name, grammar.ACCURACY_INPUTS.scalar(key))
+        if key == "file":
+            fields[key] = _path(rd, v, at, name)
+        elif section.scalar(key).kind == "integer":
+            fields[key] = integer(rd, v, at, name, section.scalar(key))
         else:
-            fields[key] = (_path if key == "file" else _function)(rd, v, at, name)
-    return AccuracyInputs(**fields)
+            fields[key] = _function(rd, v, at, name)
+    return fields
+
+
+def _inputs(rd: Reader, value: object, line: int, what: str) -> AccuracyInputs:
+    return AccuracyInputs(**_sourced(rd, value, line, what, grammar.ACCURACY_INPUTS))
 
 
 def _outputs(rd: Reader, value: object, line: int, what: str) -> tuple[str, ...]:
@@ -349,17 +359,7 @@ def _task(rd: Reader, value: object, line: int, what: str) -> TaskMetricSpec:
 
 
 def _text(rd: Reader, value: object, line: int, what: str) -> AccuracyText:
-    m = rd.as_map(value, line, what)
-    rd.keys(m, grammar.ACCURACY_TEXT.names, what)
-    check_section(rd, m, grammar.ACCURACY_TEXT, line, what)
-    fields: dict[str, Any] = {}
-    for key, v in m.items():
-        at, name = m.key_line(key), f"`{key}` of {what}"
-        if key in ("tokens", "count"):
-            fields[key] = integer(rd, v, at, name, grammar.ACCURACY_TEXT.scalar(key))
-        else:
-            fields[key] = (_path if key == "file" else _function)(rd, v, at, name)
-    return AccuracyText(**fields)
+    return AccuracyText(**_sourced(rd, value, line, what, grammar.ACCURACY_TEXT))
 
 
 # Every `accuracy:` key but `gate` and `per_output`, which parse_accuracy flattens.
