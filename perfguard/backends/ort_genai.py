@@ -164,20 +164,11 @@ class OrtGenAIGenerator:
         return np.ascontiguousarray(prompt, dtype=np.int32)
 
     def generate(self, prepared: Any, new_tokens: int, stamp: Callable[[], None]) -> Any:
-        og = self._og
         batch, length = prepared.shape
         steps: list[np.ndarray] = []
         lock = self._lock
         with lock:
-            params = og.GeneratorParams(self._model)
-            params.set_search_options(
-                max_length=int(length + new_tokens),
-                min_length=int(length + new_tokens),
-                do_sample=False,
-                batch_size=int(batch),
-                random_seed=_SEED,
-            )
-            generator = og.Generator(self._model, params)
+            generator = self._generator(batch, length + new_tokens, fixed=True)
             generator.append_tokens(prepared)
         for _ in range(new_tokens):
             with lock:
@@ -186,19 +177,29 @@ class OrtGenAIGenerator:
                 stamp()
         return steps
 
+    def _generator(self, batch: int, max_length: int, *, fixed: bool) -> Any:
+        """A greedy ``Generator`` of ``batch`` rows up to ``max_length`` positions, its
+        sampler seeded (``_SEED``); ``fixed``: no end of sequence before then."""
+        og = self._og
+        params = og.GeneratorParams(self._model)
+        options: dict[str, Any] = {"min_length": int(max_length)} if fixed else {}
+        params.set_search_options(
+            max_length=int(max_length),
+            do_sample=False,
+            batch_size=int(batch),
+            random_seed=_SEED,
+            **options,
+        )
+        return og.Generator(self._model, params)
+
     def tokens(self, generated: Any) -> np.ndarray:
         return np.stack(list(generated), axis=1).astype(np.int64)
 
     def logits(self, ids: np.ndarray) -> np.ndarray:
-        og = self._og
         prepared = self.prepare(ids)
         batch, length = prepared.shape
         with self._lock:
-            params = og.GeneratorParams(self._model)
-            params.set_search_options(
-                max_length=int(length), batch_size=int(batch), random_seed=_SEED
-            )
-            generator = og.Generator(self._model, params)
+            generator = self._generator(batch, length, fixed=False)
             generator.append_tokens(prepared)
             out = np.asarray(generator.get_output("logits"), dtype=np.float32)
         if out.ndim != 3 or out.shape[:2] != (batch, length):

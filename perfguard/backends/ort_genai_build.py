@@ -45,14 +45,13 @@ from filelock import FileLock
 
 from perfguard.core import progress
 from perfguard.core.errors import CellError, ModelError
-from perfguard.core.scenario import Scenario
+from perfguard.core.scenario import GENAI_PRECISIONS, Scenario
 from perfguard.models.cache import KEY_CHARS, file_sha256, make_cache_folder, safe_name
 from perfguard.models.factory import load_factory
 
 __all__ = [
     "BUILDER_OPTIONS",
     "GENAI_CONFIG",
-    "GENAI_PRECISIONS",
     "GenAIBuild",
     "builder_identity",
     "checkpoint_key",
@@ -61,13 +60,6 @@ __all__ = [
 
 #: The file that makes a folder an ONNX Runtime GenAI model.
 GENAI_CONFIG = "genai_config.json"
-#: The precisions the model builder writes, per execution provider perfguard drives.
-#: int8/int4 are weight-only (``MatMulNBits``); fp16 is a GPU graph. The suite loader
-#: refuses the rest at their line (``perfguard.suite.loader``).
-GENAI_PRECISIONS: dict[str, tuple[str, ...]] = {
-    "cpu": ("fp32", "int8", "int4"),
-    "cuda": ("fp32", "fp16", "int4"),
-}
 #: The builder options perfguard sets for a quantized model (``extra_options``):
 #: 32-weight blocks, and int8 activations in the CPU kernels (``accuracy_level=4``;
 #: level 1 runs int8 weights ~30x slower on CPU). Part of the cache key and the facts.

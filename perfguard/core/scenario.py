@@ -370,6 +370,13 @@ class LoadSpec:
 
 #: The backends with a generation path (``generate:`` cells; ``backends.generative``).
 GENERATIVE_BACKENDS: tuple[str, ...] = ("torch", "onnxruntime")
+#: The precisions ONNX Runtime GenAI's model builder writes, per execution provider
+#: (``cpu``/``cuda``): int8/int4 are weight-only (``MatMulNBits``), fp16 a GPU graph. The
+#: loader fails a generative ``onnxruntime`` cell at any other; the build checks it too.
+GENAI_PRECISIONS: dict[str, tuple[str, ...]] = {
+    "cpu": ("fp32", "int8", "int4"),
+    "cuda": ("fp32", "fp16", "int4"),
+}
 #: How a generative cell's prompts are made (``GenerateSpec.source``).
 PROMPT_SOURCES: tuple[str, ...] = ("random", "file")
 

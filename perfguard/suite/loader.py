@@ -76,7 +76,13 @@ from perfguard.core.policy import (
     gate_metric,
     threads_limit,
 )
-from perfguard.core.scenario import GENERATIVE_BACKENDS, ModelSpec, QuantSpec, Scenario
+from perfguard.core.scenario import (
+    GENAI_PRECISIONS,
+    GENERATIVE_BACKENDS,
+    ModelSpec,
+    QuantSpec,
+    Scenario,
+)
 from perfguard.suite import grammar
 from perfguard.suite.rules import check_section, integer, number
 from perfguard.suite.sections.accuracy import (
@@ -313,10 +319,16 @@ def _unsupported(sc: Scenario) -> str | None:
         problem = f"{cell} asks `{sc.backend}` for `int4`"
         expected = "int4 on generative onnxruntime cells (ONNX Runtime GenAI's weight-only int4)"
         fix = "run int4 on `backend: onnxruntime` with `generate:`, or use int8 (or `exclude`)"
-    elif sc.backend == "onnxruntime" and sc.generate and sc.precision == "fp16" and not sc.is_gpu:
-        problem = f"{cell} asks ONNX Runtime GenAI for `fp16` on `{sc.device}`"
-        expected = "fp32, int8 or int4 on the CPU (the model builder's fp16 is a GPU graph)"
-        fix = "use int8/int4 to shrink the model on the CPU, or `device: cuda` for fp16"
+    elif (
+        sc.backend == "onnxruntime"
+        and sc.generate
+        and sc.precision not in GENAI_PRECISIONS["cuda" if sc.is_gpu else "cpu"]
+    ):
+        where = "a GPU" if sc.is_gpu else "the CPU"
+        listed = ", ".join(GENAI_PRECISIONS["cuda" if sc.is_gpu else "cpu"])
+        problem = f"{cell} asks ONNX Runtime GenAI for `{sc.precision}` on `{sc.device}`"
+        expected = f"{listed} on {where} (the model builder's fp16 is a GPU graph)"
+        fix = f"use one of {listed} (or `exclude` this cell)"
     elif sc.precision == "int8" and sc.is_gpu and sc.backend != "tensorrt":
         problem = f"{cell} asks for `int8` on `{sc.device}`; int8 is CPU dynamic quantization"
         expected = "device `cpu` for precision `int8`"
