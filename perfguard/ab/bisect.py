@@ -51,12 +51,12 @@ from perfguard.baseline.git import git_error, is_dirty, repo_root, run_git
 from perfguard.core.atomicio import read_json
 from perfguard.core.errors import GitError, PerfguardError, ResultsError, SuiteError
 from perfguard.core.scenario import Scenario
+from perfguard.core.signals import on_terminate
 from perfguard.core.text import one_line
 from perfguard.judge.verdict import ScenarioVerdict, VerdictKind
 from perfguard.records.results import RunResult
 from perfguard.records.resultsfile import read_results
 from perfguard.suite.loader import load_suite
-from perfguard.worker.signals import on_terminate
 
 __all__ = [
     "EXIT_ABORT",

@@ -12,7 +12,7 @@ a fresh temporary directory (``WORKTREE_PREFIX``), so the user's checkout is
 never touched, and removes it on every way out: normal exit, an exception,
 Ctrl-C, and SIGTERM (what CI sends on cancel): while the worktree exists,
 SIGTERM kills the workers' process groups, removes it and then ends the process
-as SIGTERM would have (``perfguard.worker.signals``, shared with the workers).
+as SIGTERM would have (``perfguard.core.signals``, shared with the workers).
 Only the main thread can install signal handlers; elsewhere SIGTERM keeps its
 default and a killed run leaves a worktree behind.
 A worktree left by a run that was killed outright (SIGKILL, power loss) is
@@ -53,7 +53,7 @@ from perfguard.baseline.git import (
     run_git,
 )
 from perfguard.core.errors import GitError
-from perfguard.worker.signals import deferred_signals, on_terminate
+from perfguard.core.signals import deferred_signals, on_terminate
 
 __all__ = [
     "DIRTY_NOTE",

@@ -23,6 +23,7 @@ import pytest
 
 from perfguard.core.paths import display_path
 from perfguard.core.scenario import Scenario
+from perfguard.core.signals import end_with_parent
 from perfguard.machine.placement import (
     RUN_PID_ENV,
     Placement,
@@ -34,7 +35,6 @@ from perfguard.machine.placement import (
 )
 from perfguard.suite.files import SUITE_SUFFIXES
 from perfguard.suite.loader import load_suite
-from perfguard.worker.signals import end_with_parent
 
 __all__ = ["ModelGroups", "apply", "configure", "model_group", "recorded"]
 

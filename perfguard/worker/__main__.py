@@ -15,8 +15,8 @@ import os
 import signal
 import sys
 
+from perfguard.core.signals import LIFELINE_ENV, watch_parent
 from perfguard.worker.serve import Server
-from perfguard.worker.signals import LIFELINE_ENV, watch_parent
 
 
 def _take_protocol_fds() -> tuple[int, int]:

@@ -11,7 +11,7 @@ requests raise at once.
 Each worker leads a process group of its own (``_OWN_GROUP``), so whatever a
 model starts inside it can be killed with it: every way out (``close``, a
 crash, a timeout, a garbled pipe) ends by killing the whole group, and while
-the worker lives its group is registered with :mod:`perfguard.worker.signals`,
+the worker lives its group is registered with :mod:`perfguard.core.signals`,
 which kills it on SIGTERM, SIGINT and at interpreter exit.
 """
 
@@ -30,6 +30,13 @@ from typing import IO, Any
 
 from perfguard.core.errors import PerfguardError, ProtocolError, WorkerError
 from perfguard.core.policy import OPEN_TIMEOUT_S
+from perfguard.core.signals import (
+    LIFELINE_ENV,
+    kill_group,
+    open_lifeline,
+    track_group,
+    untrack_group,
+)
 from perfguard.core.text import plain
 from perfguard.records.opprofile import OperatorProfile
 from perfguard.worker.protocol import (
@@ -42,13 +49,6 @@ from perfguard.worker.protocol import (
     encode,
     error_from_reply,
     timeout_error,
-)
-from perfguard.worker.signals import (
-    LIFELINE_ENV,
-    kill_group,
-    open_lifeline,
-    track_group,
-    untrack_group,
 )
 
 __all__ = ["DEFAULT_TIMEOUT_S", "OPEN_TIMEOUT_S", "WorkerProcess"]

@@ -28,6 +28,7 @@ from perfguard.core.errors import (
     WorkerRequestFailed,
     WorkerTimeout,
 )
+from perfguard.core.signals import guarded
 from perfguard.measure.opencell import RunContext
 from perfguard.measure.profiling import PROFILE_REQUESTS
 from perfguard.records.opprofile import OperatorProfile
@@ -37,7 +38,6 @@ from perfguard.worker import PROTOCOL_VERSION, WorkerProcess, describe_exit
 from perfguard.worker.isolate import IsolatedRun
 from perfguard.worker.protocol import check_reply, decode, encode, quote
 from perfguard.worker.serve import Server
-from perfguard.worker.signals import guarded
 from tests.helpers.models import SLEEPY_MODEL
 from tests.helpers.processes import gone
 from tests.helpers.suites import FAST_DEFAULTS
