@@ -42,7 +42,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON3) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH)"
-	$(PY) -m pip install --quiet -e ".[examples,onnx,genai,test,docs]"
+	$(PY) -m pip install --quiet -e ".[examples,onnx,genai,serve,llamacpp,test,docs]"
 	touch $@
 
 demo: $(STAMP)

@@ -5,11 +5,12 @@ from __future__ import annotations
 from perfguard.backends.base import Backend, GenerativeBackend, Session
 from perfguard.backends.onnxruntime_backend import OnnxRuntimeBackend
 from perfguard.backends.ort_genai import OrtGenAIGeneration
+from perfguard.backends.served import ServedBackend, ServedGeneration
 from perfguard.backends.tensorrt_backend import TensorRTBackend
 from perfguard.backends.torch_backend import TorchBackend
 from perfguard.backends.torch_generate import TorchGeneration
 from perfguard.core.errors import CellError
-from perfguard.core.scenario import GENERATIVE_BACKENDS
+from perfguard.core.scenario import BACKENDS, GENERATIVE_BACKENDS, SERVER_BACKEND
 
 __all__ = ["Backend", "GenerativeBackend", "Session", "generative", "get_backend"]
 
@@ -22,9 +23,11 @@ def get_backend(name: str) -> Backend:
         return OnnxRuntimeBackend()
     if name == "tensorrt":
         return TensorRTBackend()
+    if name == SERVER_BACKEND:
+        return ServedBackend()
     raise CellError(
         f"unknown backend {name!r}",
-        expected="one of: torch, onnxruntime, tensorrt",
+        expected=f"one of: {', '.join(BACKENDS)}",
         fix="set `backend:` to a supported runtime",
     )
 
@@ -40,5 +43,6 @@ def generative(backend: Backend) -> GenerativeBackend | None:
 _GENERATION: dict[str, type[GenerativeBackend]] = {
     "torch": TorchGeneration,
     "onnxruntime": OrtGenAIGeneration,
+    SERVER_BACKEND: ServedGeneration,
 }
 assert set(_GENERATION) == set(GENERATIVE_BACKENDS)

@@ -65,8 +65,10 @@ class GenerativeSession(Protocol):
         call ``stamp()`` once per decoding step, as soon as that step's tokens are on
         the host (as a streaming server would send them). Returns the runtime's tokens."""
 
-    def tokens(self, generated: Any) -> np.ndarray:
-        """What ``generate`` returned as ``batch x new_tokens`` int64 token ids."""
+    def tokens(self, generated: Any) -> np.ndarray | None:
+        """What ``generate`` returned as ``batch x new_tokens`` int64 token ids; None
+        where the runtime gives text, not ids (a served model: ``generate`` checks each
+        request's token count itself)."""
 
     def logits(self, ids: np.ndarray) -> np.ndarray:
         """Teacher forcing: one pass over ``ids`` (``batch x length`` int64, no cache kept),

@@ -160,6 +160,11 @@ class AccuracyFailure(GateFailure):
     """An accuracy check against the reference or the baseline fell outside its limit."""
 
 
+class ServerError(PerfguardError):
+    """A served model's server failed: it did not start or get ready, it exited, or a
+    request got an error (HTTP status, a timeout, a cut stream, a wrong token count)."""
+
+
 class LoadError(PerfguardError):
     """A cell under concurrent load failed: errors per request, a hang, a batch shape."""
 

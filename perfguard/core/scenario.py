@@ -12,7 +12,10 @@ from perfguard.core.errors import Location
 from perfguard.core.paths import display_path
 from perfguard.core.policy import DEFAULT_GATES, GateSpec, MetricKind, gate_metric
 
-BACKENDS: tuple[str, ...] = ("torch", "onnxruntime", "tensorrt")
+BACKENDS: tuple[str, ...] = ("torch", "onnxruntime", "tensorrt", "server")
+#: The backend of a served model (``models: {name: {server: ...}}``): a running
+#: inference server reached over its OpenAI-compatible HTTP API.
+SERVER_BACKEND = "server"
 # torch's ONNX exporters: ``torch.onnx.export(..., dynamo=False)`` (TorchScript tracing,
 # the default) and ``dynamo=True`` (torch.export and onnxscript's translations).
 EXPORTERS: tuple[str, ...] = ("torchscript", "dynamo")
@@ -54,9 +57,60 @@ class InputSpec:
     seed: int = 0
 
 
+#: The OpenAI-compatible APIs a served model's cells call (``ServerSpec.api``).
+SERVER_APIS: tuple[str, ...] = ("completions", "chat")
+#: The placeholders a server ``command`` may hold: ``{port}`` (required) is a free port
+#: perfguard picks, ``{python}`` the Python perfguard runs in; the others are the cell's
+#: values (an axis the matrix varies must appear in it).
+SERVER_PLACEHOLDERS: tuple[str, ...] = ("port", "python", "threads", "precision", "device")
+#: The request body a generative served cell sends beside ``max_tokens``, so that every
+#: request generates exactly ``new_tokens`` (``{new_tokens}`` is replaced): vLLM, SGLang
+#: and llama.cpp's servers read both; a suite's ``request:`` overrides or drops them.
+FIXED_LENGTH_BODY: tuple[tuple[str, object], ...] = (
+    ("ignore_eos", True),
+    ("min_tokens", "{new_tokens}"),
+)
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """A served model: an inference server perfguard starts (``command``) or one already
+    running (``url``), called over its OpenAI-compatible HTTP API.
+
+    ``command`` is an argument list run in the suite's folder in a process group of its
+    own (``SERVER_PLACEHOLDERS`` filled per cell), with ``env`` added to the environment;
+    perfguard waits up to ``start_timeout_s`` for ``health`` (a path GET answering 200)
+    and stops the group when the cell ends. ``api_key_env`` names the environment
+    variable holding the API key (never the key itself). ``model`` is the served model's
+    id (None: the first ``/v1/models`` lists); ``api`` one of ``SERVER_APIS``; ``stream``
+    whether tokens are streamed (server-sent events) or come in one reply; ``request``
+    extra JSON body fields (a None value drops one of ``FIXED_LENGTH_BODY``).
+    """
+
+    location: Location
+    command: tuple[str, ...] = ()
+    url: str | None = None
+    health: str = "/v1/models"
+    start_timeout_s: float = 300.0
+    env: tuple[tuple[str, str], ...] = ()
+    api_key_env: str | None = None
+    model: str | None = None
+    api: str = "completions"
+    stream: bool = True
+    request: tuple[tuple[str, object], ...] = ()
+    request_timeout_s: float = 60.0
+
+    @property
+    def placeholders(self) -> frozenset[str]:
+        """The ``SERVER_PLACEHOLDERS`` the command uses."""
+        return frozenset(
+            name for name in SERVER_PLACEHOLDERS for arg in self.command if f"{{{name}}}" in arg
+        )
+
+
 @dataclass(frozen=True)
 class ModelSpec:
-    """Where a model comes from: a Python factory or an ONNX file (exactly one)."""
+    """Where a model comes from: a Python factory, an ONNX file or a server (exactly one)."""
 
     name: str
     location: Location
@@ -69,6 +123,7 @@ class ModelSpec:
     output_names: tuple[str, ...] = ()
     opset: int = 17
     exporter: str = "torchscript"  # one of EXPORTERS (factory models)
+    server: ServerSpec | None = None  # a served model (backend `server`)
 
 
 @dataclass(frozen=True)
@@ -347,6 +402,9 @@ class LoadSpec:
     late_ms: float | None = None  # None: max(1 ms, a quarter of the mean arrival gap)
     late_max: float = 0.05
     goodput: GoodputSpec | None = None
+    #: Share of a level's requests that may fail (an HTTP error, a timeout, a cut stream)
+    #: before the cell fails; failed requests are never timed.
+    errors_max: float = 0.0
 
     def late_limit_ms(self) -> float:
         """How late a request may be sent before it counts as late.
@@ -369,7 +427,7 @@ class LoadSpec:
 
 
 #: The backends with a generation path (``generate:`` cells; ``backends.generative``).
-GENERATIVE_BACKENDS: tuple[str, ...] = ("torch", "onnxruntime")
+GENERATIVE_BACKENDS: tuple[str, ...] = ("torch", "onnxruntime", SERVER_BACKEND)
 #: The precisions ONNX Runtime GenAI's model builder writes, per execution provider
 #: (``cpu``/``cuda``): int8/int4 are weight-only (``MatMulNBits``), fp16 a GPU graph. The
 #: loader fails a generative ``onnxruntime`` cell at any other; the build checks it too.

@@ -111,12 +111,14 @@ def cpu_snapshot() -> CpuSnapshot:
     In a pytest-xdist worker (``perfguard.machine.placement``: the run's controller is
     named) the CPU time of the whole run, its other workers and their children
     included, counts as this process's own: a sibling worker measures on cores of its
-    own and is no busy neighbour; only processes outside the run are.
+    own and is no busy neighbour; only processes outside the run are. Elsewhere, this
+    process's children (a served model's server, a worker) count as its own.
     """
     wall, own = time.perf_counter_ns(), time.process_time_ns()
     root = run_root_pid()
-    if root is not None:
-        own += run_cpu_ns(root, skip=os.getpid())
+    # Elsewhere this process's own children count as its own: a served model's server
+    # (``perfguard.serving``) does the work being measured, and is no neighbour.
+    own += run_cpu_ns(root if root is not None else os.getpid(), skip=os.getpid())
     busy = steal = None
     try:
         # First line: "cpu user nice system idle iowait irq softirq steal guest guest_nice",

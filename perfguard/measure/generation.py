@@ -21,7 +21,7 @@ token, on the same clock as the token times; its throughput counts sequences
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -36,7 +36,7 @@ from perfguard.core.stats import is_stable, stability_ratio, throughput
 from perfguard.measure.opencell import RunContext, ready_backend
 from perfguard.measure.timing import Measurement
 from perfguard.measure.watchdog import cell_limit, watch
-from perfguard.models.prompts import make_prompts
+from perfguard.models.prompts import make_prompts, make_text_prompts
 from perfguard.records.figures import RuntimeInfo, summarize
 from perfguard.records.results import ScenarioResult
 from perfguard.records.tokenfigures import TokenFigures
@@ -74,7 +74,12 @@ def open_generator(
             session = maker.open_generative(scenario, ctx.cache_dir)
         try:
             with watch("preparing the prompts"):
-                prepared = [session.prepare(p) for p in make_prompts(scenario, session.vocab_size)]
+                prompts: Sequence[Any] = (
+                    make_text_prompts(scenario)
+                    if scenario.model.server is not None
+                    else make_prompts(scenario, session.vocab_size)
+                )
+                prepared = [session.prepare(p) for p in prompts]
             yield session, prepared, spec.batch
         finally:
             session.close()
@@ -205,6 +210,8 @@ def check_generated(scenario: Scenario, session: GenerativeSession, generated: A
             expected="token ids from each decoding step",
             location=scenario.location,
         ) from exc
+    if ids is None:  # text, not ids: the session checked each request's count
+        return
     want = (spec.batch, spec.new_tokens)
     vocab = session.vocab_size
     if ids.shape != want or ids.min() < 0 or (vocab is not None and ids.max() >= vocab):

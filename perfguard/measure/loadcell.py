@@ -615,13 +615,23 @@ def _errors_text(errors: Mapping[str, int]) -> str:
 def _raise_for(result: ScenarioResult, load: LoadFigures, spec: LoadSpec, sc: Scenario) -> None:
     where = f"{spec.level:g} concurrent clients" if spec.mode == "closed" else f"{spec.level:g}/s"
     problem: PerfguardError | None = None
-    if load.failed:
+    if load.failed and load.failed > spec.errors_max * load.requests:
+        allowed = (
+            f"at most {spec.errors_max:.1%} of them (`errors_max`) failing"
+            if spec.errors_max
+            else "every request answered without an error"
+        )
         problem = LoadError(
-            f"{load.failed} of {load.requests} requests failed under load ({where}): "
-            f"{_errors_text(load.errors)}",
-            expected="every request answered without an error",
-            fix="the model may not be safe to call from several threads: use "
-            "`sessions: per_worker`, or fix the shared state in the model",
+            f"{load.failed} of {load.requests} requests ({load.failed / load.requests:.1%}) "
+            f"failed under load ({where}): {_errors_text(load.errors)}",
+            expected=allowed,
+            fix=(
+                "see the server's log (.perfguard/servers/): it refused, timed out or cut "
+                "requests at this load; raise `load.errors_max` only for errors you accept"
+                if sc.model.server is not None
+                else "the model may not be safe to call from several threads: use "
+                "`sessions: per_worker`, or fix the shared state in the model"
+            ),
             location=sc.location,
         )
     elif load.slo is not None and load.slo.best_level is None:

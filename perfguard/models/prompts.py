@@ -11,6 +11,11 @@ which the cell's requests use in turn:
   cut to its first ``prompt_tokens`` ids; prompts shorter than that are passed over (a
   fixed shape is the rule), and too few long enough ones is an error naming the file,
   what it holds and the fix. The rows of a request's batch are consecutive prompts.
+
+A served model's server tokenizes its prompts itself: ``make_text_prompts`` gives its
+cell ``spec.prompts`` texts instead (the file's prompts, or seeded random words from
+``WORDS``), each long enough to be cut to ``prompt_tokens`` of the server's tokens by
+``perfguard.backends.served``.
 """
 
 from __future__ import annotations
@@ -26,7 +31,22 @@ from perfguard.core.errors import InputError, ModelError
 from perfguard.core.scenario import GenerateSpec, Scenario
 from perfguard.models.factory import import_function
 
-__all__ = ["make_prompts"]
+__all__ = ["WORDS", "make_prompts", "make_text_prompts"]
+
+#: The words random text prompts are drawn from (plain ASCII, one or two tokens each in
+#: common tokenizers).
+_WORD_TEXT = """the of and to in is was for on that with as by at from his her an which or be are
+    this have had not but were all one their there been has when who will more no if out
+    so said what up its about into than them can only other new some time could these
+    two may then first any like now my over such our man me even most made after also
+    did many before must through back years where much your way well down should because
+    each just those people how too little state good very make world still own see men
+    work long get here between both life being under never day same another know while
+    last might us great old year off come since against go came right used take three"""
+WORDS: tuple[str, ...] = tuple(_WORD_TEXT.split())
+#: Random text prompts hold this many words per prompt token (enough for any tokenizer
+#: whose words are at least a quarter of a token each).
+_WORDS_PER_TOKEN = 4
 
 Prompt = npt.NDArray[np.int64]
 
@@ -174,3 +194,39 @@ def _encoded(
             location=scenario.location,
         )
     return tokens
+
+
+def make_text_prompts(scenario: Scenario) -> list[str]:
+    """A served cell's prompts as texts: ``spec.prompts`` of them (``batch`` is 1), each
+    at least ``prompt_tokens`` tokens long in any common tokenizer; the server's own
+    count cuts them to length (``perfguard.backends.served``)."""
+    spec = scenario.generate
+    assert spec is not None, scenario.item_name
+    if spec.file is None:
+        rng = np.random.default_rng(spec.seed)
+        count = spec.prompt_tokens * _WORDS_PER_TOKEN
+        words = np.asarray(WORDS)
+        return [" ".join(rng.choice(words, size=count)) for _ in range(spec.prompts)]
+    path, keys = spec.file, SECTIONS["generate"]
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise InputError(
+            f"the prompts file {path} cannot be read: {exc.strerror or exc}",
+            expected='a JSONL file with one {"prompt": "..."} per line',
+            fix=f"check {keys[0]} (relative to the suite's folder)",
+            location=scenario.location,
+        ) from exc
+    texts = [
+        _prompt_text(scenario, path, number, line)
+        for number, line in enumerate(lines, start=1)
+        if line.strip()
+    ]
+    if len(texts) < spec.prompts:
+        raise InputError(
+            f"{path} has {len(texts)} prompts; the cell needs {spec.prompts}",
+            expected=f"{spec.prompts} prompts of at least {spec.prompt_tokens} tokens",
+            fix=f"add texts to the file, or lower {keys[1]}",
+            location=scenario.location,
+        )
+    return texts[: spec.prompts]

@@ -26,6 +26,7 @@ from perfguard.judge.outcome import OUTCOMES, CellOutcome, Outcome, blind_note
 from perfguard.judge.verdict import ScenarioVerdict, VerdictKind, pct
 from perfguard.machine.env import diff_comparable
 from perfguard.records.accuracyfigures import AccuracyFigures, AccuracyReport
+from perfguard.records.figures import RESERVED_KEYS
 from perfguard.records.results import RunResult, ScenarioResult
 from perfguard.report import plots
 from perfguard.report.loadsections import load_context, load_fact
@@ -393,16 +394,33 @@ def _quantization_facts(result: ScenarioResult) -> list[tuple[str, str]]:
     return facts
 
 
-def _runtime_rows(result: ScenarioResult | None) -> list[tuple[str, str]]:
+#: Runtime facts that differ from run to run by nature (not a change to point out).
+_VOLATILE_FACTS = frozenset({"ready_s", "compile_s", "build_s", "export_s"})
+
+
+def _runtime_rows(
+    result: ScenarioResult | None, base: ScenarioResult | None = None
+) -> list[tuple[str, str]]:
     """The cell's runtime facts as rows; what the quantizer did has rows of its own
-    (``_quantization_facts``), so the settings' row leaves it out."""
+    (``_quantization_facts``), so the settings' row leaves it out. A backend fact that
+    differs from the base's (a server's command or version, a provider) says what it was
+    (``... (base: ...)``): what a change of the runtime's own settings looks like."""
     rows = []
+    was = base.runtime.backend if base is not None else {}
     for key, value in (result.runtime.to_dict() if result is not None else {}).items():
         if key == "quantization" and isinstance(value, Mapping):
             value = {k: v for k, v in value.items() if k != "applied"}
             if not value:
                 continue
-        rows.append((str(key), str(value)))
+        text = str(value)
+        if (
+            key in was
+            and key not in RESERVED_KEYS
+            and key not in _VOLATILE_FACTS
+            and str(was[key]) != text
+        ):
+            text = f"{text} (base: {was[key]})"
+        rows.append((str(key), text))
     return rows
 
 
@@ -502,7 +520,7 @@ def _row(
         memory="-" if cur is None or cur.peak_memory_mib is None else f"{cur.peak_memory_mib:.1f}",
         accuracy=accuracy_view(cur.accuracy if cur else None),
         messages=messages,
-        runtime=_runtime_rows(cur),
+        runtime=_runtime_rows(cur, base),
         facts=facts,
     )
 

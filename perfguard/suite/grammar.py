@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
+from perfguard.core.errors import Location
 from perfguard.core.policy import (
     DEFAULT_GATES,
     GENERATE_MAX_TOKENS,
@@ -47,6 +48,7 @@ from perfguard.core.policy import (
     LOOP_MAX_ITERATIONS,
     LOOP_MAX_SECONDS,
     METRICS,
+    OPEN_TIMEOUT_S,
     GateMetric,
 )
 from perfguard.core.scenario import (
@@ -56,9 +58,12 @@ from perfguard.core.scenario import (
     DTYPES,
     DYNAMO_MIN_OPSET,
     EXPORTERS,
+    FIXED_LENGTH_BODY,
     GRAPH_OPT_LEVELS,
     ORT_GPU_PROVIDERS,
     PRECISIONS,
+    SERVER_APIS,
+    SERVER_PLACEHOLDERS,
     SESSION_MODES,
     AccuracyGates,
     AccuracyInputs,
@@ -74,6 +79,7 @@ from perfguard.core.scenario import (
     ModelSpec,
     QuantSpec,
     Scenario,
+    ServerSpec,
     SloSpec,
     TaskMetricSpec,
     TensorRTSpec,
@@ -112,6 +118,7 @@ __all__ = [
     "REFERENCE",
     "RESERVED_TAGS",
     "SCENARIO",
+    "SERVER",
     "SLO",
     "SLO_TARGETS",
     "SUITE",
@@ -344,6 +351,72 @@ INPUT = Section(
     title="input",
 )
 
+_SERVER = ServerSpec(Location(Path("suite.yaml"), 1))
+SERVER = Section(
+    (
+        Key(
+            "command",
+            OneOf((_TEXT, ListOf(_TEXT, min_items=1))),
+            "the command that starts the server (a list of arguments, or one string split "
+            "like a shell's), run in the suite's folder; placeholders "
+            + ", ".join(f"{{{p}}}" for p in SERVER_PLACEHOLDERS)
+            + " (or `url`)",
+            example='[python, -m, llama_cpp.server, --model, m.gguf, --port, "{port}"]',
+        ),
+        Key(
+            "url",
+            _TEXT,
+            "base URL of a server already running (or `command`)",
+            example="http://127.0.0.1:8000",
+        ),
+        Key(
+            "health",
+            _TEXT,
+            "path a GET of which answers 200 once the server is ready",
+            _SERVER.health,
+        ),
+        Key(
+            "start_timeout_s",
+            _num(exclusive_minimum=0, maximum=OPEN_TIMEOUT_S, why="perfguard's open timeout"),
+            "longest wait for the server to be ready",
+            _SERVER.start_timeout_s,
+        ),
+        Key(
+            "request_timeout_s",
+            _num(exclusive_minimum=0),
+            "longest wait for one request's reply (each chunk of a stream)",
+            _SERVER.request_timeout_s,
+        ),
+        Key(
+            "env",
+            MapOf(Scalar("string", text="string"), key_text="variable"),
+            "environment variables added for the command",
+        ),
+        Key(
+            "api_key_env",
+            Scalar("string", pattern=IDENT_PATTERN, text="variable name"),
+            "environment variable holding the API key (sent as a bearer token; never stored)",
+        ),
+        Key("model", _TEXT, "the served model's id", default_text="the first /v1/models lists"),
+        Key("api", _choice(SERVER_APIS), "the OpenAI-compatible API called", _SERVER.api),
+        Key(
+            "stream",
+            _BOOL,
+            "stream tokens as server-sent events (false: one reply)",
+            _SERVER.stream,
+        ),
+        Key(
+            "request",
+            MapOf(_ANY, key_text="field"),
+            "JSON body fields added to each request (null drops a default one)",
+            default_text=", ".join(f"{k}: {v}" for k, v in FIXED_LENGTH_BODY),
+        ),
+    ),
+    # `env` and `start_timeout_s` with `url`: refused by the loader (they need a command)
+    exactly_one=(("command", "url"),),
+    title="server",
+)
+
 MODEL = Section(
     (
         Key(
@@ -392,8 +465,9 @@ MODEL = Section(
             example="inputs.npz",
         ),
         Key("outputs", ListOf(_TEXT), "output names"),
+        Key("server", SERVER, "an inference server serving the model (backend `server`)"),
     ),
-    exactly_one=(("factory", "onnx"),),
+    exactly_one=(("factory", "onnx", "server"),),
     # Neither: a generative model (its scenarios' `generate:` makes the prompts).
     at_most_one=(("inputs", "inputs_file"),),
     requires=(("kwargs", ("factory",)), ("opset", ("factory",)), ("exporter", ("factory",))),
@@ -794,6 +868,12 @@ LOAD = Section(
             "share of late requests that invalidates a level",
             _LOAD.late_max,
         ),
+        Key(
+            "errors_max",
+            _num(minimum=0, exclusive_maximum=1),
+            "share of a level's requests that may fail (errors are counted, never timed)",
+            _LOAD.errors_max,
+        ),
         Key("slo", SLO, "one more cell (`slo`): the highest level meeting a latency target"),
         Key(
             "goodput",
@@ -849,7 +929,9 @@ GENERATE = Section(
             example="mypkg.text:tokenizer",
         ),
     ),
-    requires=(("file", ("tokenizer",)), ("tokenizer", ("file",))),
+    # `file` without `tokenizer`: a served model's (its server tokenizes); the loader
+    # refuses it on any other cell.
+    requires=(("tokenizer", ("file",)),),
     at_most_one=(("file", "vocab"), ("file", "seed")),
     title="generate",
 )

@@ -97,6 +97,7 @@ from perfguard.suite.sections.generate import check_generative, drop_token_gates
 from perfguard.suite.sections.gpu import GPU, gpu_spec, parse_gpu
 from perfguard.suite.sections.load import LOAD, expand_cells, parse_load, parse_shapes
 from perfguard.suite.sections.models import parse_model
+from perfguard.suite.sections.server import served_accuracy_problem, served_problem
 from perfguard.suite.yamlpos import (
     DuplicateKeyError,
     LimitExceeded,
@@ -299,7 +300,19 @@ def _merge(*layers: dict[str, object]) -> dict[str, object]:
 
 def _unsupported(sc: Scenario) -> str | None:
     cell = f"cell `{sc.item_name}`"
-    if sc.model.onnx is not None and sc.backend == "torch":
+    served = served_problem(sc)
+    if served is not None:
+        problem, expected, fix = served
+    elif (
+        sc.generate is not None
+        and sc.generate.file is not None
+        and not sc.generate.tokenizer
+        and sc.model.server is None
+    ):
+        problem = f"{cell} reads prompts from a file without a `tokenizer`"
+        expected = "`generate.tokenizer: module:function` (only a served model's server tokenizes)"
+        fix = "add `tokenizer:` beside `file:` in `generate:`"
+    elif sc.model.onnx is not None and sc.backend == "torch":
         problem = f"{cell} runs the ONNX file of model `{sc.model.name}` on the `torch` backend"
         expected = "backend `onnxruntime` for `onnx:` models"
         fix = "use `backend: onnxruntime` for this cell, or give the model a `factory:`"
@@ -432,6 +445,11 @@ def _scenario(
     shapes = parse_shapes(rd, m, where, models[model])
     prompts = parse_generate(rd, m, where)
     check_generative(rd, m, where)
+    if not prompts and models[model].server is not None:
+        problem = f"{where} uses model `{model}`, a served model, and generates nothing"
+        expected = "`generate:` on a scenario of a served model (served embeddings are planned)"
+        fix = "add `generate: {prompt_tokens: ..., new_tokens: ...}` to this scenario"
+        rd.fail(m.key_line("model"), problem, expected, fix)
     if not prompts and not models[model].inputs and models[model].inputs_file is None:
         problem = f"{where} uses model `{model}`, which declares no inputs, and generates nothing"
         expected = "`inputs:` or `inputs_file:` on the model, or `generate:` on this scenario"
@@ -478,7 +496,10 @@ def _scenario(
 
     def finish(group: list[Scenario]) -> list[Scenario]:
         group = [dataclasses.replace(sc, error=_unsupported(sc)) for sc in group]
-        return finish_cells(rd, group, extras, presets, written)
+        return [
+            dataclasses.replace(sc, error=sc.error or served_accuracy_problem(sc))
+            for sc in finish_cells(rd, group, extras, presets, written)
+        ]
 
     return expand_cells(rd, out, load, shapes, LOAD in settings, finish, prompts)
 

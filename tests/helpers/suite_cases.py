@@ -180,7 +180,7 @@ ERROR_CASES = [
     case(
         "no-factory",
         M.replace("  m:", "  m:  # <-"),
-        "neither `factory` nor `onnx`",
+        "none of `factory`, `onnx`, `server`",
         "exactly one of",
     ),
     case(

@@ -199,6 +199,7 @@ PLACES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "SCENARIO": ("scenarios.0", {"name": "s", "model": "m"}, {}),
     "MODEL": ("models.m", _BASE_SUITE["models"]["m"], {}),
     "INPUT": ("models.m.inputs.x", {"shape": [1, 4]}, {}),
+    "SERVER": ("models.served.server", {"command": ["serve", "--port", "{port}"]}, {}),
     "QUANT": ("quantizations.q", {}, {}),
     "LOOP": ("scenarios.0.measure", {}, {}),
     "GATE": ("scenarios.0.gate", {}, {}),

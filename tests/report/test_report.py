@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import replace
@@ -859,3 +860,28 @@ def test_the_outcome_is_decided_once_for_every_renderer(monkeypatch: pytest.Monk
     assert "regression" in html and md.startswith(MARKER)
     render_markdown(inp)  # rendered twice on GitHub
     assert len(calls) == 1
+
+
+def test_a_runtime_fact_that_changed_since_the_base_says_what_it_was() -> None:
+    sid = "s::served"
+
+    def served(seed: int, command: str, ready_s: float) -> ScenarioResult:
+        facts = {"command": command, "served_model": "m.gguf", "ready_s": ready_s}
+        return dataclasses.replace(
+            scenario(sid, seed=seed, backend="server"), runtime=RuntimeInfo(backend=facts)
+        )
+
+    head = served(1, "llama-server -m m.gguf --port {port} -t 2", 0.8)
+    inp = ReportInput(
+        run=run_of([head]),
+        verdicts=(p95_verdict(sid, VerdictKind.REGRESSION, 1.5, "P95 latency regressed"),),
+        baseline={sid: served(2, "llama-server -m m.gguf --port {port} -t 1", 0.4)},
+        baseline_info={"commit": BASE_SHA, "how": "nearest ancestor on main", "env_diff": {}},
+    )
+    html = render_html(inp)
+    assert (
+        "llama-server -m m.gguf --port {port} -t 2 (base: llama-server -m m.gguf --port "
+        "{port} -t 1)" in html
+    )
+    assert "<td>m.gguf</td>" in html  # unchanged: as it is
+    assert "(base: 0.4)" not in html  # a time to get ready is no change of the server

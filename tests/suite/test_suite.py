@@ -21,6 +21,7 @@ from perfguard.core.scenario import (
     DTYPES,
     GRAPH_OPT_LEVELS,
     PRECISIONS,
+    SERVER_BACKEND,
     AccuracyGates,
     AccuracyInputs,
     AccuracySpec,
@@ -381,7 +382,8 @@ def test_missing_file(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- properties
 
 AXIS_VALUES: dict[str, st.SearchStrategy[Any]] = {
-    "backend": st.sampled_from(BACKENDS),
+    # `server` needs a served model (tests/suite/test_suite_server.py)
+    "backend": st.sampled_from([b for b in BACKENDS if b != SERVER_BACKEND]),
     "device": st.sampled_from(["cpu", "cuda", "cuda:0", "cuda:1"]),
     "precision": st.sampled_from(PRECISIONS),
     "threads": st.integers(1, 16),

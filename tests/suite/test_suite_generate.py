@@ -242,7 +242,6 @@ def test_int4_and_genai_precisions_fail_only_their_cells(tmp_path: Path) -> None
         ("{prompt_tokens: [], new_tokens: 4}", "empty"),
         ("{prompt_tokens: 0, new_tokens: 4}", "`prompt_tokens`"),
         ("{prompt_tokens: 8}", "has no `new_tokens`"),
-        ("{prompt_tokens: 8, new_tokens: 4, file: p.jsonl}", "`file` but no `tokenizer`"),
         ("{prompt_tokens: 8, new_tokens: 4, vocab: 1}", "`vocab`"),
         ("{prompt_tokens: 8, new_tokens: 2000000}", "`new_tokens`"),
         ("{prompt_tokens: 8, new_tokens: 4, temperature: 0.7}", "temperature"),
@@ -253,6 +252,17 @@ def test_bad_generate_values_are_refused_at_their_line(
 ) -> None:
     message = refusal(tmp_path, f"- {{name: gen, model: lm, generate: {generate}}}\n")
     assert "s.yaml:9" in message and found in message
+
+
+def test_a_prompts_file_without_a_tokenizer_fails_the_cell_of_a_model_run_here(
+    tmp_path: Path,
+) -> None:
+    (got,) = cells(
+        tmp_path,
+        "- {name: gen, model: lm, generate: {prompt_tokens: 8, new_tokens: 4, file: p.jsonl}}\n",
+    )
+    assert got.error is not None
+    assert "without a `tokenizer`" in got.error and "add `tokenizer:`" in got.error
 
 
 def test_a_generative_scenario_under_load_has_a_cell_per_prompt_length_and_level(

@@ -104,7 +104,12 @@ def test_the_schema_is_draft_2020_12_and_strict_where_the_loader_is() -> None:
     assert scenario["additionalProperties"] is False
     assert set(scenario["properties"]) == set(SCENARIO.names)
     # Enums and descriptions come from the grammar's choices and docs.
-    assert scenario["properties"]["backend"]["enum"] == ["torch", "onnxruntime", "tensorrt"]
+    assert scenario["properties"]["backend"]["enum"] == [
+        "torch",
+        "onnxruntime",
+        "tensorrt",
+        "server",
+    ]
     assert scenario["properties"]["backend"]["description"] == SCENARIO.key("backend").doc
     # Gate keys are the policy's metric names.
     assert list(schema["$defs"]["gate"]["properties"]) == [m.name for m in METRICS]
@@ -270,6 +275,9 @@ JUNK_KEYS = {
     "SCENARIO": _scenario_with("zz_junk: 1\n"),
     "MODEL": suite_cases.BASE.replace("    inputs:\n", "    zz_junk: 1\n    inputs:\n"),
     "INPUT": suite_cases.BASE.replace("{shape: [1, 4]}", "{shape: [1, 4], zz_junk: 1}"),
+    "SERVER": suite_cases.BASE.replace(
+        "scenarios:", "  served:\n    server: {url: 'http://h:1', zz_junk: 1}\nscenarios:"
+    ),
     "QUANT": "quantizations:\n  q: {zz_junk: 1}\n" + suite_cases.BASE,
     "LOOP": _scenario_with("measure: {zz_junk: 1}\n"),
     "GATE": _scenario_with("gate: {zz_junk: '+5%'}\n"),

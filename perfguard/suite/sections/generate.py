@@ -61,9 +61,10 @@ def parse_generate(rd: Reader, m: PosDict, where: str) -> list[GenerateSpec]:
     if "file" in g:
         name = rd.as_str(g["file"], g.key_line("file"), f"`file` of {what}")
         fields["file"] = rd.path.parent / name
-        fields["tokenizer"] = rd.as_str(
-            g["tokenizer"], g.key_line("tokenizer"), f"`tokenizer` of {what}"
-        )
+        if "tokenizer" in g:  # none: a served model's (the loader checks per cell)
+            fields["tokenizer"] = rd.as_str(
+                g["tokenizer"], g.key_line("tokenizer"), f"`tokenizer` of {what}"
+            )
     at = g.key_line("prompt_tokens")
     raw = g["prompt_tokens"]
     lengths: list[int] = []

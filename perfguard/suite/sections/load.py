@@ -277,7 +277,7 @@ _PARSERS: dict[str, Callable[[Reader, object, int, str], object]] = {
     "batching": _batching, "slo": _slo, "goodput": _goodput,
     "arrivals": lambda rd, v, line, what: rd.as_choice(v, line, what, ARRIVALS),
     "sessions": lambda rd, v, line, what: rd.as_choice(v, line, what, SESSION_MODES),
-    **{k: _option(k) for k in ("seed", "workers", "late_ms", "late_max")},
+    **{k: _option(k) for k in ("seed", "workers", "late_ms", "late_max", "errors_max")},
 }
 # fmt: on
 
@@ -527,7 +527,7 @@ def _check_generative(rd: Reader, sc: Scenario, load: LoadSpec, lines: Mapping[s
                 f"`{key}` in `{LOAD}` of scenario `{sc.name}`, a generative scenario: {what} "
                 "is not measured yet",
                 f"a generative cell under `{LOAD}`: `concurrency` or `rate`, `arrivals`, "
-                "`seed`, `workers`, `late_ms`, `late_max`, `goodput`, `slo`",
+                "`seed`, `workers`, `late_ms`, `late_max`, `errors_max`, `goodput`, `slo`",
                 fix,
             )
 

@@ -4,7 +4,8 @@ Read by :func:`perfguard.suite.loader.load_suite`; the keys, their types and def
 are declared in :data:`perfguard.suite.grammar.MODEL` and ``INPUT``. Strict like the
 rest: every error names ``file:line``, what was found, what was expected and the fix.
 
-* A model is exactly one of ``factory: "module:function"`` (a torch module;
+* A model is exactly one of ``server:`` (a served model: ``sections.server``),
+  ``factory: "module:function"`` (a torch module;
   ``kwargs`` reach the function as plain data, lists turned into tuples;
   ``opset`` for the ONNX export, default 17, and ``exporter``: ``torchscript``
   (default) or ``dynamo``, whose opset is at least 18) or ``onnx: path.onnx``; and exactly
@@ -31,6 +32,7 @@ from perfguard.core.policy import NAME_MAX_CHARS
 from perfguard.core.scenario import DTYPES, DYNAMO_MIN_OPSET, EXPORTERS, InputSpec, ModelSpec
 from perfguard.suite import grammar
 from perfguard.suite.rules import check_section, integer, number
+from perfguard.suite.sections.server import parse_server
 from perfguard.suite.yamlpos import Reader, found, frozen
 
 __all__ = ["MODEL_KEYS", "parse_model"]
@@ -85,7 +87,7 @@ def parse_model(rd: Reader, name: object, value: object, line: int, base_dir: Pa
     def path(key: str) -> Path:
         return base_dir / rd.as_str(m[key], m.key_line(key), f"`{key}` of {where}")
 
-    factory, onnx, inputs_file = None, None, None
+    factory, onnx, inputs_file, server = None, None, None, None
     opset: int = grammar.MODEL.key("opset").default
     exporter: str = grammar.MODEL.key("exporter").default
     kwargs: tuple[tuple[str, object], ...] = ()
@@ -122,8 +124,10 @@ def parse_model(rd: Reader, name: object, value: object, line: int, base_dir: Pa
                 rd.fail(at, problem, expected, fix)
         elif exporter == "dynamo":
             opset = DYNAMO_MIN_OPSET
-    else:
+    elif "onnx" in m:
         onnx = path("onnx")
+    else:
+        server = parse_server(rd, m["server"], m.key_line("server"), where)
     inputs: list[InputSpec] = []
     if "inputs" in m:
         spec = rd.as_map(m["inputs"], m.key_line("inputs"), f"`inputs` of {where}")
@@ -141,5 +145,5 @@ def parse_model(rd: Reader, name: object, value: object, line: int, base_dir: Pa
         )
     return ModelSpec(
         name, Location(rd.path, line), base_dir, factory, kwargs, onnx, tuple(inputs),
-        inputs_file, outputs, opset, exporter,
+        inputs_file, outputs, opset, exporter, server,
     )  # fmt: skip

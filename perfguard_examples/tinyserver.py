@@ -1,0 +1,44 @@
+"""Serve the example GGUF model (``perfguard_examples.tinygguf``) with llama.cpp's server.
+
+    python -m perfguard_examples.tinyserver [--layers 2] [--hidden 64] [--ffn 128]
+        [--seed 0] -- [llama_cpp.server options: --port P --n_threads N ...]
+
+Writes the model once per shape into the system's temporary folder (a scratch file
+renamed into place, so concurrent servers share it safely) and then ``exec``s
+``python -m llama_cpp.server --model THAT.gguf OPTIONS``: the process perfguard started
+*is* llama.cpp's server. With a real model, a suite runs the server directly:
+``[python, -m, llama_cpp.server, --model, model.gguf, --port, "{port}"]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from perfguard_examples.tinygguf import write
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--ffn", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=0)
+    args, server = parser.parse_known_args(argv)
+    if server[:1] == ["--"]:
+        server = server[1:]
+    folder = Path(tempfile.gettempdir()) / "perfguard-tinygguf"
+    folder.mkdir(exist_ok=True)
+    name = f"tiny-l{args.layers}-h{args.hidden}-f{args.ffn}-s{args.seed}.gguf"
+    model = folder / name
+    if not model.exists():
+        write(model, layers=args.layers, hidden=args.hidden, ffn=args.ffn, seed=args.seed)
+    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), *server]
+    os.execv(sys.executable, command)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
