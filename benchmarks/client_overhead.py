@@ -20,7 +20,8 @@ per request as perfguard's client and the bare reader see it, alternating reques
 request; their ratio is the client's share of a real (very short, ~0.3 ms) ITL.
 
 Also reports the connections perfguard's client opened for all its requests (1: kept
-alive). This is a report, not a test: it always exits 0.
+alive). The garbage collector is off, as in perfguard's timed loops. This is a report,
+not a test: it always exits 0.
 
     python benchmarks/client_overhead.py --requests 200 --tokens 64
 """
@@ -28,6 +29,7 @@ alive). This is a report, not a test: it always exits 0.
 from __future__ import annotations
 
 import argparse
+import gc
 import itertools
 import json
 import socket
@@ -225,6 +227,8 @@ def real_engine(requests: int, tokens: int) -> None:
 
 
 def main() -> None:
+    # The garbage collector is off while perfguard times (perfguard.measure.timing).
+    gc.disable()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--tokens", type=int, default=64)

@@ -76,6 +76,10 @@ class GenerativeSession(Protocol):
         (row ``i`` is the distribution of the token after ``ids[:, i]``). For accuracy
         checks, never timed."""
 
+    def check_unchanged(self) -> None:
+        """Raise when the runtime changed while the cell was measured (a served model's
+        server that another one replaced); a runtime in perfguard's own process cannot."""
+
     def close(self) -> None:
         """Release the model and its device memory."""
 

@@ -213,6 +213,9 @@ class OrtGenAIGenerator:
             )
         return out
 
+    def check_unchanged(self) -> None:
+        """The model runs in this process: nothing can replace it under the cell."""
+
     def close(self) -> None:
         self._model = None
 

@@ -155,7 +155,7 @@ class ServedSession:
                     fill_command(spec, scenario, port),
                     cwd=scenario.model.base_dir,
                     env=server_env(dict(spec.env)),
-                    log=cache_dir.parent / "servers" / f"{slug}.log",
+                    log=cache_dir.parent / "servers" / f"{slug}-{port}.log",
                     name=name,
                     location=spec.location,
                 )
@@ -403,6 +403,31 @@ class ServedSession:
                 fix="turn off what packs tokens into chunks (speculative decoding, a stream "
                 "interval or buffering flag), or set `server.stream: false` to gate the "
                 "whole request",
+                location=self._spec.location,
+            )
+
+    def check_unchanged(self) -> None:
+        """Read the server's identity again: a ``url`` server that another one replaced
+        while the cell was measured (another model, version or engine setting) fails it."""
+        if self._process is not None:
+            return  # perfguard's own server, running since the cell opened
+        now = self._identity(None)
+        keys = (
+            "models",
+            "server_header",
+            *(k for k in self.runtime_info if k.startswith("engine_info")),
+        )
+        changed = [k for k in keys if now.get(k) != self.runtime_info.get(k)]
+        if changed:
+            what = "; ".join(
+                f"{k}: {self.runtime_info.get(k)!r} -> {now.get(k)!r}" for k in changed
+            )
+            raise ServerError(
+                f"the server of cell `{self._scenario.item_name}` at {self._spec.url} changed "
+                f"while the cell was measured ({what[:600]})",
+                expected="the same server, model and engine settings for the whole cell",
+                fix="keep the server unchanged while perfguard runs (or let perfguard start "
+                "it: `server.command`)",
                 location=self._spec.location,
             )
 

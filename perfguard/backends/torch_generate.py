@@ -245,6 +245,9 @@ class TorchGenerator:
             out = self._module(input_ids=self.prepare(ids), use_cache=False)
             return np.asarray(out.logits.float().cpu().numpy(), dtype=np.float32)
 
+    def check_unchanged(self) -> None:
+        """The model runs in this process: nothing can replace it under the cell."""
+
     def close(self) -> None:
         import torch
 

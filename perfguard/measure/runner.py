@@ -232,6 +232,7 @@ class ScenarioRun:
         probe.sample()
         canary = probe.result()
         check_generated(self.scenario, self.generator, requests.last)
+        self.generator.check_unchanged()
         runtime = RuntimeInfo(backend=dict(self.generator.runtime_info), cpu=canary.shares)
         return generation_result(
             self.scenario,

@@ -176,16 +176,18 @@ class OpenAIClient:
                     raise self._status(path, response.status, text)
                 # Whole blocks as they arrive (one wake-up per read, not per line),
                 # split into lines here; a line cut between two blocks waits for the next.
+                # After `[DONE]` the body is read to its end, so that the connection goes
+                # back to the pool for the next request (a body left unread closes it).
                 pending = b""
                 async for block in response.content.iter_any():
+                    if done:
+                        continue
                     lines = (pending + block).split(b"\n")
                     pending = lines.pop()
                     for raw in lines:
                         if self._line(raw, path, chat, reply, stamp):
                             done = True
                             break
-                    if done:
-                        break
                 if not done and pending and self._line(pending, path, chat, reply, stamp):
                     done = True
         except ServerError:

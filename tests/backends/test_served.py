@@ -65,7 +65,7 @@ def test_a_started_server_serves_prompts_of_exactly_the_cells_length(
     finally:
         session.close()
     assert gone(pid, 10)
-    assert (tmp_path / "servers" / "served.log").exists()  # beside the cache folder
+    assert list((tmp_path / "servers").glob("served-*.log"))  # beside the cache folder
 
 
 def test_a_server_that_stops_at_eos_fails_the_request_with_the_fix(tmp_path: Path) -> None:
@@ -140,3 +140,21 @@ def test_a_chat_prompt_shorter_than_its_template_says_so(tmp_path: Path) -> None
     finally:
         session.close()
     assert "the chat template alone is" in str(info.value)
+
+
+def test_a_url_server_replaced_under_the_cell_fails_it(tmp_path: Path) -> None:
+    with llama_server(tmp_path, model=("--seed", "1")) as (base, _first):
+        spec = _spec(tmp_path, command=(), url=base)
+        session = ServedSession(served_scenario(tmp_path, server=spec), tmp_path / "cache")
+    try:
+        port = int(base.rsplit(":", 1)[1])
+        with (
+            llama_server(tmp_path, model=("--seed", "2"), port=port),
+            pytest.raises(ServerError) as info,
+        ):
+            session.check_unchanged()
+    finally:
+        session.close()
+    message = str(info.value)
+    assert "changed while the cell was measured" in message
+    assert "models:" in message and "-s1.gguf" in message and "-s2.gguf" in message

@@ -43,9 +43,11 @@ def llama_server(
     model: Sequence[str] = MODEL_FLAGS,
     server: Sequence[str] = SERVER_FLAGS,
     env: dict[str, str] | None = None,
+    port: int | None = None,
 ) -> Iterator[tuple[str, ServerProcess]]:
-    """A running llama.cpp server; yields (its base URL, its process), stopped at the end."""
-    port = free_port()
+    """A running llama.cpp server (on ``port``, else a free one); yields (its base URL,
+    its process), stopped at the end."""
+    port = port or free_port()
     proc = ServerProcess(
         tiny_command(model=model, server=server, port=str(port)),
         cwd=tmp_path,

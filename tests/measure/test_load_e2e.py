@@ -148,7 +148,7 @@ def test_a_model_unsafe_under_threads_fails_with_request_counts(
         [
             "*::shared?c2? FAILED*",
             "*::own?c2? PASSED*",
-            "*requests failed under load (2 concurrent clients)*"
+            "*requests (*%) failed under load (2 concurrent clients)*"
             "RuntimeError: Unsafe.forward entered by two threads at once*"
             "sessions: per_worker*",
         ]

@@ -46,6 +46,8 @@ def test_a_real_stream_stamps_once_per_token(llama: str, api: str) -> None:
         assert reply.tokens == 12 == len(stamps)
         assert reply.finish_reason == "length"
         assert reply.model == model
+        for _ in range(5):
+            client.stream(path, {**body, "stream": True}, lambda: None)
         whole = client.post(path, {**body, "stream": False})
         assert whole["usage"]["completion_tokens"] == 12
         assert client.connections == 1  # one kept-alive connection for all of it
