@@ -104,15 +104,7 @@ def _from_file(
     assert spec.tokenizer is not None
     encode = _encoder(scenario, spec.tokenizer)
     need = spec.prompts * spec.batch
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise InputError(
-            f"the prompts file {path} cannot be read: {exc.strerror or exc}",
-            expected='a JSONL file with one {"prompt": "..."} per line',
-            fix=f"check {keys[0]} (relative to the suite's folder)",
-            location=scenario.location,
-        ) from exc
+    lines = _lines(scenario, path, keys)
     ids: list[list[int]] = []
     short = 0
     for number, line in enumerate(lines, start=1):
@@ -137,6 +129,19 @@ def _from_file(
         )
     rows = np.asarray(ids, dtype=np.int64).reshape(spec.prompts, spec.batch, spec.prompt_tokens)
     return [rows[i] for i in range(spec.prompts)]
+
+
+def _lines(scenario: Scenario, path: Path, keys: tuple[str, str]) -> list[str]:
+    """The lines of the prompts file at ``path`` (``keys``: the suite keys the fix names)."""
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise InputError(
+            f"the prompts file {path} cannot be read: {exc.strerror or exc}",
+            expected='a JSONL file with one {"prompt": "..."} per line',
+            fix=f"check {keys[0]} (relative to the suite's folder)",
+            location=scenario.location,
+        ) from exc
 
 
 def _prompt_text(scenario: Scenario, path: Path, number: int, line: str) -> str:
@@ -208,15 +213,7 @@ def make_text_prompts(scenario: Scenario) -> list[str]:
         words = np.asarray(WORDS)
         return [" ".join(rng.choice(words, size=count)) for _ in range(spec.prompts)]
     path, keys = spec.file, SECTIONS["generate"]
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise InputError(
-            f"the prompts file {path} cannot be read: {exc.strerror or exc}",
-            expected='a JSONL file with one {"prompt": "..."} per line',
-            fix=f"check {keys[0]} (relative to the suite's folder)",
-            location=scenario.location,
-        ) from exc
+    lines = _lines(scenario, path, keys)
     texts = [
         _prompt_text(scenario, path, number, line)
         for number, line in enumerate(lines, start=1)

@@ -99,9 +99,16 @@ def replay(chunks: list[bytes], *, status: int = 200, pause_s: float = 0.0) -> I
             await asyncio.sleep(pause_s)
         return response
 
-    loop = asyncio.new_event_loop()
     app = web.Application()
     app.router.add_post("/v1/{tail:.*}", answer)
+    with serving(app) as base:
+        yield base
+
+
+@contextlib.contextmanager
+def serving(app: web.Application) -> Iterator[str]:
+    """``app`` served on a free port by a loop thread of its own; yields its base URL."""
+    loop = asyncio.new_event_loop()
     runner = web.AppRunner(app)
     loop.run_until_complete(runner.setup())
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -220,24 +227,12 @@ def test_the_api_key_is_sent_as_a_bearer_token() -> None:
         seen.append(request.headers.get("Authorization", ""))
         return web.json_response({"data": []})
 
-    loop = asyncio.new_event_loop()
     app = web.Application()
     app.router.add_get("/v1/models", answer)
-    runner = web.AppRunner(app)
-    loop.run_until_complete(runner.setup())
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    loop.run_until_complete(site.start())
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
-        client = _client(f"http://127.0.0.1:{runner.addresses[0][1]}", api_key="s3cret")
+    with serving(app) as base:
+        client = _client(base, api_key="s3cret")
         try:
             assert client.get("/v1/models")[0] == 200
         finally:
             client.close()
-    finally:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result()
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join()
-        loop.close()
     assert seen == ["Bearer s3cret"]
