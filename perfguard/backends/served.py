@@ -26,6 +26,9 @@ per token: a server that stopped early or packs several tokens into a chunk fail
 cell with the reason, never a silently shorter request. Without streaming
 (``stream: false``) every token arrives with the reply: TTFT is the whole request.
 
+The runtime facts also count the TCP connections the client opened (``connections``:
+1 for a single stream whose connection was kept alive throughout).
+
 API keys come from the environment variable ``server.api_key_env`` names, are sent as a
 bearer token, and are never written anywhere (not the results, reports or logs).
 """
@@ -362,6 +365,8 @@ class ServedSession:
             choices = data.get("choices") or [{}]
             reply.finish_reason = choices[0].get("finish_reason")
         self._check(reply, new_tokens)
+        # Connection reuse, as the runtime facts report it (read after the timed loop).
+        self.runtime_info["connections"] = self.client.connections
         return reply
 
     def _check(self, reply: Reply, new_tokens: int) -> None:

@@ -62,6 +62,8 @@ def test_a_started_server_serves_prompts_of_exactly_the_cells_length(
         assert "--port {port}" in info["command"]
         assert info["fixed_length"] == {"ignore_eos": True, "min_tokens": "{new_tokens}"}
         assert info["server_header"] == "uvicorn"
+        session.generate(prepared[1], 8, lambda: None)
+        assert session.runtime_info["connections"] == 1  # kept alive from the first probe
     finally:
         session.close()
     assert gone(pid, 10)

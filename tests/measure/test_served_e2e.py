@@ -29,8 +29,9 @@ from tests.helpers.served import served_suite
 INI = "[pytest]\nperfguard_contention_limit = 1.01\n"
 DEFAULTS = """\
 defaults:
-  warmup: {iterations: 3, seconds: 0.2}
+  warmup: {iterations: 20, seconds: 3}  # a server settles over seconds (docs/serving.md)
   measure: {iterations: 100, seconds: SECONDS, max_seconds: 120}
+  stability_tolerance: 0.5  # the plumbing is tested, not this shared machine's drift
 """
 GATES = 'gate: {itl_p95: "+25%", tpot_p50: "+25%", ttft_p95: "+25%", p95: "+25%"}\n'
 
