@@ -333,7 +333,13 @@ class ServedSession:
                 "own tokens)",
                 location=self._scenario.location,
             )
-        return self._body(text[:high])
+        return self._request_body(self._body(text[:high]), spec.new_tokens)
+
+    def _request_body(self, prompt: dict[str, Any], new_tokens: int) -> dict[str, Any]:
+        """The whole body of a timed request, built once per prompt (never inside the
+        timed request): the prompt, the fixed-length fields, ``max_tokens``, ``stream``."""
+        fields = self._fixed_fields(new_tokens)
+        return {**prompt, **fields, "max_tokens": new_tokens, "stream": self._spec.stream}
 
     # --------------------------------------------------------------- requests
 
@@ -352,11 +358,13 @@ class ServedSession:
             ) from exc
 
     def _request(self, prepared: Any, new_tokens: int, stamp: Callable[[], None]) -> Reply:
-        body = {**prepared, **self._fixed_fields(new_tokens), "max_tokens": new_tokens}
+        body = prepared
+        if body["max_tokens"] != new_tokens:  # another length than the cell's (not timed)
+            body = self._request_body(prepared, new_tokens)
         if self._spec.stream:
-            reply = self.client.stream(self._path, {**body, "stream": True}, stamp)
+            reply = self.client.stream(self._path, body, stamp)
         else:
-            data = self.client.post(self._path, {**body, "stream": False})
+            data = self.client.post(self._path, body)
             for _ in range(new_tokens):  # every token arrives with the reply
                 stamp()
             model = data.get("model")

@@ -28,7 +28,8 @@ def _spec(tmp_path: Path, **fields: object) -> ServerSpec:
 def _count(base: str, model: str, body: dict[str, object], path: str) -> int:
     client = OpenAIClient(base, name="check")
     try:
-        reply = client.post(path, {**body, "model": model, "max_tokens": 1})
+        prompt = {k: body[k] for k in ("prompt", "messages") if k in body}
+        reply = client.post(path, {**prompt, "model": model, "max_tokens": 1})
         return int(reply["usage"]["prompt_tokens"])
     finally:
         client.close()
