@@ -2,8 +2,10 @@
 
 ``tokenized()`` returns the 64 sentences as model inputs (batch 1, sequence 64,
 the timing shape) and, as labels, the index of each sentence's paraphrase.
-``paraphrase_retrieval`` is the task metric: the share (in points, 0-100) of
-sentences whose nearest neighbour among the other 63 is their paraphrase.
+``texts()`` gives the same sentences and labels as a served embedding model's inputs
+(one text per request: the server tokenizes). ``paraphrase_retrieval`` is the task
+metric: the share (in points, 0-100) of sentences whose nearest neighbour among the
+other 63 is their paraphrase.
 """
 
 from __future__ import annotations
@@ -95,9 +97,19 @@ def tokenized() -> tuple[list[dict[str, np.ndarray]], np.ndarray]:
                 "attention_mask": encoded["attention_mask"].astype(np.int64),
             }
         )
-    # Sentence 2i's paraphrase is 2i+1 and the other way round.
-    labels = np.arange(len(feeds)) ^ 1
-    return feeds, labels
+    return feeds, _paraphrase_labels(len(feeds))
+
+
+def texts() -> tuple[list[dict[str, list[str]]], np.ndarray]:
+    """64 feeds ``{input: [sentence]}`` for a served embedding model whose text input is
+    ``input`` of one text per request, and paraphrase labels."""
+    feeds = [{"input": [text]} for text in sentences()]
+    return feeds, _paraphrase_labels(len(feeds))
+
+
+def _paraphrase_labels(count: int) -> np.ndarray:
+    """Sentence 2i's paraphrase is 2i+1 and the other way round."""
+    return np.arange(count) ^ 1
 
 
 def paraphrase_retrieval(outputs: list[Any], labels: Any) -> float:

@@ -790,6 +790,15 @@ class ABRun:
                 f"generative only in {side}: compared with the archived baseline, not in "
                 "same-run A/B (both sides must be measured the same way)"
             )
+        base_server = cells[scenario.item_name].model.server
+        head_server = scenario.model.server
+        url = head_server.url if head_server is not None else None
+        if url is not None and base_server is not None and base_server.url == url:
+            return (
+                f"both sides call the one server at {url}, so an A/B would compare it with "
+                "itself: compared with the archived baseline instead (for an A/B, let "
+                "perfguard start each side's server: `server.command`)"
+            )
         base_load = cells[scenario.item_name].load
         if scenario.load is not None and scenario.load.slo is not None:
             return (

@@ -4,6 +4,10 @@ A ``Backend`` is stateless and cheap to create; it imports its runtime lazily,
 so a missing runtime costs nothing until a cell needs it. ``open`` returns a
 ``Session``: a model loaded on one device at one precision, ready to run.
 
+A session of a runtime outside perfguard's process (a served embedding model) also has
+``check_unchanged()``, as ``GenerativeSession`` does: the measuring code calls it after
+the timed loop, where a session has it.
+
 A session whose runtime has a profiler also implements ``ProfilingSession``: its
 ``profiler(prepared)`` starts an ``OperatorProfiler`` pass, run by
 ``perfguard.measure.profiling`` after (never inside) the timed loop.

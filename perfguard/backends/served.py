@@ -26,6 +26,15 @@ per token: a server that stopped early or packs several tokens into a chunk fail
 cell with the reason, never a silently shorter request. Without streaming
 (``stream: false``) every token arrives with the reply: TTFT is the whole request.
 
+A served embedding model (``api: embeddings``) is a plain ``Session`` (``open``): its
+one ``text`` input (``core.scenario.TEXT_DTYPE``, shape ``[texts, tokens]``) holds the
+texts of one request; ``prepare`` cuts each text to exactly ``tokens`` of the server's
+tokens (``/v1/embeddings`` probes; a text shorter than that, as accuracy sentences are,
+is sent whole) and encodes the request body once; ``run`` is one ``POST
+/v1/embeddings`` read to its last byte (the timed call); ``to_numpy`` parses the reply
+after the timing and checks it (one vector per text, in order, of the model opened on):
+the ``embedding`` output, ``texts x dimension`` float32.
+
 The runtime facts also count the TCP connections the client opened (``connections``:
 1 for a single stream whose connection was kept alive throughout).
 
@@ -35,11 +44,15 @@ bearer token, and are never written anywhere (not the results, reports or logs).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import importlib.util
+import json
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +63,13 @@ from perfguard.core.scenario import FIXED_LENGTH_BODY, SERVER_BACKEND, Scenario,
 from perfguard.serving.client import OpenAIClient, Reply
 from perfguard.serving.process import ServerProcess, free_port, server_env
 
-__all__ = ["SERVE_INSTALL_HINT", "ServedBackend", "ServedGeneration", "ServedSession"]
+__all__ = [
+    "SERVE_INSTALL_HINT",
+    "ServedBackend",
+    "ServedEmbeddings",
+    "ServedGeneration",
+    "ServedSession",
+]
 
 SERVE_INSTALL_HINT = "pip install aiohttp (perfguard's `serve` extra)"
 #: What an engine says of itself, where it answers (path -> engine).
@@ -63,6 +82,12 @@ ENGINE_INFO_PATHS: tuple[tuple[str, str], ...] = (
 _SECRET_RE = re.compile(r"(?i)(api[-_]?key|token|secret|password|authorization)")
 _INFO_CHARS = 4000  # of one engine-info reply kept in the runtime facts
 _MAX_PROBES = 64  # prompt-length probes per prompt, at most
+#: The path each of ``core.scenario.SERVER_APIS`` posts to.
+_API_PATHS = {
+    "completions": "/v1/completions",
+    "chat": "/v1/chat/completions",
+    "embeddings": "/v1/embeddings",
+}
 
 
 class ServedBackend:
@@ -77,13 +102,17 @@ class ServedBackend:
             )
         return None
 
-    def open(self, scenario: Scenario, *_: Any, **__: Any) -> Any:
-        raise CellError(
-            f"cell `{scenario.item_name}` calls a served model without `generate:`",
-            expected="`generate:` on a served model's scenario (served embeddings are planned)",
-            fix="add `generate: {prompt_tokens: ..., new_tokens: ...}`",
-            location=scenario.location,
-        )
+    def open(
+        self,
+        scenario: Scenario,
+        feeds: Mapping[str, np.ndarray],
+        cache_dir: Path,
+        *,
+        calibration: Sequence[Mapping[str, np.ndarray]] | None = None,
+    ) -> ServedEmbeddings:
+        """A served embedding model's session (the loader sends every other served cell
+        to the generation path)."""
+        return ServedEmbeddings(scenario, cache_dir)
 
 
 class ServedGeneration:
@@ -133,17 +162,16 @@ def _hide_secrets(value: Any) -> Any:
     return value
 
 
-class ServedSession:
-    """One cell's server and client (``perfguard.backends.base.GenerativeSession``)."""
-
-    vocab_size: int | None = None
+class _ServedModel:
+    """One cell's server (started, or reached at its URL), its client and its identity:
+    what generating and embedding sessions share."""
 
     def __init__(self, scenario: Scenario, cache_dir: Path) -> None:
         spec = scenario.model.server
         assert spec is not None, scenario.item_name
         self._scenario = scenario
         self._spec = spec
-        self._path = "/v1/chat/completions" if spec.api == "chat" else "/v1/completions"
+        self._path = _API_PATHS[spec.api]
         self._process: ServerProcess | None = None
         self._client: OpenAIClient | None = None
         name = f"cell `{scenario.item_name}`"
@@ -227,11 +255,10 @@ class ServedSession:
         info: dict[str, Any] = {
             "server": "command" if spec.command else "url",
             "api": spec.api,
-            "stream": spec.stream,
             "served_model": model,
             "models": ids,
             "server_header": headers.get("Server", headers.get("server", "")),
-            "fixed_length": self._fixed_fields(0, text=True),
+            **self._request_facts(),
         }
         if spec.command:
             info["command"] = " ".join(fill_command(spec, self._scenario, None))
@@ -254,28 +281,23 @@ class ServedSession:
                 info.setdefault("engine", engine)
         return info
 
-    def _fixed_fields(self, new_tokens: int, *, text: bool = False) -> dict[str, Any]:
-        """The fixed-length fields and the suite's ``request`` fields for ``new_tokens``
-        (``text``: ``{new_tokens}`` left as written, for the runtime facts)."""
-        fields: dict[str, Any] = dict(FIXED_LENGTH_BODY)
-        for key, value in self._spec.request:
-            if value is None:
-                fields.pop(key, None)
-            else:
-                fields[key] = value
-        if not text:
-            fields = {k: new_tokens if v == "{new_tokens}" else v for k, v in fields.items()}
-        return fields
+    def _request_facts(self) -> dict[str, Any]:
+        """What the session's requests send beside the prompt, for the runtime facts."""
+        return {"request": dict(self._spec.request)} if self._spec.request else {}
 
     # --------------------------------------------------------------- prompts
 
     def _body(self, text: str) -> dict[str, Any]:
         if self._spec.api == "chat":
             return {"model": self.model, "messages": [{"role": "user", "content": text}]}
+        if self._spec.api == "embeddings":
+            return {"model": self.model, "input": text}
         return {"model": self.model, "prompt": text}
 
     def _count(self, text: str) -> int:
-        body = {**self._body(text), "max_tokens": 1, "stream": False}
+        body = self._body(text)
+        if self._spec.generative:
+            body = {**body, "max_tokens": 1, "stream": False}
         reply = self.client.post(self._path, body)
         usage = reply.get("usage") if isinstance(reply, dict) else None
         count = usage.get("prompt_tokens") if isinstance(usage, dict) else None
@@ -289,19 +311,17 @@ class ServedSession:
             )
         return count
 
-    def prepare(self, prompt: Any) -> dict[str, Any]:
-        """The request body of ``prompt`` (a text) cut to exactly ``prompt_tokens`` of the
-        server's tokens."""
-        spec = self._scenario.generate
-        assert spec is not None
-        text = str(prompt)
-        want = spec.prompt_tokens
+    def _cut(self, text: str, want: int, *, shorter: bool = False) -> tuple[str, int]:
+        """The shortest prefix of ``text`` the server counts as exactly ``want`` tokens,
+        and its count; with ``shorter``, a text of fewer tokens comes back whole."""
         # Grow a prefix until it holds `want` tokens (never asking for far more than the
         # context holds), then bisect for the shortest such prefix.
         high, probes = min(len(text), 2 * want), 0
         while (have := self._count(text[:high])) < want and high < len(text):
             high, probes = min(len(text), 2 * high), probes + 1
         if have < want:
+            if shorter:
+                return text, have
             raise InputError(
                 f"a prompt of cell `{self._scenario.item_name}` is {have} tokens long on its "
                 f"server; the cell needs {want}: {text[:80]!r}...",
@@ -326,14 +346,100 @@ class ServedSession:
                 else f"its shortest cut of at least {want} tokens is {got}"
             )
             raise InputError(
-                f"cell `{self._scenario.item_name}`: no cut of a prompt is exactly {want} "
+                f"cell `{self._scenario.item_name}`: no cut of a text is exactly {want} "
                 f"tokens on its server ({why})",
-                expected=f"a prompt the server counts as {want} tokens",
-                fix="pick another `prompt_tokens` (for `api: chat`, above the template's "
-                "own tokens)",
+                expected=f"a text the server counts as {want} tokens",
+                fix="pick another token count (for `api: chat`, above the template's own tokens)",
                 location=self._scenario.location,
             )
-        return self._request_body(self._body(text[:high]), spec.new_tokens)
+        return text[:high], got
+
+    def _died(self, exc: ServerError) -> ServerError:
+        """``exc`` of a failed request, told why when perfguard's server has exited."""
+        died = self._process.exit_reason() if self._process is not None else None
+        if died is None:
+            return exc
+        return ServerError(
+            f"{exc.problem}: {died}",
+            expected="a server that keeps running for the whole cell",
+            fix="see the server's log: a crash, the OOM killer (dmesg) or an outside kill",
+            location=self._spec.location,
+        )
+
+    def _check_model(self, model: object) -> None:
+        """Fail when a reply names another model than the one the cell opened on."""
+        if model is not None and model != self.model:
+            raise ServerError(
+                f"the server of cell `{self._scenario.item_name}` answered as model "
+                f"{model!r}; the cell opened on {self.model!r}: the server changed under the "
+                "run",
+                expected="the same served model for the whole cell",
+                fix="keep the server (`server.url`) unchanged while perfguard runs",
+                location=self._spec.location,
+            )
+
+    def check_unchanged(self) -> None:
+        """Read the server's identity again: a ``url`` server that another one replaced
+        while the cell was measured (another model, version or engine setting) fails it."""
+        if self._process is not None:
+            return  # perfguard's own server, running since the cell opened
+        now = self._identity(None)
+        keys = (
+            "models",
+            "server_header",
+            *(k for k in self.runtime_info if k.startswith("engine_info")),
+        )
+        changed = [k for k in keys if now.get(k) != self.runtime_info.get(k)]
+        if changed:
+            what = "; ".join(
+                f"{k}: {self.runtime_info.get(k)!r} -> {now.get(k)!r}" for k in changed
+            )
+            raise ServerError(
+                f"the server of cell `{self._scenario.item_name}` at {self._spec.url} changed "
+                f"while the cell was measured ({what[:600]})",
+                expected="the same server, model and engine settings for the whole cell",
+                fix="keep the server unchanged while perfguard runs (or let perfguard start "
+                "it: `server.command`)",
+                location=self._spec.location,
+            )
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if self._process is not None:
+            self._process.stop()
+            self._process = None
+
+
+class ServedSession(_ServedModel):
+    """A generating served model (``perfguard.backends.base.GenerativeSession``)."""
+
+    vocab_size: int | None = None
+
+    def _request_facts(self) -> dict[str, Any]:
+        return {"stream": self._spec.stream, "fixed_length": self._fixed_fields(0, text=True)}
+
+    def _fixed_fields(self, new_tokens: int, *, text: bool = False) -> dict[str, Any]:
+        """The fixed-length fields and the suite's ``request`` fields for ``new_tokens``
+        (``text``: ``{new_tokens}`` left as written, for the runtime facts)."""
+        fields: dict[str, Any] = dict(FIXED_LENGTH_BODY)
+        for key, value in self._spec.request:
+            if value is None:
+                fields.pop(key, None)
+            else:
+                fields[key] = value
+        if not text:
+            fields = {k: new_tokens if v == "{new_tokens}" else v for k, v in fields.items()}
+        return fields
+
+    def prepare(self, prompt: Any) -> dict[str, Any]:
+        """The request body of ``prompt`` (a text) cut to exactly ``prompt_tokens`` of the
+        server's tokens."""
+        spec = self._scenario.generate
+        assert spec is not None
+        text, _ = self._cut(str(prompt), spec.prompt_tokens)
+        return self._request_body(self._body(text), spec.new_tokens)
 
     def _request_body(self, prompt: dict[str, Any], new_tokens: int) -> dict[str, Any]:
         """The whole body of a timed request, built once per prompt (never inside the
@@ -347,15 +453,7 @@ class ServedSession:
         try:
             return self._request(prepared, new_tokens, stamp)
         except ServerError as exc:
-            died = self._process.exit_reason() if self._process is not None else None
-            if died is None:
-                raise
-            raise ServerError(
-                f"{exc.problem}: {died}",
-                expected="a server that keeps running for the whole cell",
-                fix="see the server's log: a crash, the OOM killer (dmesg) or an outside kill",
-                location=self._spec.location,
-            ) from exc
+            raise self._died(exc) from exc
 
     def _request(self, prepared: Any, new_tokens: int, stamp: Callable[[], None]) -> Reply:
         body = prepared
@@ -381,14 +479,7 @@ class ServedSession:
         counted = reply.completion_tokens
         generated = counted if counted is not None else reply.tokens
         where = f"the server of cell `{self._scenario.item_name}`"
-        if reply.model is not None and reply.model != self.model:
-            raise ServerError(
-                f"{where} answered as model {reply.model!r}; the cell opened on "
-                f"{self.model!r}: the server changed under the run",
-                expected="the same served model for the whole cell",
-                fix="keep the server (`server.url`) unchanged while perfguard runs",
-                location=self._spec.location,
-            )
+        self._check_model(reply.model)
         if generated != new_tokens and reply.finish_reason is None:
             raise ServerError(
                 f"{where} ended the stream after {generated} of {new_tokens} tokens with no "
@@ -419,31 +510,6 @@ class ServedSession:
                 location=self._spec.location,
             )
 
-    def check_unchanged(self) -> None:
-        """Read the server's identity again: a ``url`` server that another one replaced
-        while the cell was measured (another model, version or engine setting) fails it."""
-        if self._process is not None:
-            return  # perfguard's own server, running since the cell opened
-        now = self._identity(None)
-        keys = (
-            "models",
-            "server_header",
-            *(k for k in self.runtime_info if k.startswith("engine_info")),
-        )
-        changed = [k for k in keys if now.get(k) != self.runtime_info.get(k)]
-        if changed:
-            what = "; ".join(
-                f"{k}: {self.runtime_info.get(k)!r} -> {now.get(k)!r}" for k in changed
-            )
-            raise ServerError(
-                f"the server of cell `{self._scenario.item_name}` at {self._spec.url} changed "
-                f"while the cell was measured ({what[:600]})",
-                expected="the same server, model and engine settings for the whole cell",
-                fix="keep the server unchanged while perfguard runs (or let perfguard start "
-                "it: `server.command`)",
-                location=self._spec.location,
-            )
-
     def tokens(self, generated: Any) -> None:
         """A server streams text, not token ids: ``generate`` checked the count itself."""
         return None
@@ -455,10 +521,112 @@ class ServedSession:
             location=self._scenario.location,
         )
 
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-        if self._process is not None:
-            self._process.stop()
-            self._process = None
+
+@dataclass(frozen=True)
+class _Texts:
+    """A served embedding request, ready: its JSON body, encoded once, and its texts."""
+
+    body: bytes
+    texts: int
+
+
+@dataclass(frozen=True)
+class _Embedded:
+    """What one timed embedding request returned: the reply's bytes, parsed after timing."""
+
+    raw: bytes
+    texts: int
+
+
+class ServedEmbeddings(_ServedModel):
+    """A served embedding model (``perfguard.backends.base.Session``): one ``POST
+    /v1/embeddings`` per request, its texts cut to the input's ``tokens``."""
+
+    #: None: a reply is complete when its last byte has arrived.
+    synchronize: Callable[[], None] | None = None
+
+    def __init__(self, scenario: Scenario, cache_dir: Path) -> None:
+        super().__init__(scenario, cache_dir)
+        (spec,) = scenario.model.inputs
+        self._input = spec.name
+        self._tokens = int(spec.shape[1])
+
+    def prepare(self, feeds: Mapping[str, np.ndarray]) -> _Texts:
+        """The request body of ``feeds``' texts, each cut to the input's ``tokens`` of the
+        server's tokens (a shorter text whole); the first inputs prepared (the timing
+        ones) give the runtime fact ``input_tokens``."""
+        texts, counts = [], []
+        for text in np.asarray(feeds[self._input]).reshape(-1):
+            cut, count = self._cut(str(text), self._tokens, shorter=True)
+            texts.append(cut)
+            counts.append(count)
+        self.runtime_info.setdefault("input_tokens", counts)
+        body = {**self._body(""), "input": texts}
+        for key, value in self._spec.request:
+            if value is not None:
+                body[key] = value
+        return _Texts(json.dumps(body).encode(), len(texts))
+
+    def run(self, prepared: _Texts) -> _Embedded:
+        try:
+            raw = self.client.post_raw(self._path, prepared.body)
+        except ServerError as exc:
+            raise self._died(exc) from exc
+        self.runtime_info["connections"] = self.client.connections
+        return _Embedded(raw, prepared.texts)
+
+    def to_numpy(self, outputs: _Embedded) -> list[np.ndarray]:
+        """The reply's embeddings as one ``texts x dimension`` float32 array, checked."""
+        reply = self.client.json_reply(self._path, outputs.raw)
+        self._check_model(reply.get("model"))
+        where = f"the server of cell `{self._scenario.item_name}`"
+        data = reply.get("data")
+        items = sorted(
+            (d for d in data if isinstance(d, dict)) if isinstance(data, list) else (),
+            key=lambda d: d.get("index", 0) if isinstance(d.get("index"), int) else 0,
+        )
+        if len(items) != outputs.texts:
+            raise ServerError(
+                f"{where} returned {len(items)} embeddings for {outputs.texts} texts",
+                expected="one embedding per input text (`data` of the OpenAI reply)",
+                fix="check the server's log, and that it serves an embedding model",
+                location=self._spec.location,
+            )
+        vectors = [_vector(item.get("embedding"), where, self._spec.location) for item in items]
+        if len({v.shape for v in vectors}) != 1:
+            raise ServerError(
+                f"{where} returned embeddings of sizes "
+                f"{sorted({int(v.size) for v in vectors})} in one reply",
+                expected="one size of embedding for every text",
+                fix="check the server's pooling setting (one vector per text)",
+                location=self._spec.location,
+            )
+        return [np.stack(vectors)]
+
+
+def _vector(value: object, where: str, location: Any) -> np.ndarray:
+    """One text's embedding: a list of numbers, or base64 float32 (``encoding_format:
+    base64`` in ``server.request``)."""
+    if isinstance(value, str):
+        try:
+            raw = base64.b64decode(value, validate=True)
+            return np.frombuffer(raw, dtype="<f4").astype(np.float32)
+        except (ValueError, binascii.Error):
+            pass
+    elif (
+        isinstance(value, list)
+        and value
+        and all(isinstance(x, int | float) and not isinstance(x, bool) for x in value)
+    ):
+        return np.asarray(value, dtype=np.float32)
+    nested = isinstance(value, list) and value and isinstance(value[0], list)
+    raise ServerError(
+        f"{where} returned an embedding that is "
+        + ("one vector per token" if nested else f"{str(value)[:80]!r}"),
+        expected="one vector of numbers per text (or base64 float32)",
+        fix="turn on the server's pooling (llama.cpp: `--pooling mean`; llama-cpp-python: "
+        "a model with a pooling type)"
+        if nested
+        else "check the server's log, and that it serves an embedding model",
+        location=location,
+    )

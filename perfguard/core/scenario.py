@@ -37,6 +37,12 @@ DTYPES: tuple[str, ...] = (
     "uint8",
     "bool",
 )
+#: The dtype of a served embedding model's input (``backend: server``, ``api:
+#: embeddings``): shape ``[texts, tokens]``, the texts of one request, each cut to
+#: ``tokens`` of the server's own tokens (an array of ``texts`` strings in the feeds).
+TEXT_DTYPE = "text"
+#: The one output of a served embedding model: a ``texts x dimension`` float32 array.
+EMBEDDING_OUTPUT = "embedding"
 
 
 @dataclass(frozen=True)
@@ -58,7 +64,11 @@ class InputSpec:
 
 
 #: The OpenAI-compatible APIs a served model's cells call (``ServerSpec.api``).
-SERVER_APIS: tuple[str, ...] = ("completions", "chat")
+#: ``completions`` and ``chat`` generate (``generate:`` cells); ``embeddings`` is a
+#: single call (``/v1/embeddings``) on text inputs (``TEXT_DTYPE``).
+SERVER_APIS: tuple[str, ...] = ("completions", "chat", "embeddings")
+#: The ``SERVER_APIS`` that generate tokens.
+GENERATIVE_APIS: tuple[str, ...] = ("completions", "chat")
 #: The placeholders a server ``command`` may hold: ``{port}`` (required) is a free port
 #: perfguard picks, ``{python}`` the Python perfguard runs in; the others are the cell's
 #: values (an axis the matrix varies must appear in it).
@@ -99,6 +109,12 @@ class ServerSpec:
     stream: bool = True
     request: tuple[tuple[str, object], ...] = ()
     request_timeout_s: float = 60.0
+
+    @property
+    def generative(self) -> bool:
+        """Whether the served model generates (``completions``, ``chat``) rather than
+        embeds (``embeddings``)."""
+        return self.api in GENERATIVE_APIS
 
     @property
     def placeholders(self) -> frozenset[str]:

@@ -187,6 +187,15 @@ class ScenarioRun:
             ) from exc
         check_outputs(self.scenario, outputs)
 
+    def check_unchanged(self) -> None:
+        """Fail when the runtime changed while the cell was measured: a served model's
+        ``url`` server replaced under the run (``check_unchanged`` of its session; a
+        runtime in perfguard's own process has none)."""
+        runtime = self.generator if self.generator is not None else self.session
+        check = getattr(runtime, "check_unchanged", None)
+        if check is not None:
+            check()
+
     def peak_memory_mib(self) -> float | None:
         return self.memory.peak_mib()
 
@@ -197,6 +206,7 @@ class ScenarioRun:
             loaded = measure_load(self, self._load)
             if self.requests is None:
                 self.check_final_outputs()
+            self.check_unchanged()
             return loaded
         if self.requests is not None:
             return self._measure_generation(self.requests)
@@ -207,6 +217,7 @@ class ScenarioRun:
         probe.sample()
         canary = probe.result()
         self.check_final_outputs()
+        self.check_unchanged()
         runtime = RuntimeInfo(
             backend=dict(self.session.runtime_info),
             cpu=canary.shares,
@@ -232,7 +243,7 @@ class ScenarioRun:
         probe.sample()
         canary = probe.result()
         check_generated(self.scenario, self.generator, requests.last)
-        self.generator.check_unchanged()
+        self.check_unchanged()
         runtime = RuntimeInfo(backend=dict(self.generator.runtime_info), cpu=canary.shares)
         return generation_result(
             self.scenario,

@@ -34,11 +34,12 @@ from pathlib import Path
 import numpy as np
 
 from perfguard.core.errors import InputError, Location
-from perfguard.core.scenario import DTYPES, AccuracyInputs, InputSpec, ModelSpec
+from perfguard.core.scenario import DTYPES, TEXT_DTYPE, AccuracyInputs, InputSpec, ModelSpec
 from perfguard.machine.env import available_memory
 
 # The factory loader's helpers, so that accuracy functions are imported the same way.
 from perfguard.models.factory import forget_shadowed, on_sys_path
+from perfguard.models.prompts import TEXT_BYTES_PER_TOKEN, random_text
 
 __all__ = [
     "GENERATE_BLOCK",
@@ -84,7 +85,17 @@ def make_inputs(model: ModelSpec) -> dict[str, np.ndarray]:
 
 
 def generate_input(spec: InputSpec, location: Location | None = None) -> np.ndarray:
-    """One reproducible tensor for ``spec`` (``bfloat16`` comes out as float32)."""
+    """One reproducible tensor for ``spec`` (``bfloat16`` comes out as float32).
+
+    A ``text`` input of shape ``[texts, tokens]`` is an object array of ``texts`` strings
+    of seeded random words, each long enough for ``tokens`` tokens (the served model's
+    session cuts them to exactly that many of its server's)."""
+    if spec.dtype == TEXT_DTYPE:
+        rng = np.random.default_rng([spec.seed, zlib.crc32(spec.name.encode())])
+        texts, tokens = (int(dim) for dim in spec.shape)
+        out = np.empty(texts, dtype=object)
+        out[:] = [random_text(rng, tokens) for _ in range(texts)]
+        return out
     if spec.dtype not in DTYPES:
         raise InputError(
             f"input {spec.name!r} has unknown dtype {spec.dtype!r}",
@@ -195,9 +206,14 @@ def input_sizes(model: ModelSpec, accuracy: AccuracyInputs | None = None) -> lis
     sizes = []
     generated_accuracy = accuracy is not None and accuracy.file is None and not accuracy.function
     for spec in model.inputs if model.inputs_file is None else ():
-        if spec.dtype not in DTYPES or any(dim < 0 for dim in spec.shape):
+        if spec.dtype not in (*DTYPES, TEXT_DTYPE) or any(dim < 0 for dim in spec.shape):
             continue
-        one = math.prod(int(dim) for dim in spec.shape) * _generated_dtype(spec.dtype).itemsize
+        itemsize = (
+            TEXT_BYTES_PER_TOKEN
+            if spec.dtype == TEXT_DTYPE
+            else _generated_dtype(spec.dtype).itemsize
+        )
+        one = math.prod(int(dim) for dim in spec.shape) * itemsize
         sizes.append(InputSize(spec.name, tuple(spec.shape), spec.dtype, one))
         if generated_accuracy and accuracy is not None and accuracy.count > 0:
             count = accuracy.count
@@ -548,6 +564,18 @@ def _checked(
     value: object, name: str, template: Feeds, source: str, location: Location
 ) -> np.ndarray:
     array, want = np.asarray(value), template[name]
+    if want.dtype == object:  # texts (a served embedding model's)
+        if array.shape == want.shape and all(isinstance(text, str) for text in array.flat):
+            texts = np.empty(array.shape, dtype=object)
+            texts[...] = array.tolist()
+            return texts
+        raise InputError(
+            f"input {name!r} in {source} has shape {list(array.shape)} and holds "
+            + ", ".join(sorted({type(t).__name__ for t in array.flat}) or ["nothing"]),
+            expected=f"{want.shape[0]} texts (str) per sample, like the timing input",
+            fix=f"give every sample a list of {want.shape[0]} strings",
+            location=location,
+        )
     if array.shape != want.shape:
         fix = f"give every sample the timing input's shape {list(want.shape)}"
     elif array.dtype != want.dtype:

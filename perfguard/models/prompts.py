@@ -31,7 +31,7 @@ from perfguard.core.errors import InputError, ModelError
 from perfguard.core.scenario import GenerateSpec, Scenario
 from perfguard.models.factory import import_function
 
-__all__ = ["WORDS", "make_prompts", "make_text_prompts"]
+__all__ = ["TEXT_BYTES_PER_TOKEN", "WORDS", "make_prompts", "make_text_prompts", "random_text"]
 
 #: The words random text prompts are drawn from (plain ASCII, one or two tokens each in
 #: common tokenizers).
@@ -47,8 +47,18 @@ WORDS: tuple[str, ...] = tuple(_WORD_TEXT.split())
 #: Random text prompts hold this many words per prompt token (enough for any tokenizer
 #: whose words are at least a quarter of a token each).
 _WORDS_PER_TOKEN = 4
+#: What a random text takes per token, at most (its words are at most 7 letters and a
+#: space): a ``text`` input's declared size (``perfguard.models.inputs.input_sizes``).
+TEXT_BYTES_PER_TOKEN = _WORDS_PER_TOKEN * 8
 
 Prompt = npt.NDArray[np.int64]
+
+
+def random_text(rng: np.random.Generator, tokens: int) -> str:
+    """Seeded random words from ``WORDS``, at least ``tokens`` tokens long in any common
+    tokenizer: a served cell's prompt or a served embedding model's input text, which the
+    server's own count cuts to length (``perfguard.backends.served``)."""
+    return " ".join(rng.choice(np.asarray(WORDS), size=tokens * _WORDS_PER_TOKEN))
 
 
 #: The suite keys a message names, per section whose texts are read here: the file's
@@ -209,9 +219,7 @@ def make_text_prompts(scenario: Scenario) -> list[str]:
     assert spec is not None, scenario.item_name
     if spec.file is None:
         rng = np.random.default_rng(spec.seed)
-        count = spec.prompt_tokens * _WORDS_PER_TOKEN
-        words = np.asarray(WORDS)
-        return [" ".join(rng.choice(words, size=count)) for _ in range(spec.prompts)]
+        return [random_text(rng, spec.prompt_tokens) for _ in range(spec.prompts)]
     path, keys = spec.file, SECTIONS["generate"]
     lines = _lines(scenario, path, keys)
     texts = [

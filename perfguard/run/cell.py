@@ -149,8 +149,9 @@ class CellMeasurer:
     # -- operator profiles ------------------------------------------------------------
     def wants_profile(self, scenario: Scenario, verdict: ScenarioVerdict) -> bool:
         """``profile: true``, ``--perfguard-profile``, or a latency/throughput regression;
-        never a generative cell (its token figures split prefill from decode instead)."""
-        if scenario.generate is not None:
+        never a generative cell (its token figures split prefill from decode instead) nor
+        a served model (its operators run in the server, out of perfguard's sight)."""
+        if scenario.generate is not None or scenario.model.server is not None:
             return False
         return scenario.profile or self.profile_every or regressed_in_time(verdict)
 

@@ -40,6 +40,7 @@ __all__ = ["OpenAIClient", "Reply"]
 _T = TypeVar("_T")
 #: Characters of a server's error body an error quotes.
 _BODY_CHARS = 400
+_JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 @dataclass
@@ -140,25 +141,36 @@ class OpenAIClient:
 
     def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST ``body`` as JSON to ``path``; the JSON reply (any status but 200 fails)."""
-        return self._run(self._post(path, body))
+        return self.json_reply(path, self.post_raw(path, json.dumps(body).encode()))
 
-    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def post_raw(self, path: str, data: bytes) -> bytes:
+        """POST ``data`` (JSON, encoded once by the caller) to ``path``; the reply's bytes,
+        read to the end (any status but 200 fails). A timed request reads its reply here
+        and parses it (``json_reply``) after the timing."""
+        return self._run(self._post_raw(path, data))
+
+    async def _post_raw(self, path: str, data: bytes) -> bytes:
         try:
-            async with self._session.post(self.base_url + path, json=body) as reply:
-                text = await reply.text(errors="replace")
+            async with self._session.post(
+                self.base_url + path, data=data, headers=_JSON_HEADERS
+            ) as reply:
+                raw: bytes = await reply.read()
                 if reply.status != 200:
-                    raise self._status(path, reply.status, text)
-                try:
-                    data = json.loads(text)
-                except ValueError:
-                    raise self._bad(
-                        path, f"a reply that is not JSON: {text[:_BODY_CHARS]!r}"
-                    ) from None
-                if not isinstance(data, dict):
-                    raise self._bad(path, f"a JSON {type(data).__name__}, not an object")
-                return data
+                    raise self._status(path, reply.status, raw.decode(errors="replace"))
+                return raw
         except (self._aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             raise self._failed(f"POST {path}", exc) from exc
+
+    def json_reply(self, path: str, raw: bytes) -> dict[str, Any]:
+        """The JSON object of the reply ``raw`` to ``path``, or the error saying what it is."""
+        text = raw.decode(errors="replace")
+        try:
+            data = json.loads(text)
+        except ValueError:
+            raise self._bad(path, f"a reply that is not JSON: {text[:_BODY_CHARS]!r}") from None
+        if not isinstance(data, dict):
+            raise self._bad(path, f"a JSON {type(data).__name__}, not an object")
+        return data
 
     def stream(self, path: str, body: dict[str, Any], stamp: Callable[[], None]) -> Reply:
         """POST ``body`` (with ``stream: true``) and read its server-sent events, calling

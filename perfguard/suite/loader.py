@@ -445,11 +445,19 @@ def _scenario(
     shapes = parse_shapes(rd, m, where, models[model])
     prompts = parse_generate(rd, m, where)
     check_generative(rd, m, where)
-    if not prompts and models[model].server is not None:
-        problem = f"{where} uses model `{model}`, a served model, and generates nothing"
-        expected = "`generate:` on a scenario of a served model (served embeddings are planned)"
-        fix = "add `generate: {prompt_tokens: ..., new_tokens: ...}` to this scenario"
+    server = models[model].server
+    if not prompts and server is not None and server.generative:
+        problem = f"{where} uses model `{model}`, a served model that generates (`api: "
+        problem += f"{server.api}`), and generates nothing"
+        expected = "`generate:` on a scenario of a generating served model"
+        fix = "add `generate: {prompt_tokens: ..., new_tokens: ...}` to this scenario (or "
+        fix += "set `server.api: embeddings` for an embedding model)"
         rd.fail(m.key_line("model"), problem, expected, fix)
+    if prompts and server is not None and not server.generative:
+        problem = f"{where} generates on model `{model}`, a served embedding model"
+        expected = "no `generate:` on an embedding model's scenario: each request is one call"
+        fix = "remove `generate:`, or set `server.api` to `completions` or `chat`"
+        rd.fail(m.key_line("generate"), problem, expected, fix)
     if not prompts and not models[model].inputs and models[model].inputs_file is None:
         problem = f"{where} uses model `{model}`, which declares no inputs, and generates nothing"
         expected = "`inputs:` or `inputs_file:` on the model, or `generate:` on this scenario"

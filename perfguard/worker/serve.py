@@ -475,6 +475,7 @@ class Server:
     def _loop(self, request: dict[str, Any]) -> dict[str, Any]:
         cell = self._open_cell("loop", request)
         result = run_loop(cell.scenario, cell.session, cell.prepared)
+        cell.run.check_unchanged()
         return {
             "cold_start_ns": int(result.cold_start_ns),
             "warmup_iterations": int(result.warmup_iterations),

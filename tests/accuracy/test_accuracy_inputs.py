@@ -248,3 +248,42 @@ def test_generated_with_labels_and_location_override(model: ModelSpec, tmp_path:
     with pytest.raises(InputError, match="a scalar") as info:
         make_accuracy_inputs(model, spec, where)
     assert info.value.location == where
+
+
+# --- texts of a served embedding model ---------------------------------------------------
+
+
+def text_model(tmp_path: Path) -> ModelSpec:
+    where = Location(tmp_path / "suite.yaml", 7)
+    return ModelSpec("m", where, tmp_path, inputs=(InputSpec("input", (2, 16), "text"),))
+
+
+def test_texts_from_a_function_or_a_file_become_samples_of_strings(
+    tmp_path: Path, module: str
+) -> None:
+    body = "def make():\n    return [{'input': [f'a {i}', f'b {i}']} for i in range(3)]\n"
+    (tmp_path / f"{module}.py").write_text(textwrap.dedent(body))
+    model = text_model(tmp_path)
+    samples, _ = make_accuracy_inputs(model, AccuracyInputs(count=3, function=f"{module}:make"))
+    assert [list(s["input"]) for s in samples] == [["a 0", "b 0"], ["a 1", "b 1"], ["a 2", "b 2"]]
+    assert all(s["input"].dtype == object for s in samples)
+    np.savez(tmp_path / "t.npz", input=np.array([["x", "y"], ["z", "w"]]))
+    samples, _ = make_accuracy_inputs(model, AccuracyInputs(count=2, file="t.npz"))
+    assert [list(s["input"]) for s in samples] == [["x", "y"], ["z", "w"]]
+    generated, _ = make_accuracy_inputs(model, AccuracyInputs(count=2, seed=5))
+    assert list(generated[0]["input"]) != list(generated[1]["input"])
+
+
+@pytest.mark.parametrize(
+    ("sample", "found"),
+    [
+        ("['only one']", "has shape [1] and holds str"),
+        ("[1, 2]", "holds int"),
+    ],
+)
+def test_texts_of_the_wrong_count_or_type_are_refused(
+    tmp_path: Path, module: str, sample: str, found: str
+) -> None:
+    (tmp_path / f"{module}.py").write_text(f"def make():\n    return [{{'input': {sample}}}]\n")
+    message = error(text_model(tmp_path), AccuracyInputs(count=1, function=f"{module}:make"))
+    assert found in message and "2 texts (str) per sample" in message

@@ -1,23 +1,34 @@
 """Served models' sessions (perfguard.backends.served) against a real llama.cpp server:
 prompts cut to the server's own token count, fixed-length streamed requests, identity,
-API keys kept out of everything written, and each failure's message."""
+API keys kept out of everything written, each failure's message; and served embedding
+models: texts cut to their tokens, one vector per text, each bad reply's message."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from perfguard.backends.served import ServedSession
+from perfguard.backends.served import ServedEmbeddings, ServedSession
 from perfguard.core.errors import InputError, Location, ServerError
 from perfguard.core.scenario import ServerSpec
+from perfguard.models.inputs import generate_input
 from perfguard.models.prompts import make_text_prompts
 from perfguard.serving.client import OpenAIClient
 from tests.helpers.processes import gone
-from tests.helpers.served import llama_server, served_scenario, tiny_command
+from tests.helpers.served import (
+    EMBEDDING_FLAGS,
+    SERVER_FLAGS,
+    embedding_scenario,
+    llama_server,
+    served_scenario,
+    tiny_command,
+)
 
 
 def _spec(tmp_path: Path, **fields: object) -> ServerSpec:
@@ -160,4 +171,112 @@ def test_a_url_server_replaced_under_the_cell_fails_it(tmp_path: Path) -> None:
         session.close()
     message = str(info.value)
     assert "changed while the cell was measured" in message
-    assert "models:" in message and "-s1.gguf" in message and "-s2.gguf" in message
+    assert "models:" in message and "-s1-fp32" in message and "-s2-fp32" in message
+
+
+# --- served embedding models -------------------------------------------------------------
+
+
+def _embedder(tmp_path: Path, **fields: object) -> ServedEmbeddings:
+    fields.setdefault("command", tuple(tiny_command(server=EMBEDDING_FLAGS)))
+    spec = _spec(tmp_path, api="embeddings", **fields)
+    return ServedEmbeddings(embedding_scenario(tmp_path, server=spec), tmp_path / "cache")
+
+
+def _embedded_count(base: str, model: str, text: str) -> int:
+    client = OpenAIClient(base, name="check")
+    try:
+        reply = client.post("/v1/embeddings", {"model": model, "input": text})
+        return int(reply["usage"]["prompt_tokens"])
+    finally:
+        client.close()
+
+
+def test_a_served_embedding_model_embeds_texts_cut_to_the_inputs_tokens(tmp_path: Path) -> None:
+    session = _embedder(tmp_path)
+    try:
+        feeds = {"input": generate_input(session._scenario.model.inputs[0])}
+        prepared = session.prepare(feeds)
+        body = json.loads(prepared.body)
+        assert body["model"] == session.model and len(body["input"]) == 2
+        for text in body["input"]:  # the server's own count, asked afresh
+            assert _embedded_count(session.client.base_url, session.model, text) == 24
+            assert feeds["input"][body["input"].index(text)].startswith(text)
+        assert session.runtime_info["input_tokens"] == [24, 24]
+        (vectors,) = session.to_numpy(session.run(prepared))
+        assert vectors.shape == (2, 64) and vectors.dtype == np.float32
+        assert not np.allclose(vectors[0], vectors[1])
+        # Each text's vector is its own, in order: the second text alone gives the second.
+        alone = session.prepare({"input": np.array([body["input"][1]], dtype=object)})
+        (single,) = session.to_numpy(session.run(alone))
+        np.testing.assert_allclose(single[0], vectors[1], rtol=1e-4, atol=1e-5)
+        # An accuracy sentence shorter than the tokens is sent whole.
+        short = session.prepare({"input": np.array(["a cat", "the dog sat"], dtype=object)})
+        assert json.loads(short.body)["input"] == ["a cat", "the dog sat"]
+        assert session.runtime_info["input_tokens"] == [24, 24]  # the timing inputs'
+        assert session.runtime_info["api"] == "embeddings"
+        assert session.runtime_info["connections"] == 1
+        assert session.synchronize is None
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize(
+    ("reply", "found"),
+    [
+        ({"data": [{"index": 0, "embedding": [1.0, 2.0]}]}, "returned 1 embeddings for 2 texts"),
+        (
+            {"data": [{"index": i, "embedding": [[1.0], [2.0]]} for i in range(2)]},
+            "one vector per token",
+        ),
+        (
+            {"data": [{"index": 0, "embedding": [1.0]}, {"index": 1, "embedding": [1.0, 2.0]}]},
+            "embeddings of sizes [1, 2]",
+        ),
+        ({"model": "other", "data": []}, "answered as model 'other'"),
+        ({"data": [{"index": i, "embedding": "not base64!"} for i in range(2)]}, "'not base64!'"),
+    ],
+)
+def test_a_bad_embeddings_reply_fails_with_what_it_held(
+    tmp_path: Path, reply: dict[str, object], found: str
+) -> None:
+    session = _embedder(tmp_path)
+    try:
+        raw = json.dumps(reply).encode()
+        with pytest.raises(ServerError) as info:
+            session.to_numpy(type(session.run(session.prepare(_two())))(raw, 2))
+    finally:
+        session.close()
+    assert found in str(info.value) and "Fix:" in str(info.value)
+    if "per token" in found:
+        assert "--pooling mean" in str(info.value)
+
+
+def _two() -> dict[str, np.ndarray]:
+    return {"input": np.array(["one text", "another text"], dtype=object)}
+
+
+def test_base64_embeddings_are_read_as_float32(tmp_path: Path) -> None:
+    session = _embedder(tmp_path)
+    try:
+        sent = np.array([[0.5, -1.25, 3.0], [1.0, 2.0, 4.0]], dtype="<f4")
+        data = [
+            {"index": i, "embedding": base64.b64encode(row.tobytes()).decode()}
+            for i, row in reversed(list(enumerate(sent)))  # out of order: sorted by index
+        ]
+        embedded = session.run(session.prepare(_two()))
+        (vectors,) = session.to_numpy(type(embedded)(json.dumps({"data": data}).encode(), 2))
+    finally:
+        session.close()
+    np.testing.assert_array_equal(vectors, sent)
+
+
+def test_a_server_without_embeddings_says_so_before_timing(tmp_path: Path) -> None:
+    session = _embedder(tmp_path, command=tuple(tiny_command(server=SERVER_FLAGS)))
+    try:
+        with pytest.raises(ServerError) as info:
+            session.prepare(_two())
+    finally:
+        session.close()
+    message = str(info.value)
+    assert "POST /v1/embeddings with HTTP" in message and "embedding=True" in message

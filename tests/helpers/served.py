@@ -15,12 +15,14 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from perfguard.core.errors import Location
-from perfguard.core.scenario import GenerateSpec, ModelSpec, Scenario, ServerSpec
+from perfguard.core.scenario import GenerateSpec, InputSpec, ModelSpec, Scenario, ServerSpec
 from perfguard.serving.process import ServerProcess, free_port, server_env
 
 #: The model's shape flags (``tinyserver``) and llama.cpp's server flags before ``--port``.
 MODEL_FLAGS: tuple[str, ...] = ("--layers", "2")
 SERVER_FLAGS: tuple[str, ...] = ("--n_threads", "1", "--n_ctx", "512")
+#: llama.cpp's server flags of an embedding model (the tiny model pools by its mean).
+EMBEDDING_FLAGS: tuple[str, ...] = (*SERVER_FLAGS, "--embedding", "True")
 
 
 def tiny_command(
@@ -89,12 +91,41 @@ def served_scenario(
     )
 
 
-def served_suite(server_yaml: str, scenario_yaml: str = "", *, defaults: str = "") -> str:
+def embedding_scenario(
+    tmp_path: Path, *, server: ServerSpec, texts: int = 2, tokens: int = 24
+) -> Scenario:
+    """A cell of a served embedding model (``api: embeddings``), as the loader would build
+    it: one text input of ``texts`` texts of ``tokens`` tokens."""
+    where = Location(tmp_path / "suite.yaml", 3)
+    model = ModelSpec(
+        "tiny-embedder",
+        where,
+        tmp_path,
+        inputs=(InputSpec("input", (texts, tokens), "text"),),
+        output_names=("embedding",),
+        server=server,
+    )
+    return Scenario(
+        suite=tmp_path / "suite.yaml",
+        name="embed",
+        cell_id="",
+        model=model,
+        location=where,
+        backend="server",
+    )
+
+
+def served_suite(
+    server_yaml: str, scenario_yaml: str = "", *, defaults: str = "", model_yaml: str = ""
+) -> str:
     """A suite text with model ``tiny`` served by ``server_yaml`` (the ``server:`` mapping's
-    lines) and one scenario ``tiny-served`` (extra lines: ``scenario_yaml``)."""
+    lines; the model's other keys: ``model_yaml``) and one scenario ``tiny-served`` (extra
+    lines: ``scenario_yaml``)."""
     return (
         textwrap.dedent(defaults)
-        + "models:\n  tiny:\n    server:\n"
+        + "models:\n  tiny:\n"
+        + textwrap.indent(textwrap.dedent(model_yaml), "    ")
+        + "    server:\n"
         + textwrap.indent(textwrap.dedent(server_yaml), "      ")
         + "scenarios:\n  - name: tiny-served\n    model: tiny\n    backend: server\n"
         + textwrap.indent(textwrap.dedent(scenario_yaml), "    ")

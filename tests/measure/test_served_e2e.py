@@ -1,7 +1,8 @@
 """End to end: served models (``backend: server``) through `pytest --perfguard`, against
 llama.cpp's real server started by the suite's command: token figures, the archived and
 the same-run A/B gates catching a slower model file, and a server that dies mid-run, is
-slow to start or is left behind by a cancelled run.
+slow to start or is left behind by a cancelled run; a served embedding model timed,
+checked for accuracy against another cell's server and gated the same way.
 
 Each test serves the tiny GGUF model with a seed of its own, so its server processes are
 found by their command line (``_servers``) and no other test's are. Slowdowns are large
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from perfguard_examples.tinyserver import FORMAT
 from tests.helpers.git_repos import SpinRepo
 from tests.helpers.processes import gone
 from tests.helpers.served import served_suite
@@ -53,7 +55,7 @@ def _suite(seed: int, layers: int = 2, *, seconds: float = 1.0) -> str:
 def _servers(seed: int) -> list[int]:
     """The pids of the servers of model seed ``seed`` running now."""
     found = subprocess.run(
-        ["pgrep", "-f", f"llama_cpp.server --model .*-s{seed}.gguf"],
+        ["pgrep", "-f", f"llama_cpp.server --model .*-s{seed}-"],
         capture_output=True,
         text=True,
         check=False,
@@ -85,7 +87,7 @@ def test_a_slower_model_file_fails_the_archived_and_the_ab_gates(repo: SpinRepo,
     results = json.loads(next((repo.path / "reports").glob("*/results.json")).read_text())
     (cell,) = results["scenarios"]
     assert cell["backend"] == "server" and cell["tokens"]["new_tokens"] == 16
-    assert cell["runtime"]["served_model"].endswith(f"-s{seed}.gguf")
+    assert cell["runtime"]["served_model"] == f"tiny-v{FORMAT}-l2-h256-f1024-s{seed}-fp32"
     assert "--layers 2" in cell["runtime"]["command"]
     assert not _servers(seed)
 
@@ -177,6 +179,73 @@ def test_a_cancelled_run_leaves_no_server_running(
     assert not _servers(seed)
 
 
+def _embedding_suite(seed: int, layers: int = 2, *, cosine_min: float = 0.99) -> str:
+    """The tiny model of ``layers`` layers served with embeddings on, as float32 and as
+    8-bit blocks (two cells, two servers); the int8 cell checked against the fp32 one."""
+    command = (
+        f'command: ["{{python}}", -m, perfguard_examples.tinyserver, --layers, "{layers}", '
+        f'--hidden, "256", --ffn, "1024", --seed, "{seed}", --precision, "{{precision}}", '
+        '--, --port, "{port}", --n_threads, "1", --n_ctx, "512", --embedding, "True"]\n'
+        "api: embeddings\n"
+    )
+    scenario = (
+        'matrix: {precision: [fp32, int8]}\ngate: {p95: "+25%"}\naccuracy:\n'
+        "  inputs: {count: 8, function: perfguard_examples.sentences:texts}\n"
+        f"  reference: {{precision: fp32}}\n  gate: {{cosine_min: {cosine_min}}}\n"
+    )
+    return served_suite(
+        command,
+        scenario,
+        # A server's embedding latency drifts more over a run on this shared machine.
+        defaults=DEFAULTS.replace("SECONDS", "1").replace("tolerance: 0.5", "tolerance: 0.9"),
+        model_yaml="inputs:\n  input: {shape: [1, 32], dtype: text}\n",
+    )
+
+
+def test_a_served_embedding_model_is_timed_checked_and_gated(repo: SpinRepo, seed: int) -> None:
+    base = repo.commit_suite(_embedding_suite(seed), "base: 2 layers")
+    saved = repo.pytester.runpytest("--perfguard", "--perfguard-save", "-rA")
+    saved.assert_outcomes(passed=2)
+    results = json.loads(next((repo.path / "reports").glob("*/results.json")).read_text())
+    cells = {c["precision"]: c for c in results["scenarios"]}
+    assert cells["int8"]["runtime"]["served_model"].endswith(f"-s{seed}-int8")
+    assert cells["int8"]["runtime"]["input_tokens"] == [32]
+    assert cells["int8"]["runtime"]["api"] == "embeddings"
+    accuracy = cells["int8"]["accuracy"]
+    assert accuracy["n"] == 8 and accuracy["reference"] == "fp32" and accuracy["passed"]
+    (output,) = accuracy["report"]["outputs"]
+    assert output["name"] == "embedding"
+    assert 0.99 <= output["values"]["cosine_min"] < 1.0  # int8 blocks: close, not equal
+    assert not _servers(seed)
+
+    repo.commit_suite(_embedding_suite(seed, layers=16, cosine_min=0.999999), "16 layers")
+    archived = repo.pytester.runpytest("--perfguard", "-rA")
+    archived.assert_outcomes(failed=2)
+    archived.stdout.fnmatch_lines(
+        [f"*P95 latency regressed +*vs baseline {base[:7]} (limit +25%)*"] * 2
+    )
+    archived.stdout.fnmatch_lines(
+        ["*cosine similarity min * < 0.999999 on output embedding vs reference fp32*"]
+    )
+    # The model file changed: its embeddings are checked against the baseline's too.
+    archived.stdout.fnmatch_lines(["*cosine similarity min * < 0.999 on output embedding vs *"])
+    assert "operator profile" not in archived.stdout.str()  # the server's, out of sight
+    comparison = json.loads(
+        next(
+            (repo.path / "reports").glob(f"{repo.git('rev-parse', 'HEAD')[:12]}/comparison.json")
+        ).read_text()
+    )
+    for cell in comparison["verdicts"]:
+        assert {m["metric"]: m["verdict"] for m in cell["metrics"]}["p95"] == "regression"
+
+    ab = repo.pytester.runpytest("--perfguard", "-rA", "--perfguard-ab=HEAD~1")
+    ab.assert_outcomes(failed=2)
+    ab.stdout.fnmatch_lines(
+        ["*P95 latency +* vs base * measured in this run, interleaved, *: regression*"] * 2
+    )
+    assert not _servers(seed)
+
+
 def test_the_example_suite_parses_and_names_a_real_server() -> None:
     from perfguard.suite.loader import load_suite
 
@@ -189,6 +258,12 @@ def test_the_example_suite_parses_and_names_a_real_server() -> None:
     ]
     server = suite.scenarios[0].model.server
     assert server is not None and "perfguard_examples.tinyserver" in server.command
+    embeddings = load_suite(suite.path.parent / "llamacpp-embeddings.yaml").scenarios
+    assert [(c.item_name, c.error) for c in embeddings] == [
+        ("tiny-embed[fp32]", None),
+        ("tiny-embed[int8]", None),
+    ]
+    assert embeddings[1].accuracy is not None and embeddings[1].model.inputs[0].dtype == "text"
 
 
 def test_load_counts_a_servers_cut_streams_as_errors_never_as_fast_requests(

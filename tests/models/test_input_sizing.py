@@ -167,3 +167,15 @@ def test_values_are_those_of_one_wide_draw_whatever_the_block(
     assert small_blocks.flags.c_contiguous
     np.testing.assert_array_equal(small_blocks, before)
     np.testing.assert_array_equal(one_block, before)
+
+
+def test_texts_are_sized_by_their_words_before_they_are_made(tmp_path: Path) -> None:
+    texts = InputSpec("input", (1000, 100_000), "text")
+    (size,) = input_sizes(model_of(tmp_path, texts))
+    made = generate_input(InputSpec("input", (2, 50), "text"))
+    per_token = max(len(t.encode()) for t in made) / 50
+    assert size.nbytes == 1000 * 100_000 * inputs_module.TEXT_BYTES_PER_TOKEN
+    assert per_token <= inputs_module.TEXT_BYTES_PER_TOKEN  # an upper bound of the real size
+    with pytest.raises(InputError) as caught:
+        check_input_sizes(model_of(tmp_path, texts), limit_bytes=1 << 30)
+    assert "input 'input' (shape [1000, 100000], text)" in str(caught.value)

@@ -191,3 +191,32 @@ def test_batch_size() -> None:
     assert batch_size({"s": np.float32(1.0)}) == 1
     assert batch_size({"s": np.zeros(())}) == 1
     assert batch_size({}) == 1
+
+
+# --- text inputs (served embedding models) ---------------------------------------------
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**31),
+    texts=st.integers(1, 6),
+    tokens=st.integers(1, 40),
+    name=st.sampled_from(["input", "q"]),
+)
+def test_property_text_inputs_are_seeded_texts_long_enough_for_their_tokens(
+    seed: int, texts: int, tokens: int, name: str
+) -> None:
+    spec = InputSpec(name, (texts, tokens), "text", seed=seed)
+    first, second = generate_input(spec), generate_input(spec)
+    assert first.shape == (texts,) and first.dtype == object
+    assert list(first) == list(second)
+    # Every word is at least one token in any tokenizer: the server's cut never runs out.
+    assert all(isinstance(t, str) and len(t.split()) >= tokens for t in first)
+    other = generate_input(InputSpec(name, (texts, tokens), "text", seed=seed + 1))
+    assert list(other) != list(first)
+
+
+def test_the_texts_of_a_request_differ_from_one_another() -> None:
+    texts = generate_input(InputSpec("input", (4, 16), "text"))
+    assert len(set(texts)) == 4
+    assert batch_size({"input": texts}) == 4

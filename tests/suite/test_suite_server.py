@@ -66,7 +66,7 @@ def test_a_command_string_is_split_like_a_shell(tmp_path: Path) -> None:
         ("url: http://h:8000\nhealth: health\n", "write `/health`"),
         ("url: http://h:8000\nrequest: {max_tokens: 5}\n", "sets `max_tokens`"),
         ("url: http://h:8000\nrequest: {api_key: x}\n", "looks like a secret"),
-        ("url: http://h:8000\napi: embeddings\n", "`api`"),
+        ("url: http://h:8000\napi: responses\n", "`api`"),
         ("url: http://h:8000\ncommand: [x]\n", "both `url` and `command`"),
     ],
 )
@@ -113,8 +113,8 @@ def test_a_served_model_runs_on_backend_server_only(tmp_path: Path) -> None:
 
 def test_a_served_model_without_generate_is_refused(tmp_path: Path) -> None:
     message = refusal(tmp_path, served_suite("url: http://h:8000\n"))
-    assert "a served model, and generates nothing" in message
-    assert "s.yaml:7" in message
+    assert "a served model that generates (`api: completions`), and generates nothing" in message
+    assert "s.yaml:7" in message and "`server.api: embeddings`" in message
 
 
 def test_a_prompts_file_needs_no_tokenizer_for_a_served_model(tmp_path: Path) -> None:
@@ -133,3 +133,66 @@ def test_a_load_level_may_allow_a_share_of_failed_requests(tmp_path: Path) -> No
         served_suite("url: http://h:8000\n", GEN + "load: {concurrency: 2, errors_max: 1}\n"),
     )
     assert "`errors_max`" in message and "s.yaml:10" in message
+
+
+EMBED = "url: http://h:8000\napi: embeddings\n"
+TEXTS = "inputs:\n  input: {shape: [4, 32], dtype: text}\n"
+
+
+def test_a_served_embedding_model_takes_texts_and_is_checked_for_accuracy(
+    tmp_path: Path,
+) -> None:
+    scenario = "matrix: {precision: [fp32, int8]}\naccuracy: {reference: {precision: fp32}}\n"
+    command = 'command: [serve, --port, "{port}", --dtype, "{precision}"]\napi: embeddings\n'
+    got = cells(tmp_path, served_suite(command, scenario, model_yaml=TEXTS))
+    assert [c.item_name for c in got] == ["tiny-served[fp32]", "tiny-served[int8]"]
+    assert all(c.error is None for c in got), [c.error for c in got]
+    (spec,) = got[1].model.inputs
+    assert (spec.name, spec.shape, spec.dtype) == ("input", (4, 32), "text")
+    assert got[1].model.output_names == ("embedding",)
+    assert got[1].accuracy is not None and got[1].generate is None
+
+
+@pytest.mark.parametrize(
+    ("server", "model", "scenario", "found", "line"),
+    [
+        (EMBED, "", "", "a served embedding model with no `inputs`", 2),
+        (EMBED, "inputs:\n  ids: {shape: [1, 8], dtype: int64}\n", "", "with inputs ids", 3),
+        (EMBED, "inputs_file: x.npz\n", "", "with no `inputs`", 2),
+        (EMBED, TEXTS + "outputs: [a, b]\n", "", "with outputs a, b", 5),
+        (EMBED, "inputs:\n  t: {shape: [4, 32, 2], dtype: text}\n", "", "shape [texts, tokens]", 4),
+        (EMBED, "inputs:\n  t: {shape: [4, 32], dtype: text, fill: 1}\n", "", "and `fill`", 4),
+        (EMBED, TEXTS, GEN, "generates on model `tiny`, a served embedding model", 12),
+        ("url: http://h:8000\n", TEXTS.replace("text", "int64"), GEN, "has `inputs`", 3),
+        ("url: http://h:8000\n", "inputs_file: x.npz\n", GEN, "has `inputs_file`", 3),
+    ],
+)
+def test_a_served_model_whose_inputs_do_not_fit_its_api_is_refused_at_its_line(
+    tmp_path: Path, server: str, model: str, scenario: str, found: str, line: int
+) -> None:
+    message = refusal(tmp_path, served_suite(server, scenario, model_yaml=model))
+    assert found in message and f"s.yaml:{line}:" in message and "Fix:" in message, message
+
+
+def test_text_inputs_belong_to_served_embedding_models_only(tmp_path: Path) -> None:
+    text = (
+        "models:\n  m:\n    factory: pkg.mod:build\n    inputs:\n"
+        "      t: {shape: [1, 8], dtype: text}\n"
+        "scenarios:\n  - {name: s, model: m}\n"
+    )
+    message = refusal(tmp_path, text)
+    assert "input `t` of model `m` has dtype text" in message and "s.yaml:5:" in message
+    assert "`server: {api: embeddings}`" in message
+
+
+def test_perfguard_batching_is_refused_for_a_server(tmp_path: Path) -> None:
+    scenario = "load: {concurrency: 2, batching: {max_batch: 4, max_wait_ms: 1}}\n"
+    (got,) = cells(tmp_path, served_suite(EMBED, scenario, model_yaml=TEXTS))
+    assert got.error is not None and "`load.batching`" in got.error
+    assert "the server's own batching flags" in got.error
+
+
+def test_a_served_models_operators_are_not_profiled(tmp_path: Path) -> None:
+    (got,) = cells(tmp_path, served_suite(EMBED, "profile: true\n", model_yaml=TEXTS))
+    assert got.error is not None and "profiles the operators of a served model" in got.error
+    assert "the engine's own profiler" in got.error

@@ -20,6 +20,10 @@ rest: every error names ``file:line``, what was found, what was expected and the
   int8, uint8, bool), either ``low``+``high`` (``low < high``; high exclusive for
   integers) or ``fill``, and ``seed`` (integer >= 0, default 0). Without a range
   or fill, floats are standard normal and integers uniform in [0, 100).
+* A served embedding model (``server: {api: embeddings}``) has exactly one input, of
+  dtype ``text`` and shape ``[texts, tokens]`` (no range or fill), and one output
+  (``embedding`` unless ``outputs`` names it); ``text`` belongs to no other model, and
+  a generating served model takes no ``inputs`` (its ``generate:`` makes the prompts).
 """
 
 from __future__ import annotations
@@ -29,15 +33,26 @@ from pathlib import Path
 
 from perfguard.core.errors import Location
 from perfguard.core.policy import NAME_MAX_CHARS
-from perfguard.core.scenario import DTYPES, DYNAMO_MIN_OPSET, EXPORTERS, InputSpec, ModelSpec
+from perfguard.core.scenario import (
+    DTYPES,
+    DYNAMO_MIN_OPSET,
+    EMBEDDING_OUTPUT,
+    EXPORTERS,
+    TEXT_DTYPE,
+    InputSpec,
+    ModelSpec,
+    ServerSpec,
+)
 from perfguard.suite import grammar
 from perfguard.suite.rules import check_section, integer, number
 from perfguard.suite.sections.server import parse_server
-from perfguard.suite.yamlpos import Reader, found, frozen
+from perfguard.suite.yamlpos import PosDict, Reader, found, frozen
 
 __all__ = ["MODEL_KEYS", "parse_model"]
 
 MODEL_KEYS = grammar.MODEL.names
+#: The dtypes an input may have: numpy's, and served embedding models' ``text``.
+INPUT_DTYPES = (*DTYPES, TEXT_DTYPE)
 _FACTORY_RE = re.compile(grammar.FUNCTION_PATTERN)
 
 
@@ -57,7 +72,18 @@ def _input(rd: Reader, name: object, value: object, line: int, model: str) -> In
         for i, d in enumerate(dims)
     )
     dtype = m.get("dtype", grammar.INPUT.key("dtype").default)
-    dtype = rd.as_choice(dtype, m.key_line("dtype"), f"`dtype` of {where}", DTYPES)
+    dtype = rd.as_choice(dtype, m.key_line("dtype"), f"`dtype` of {where}", INPUT_DTYPES)
+    if dtype == TEXT_DTYPE:
+        at = m.key_line("dtype")
+        if len(shape) != 2:
+            problem = f"{where} has dtype text and shape {list(shape)}"
+            expected = "shape [texts, tokens]: the texts of one request, each of `tokens` tokens"
+            rd.fail(at, problem, expected, "write e.g. `shape: [1, 64]`")
+        for key in ("low", "high", "fill"):
+            if key in m:
+                problem = f"{where} has dtype text and `{key}`"
+                expected = "a text input without a range or fill (its texts are seeded words)"
+                rd.fail(m.key_line(key), problem, expected, f"remove `{key}`")
     nums = {
         k: number(rd, m[k], m.key_line(k), f"`{k}` of {where}", grammar.INPUT.scalar(k))
         for k in ("low", "high", "fill")
@@ -143,7 +169,50 @@ def parse_model(rd: Reader, name: object, value: object, line: int, base_dir: Pa
         outputs = tuple(
             rd.as_str(o, out.item_line(i), f"output {i} of {where}") for i, o in enumerate(out)
         )
+    where_inputs = m.key_line("inputs") if "inputs" in m else line
+    outputs = _served_io(rd, server, inputs, outputs, where, where_inputs, m)
     return ModelSpec(
         name, Location(rd.path, line), base_dir, factory, kwargs, onnx, tuple(inputs),
         inputs_file, outputs, opset, exporter, server,
     )  # fmt: skip
+
+
+def _served_io(
+    rd: Reader,
+    server: ServerSpec | None,
+    inputs: list[InputSpec],
+    outputs: tuple[str, ...],
+    where: str,
+    line: int,
+    m: PosDict,
+) -> tuple[str, ...]:
+    """The outputs of a model once its inputs fit what it is: text inputs for a served
+    embedding model only (exactly one, and one output, ``EMBEDDING_OUTPUT`` by default),
+    no inputs for a generating served model."""
+    texts = [spec for spec in inputs if spec.dtype == TEXT_DTYPE]
+    embeds = server is not None and not server.generative
+    if texts and not embeds:
+        problem = f"input `{texts[0].name}` of {where} has dtype text"
+        expected = "text inputs only on a served embedding model (`server: {api: embeddings}`)"
+        fix = "use a numeric dtype (token ids: int64), or serve the model"
+        rd.fail(m["inputs"].key_line(texts[0].name), problem, expected, fix)
+    if server is not None and server.generative and (inputs or "inputs_file" in m):
+        key = "inputs" if inputs else "inputs_file"
+        problem = f"{where} is a served model that generates (`api: {server.api}`) and has `{key}`"
+        expected = "prompts from the scenarios' `generate:` (the server tokenizes them)"
+        fix = f"remove `{key}` (or set `server.api: embeddings` for an embedding model)"
+        rd.fail(m.key_line(key), problem, expected, fix)
+    if not embeds:
+        return outputs
+    if len(inputs) != 1 or not texts:
+        problem = f"{where} is a served embedding model with " + (
+            "no `inputs`" if not inputs else f"inputs {', '.join(s.name for s in inputs)}"
+        )
+        expected = "exactly one input of dtype text, shape [texts, tokens]"
+        fix = "write `inputs: {input: {shape: [1, 64], dtype: text}}`"
+        rd.fail(line, problem, expected, fix)
+    if len(outputs) > 1:
+        problem = f"{where} is a served embedding model with outputs {', '.join(outputs)}"
+        expected = f"one output (its embeddings; `{EMBEDDING_OUTPUT}` when not named)"
+        rd.fail(m.key_line("outputs"), problem, expected, "name one output, or none")
+    return outputs or (EMBEDDING_OUTPUT,)

@@ -11,8 +11,8 @@
   runs in the suite's folder.
 * ``url`` is an ``http://`` or ``https://`` base URL without ``/v1`` (a trailing slash
   is dropped); ``health`` a path starting with ``/``.
-* ``request`` holds JSON body fields; ``stream``, ``max_tokens``, ``model``, ``prompt``
-  and ``messages`` are perfguard's to set and refused there.
+* ``request`` holds JSON body fields; ``RESERVED_FIELDS`` (the model, the prompt or
+  texts, ``stream``, ``max_tokens``) are perfguard's to set and refused there.
 * An API key is never written in a suite: ``api_key_env`` names the variable holding it.
 """
 
@@ -38,7 +38,15 @@ from perfguard.suite.yamlpos import PosDict, Reader, found, frozen
 __all__ = ["RESERVED_FIELDS", "parse_server", "served_accuracy_problem", "served_problem"]
 
 #: Request body fields perfguard sets itself (``request:`` may not).
-RESERVED_FIELDS = ("model", "prompt", "messages", "stream", "max_tokens", "stream_options")
+RESERVED_FIELDS = (
+    "model",
+    "prompt",
+    "messages",
+    "input",
+    "stream",
+    "max_tokens",
+    "stream_options",
+)
 _SECRET_RE = re.compile(r"(?i)(api[-_]?key|token|secret|password|authorization)")
 
 
@@ -143,7 +151,7 @@ def parse_server(rd: Reader, value: object, line: int, where: str) -> ServerSpec
             if key in RESERVED_FIELDS:
                 problem = f"`request` of {what} sets `{key}`"
                 expected = f"fields other than {', '.join(RESERVED_FIELDS)} (perfguard's)"
-                fix = "remove it: perfguard sets it from the cell (`generate:`, `stream`)"
+                fix = "remove it: perfguard sets it from the cell (`generate:`, the inputs, `stream`)"
                 rd.fail(body.key_line(key), problem, expected, fix)
             if _SECRET_RE.search(str(key)):
                 problem = f"`request` of {what} sets `{key}`, which looks like a secret"
@@ -185,6 +193,16 @@ def served_problem(sc: Scenario) -> tuple[str, str, str] | None:
     if "threads" in used and sc.threads is None:
         problem = f"{cell}: the server command uses {{threads}}, and the cell sets no `threads`"
         return problem, "`threads:` on the scenario (or in the matrix)", "set `threads: N`"
+    if sc.profile:
+        problem = f"{cell} profiles the operators of a served model (`profile: true`)"
+        expected = "no `profile` on a served model: its operators run in the server"
+        fix = "remove `profile`, and use the engine's own profiler (vLLM: VLLM_TORCH_PROFILER_DIR)"
+        return problem, expected, fix
+    if sc.load is not None and sc.load.batching is not None:
+        problem = f"{cell} batches requests in perfguard (`load.batching`) for a server"
+        expected = "no `batching`: a server batches concurrent requests itself"
+        fix = "remove `load.batching`; set the server's own batching flags in its command"
+        return problem, expected, fix
     if sc.generate is not None and sc.generate.batch != 1:
         problem = f"{cell} sends batches of {sc.generate.batch} prompts to a server"
         expected = "`batch: 1`: a server batches concurrent requests itself"
@@ -196,13 +214,14 @@ def served_problem(sc: Scenario) -> tuple[str, str, str] | None:
 def served_accuracy_problem(sc: Scenario) -> str | None:
     """The error of a served cell with accuracy checks (once the loader has attached its
     ``accuracy``), else None."""
-    if sc.model.server is None or sc.accuracy is None:
+    if sc.model.server is None or not sc.model.server.generative or sc.accuracy is None:
         return None
     return str(
         CellError(
-            f"cell `{sc.item_name}` checks the accuracy of a served model, which is not "
-            "measured yet",
-            expected="`accuracy: false` (or none) on a served model's scenario",
+            f"cell `{sc.item_name}` checks the accuracy of a served model that generates, "
+            "which is not measured yet (its logits are not read)",
+            expected="`accuracy: false` (or none) on a generating served model's scenario "
+            "(a served embedding model's accuracy is checked)",
             fix="remove `accuracy` here (or write `accuracy: false` over `defaults`); check "
             "the model's files on a runtime perfguard runs itself",
             location=sc.location,
