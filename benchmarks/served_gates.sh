@@ -3,9 +3,12 @@
 # llama.cpp's server (the tiny example GGUF, 2 layers, then SLOW layers), limits +5%.
 #   bash benchmarks/served_gates.sh 8   # ~3x slower model file
 #   bash benchmarks/served_gates.sh 3   # ~+25%
+#   bash benchmarks/served_gates.sh 3 exclusive   # A/B one side at a time (server.exclusive)
 # Prints the verdict lines of both gates. A report, not a test.
 set -u
 SLOW=$1
+EXCLUSIVE=""
+if [ "${2:-}" = exclusive ]; then EXCLUSIVE="      exclusive: true"; fi
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
@@ -21,6 +24,7 @@ models:
   tiny:
     server:
       command: ["{python}", -m, perfguard_examples.tinyserver, --layers, "$1", --hidden, "256", --ffn, "1024", --, --port, "{port}", --n_threads, "1", --n_ctx, "512"]
+$EXCLUSIVE
 scenarios:
   - name: tiny-served
     model: tiny
@@ -37,5 +41,5 @@ $PY -m pytest --perfguard --perfguard-save -p no:cacheprovider -q s.yaml 2>&1 | 
 suite $SLOW
 echo "== archived, layers 2 -> $SLOW"
 $PY -m pytest --perfguard -p no:cacheprovider -q s.yaml 2>&1 | grep -E "regressed|unchanged|^(ITL|TPOT|TTFT|P95)|passed|failed|inconclusive" | head -12
-echo "== A/B, layers 2 -> $SLOW"
-$PY -m pytest --perfguard --perfguard-ab=HEAD~1 -p no:cacheprovider -q s.yaml 2>&1 | grep -E "^(ITL|TPOT|TTFT|P95)|passed|failed|pairs" | head -12
+echo "== A/B${2:+ ($2)}, layers 2 -> $SLOW"
+$PY -m pytest --perfguard --perfguard-ab=HEAD~1 -p no:cacheprovider -q s.yaml 2>&1 | grep -E "^(ITL|TPOT|TTFT|P95)|passed|failed|pairs|one side" | head -12

@@ -41,7 +41,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -74,7 +74,7 @@ from perfguard.core import progress
 from perfguard.core.blame import first_line
 from perfguard.core.errors import GitError, LoadError, ProtocolError, SuiteError
 from perfguard.core.paths import under_root
-from perfguard.core.policy import LATENCY_QS, gate_metric
+from perfguard.core.policy import LATENCY_QS, GateSpec, gate_metric
 from perfguard.core.progress import Throttle
 from perfguard.core.scenario import Scenario
 from perfguard.core.stats import percentile, stability_ratio, throughput
@@ -150,6 +150,20 @@ class ABConfig:
     #: pytest's ``pythonpath`` ini entries as this run resolved them (absolute, in the
     #: working tree): each side puts them, mapped into its own tree, on ``sys.path``.
     pythonpath: tuple[str, ...] = ()
+
+
+class JudgeAgainst(Protocol):
+    """``perfguard.judge.gatekeeper.Gatekeeper.judge_against``: B's verdict against A."""
+
+    def __call__(
+        self,
+        current: ScenarioResult,
+        base: ScenarioResult,
+        gates: Sequence[GateSpec],
+        *,
+        commit: str,
+        against: str,
+    ) -> ScenarioVerdict: ...
 
 
 @dataclass(frozen=True)
@@ -735,16 +749,7 @@ class ABRun:
         if not gates:
             return result, verdict
         assert self.base is not None
-        rng = np.random.default_rng([self.config.seed, zlib.crc32(scenario.item_name.encode())])
-        order = ("a", "b") if rng.random() < 0.5 else ("b", "a")
-        measured: dict[str, ScenarioResult] = {}
-        for name in order:
-            label = f"{self._side_name(name)}, memory"
-            with self._side_worker(name, label) as worker:
-                side = Slot(worker, MAIN_SLOT)
-                self._open(side, name, scenario, ctx)
-                reply = side.request("result", timeout_s=measure_timeout_s(scenario))
-                measured[name] = ScenarioResult.from_dict(reply["result"])
+        order, measured = self._each_alone(scenario, ctx, "memory")
         a, b = measured["a"], measured["b"]
         against = (
             f"base {self.base.sha[:7]} measured in this run (each side alone in a fresh "
@@ -770,6 +775,59 @@ class ABRun:
             messages=(*verdict.messages, *(m.message for m in metrics)),
         )
         return result, verdict
+
+    def _each_alone(
+        self, scenario: Scenario, ctx: RunContext, purpose: str
+    ) -> tuple[tuple[str, str], dict[str, ScenarioResult]]:
+        """Each side's whole measurement of ``scenario`` (``ScenarioRun.measure``), alone
+        in a fresh worker of its own, one after the other in an order drawn from the seed:
+        (that order, the results by side)."""
+        rng = np.random.default_rng([self.config.seed, zlib.crc32(scenario.item_name.encode())])
+        order = ("a", "b") if rng.random() < 0.5 else ("b", "a")
+        measured: dict[str, ScenarioResult] = {}
+        for name in order:
+            with self._side_worker(name, f"{self._side_name(name)}, {purpose}") as worker:
+                side = Slot(worker, MAIN_SLOT)
+                self._open(side, name, scenario, ctx)
+                reply = side.request("result", timeout_s=measure_timeout_s(scenario))
+                measured[name] = ScenarioResult.from_dict(reply["result"])
+        return order, measured
+
+    # -- served models whose server needs its device to itself ----------------------
+    def one_side_at_a_time(self, scenario: Scenario) -> bool:
+        """Whether ``scenario``'s server, on either side, needs its device to itself
+        (``server.exclusive``): its sides are measured one after the other, never with
+        both servers up (:meth:`measure_each_alone`)."""
+        cells = self.base_cells(scenario.suite)
+        base = None if isinstance(cells, SuiteError) else cells.get(scenario.item_name)
+        servers = (s.model.server for s in (scenario, base) if s is not None)
+        return any(server is not None and server.exclusive for server in servers)
+
+    def measure_each_alone(
+        self, scenario: Scenario, ctx: RunContext, judge: JudgeAgainst
+    ) -> tuple[ScenarioResult, ScenarioVerdict]:
+        """Measure the base's side and the working tree's each alone, one after the other
+        (each starts and stops its own server), and judge B against A by the archived
+        gate's rules (``judge``: ``Gatekeeper.judge_against``): no pairs, so a drift of
+        the machine between the two is not cancelled, and the verdict says so. B's
+        result, recording the base it was compared with."""
+        assert self.base is not None
+        order, measured = self._each_alone(scenario, ctx, "alone")
+        a, b = measured["a"], measured["b"]
+        sha = self.base.sha
+        against = f"base {sha[:7]} measured in this run, one side at a time"
+        verdict = judge(b, a, scenario.gates, commit=sha, against=against)
+        first = "the base" if order[0] == "a" else "the working tree"
+        note = (
+            "one side at a time: the server needs its device to itself (`server.exclusive`), "
+            f"so base {sha[:7]} and the working tree were each measured alone, {first} "
+            "first, and judged by the archived gate's rules (no interleaved pairs: a drift "
+            "of the machine between the two is not cancelled)"
+        )
+        if self.base.dirty:
+            note += "; the working tree as it is (uncommitted changes included)"
+        result = dataclasses.replace(b, runtime=dataclasses.replace(b.runtime, ab_base=sha))
+        return result, verdict.with_note(note)
 
     def compares(self, scenario: Scenario) -> bool:
         """Whether this mode measures ``scenario`` interleaved (else: the archived path,

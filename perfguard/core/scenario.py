@@ -95,6 +95,8 @@ class ServerSpec:
     id (None: the first ``/v1/models`` lists); ``api`` one of ``SERVER_APIS``; ``stream``
     whether tokens are streamed (server-sent events) or come in one reply; ``request``
     extra JSON body fields (a None value drops one of ``FIXED_LENGTH_BODY``).
+    ``exclusive``: the server needs its device to itself (most of a GPU's memory), so
+    same-run A/B starts the two sides' servers one after the other, never side by side.
     """
 
     location: Location
@@ -109,6 +111,7 @@ class ServerSpec:
     stream: bool = True
     request: tuple[tuple[str, object], ...] = ()
     request_timeout_s: float = 60.0
+    exclusive: bool = False
 
     @property
     def generative(self) -> bool:

@@ -158,6 +158,7 @@ def _compare_metric(
     normalise: bool,
     history: Sequence[float],
     noise_k: float,
+    against: str | None = None,
 ) -> MetricVerdict:
     spec = gate_metric(gate.metric)
     metric = gate.metric.lower()
@@ -287,7 +288,7 @@ def _compare_metric(
         if better
         else VerdictKind.UNCHANGED,
     )
-    rule, message = describe(decided, commit)
+    rule, message = describe(decided, commit, against)
     return replace(decided, rule=rule, message=message)
 
 
@@ -358,6 +359,7 @@ def compare_scenario(
     normalise: bool = NORMALISE,
     noise_k: float = NOISE_K,
     contention_limit: float = CONTENTION_LIMIT,
+    against: str | None = None,
 ) -> ScenarioVerdict:
     """Verdict of one scenario against its baseline result (see the module docstring).
 
@@ -367,6 +369,8 @@ def compare_scenario(
     computed for the report. ``history``: normalised P95s (any one unit) of this
     scenario at earlier stored commits of the same fingerprint. ``contention_limit``: the
     share of all CPUs other processes may use while a run is measured before it is invalid.
+    ``against`` names the other side in the messages instead of the baseline commit (the
+    A/B base measured in this run, one side at a time).
     """
     if not 0.5 < confidence < 1.0:
         raise ValueError(f"confidence={confidence}; expected a number in (0.5, 1)")
@@ -419,6 +423,7 @@ def compare_scenario(
             normalise=normalise,
             history=history,
             noise_k=noise_k,
+            against=against,
         )
         for gate in gates
     ]

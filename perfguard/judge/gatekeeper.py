@@ -112,6 +112,29 @@ class Gatekeeper:
             contention_limit=self.settings.contention_limit,
         )
 
+    def judge_against(
+        self,
+        current: ScenarioResult,
+        base: ScenarioResult,
+        gates: Sequence[GateSpec],
+        *,
+        commit: str,
+        against: str,
+    ) -> ScenarioVerdict:
+        """One verdict of a measured cell against ``base``, a result of commit ``commit``
+        measured in this run (named ``against`` in the messages), by the archived gate's
+        rules and settings."""
+        return compare_scenario(
+            current,
+            base,
+            gates,
+            baseline_commit=commit,
+            confidence=self.settings.confidence,
+            normalise=self.settings.normalise,
+            contention_limit=self.settings.contention_limit,
+            against=against,
+        )
+
     def judge_confirmed(
         self,
         first: ScenarioResult,

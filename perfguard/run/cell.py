@@ -110,7 +110,11 @@ class CellMeasurer:
     def measure_and_judge(self, scenario: Scenario) -> tuple[ScenarioResult, ScenarioVerdict]:
         ab = self.ab
         if ab is not None and ab.compares(scenario):
-            result, verdict = ab.measure(scenario, self.ctx, self._ab_traces)
+            if ab.one_side_at_a_time(scenario):
+                judge = self._gatekeeper().judge_against
+                result, verdict = ab.measure_each_alone(scenario, self.ctx, judge)
+            else:
+                result, verdict = ab.measure(scenario, self.ctx, self._ab_traces)
             return self._with_accuracy(scenario, result), verdict
         gatekeeper = self._gatekeeper()
         if self.isolate or scenario.own_process:

@@ -417,6 +417,13 @@ SERVER = Section(
             "JSON body fields added to each request (null drops a default one)",
             default_text=", ".join(f"{k}: {v}" for k, v in FIXED_LENGTH_BODY),
         ),
+        Key(
+            "exclusive",
+            _BOOL,
+            "the server needs its device to itself: same-run A/B measures the base's and "
+            "the head's servers one after the other, not side by side (command only)",
+            _SERVER.exclusive,
+        ),
     ),
     # `env` and `start_timeout_s` with `url`: refused by the loader (they need a command)
     exactly_one=(("command", "url"),),

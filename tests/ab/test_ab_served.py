@@ -48,6 +48,24 @@ def test_two_sides_on_one_running_server_are_not_ab_compared(
         assert why is None
 
 
+@pytest.mark.parametrize(
+    ("head", "base", "alone"),
+    [
+        ("exclusive: true\n", "", True),
+        ("", "exclusive: true\n", True),  # the base's server needs its device too
+        ("", "", False),
+    ],
+)
+def test_an_exclusive_server_on_either_side_is_measured_one_side_at_a_time(
+    tmp_path: Path, head: str, base: str, alone: bool
+) -> None:
+    command = 'command: [serve, --port, "{port}"]\n'
+    mine, theirs = cell(tmp_path / "head", command + head), cell(tmp_path / "base", command + base)
+    run = ABRun(tmp_path, ABConfig(ref="HEAD~1"))
+    run.base_cells = lambda suite: {theirs.item_name: theirs}  # type: ignore[method-assign]
+    assert run.compares(mine) and run.one_side_at_a_time(mine) is alone
+
+
 def test_an_ab_run_against_one_running_server_compares_it_with_the_archive(
     pytester: pytest.Pytester, tmp_path: Path
 ) -> None:

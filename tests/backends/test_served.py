@@ -82,6 +82,22 @@ def test_a_started_server_serves_prompts_of_exactly_the_cells_length(
     assert list((tmp_path / "servers").glob("served-*.log"))  # beside the cache folder
 
 
+def test_a_whole_reply_without_streaming_counts_as_every_token_at_once(tmp_path: Path) -> None:
+    scenario = served_scenario(tmp_path, server=_spec(tmp_path, stream=False), new_tokens=8)
+    session = ServedSession(scenario, tmp_path / "cache")
+    try:
+        prepared = session.prepare(make_text_prompts(scenario)[0])
+        assert prepared["stream"] is False
+        stamps: list[None] = []
+        reply = session.generate(prepared, 8, lambda: stamps.append(None))
+        assert session.runtime_info["stream"] is False
+    finally:
+        session.close()
+    assert len(stamps) == 8 == reply.tokens and reply.chunks == 1
+    assert reply.completion_tokens == 8 and reply.finish_reason == "length"
+    assert reply.model == session.model
+
+
 def test_a_server_that_stops_at_eos_fails_the_request_with_the_fix(tmp_path: Path) -> None:
     # Without the fixed-length fields, and EOS (id 2) made certain, the server stops early.
     request = (("ignore_eos", None), ("min_tokens", None), ("logit_bias", {"2": 100.0}))

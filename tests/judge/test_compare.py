@@ -62,6 +62,15 @@ def test_regression_of_20_percent_names_figure_commit_and_limit() -> None:
     assert needs_confirmation(v)
 
 
+def test_the_other_side_is_named_in_place_of_the_baseline_commit() -> None:
+    against = "base 1a2b3c4 measured in this run, one side at a time"
+    cur, base = result((lognormal(1000, 2) * 1.2).astype(np.int64)), result(lognormal(1000, 1))
+    v = verdict(cur, base, against=against)
+    assert v.verdict == "regression" and v.baseline_commit == COMMIT
+    assert f"vs {against} (limit +5%)" in v.metrics[0].message
+    assert "baseline" not in v.metrics[0].message
+
+
 def test_improvement_of_20_percent() -> None:
     v = verdict(result((lognormal(1000, 2) * 0.8).astype(np.int64)), result(lognormal(1000, 1)))
     assert v.verdict == "improvement"

@@ -38,13 +38,14 @@ defaults:
 GATES = 'gate: {itl_p95: "+25%", tpot_p50: "+25%", ttft_p95: "+25%", p95: "+25%"}\n'
 
 
-def _suite(seed: int, layers: int = 2, *, seconds: float = 1.0) -> str:
-    """The tiny model of ``layers`` layers served by llama.cpp, measured ``seconds``."""
+def _suite(seed: int, layers: int = 2, *, seconds: float = 1.0, server: str = "") -> str:
+    """The tiny model of ``layers`` layers served by llama.cpp, measured ``seconds``
+    (``server``: more lines of its ``server:``)."""
     command = (
         f'command: ["{{python}}", -m, perfguard_examples.tinyserver, --layers, "{layers}", '
         f'--hidden, "256", --ffn, "1024", --seed, "{seed}", '
         '--, --port, "{port}", --n_threads, "1", --n_ctx, "512"]\n'
-    )
+    ) + server
     return served_suite(
         command,
         "generate: {prompt_tokens: 32, new_tokens: 16}\n" + GATES,
@@ -103,6 +104,39 @@ def test_a_slower_model_file_fails_the_archived_and_the_ab_gates(repo: SpinRepo,
     ab.stdout.fnmatch_lines(["ITL P95 +* vs base * measured in this run, *: regression*"])
     got = _verdicts(repo, "-ab")
     assert got["itl_p95"] == "regression" and got["tpot_p50"] == "regression"
+    assert not _servers(seed)
+
+
+def test_an_exclusive_server_is_ab_compared_one_side_at_a_time(repo: SpinRepo, seed: int) -> None:
+    exclusive = "exclusive: true\n"
+    base = repo.commit_suite(_suite(seed, server=exclusive), "base: 2 layers")
+    repo.commit_suite(_suite(seed, layers=8, server=exclusive), "a model file of 8 layers")
+    most: list[int] = [0]
+    done = threading.Event()
+
+    def watch() -> None:  # how many of this test's servers run at once
+        while not done.is_set():
+            most[0] = max(most[0], len(_servers(seed)))
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        ab = repo.pytester.runpytest("--perfguard", "-rA", "--perfguard-ab=HEAD~1")
+    finally:
+        done.set()
+        watcher.join()
+    assert most[0] == 1, f"{most[0]} servers ran at once"
+    ab.assert_outcomes(failed=1)
+    ab.stdout.fnmatch_lines(
+        [f"*ITL P95 regressed +*vs base {base[:7]} measured in this run, one side at a time*"]
+    )
+    got = _verdicts(repo, "-ab")
+    assert got["itl_p95"] == "regression" and got["tpot_p50"] == "regression"
+    sha = repo.git("rev-parse", "HEAD")[:12]
+    comparison = json.loads((repo.path / "reports" / f"{sha}-ab" / "comparison.json").read_text())
+    (verdict,) = comparison["verdicts"]
+    assert any("one side at a time: the server needs its device" in m for m in verdict["messages"])
     assert not _servers(seed)
 
 

@@ -42,6 +42,9 @@ def test_a_served_models_cells_carry_its_server(tmp_path: Path) -> None:
     assert server.api == "chat" and server.model == "m1" and server.stream
     assert server.env == (("OMP_NUM_THREADS", "1"),) and server.request == (("top_k", 1),)
     assert server.location.line == 3 and server.placeholders == {"port", "threads"}
+    assert not server.exclusive
+    (alone,) = cells(tmp_path, served_suite(COMMAND + "exclusive: true\n", GEN + "threads: 1\n"))
+    assert alone.model.server is not None and alone.model.server.exclusive
 
 
 def test_a_command_string_is_split_like_a_shell(tmp_path: Path) -> None:
@@ -63,6 +66,7 @@ def test_a_command_string_is_split_like_a_shell(tmp_path: Path) -> None:
         ("url: http://me:pw@h:8000\n", "holds credentials"),
         ("url: http://h:8000\nenv: {A: b}\n", "has `url` and `env`"),
         ("url: http://h:8000\nstart_timeout_s: 5\n", "has `url` and `start_timeout_s`"),
+        ("url: http://h:8000\nexclusive: true\n", "has `url` and `exclusive`"),
         ("url: http://h:8000\nhealth: health\n", "write `/health`"),
         ("url: http://h:8000\nrequest: {max_tokens: 5}\n", "sets `max_tokens`"),
         ("url: http://h:8000\nrequest: {api_key: x}\n", "looks like a secret"),

@@ -117,7 +117,7 @@ def parse_server(rd: Reader, value: object, line: int, where: str) -> ServerSpec
         fields["command"] = _command(rd, m, what)
     else:
         fields["url"] = _url(rd, m, what)
-        for key in ("env", "start_timeout_s"):
+        for key in ("env", "start_timeout_s", "exclusive"):
             if key in m:
                 problem = f"{what} has `url` and `{key}`"
                 expected = f"`{key}` with `command` only (perfguard does not start a `url` server)"
@@ -143,15 +143,18 @@ def parse_server(rd: Reader, value: object, line: int, where: str) -> ServerSpec
             fields[key] = rd.as_str(m[key], m.key_line(key), f"`{key}` of {what}")
     if "api" in m:
         fields["api"] = rd.as_choice(m["api"], m.key_line("api"), f"`api` of {what}", SERVER_APIS)
-    if "stream" in m:
-        fields["stream"] = rd.as_bool(m["stream"], m.key_line("stream"), f"`stream` of {what}")
+    for key in ("stream", "exclusive"):
+        if key in m:
+            fields[key] = rd.as_bool(m[key], m.key_line(key), f"`{key}` of {what}")
     if "request" in m:
         body = rd.as_map(m["request"], m.key_line("request"), f"`request` of {what}")
         for key in body:
             if key in RESERVED_FIELDS:
                 problem = f"`request` of {what} sets `{key}`"
                 expected = f"fields other than {', '.join(RESERVED_FIELDS)} (perfguard's)"
-                fix = "remove it: perfguard sets it from the cell (`generate:`, the inputs, `stream`)"
+                fix = (
+                    "remove it: perfguard sets it from the cell (`generate:`, the inputs, `stream`)"
+                )
                 rd.fail(body.key_line(key), problem, expected, fix)
             if _SECRET_RE.search(str(key)):
                 problem = f"`request` of {what} sets `{key}`, which looks like a secret"
