@@ -42,4 +42,4 @@ suite $SLOW
 echo "== archived, layers 2 -> $SLOW"
 $PY -m pytest --perfguard -p no:cacheprovider -q s.yaml 2>&1 | grep -E "regressed|unchanged|^(ITL|TPOT|TTFT|P95)|passed|failed|inconclusive" | head -12
 echo "== A/B${2:+ ($2)}, layers 2 -> $SLOW"
-$PY -m pytest --perfguard --perfguard-ab=HEAD~1 -p no:cacheprovider -q s.yaml 2>&1 | grep -E "^(ITL|TPOT|TTFT|P95)|passed|failed|pairs|one side" | head -12
+$PY -m pytest --perfguard --perfguard-ab=HEAD~1 -p no:cacheprovider -q s.yaml 2>&1 | grep -E "^(ITL|TPOT|TTFT|P95)|passed|failed|pairs|one side|blind|unchanged" | head -12

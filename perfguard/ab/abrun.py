@@ -83,6 +83,7 @@ from perfguard.judge.compare import compare_memory
 from perfguard.judge.verdict import (
     ABDetail,
     Decision,
+    DecisionKind,
     MetricVerdict,
     ScenarioVerdict,
     VerdictKind,
@@ -812,22 +813,56 @@ class ABRun:
         the machine between the two is not cancelled, and the verdict says so. B's
         result, recording the base it was compared with."""
         assert self.base is not None
+        started = time.monotonic()
         order, measured = self._each_alone(scenario, ctx, "alone")
         a, b = measured["a"], measured["b"]
         sha = self.base.sha
         against = f"base {sha[:7]} measured in this run, one side at a time"
-        verdict = judge(b, a, scenario.gates, commit=sha, against=against)
+        judged = judge(b, a, scenario.gates, commit=sha, against=against)
         first = "the base" if order[0] == "a" else "the working tree"
-        note = (
+        reason = (
             "one side at a time: the server needs its device to itself (`server.exclusive`), "
             f"so base {sha[:7]} and the working tree were each measured alone, {first} "
             "first, and judged by the archived gate's rules (no interleaved pairs: a drift "
             "of the machine between the two is not cancelled)"
         )
         if self.base.dirty:
-            note += "; the working tree as it is (uncommitted changes included)"
+            reason += "; the working tree as it is (uncommitted changes included)"
+        # The gated latency figure's decision stands for the A/B record (no pairs).
+        metric = next(
+            (m for m in judged.metrics if m.metric == latency_gate(scenario)[0]),
+            judged.metrics[0] if judged.metrics else None,
+        )
+        decided = metric is not None and metric.verdict in (
+            VerdictKind.REGRESSION, VerdictKind.IMPROVEMENT, VerdictKind.UNCHANGED
+        )  # fmt: skip
+        decision = Decision(
+            stop=True,
+            verdict=DecisionKind(metric.verdict.value)
+            if decided and metric is not None
+            else DecisionKind.UNDECIDED,
+            ratio=metric.ratio if metric is not None else None,
+            lo=metric.lower if metric is not None else None,
+            hi=metric.upper if metric is not None else None,
+            pairs=0,
+            reason=reason,
+        )
+        detail = ABDetail(
+            base=sha,
+            base_how=self.base.how,
+            decision=decision,
+            elapsed_s=time.monotonic() - started,
+            samples_a_ns=a.samples_ns,
+            throughput_a=a.throughput if a.load is not None else None,
+            load_a=a.load.to_dict() if a.load is not None else None,
+            tokens_a=a.tokens,
+            levels="alone",
+        )
+        verdict = dataclasses.replace(
+            judged, mode="ab", ab=detail, messages=(*judged.messages, reason)
+        )
         result = dataclasses.replace(b, runtime=dataclasses.replace(b.runtime, ab_base=sha))
-        return result, verdict.with_note(note)
+        return result, verdict
 
     def compares(self, scenario: Scenario) -> bool:
         """Whether this mode measures ``scenario`` interleaved (else: the archived path,

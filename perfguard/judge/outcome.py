@@ -118,11 +118,12 @@ def unique(sentences: Iterable[str]) -> list[str]:
     return [s for s in kept if not any(s != other and s in other for other in kept)]
 
 
-def blind_note(metric: MetricVerdict, mode: str) -> str:
+def blind_note(metric: MetricVerdict, verdict: ScenarioVerdict | None) -> str:
     """``limit +5%, but only >= +23% is detectable here: use --perfguard-ab``.
 
     The fix depends on the mode: an archived comparison is widened by run-to-run noise,
-    which same-run A/B removes; an A/B comparison needs more pairs or a quieter host.
+    which same-run A/B removes; an A/B comparison needs more pairs or a quieter host; a
+    server measured one side at a time (``levels: alone``), longer runs or a quieter host.
     """
     seen = metric.detectable
     sign = "+" if metric.higher_is_worse else "-"
@@ -131,11 +132,14 @@ def blind_note(metric: MetricVerdict, mode: str) -> str:
         what = "no change is detectable here"
     else:
         what = f"only >= {sign}{seen * 100:.0f}% is detectable here"
-    fix = (
-        "run more A/B pairs or use a quieter machine"
-        if mode == "ab"
-        else "use --perfguard-ab (same-run A/B) or a quieter machine"
-    )
+    mode = verdict.mode if verdict is not None else "archived"
+    alone = verdict is not None and verdict.ab is not None and verdict.ab.levels == "alone"
+    if alone:
+        fix = "measure each side longer (`measure.seconds`) or use a quieter machine"
+    elif mode == "ab":
+        fix = "run more A/B pairs or use a quieter machine"
+    else:
+        fix = "use --perfguard-ab (same-run A/B) or a quieter machine"
     return f"{limit}, but {what}: {fix}"
 
 
@@ -350,7 +354,7 @@ def _findings(
     blind = _blind_metrics(verdict) if verdict is not None else []
     if blind:
         assert verdict is not None
-        found[Outcome.BLIND] = [blind_note(m, verdict.mode) for m in blind]
+        found[Outcome.BLIND] = [blind_note(m, verdict) for m in blind]
     return found
 
 

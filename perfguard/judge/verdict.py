@@ -133,7 +133,10 @@ class ABDetail(Record):
     out of the JSON) when the base side was not profiled. A cell under load says how its
     rounds ran (``levels``): ``interleaved`` (one level per round, A's and B's requests
     alternating on every client) or ``alternating`` (a whole level of each side, one
-    after the other); absent for request pairs and in files written before it. A
+    after the other); ``alone`` is a cell whose server needs its device to itself, each
+    side's whole measurement alone, one after the other (no rounds, no pairs: the
+    decision is the archived rule's on the gated latency figure); absent for request
+    pairs and in files written before it. A
     generative cell keeps the base side's token figures (``tokens_a``), read from the
     same pairs as the head's; absent for other cells."""
 
@@ -154,11 +157,13 @@ class ABDetail(Record):
         default=None,
         metadata=spec(
             omit="none",
-            values=("interleaved", "alternating"),
+            values=("interleaved", "alternating", "alone"),
             description="How a cell under load ran its rounds: one level per round whose "
             "clients alternate between A's and B's requests (interleaved), or a whole level "
-            "of each side, one after the other (alternating); absent for request pairs and "
-            "in files written before it.",
+            "of each side, one after the other (alternating); or how any cell whose server "
+            "needs its device to itself ran: each side's whole measurement alone, one "
+            "after the other, judged by the archived gate's rules (alone); absent for "
+            "request pairs and in files written before it.",
         ),
     )
     tokens_a: TokenFigures | None = field(default=None, metadata=spec(omit="none"))

@@ -464,7 +464,7 @@ def _detectable_facts(verdict: ScenarioVerdict | None) -> list[tuple[str, str]]:
             continue
         sign = "+" if m.higher_is_worse else "-"
         if m.blind:
-            text = blind_note(m, verdict.mode if verdict is not None else "archived")
+            text = blind_note(m, verdict)
         else:
             text = f"{sign}{seen * 100:.1f}% (limit {sign}{m.limit * 100:g}%)"
         facts.append((f"{m.label}: smallest detectable change", text))
@@ -534,7 +534,10 @@ def _ab_facts(verdict: ScenarioVerdict | None) -> list[tuple[str, str]]:
     # A load cell's round is one short load level per side (``pairs`` 1 each), or one
     # level both sides shared (``levels: interleaved``).
     levels = ab.levels is not None or (bool(ab.rounds) and all(r.pairs == 1 for r in ab.rounds))
-    if ab.levels == "interleaved":
+    if ab.levels == "alone":
+        how, unit = "one side at a time, each alone (`server.exclusive`)", "pairs"
+        per_round = "no rounds"
+    elif ab.levels == "interleaved":
         how, unit = "in rounds of one load level each, A's and B's requests alternating", "rounds"
         per_round = "one shared load level"
     elif levels:

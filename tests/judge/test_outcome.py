@@ -27,7 +27,14 @@ from perfguard.judge.outcome import (
     grouped,
     run_outcome,
 )
-from perfguard.judge.verdict import MetricVerdict, ScenarioVerdict, VerdictKind
+from perfguard.judge.verdict import (
+    ABDetail,
+    Decision,
+    DecisionKind,
+    MetricVerdict,
+    ScenarioVerdict,
+    VerdictKind,
+)
 from perfguard.plugin.items import PlainRepr
 from perfguard.plugin.terminal import ProgressPrinter, write_summary
 from perfguard.records.accuracyfigures import AccuracyFigures
@@ -147,6 +154,17 @@ def test_blind_note_says_the_fix_for_its_mode() -> None:
     )
     assert ab.reason.endswith("run more A/B pairs or use a quieter machine")
     assert archived.detectable is not None and archived.detectable > 0.05
+    one_side = judged("a", VerdictKind.UNCHANGED, blind=True, mode="ab")
+    decision = Decision(
+        stop=True, verdict=DecisionKind.UNCHANGED, ratio=1.0, lo=0.8, hi=1.25, pairs=0, reason=""
+    )
+    one_side = replace(
+        one_side, ab=ABDetail(base="a" * 40, base_how="HEAD~1", decision=decision,
+                              elapsed_s=1.0, levels="alone"),
+    )  # fmt: skip
+    alone = cell_outcome(cell("a"), one_side)
+    assert alone.reason.endswith("measure each side longer (`measure.seconds`) or use a "
+                                 "quieter machine")  # fmt: skip
 
 
 def test_a_regressed_cell_that_failed_accuracy_too_says_both() -> None:

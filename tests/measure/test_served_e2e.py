@@ -137,6 +137,12 @@ def test_an_exclusive_server_is_ab_compared_one_side_at_a_time(repo: SpinRepo, s
     comparison = json.loads((repo.path / "reports" / f"{sha}-ab" / "comparison.json").read_text())
     (verdict,) = comparison["verdicts"]
     assert any("one side at a time: the server needs its device" in m for m in verdict["messages"])
+    # The report's base side is the base measured in this run, not an archived baseline.
+    assert verdict["mode"] == "ab" and verdict["ab"]["levels"] == "alone"
+    assert verdict["ab"]["samples_a_ns"] and verdict["ab"]["decision"]["verdict"] == "regression"
+    assert verdict["ab"]["tokens_a"] is not None
+    html = (repo.path / "reports" / f"{sha}-ab" / "report.html").read_text()
+    assert "one side at a time, each alone" in html
     assert not _servers(seed)
 
 
