@@ -10,13 +10,16 @@ Ops (fields of the request -> fields of the ``ok: true`` reply):
   ``executable``, ``perfguard_path`` (where the worker imported perfguard from).
 * ``open`` ``suite``, ``cell``, ``rootdir``, ``cache_dir`` [, ``code``: the side's
   tree, ``{"root", "others", "label", "pythonpath"}``, switched to before the suite
-  loads (:mod:`perfguard.worker.codetree`)] -> ``scenario_id``,
+  loads (:mod:`perfguard.worker.codetree`); ``plant``: a slowdown planted in every
+  request, a fraction of its own time (:mod:`perfguard.measure.plant`; a cell that
+  neither generates nor is under ``load:``)] -> ``scenario_id``,
   ``batch``, ``runtime``, ``backend``, ``device``, ``precision`` (an open cell
   is closed first; a failed ``open`` leaves none open).
 * ``warmup`` ``iterations``, ``seconds`` [, ``max_seconds``: the cap, default
   ``LoopSpec``'s 300 s] -> ``cold_start_ns``, ``iterations``, ``elapsed_ns``
   (:func:`perfguard.measure.timing.warm_up`, the same warm-up as in-process measurement).
-* ``measure`` ``k`` -> ``samples_ns`` (k requests, each timed on its own, GC off);
+* ``measure`` ``k`` -> ``samples_ns`` (k requests, each timed on its own, GC off; a
+  planted cell adds ``planted_ns``, what each request waited on purpose);
   a generative cell adds ``tokens``: each request's token times, ns after its send
   (one row per request, ``new_tokens`` each).
 * ``pairs`` ``order`` (booleans: true = slot ``a`` first) [, ``slots``: two slot
@@ -24,7 +27,8 @@ Ops (fields of the request -> fields of the ``ok: true`` reply):
   pair, back to back in this process, each timed on its own, GC off (same-run A/B:
   no pipe round trip between the two requests of a pair or between pairs); two
   generative cells add ``a_tokens``, ``b_tokens`` (as ``measure``'s ``tokens``), both
-  sending the same prompt in each pair.
+  sending the same prompt in each pair; a planted slot adds ``a_planted_ns`` or
+  ``b_planted_ns``.
 * ``loop`` -> the cell's full warm-up and timed loop (``run_loop``): the
   ``Measurement`` fields with ``samples_ns`` as a list, and ``runtime``.
 * A generative cell answers ``result``, ``warmup``, ``measure`` and ``pairs`` only.
@@ -76,6 +80,7 @@ from perfguard.measure.generation import check_generated
 from perfguard.measure.levelfigures import LevelFigures
 from perfguard.measure.loadcell import LoadRunner
 from perfguard.measure.opencell import RunContext
+from perfguard.measure.plant import Plant
 from perfguard.measure.profiling import PROFILE_REQUESTS, profile_session
 from perfguard.measure.runner import ScenarioRun, check_outputs, run_loop
 from perfguard.measure.timing import warm_up
@@ -106,8 +111,17 @@ def _noop() -> None:
 class _Cell:
     """An open cell: a :class:`ScenarioRun` (its session open) until closed."""
 
-    def __init__(self, scenario: Scenario, ctx: RunContext) -> None:
+    def __init__(self, scenario: Scenario, ctx: RunContext, plant: Plant | None = None) -> None:
+        if plant is not None and (scenario.generate is not None or scenario.load is not None):
+            raise ProtocolError(
+                f"`open` asked to plant a slowdown in {scenario.item_name}, which "
+                + ("generates" if scenario.generate is not None else "is under `load:`"),
+                expected="a planted slowdown in a cell timed request by request",
+                fix="plant slowdowns in single-request cells (planting per token and per "
+                "load request is not built yet)",
+            )
         self.scenario = scenario
+        self.plant = plant
         self.run = ScenarioRun(scenario, ctx)
         self._load: LoadRunner | None = None
         self.batch = self.run.batch
@@ -129,6 +143,9 @@ class _Cell:
         # partial, not a closure: one less Python frame inside every timed request.
         self.call = functools.partial(self.session.run, self.prepared)
         self.sync = self.session.synchronize
+        if plant is not None:  # the wait is inside the request, after its own sync
+            self.call = plant.wrap(self.call, self.sync or _noop)
+            self.sync = None
 
     @property
     def load(self) -> LoadRunner:
@@ -292,7 +309,11 @@ class Server:
                 location=Location(suite_path),
             )
         scenario = found[0]
-        cell = self.cells[slot] = _Cell(scenario, ctx)
+        plant = None
+        if request.get("plant") is not None:
+            fraction = float(_field(request, "plant", (int, float), minimum=0))
+            plant = Plant(fraction) if fraction > 0 else None
+        cell = self.cells[slot] = _Cell(scenario, ctx, plant)
         return {
             "scenario_id": scenario.scenario_id(ctx.rootdir),
             "batch": cell.batch,
@@ -371,6 +392,8 @@ class Server:
                 gc.enable()
         if cell.generative:
             return {"samples_ns": samples, "tokens": _token_times(cell)}
+        if cell.plant is not None:
+            return {"samples_ns": samples, "planted_ns": cell.plant.take()}
         return {"samples_ns": samples}
 
     def _pairs(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -414,7 +437,12 @@ class Server:
                 "a_tokens": _token_times(cells[0]),
                 "b_tokens": _token_times(cells[1]),
             }
-        return {"a_ns": a_ns, "b_ns": b_ns}
+        planted = {
+            f"{side}_planted_ns": cell.plant.take()
+            for side, cell in zip("ab", cells, strict=True)
+            if cell.plant is not None
+        }
+        return {"a_ns": a_ns, "b_ns": b_ns, **planted}
 
     def _two_cells(self, op: str, request: dict[str, Any]) -> tuple[_Cell, _Cell]:
         """The cells of the request's ``slots`` (two different names, default

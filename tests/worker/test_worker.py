@@ -530,6 +530,7 @@ def test_pairs_credit_each_request_to_its_own_slot(monkeypatch: pytest.MonkeyPat
 
             self.call, self.sync = call, None
             self.generative = False
+            self.plant = None
 
     monkeypatch.setattr("perfguard.worker.serve.time.perf_counter_ns", lambda: now[0])
     server = Server()
@@ -697,5 +698,43 @@ def test_generative_cells_answer_measure_and_pairs_with_token_times(
         assert opened["ok"] is True, opened
         mixed = _serve(server, {"v": 1, "id": 6, "op": "pairs", "order": [True]})
         assert mixed["ok"] is False and "beside one that is not" in mixed["error"]["message"]
+    finally:
+        server.shutdown()
+
+
+def test_a_planted_slot_waits_its_fraction_inside_each_timed_request(tmp_path: Path) -> None:
+    """`open` with `plant` (a calibration's planted slowdown): every request of that slot,
+    in `pairs` and `measure`, holds a wait of the fraction of its own time; the other
+    slot is untouched; a cell under load refuses a plant."""
+    (tmp_path / "wmodels.py").write_text(MODELS)
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        FAST_DEFAULTS.replace("iterations: 30", "iterations: 100")
+        + "models:\n  mlp: {factory: 'wmodels:mlp', inputs: {x: {shape: [2, 8], seed: 1}}}\n"
+        + "scenarios:\n  - {name: plain, model: mlp}\n"
+        + "  - {name: busy, model: mlp, load: {concurrency: 2}}\n"
+    )
+    where = {"rootdir": str(tmp_path), "cache_dir": str(tmp_path / ".cache")}
+    server = Server()
+    try:
+        for slot, plant in (("a", None), ("b", 0.25)):
+            request = {"v": 1, "id": 1, "op": "open", "slot": slot, "suite": str(path)}
+            opened = _serve(server, request | {"cell": "plain", "plant": plant} | where)
+            assert opened["ok"], opened
+        reply = _serve(server, {"v": 1, "id": 2, "op": "pairs", "order": [True, False] * 10})
+        assert "a_planted_ns" not in reply
+        planted = reply["b_planted_ns"]
+        assert isinstance(planted, list) and len(planted) == 20
+        for sample, wait in zip(reply["b_ns"], planted, strict=True):  # type: ignore[call-overload]
+            assert wait > 0 and sample >= wait * (1 + 0.25) / 0.25
+        measured = _serve(server, {"v": 1, "id": 3, "op": "measure", "k": 5, "slot": "b"})
+        assert len(measured["planted_ns"]) == 5  # type: ignore[arg-type]
+        refused = _serve(
+            server,
+            {"v": 1, "id": 4, "op": "open", "slot": "c", "suite": str(path)}
+            | {"cell": "busy[c2]", "plant": 0.1}
+            | where,
+        )
+        assert not refused["ok"] and "is under `load:`" in str(refused["error"])
     finally:
         server.shutdown()

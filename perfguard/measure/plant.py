@@ -1,0 +1,77 @@
+"""A planted slowdown of a known size: how a calibration (issue 31) learns what a gate can
+see, by slowing a cell's requests on purpose and counting the verdicts.
+
+``Plant(fraction).wrap(call, sync)`` is the request ``call`` (waited for with ``sync``)
+followed by a busy-wait of ``fraction`` times that request's own measured time, inside
+the request as the timing loop times it: each request takes ``1 + fraction`` times what
+it took itself. The slowdown is proportional to each request's *own* time, so it stays
+the stated fraction on a busy machine too, where the request itself runs slower (a
+fixed added delay would shrink, in relative terms, as the machine slows). The wait ends
+at a wall-clock deadline, so a preemption inside it does not lengthen it (beyond the
+time slice the deadline falls in). A busy-wait, not a sleep: the core stays busy as a
+real slowdown's compute would, and a sleep's wake-up latency (tens of microseconds)
+would add noise of its own.
+
+Each planted request records what it spun (``Plant.spun_ns``, one entry per request,
+cleared by ``take``), so a caller can check that every timed sample holds its wait:
+``sample >= spun * (1 + fraction) / fraction``. ``benchmarks/plant_accuracy.py``
+measures the added fraction on a quiet and a busy machine.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+__all__ = ["MAX_FRACTION", "Plant", "spin_until"]
+
+#: The largest slowdown a plant adds (+400%): calibrations plant sizes around a gate's
+#: limit, a few percent to a few tens of percent.
+MAX_FRACTION = 4.0
+
+
+def spin_until(deadline_ns: int) -> None:
+    """Busy-wait until ``time.perf_counter_ns()`` reaches ``deadline_ns``."""
+    clock = time.perf_counter_ns
+    while clock() < deadline_ns:
+        pass
+
+
+@dataclass
+class Plant:
+    """A slowdown of ``fraction`` (0.1: each request +10% of its own time)."""
+
+    fraction: float
+    spun_ns: list[int] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.fraction <= MAX_FRACTION:
+            raise ValueError(
+                f"a planted slowdown of {self.fraction!r}; expected a fraction in "
+                f"(0, {MAX_FRACTION:g}] of each request's own time"
+            )
+
+    def wrap(self, call: Callable[[], object], sync: Callable[[], None]) -> Callable[[], object]:
+        """``call`` then ``sync``, then the busy-wait: one planted request (its caller
+        times it as one, with no ``sync`` of its own)."""
+        clock = time.perf_counter_ns
+        fraction = self.fraction
+        spun = self.spun_ns.append
+
+        def planted() -> object:
+            start = clock()
+            out = call()
+            sync()
+            done = clock()
+            wait = int((done - start) * fraction)
+            spin_until(done + wait)
+            spun(wait)
+            return out
+
+        return planted
+
+    def take(self) -> list[int]:
+        """What each planted request since the last ``take`` waited, in ns, in order."""
+        taken, self.spun_ns[:] = list(self.spun_ns), []
+        return taken
