@@ -2,7 +2,8 @@
 
 Commands read what ``pytest --perfguard`` stored and never run a model (``init`` builds
 a factory's model once, to read its inputs; ``bisect`` runs pytest's same-run A/B at
-each midpoint). ``keys`` lists every suite key and ``init`` writes a starter suite. Exit
+each midpoint; ``calibrate`` measures the selected cells in A/A and planted-slowdown
+runs). ``keys`` lists every suite key and ``init`` writes a starter suite. Exit
 status: 0 ok, 1 ``compare`` found a regression (``bisect``: found no first bad commit;
 ``baseline save``: an inconclusive cell refused the save), 2 an error
 (``perfguard: error: ...``) or bad usage.
@@ -23,6 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from perfguard.ab.bisect import bisect
+from perfguard.ab.calibrate import (
+    CalibrationFile,
+    CalibrationPlan,
+    calibrate_command,
+    select_cells,
+)
 from perfguard.baseline import git as gitinfo
 from perfguard.baseline.read import pooled_run, read_baseline_file
 from perfguard.baseline.store import (
@@ -42,7 +49,7 @@ from perfguard.core.errors import (
     StoreError,
     SuiteError,
 )
-from perfguard.core.gitignore import GENERATED, not_ignored
+from perfguard.core.gitignore import CACHE_DIR, GENERATED, not_ignored
 from perfguard.core.paths import under_root
 from perfguard.core.policy import CONFIDENCE, CONTENTION_LIMIT, NORMALISE
 from perfguard.core.scenario import InputSpec, ModelSpec
@@ -54,6 +61,8 @@ from perfguard.judge.save import COMMAND_SAVE, Saver, check_can_save, save_refus
 from perfguard.judge.stored import judge_runs
 from perfguard.judge.verdict import SEVERITY
 from perfguard.machine.env import collect_environment
+from perfguard.measure.opencell import RunContext
+from perfguard.measure.plant import MAX_FRACTION
 from perfguard.models.factory import (
     feeds_positionally,
     forward_parameters,
@@ -435,6 +444,37 @@ def _history_changes(args: argparse.Namespace) -> int:
     headers = ("scenario", "metric", "commit", "before -> after", "change", "gate", "range")
     print("\n".join(_table(headers, rows, left=3)))
     return 0
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    rootdir = Path.cwd()
+    cells = select_cells([Path(s) for s in args.suites] or [Path("suites")], args.keyword)
+    if not cells:
+        print("perfguard calibrate: no cell matched", file=sys.stderr)
+        return 2
+    plan = CalibrationPlan(
+        aa=args.aa,
+        planted=args.planted,
+        sizes=tuple(args.sizes),
+        budget_s=args.budget * 60,
+        seed=args.seed,
+    )
+    ctx = RunContext(rootdir=rootdir, cache_dir=rootdir / CACHE_DIR)
+    store = CalibrationFile(Path(args.baseline_dir), _this_environment().fingerprint)
+    calibrate_command(cells, ctx, plan, store, fresh=args.fresh)
+    return 0
+
+
+def _fractions(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        values = ()
+    if not values or not all(0 < v <= MAX_FRACTION for v in values):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a list of slowdowns, e.g. 0.05,0.1 (each in (0, {MAX_FRACTION:g}])"
+        )
+    return values
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
@@ -947,6 +987,35 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--format", required=True, choices=["pytest-benchmark"])
     p.add_argument("-o", "--out", help="file to write (default: stdout)")
 
+    text = (
+        "measure what the gate sees on this machine: A/A and planted-slowdown runs of "
+        "each cell in same-run A/B, and its calibration sheet"
+    )
+    p = command(sub, "calibrate", _cmd_calibrate, text, store=True)
+    p.add_argument(
+        "suites", nargs="*", metavar="SUITES", help="suite files or folders (default: suites)"
+    )
+    p.add_argument("-k", dest="keyword", metavar="EXPR", help="only cells matching, as pytest -k")
+    p.add_argument("--aa", type=_count, default=CalibrationPlan.aa, help="A/A runs per cell")
+    p.add_argument(
+        "--planted", type=_count, default=CalibrationPlan.planted, help="runs per planted size"
+    )
+    p.add_argument(
+        "--sizes",
+        type=_fractions,
+        default=(),
+        metavar="F,F",
+        help="planted slowdowns, e.g. 0.05,0.1 (default: the cell's limit and twice it)",
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=CalibrationPlan.budget_s / 60,
+        metavar="MINUTES",
+        help="how long the calibration may run (default 30; a run started goes on to its end)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="the runs' order and pairs (default 0)")
+    p.add_argument("--fresh", action="store_true", help="drop the runs kept from before")
     p = command(sub, "env", _cmd_env, "this machine's environment fingerprint")
     p.add_argument("--json", action="store_true", help="print it as JSON")
 

@@ -553,7 +553,9 @@ def _bootstrap_command(python: str) -> list[str]:
     return [python, "-c", code]
 
 
-def _warm_up(a: Slot, b: Slot, scenario: Scenario, ctx: RunContext) -> dict[str, dict[str, Any]]:
+def warm_up_sides(
+    a: Slot, b: Slot, scenario: Scenario, ctx: RunContext
+) -> dict[str, dict[str, Any]]:
     """Both sides' cold start and warm-up (A first), as a plain run warms its cell up."""
     warm: dict[str, dict[str, Any]] = {}
     for name, side in (("a", a), ("b", b)):
@@ -921,7 +923,7 @@ class ABRun:
         metric, limit = latency_gate(scenario)
         rule = StoppingRule(limit=limit, q=LATENCY_QS[metric])
         with self._sides(scenario, ctx) as (a, b, opened):
-            warm = _warm_up(a, b, scenario, ctx)
+            warm = warm_up_sides(a, b, scenario, ctx)
             a_ns, b_ns, decision, elapsed = run_pairs(
                 a, b, rule, seed=self.config.seed, cell=scenario.item_name
             )
@@ -1077,7 +1079,7 @@ class ABRun:
         assert spec is not None
         gates = token_gates(scenario, seed=self.config.seed)
         with self._sides(scenario, ctx) as (a, b, opened):
-            warm = _warm_up(a, b, scenario, ctx)
+            warm = warm_up_sides(a, b, scenario, ctx)
             pairs, looks, elapsed = run_token_pairs(
                 a, b, gates, spec.new_tokens, seed=self.config.seed, cell=scenario.item_name
             )

@@ -1,0 +1,139 @@
+"""`perfguard calibrate` (perfguard.ab.calibrate): the run schedule, the calibration file
+that lets a calibration resume, the cells it takes, and the command end to end on a
+real model (A/A and planted runs in same-run A/B workers)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from perfguard.ab.calibrate import (
+    CalibrationFile,
+    CalibrationPlan,
+    select_cells,
+    sheet_for,
+    why_not_calibrated,
+)
+from perfguard.cli import main
+from perfguard.core.errors import StoreError
+from perfguard.judge.calibration import CalibrationRun
+from perfguard.suite.loader import load_suite
+
+SUITE = """\
+defaults:
+  warmup: {iterations: 20, seconds: 0.1}
+  measure: {iterations: 100, seconds: 0.2}
+models:
+  convnet:
+    factory: perfguard_examples.convnet:build
+    inputs:
+      image: {shape: [1, 3, 16, 16], dtype: float32}
+scenarios:
+  - {name: cnn, model: convnet, threads: 1, gate: {p95: "+10%"}}
+  - {name: busy, model: convnet, threads: 1, load: {concurrency: 2}}
+  - {name: other, model: convnet, threads: 1}
+"""
+
+
+@pytest.fixture
+def suite(tmp_path: Path) -> Path:
+    path = tmp_path / "suites" / "s.yaml"
+    path.parent.mkdir()
+    path.write_text(SUITE)
+    return path
+
+
+@settings(
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    aa=st.integers(0, 6),
+    planted=st.integers(0, 4),
+    done=st.lists(st.sampled_from([0.0, 0.1, 0.2]), max_size=12),
+    seed=st.integers(0, 5),
+)
+def test_property_a_schedule_makes_each_condition_its_count_less_what_is_kept(
+    suite: Path, aa: int, planted: int, done: list[float], seed: int
+) -> None:
+    cell = load_suite(suite).scenarios[0]
+    plan = CalibrationPlan(aa=aa, planted=planted, sizes=(0.2, 0.1), seed=seed)
+    kept = [CalibrationRun(p, "unchanged", 1.0, 200, 1.0) for p in done]
+    todo = plan.schedule(cell, kept)
+    want = Counter({0.0: aa, 0.1: planted, 0.2: planted})
+    assert Counter(todo) == want - Counter(done)
+    assert plan.schedule(cell, kept) == todo  # the seed fixes the order
+
+
+def test_default_sizes_are_the_cells_limit_and_twice_it(suite: Path) -> None:
+    cnn, _, other = load_suite(suite).scenarios
+    assert CalibrationPlan().sizes_for(cnn) == (0.1, 0.2)
+    assert CalibrationPlan().sizes_for(other) == (0.05, 0.1)
+    assert CalibrationPlan(sizes=(0.3, 0.02)).sizes_for(cnn) == (0.02, 0.3)
+
+
+def test_cells_that_generate_or_run_under_load_are_passed_over(suite: Path) -> None:
+    cells = {c.item_name: c for c in select_cells([suite.parent], None)}
+    assert why_not_calibrated(cells["cnn"]) is None
+    assert "under `load:`" in str(why_not_calibrated(cells["busy[c2]"]))
+    picked = select_cells([suite], "cnn or busy")
+    assert [c.item_name for c in picked] == ["cnn", "busy[c2]"]
+    assert select_cells([suite], "not cnn and not busy")[0].item_name == "other"
+    with pytest.raises(StoreError, match="is not a keyword expression"):
+        select_cells([suite], "cnn and (")
+
+
+def test_a_calibration_file_keeps_runs_under_the_same_plan_only(
+    tmp_path: Path, suite: Path
+) -> None:
+    cell = load_suite(suite).scenarios[0]
+    plan = CalibrationPlan(aa=2, planted=1)
+    store = CalibrationFile(tmp_path / "baselines", "abc123")
+    runs = [CalibrationRun(0.0, "unchanged", 1.01, 200, 2.0)]
+    store.keep("s.yaml::cnn", plan.key(cell), runs, sheet_for("s.yaml::cnn", cell, runs))
+    again = CalibrationFile(tmp_path / "baselines", "abc123")
+    assert again.runs("s.yaml::cnn", plan.key(cell)) == (runs, False)
+    other = CalibrationPlan(aa=2, planted=1, sizes=(0.3,)).key(cell)
+    assert again.runs("s.yaml::cnn", other) == ([], True)
+    assert again.runs("s.yaml::new", other) == ([], False)
+    data = json.loads((tmp_path / "baselines" / "abc123" / "calibration.json").read_text())
+    assert data["cells"]["s.yaml::cnn"]["sheet"]["false_alarms"]["n"] == 1
+    (tmp_path / "baselines" / "abc123" / "calibration.json").write_text("{not json")
+    with pytest.raises(StoreError, match="cannot be read"):
+        CalibrationFile(tmp_path / "baselines", "abc123")
+
+
+def test_calibrate_measures_aa_and_planted_runs_and_resumes(
+    suite: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = suite.parent.parent
+    monkeypatch.chdir(root)
+    argv = ["calibrate", "suites", "-k", "cnn or busy", "--aa", "2", "--planted", "1"]
+    status = main([*argv, "--sizes", "1.0"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "passed over: busy[c2]: it is under `load:`" in out
+    assert "1 cell(s), 3 run(s) to make" in out
+    assert "suites/s.yaml::cnn: run 3/3" in out
+    (path,) = (root / "baselines").glob("*/calibration.json")
+    cell = json.loads(path.read_text())["cells"]["suites/s.yaml::cnn"]
+    runs = [CalibrationRun.from_dict(r) for r in cell["runs"]]
+    assert sorted(r.planted for r in runs) == [0.0, 0.0, 1.0]
+    assert all(r.pairs >= 200 and r.seconds > 0 for r in runs)
+    # Twice each request's own time on side B: its P95 ratio is near 2 on any machine.
+    (doubled,) = [r for r in runs if r.planted == 1.0]
+    assert doubled.alarm and doubled.ratio is not None and doubled.ratio > 1.5
+    assert cell["sheet"]["caught"][0]["n"] == 1
+    # The same command again makes nothing; one more A/A run makes one.
+    assert main([*argv, "--sizes", "1.0"]) == 0
+    assert "0 run(s) to make (3 kept from before)" in capsys.readouterr().out
+    assert main([*argv[:-4], "--aa", "3", "--planted", "1", "--sizes", "1.0"]) == 0
+    assert "1 run(s) to make (3 kept from before)" in capsys.readouterr().out
+    assert main([*argv, "--sizes", "0.5", "--budget", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "earlier runs were made under another plan" in out
+    assert "the budget ran out after 0 of 3 runs" in out
