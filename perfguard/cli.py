@@ -461,8 +461,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     )
     ctx = RunContext(rootdir=rootdir, cache_dir=rootdir / CACHE_DIR)
     store = CalibrationFile(Path(args.baseline_dir), _this_environment().fingerprint)
-    calibrate_command(cells, ctx, plan, store, fresh=args.fresh)
-    return 0
+    _, failed = calibrate_command(cells, ctx, plan, store, fresh=args.fresh)
+    return 2 if failed else 0
 
 
 def _fractions(text: str) -> tuple[float, ...]:

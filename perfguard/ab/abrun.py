@@ -41,7 +41,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -74,12 +74,13 @@ from perfguard.core import progress
 from perfguard.core.blame import first_line
 from perfguard.core.errors import GitError, LoadError, ProtocolError, SuiteError
 from perfguard.core.paths import under_root
-from perfguard.core.policy import LATENCY_QS, GateSpec, gate_metric
+from perfguard.core.policy import LATENCY_QS, gate_metric
 from perfguard.core.progress import Throttle
 from perfguard.core.scenario import Scenario
 from perfguard.core.stats import percentile, stability_ratio, throughput
 from perfguard.judge.abside import ab_how, ab_label
 from perfguard.judge.compare import compare_memory
+from perfguard.judge.gatekeeper import Gatekeeper
 from perfguard.judge.verdict import (
     ABDetail,
     Decision,
@@ -151,20 +152,6 @@ class ABConfig:
     #: pytest's ``pythonpath`` ini entries as this run resolved them (absolute, in the
     #: working tree): each side puts them, mapped into its own tree, on ``sys.path``.
     pythonpath: tuple[str, ...] = ()
-
-
-class JudgeAgainst(Protocol):
-    """``perfguard.judge.gatekeeper.Gatekeeper.judge_against``: B's verdict against A."""
-
-    def __call__(
-        self,
-        current: ScenarioResult,
-        base: ScenarioResult,
-        gates: Sequence[GateSpec],
-        *,
-        commit: str,
-        against: str,
-    ) -> ScenarioVerdict: ...
 
 
 @dataclass(frozen=True)
@@ -807,11 +794,11 @@ class ABRun:
         return any(server is not None and server.exclusive for server in servers)
 
     def measure_each_alone(
-        self, scenario: Scenario, ctx: RunContext, judge: JudgeAgainst
+        self, scenario: Scenario, ctx: RunContext, gatekeeper: Gatekeeper
     ) -> tuple[ScenarioResult, ScenarioVerdict]:
         """Measure the base's side and the working tree's each alone, one after the other
         (each starts and stops its own server), and judge B against A by the archived
-        gate's rules (``judge``: ``Gatekeeper.judge_against``): no pairs, so a drift of
+        gate's rules (``Gatekeeper.judge_against``): no pairs, so a drift of
         the machine between the two is not cancelled, and the verdict says so. B's
         result, recording the base it was compared with."""
         assert self.base is not None
@@ -820,7 +807,7 @@ class ABRun:
         a, b = measured["a"], measured["b"]
         sha = self.base.sha
         against = f"base {sha[:7]} measured in this run, one side at a time"
-        judged = judge(b, a, scenario.gates, commit=sha, against=against)
+        judged = gatekeeper.judge_against(b, a, scenario.gates, commit=sha, against=against)
         first = "the base" if order[0] == "a" else "the working tree"
         reason = (
             "one side at a time: the server needs its device to itself (`server.exclusive`), "

@@ -36,11 +36,14 @@ from typing import Any
 from perfguard.ab.abrun import Slot, latency_gate, run_pairs, warm_up_sides, worker_env
 from perfguard.ab.paired import StoppingRule
 from perfguard.core.atomicio import write_text_atomic
-from perfguard.core.errors import StoreError
+from perfguard.core.blame import first_line
+from perfguard.core.errors import PerfguardError, StoreError
 from perfguard.core.policy import LATENCY_QS
 from perfguard.core.scenario import Scenario
-from perfguard.judge.calibration import CalibrationRun, CellSheet, sheet_of
-from perfguard.measure.opencell import RunContext
+from perfguard.judge.calibration import CalibrationRun, CellSheet, sheet_lines, sheet_of
+from perfguard.measure.opencell import RunContext, ready_backend
+from perfguard.suite.files import SUITE_SUFFIXES
+from perfguard.suite.loader import load_suite
 from perfguard.worker.client import WorkerProcess
 
 __all__ = [
@@ -97,14 +100,17 @@ class CalibrationPlan:
         return todo
 
 
-def why_not_calibrated(scenario: Scenario) -> str | None:
-    """None when ``scenario`` can be calibrated; else why it is passed over."""
-    if scenario.error:
-        return f"it cannot run here: {scenario.error.splitlines()[0]}"
+def why_not_calibrated(scenario: Scenario, ctx: RunContext) -> str | None:
+    """None when ``scenario`` can be calibrated here; else why it is passed over (a cell
+    the suite refused, or whose runtime this machine lacks, with the fix)."""
     if scenario.generate is not None:
         return "it generates (planting a slowdown per token is not built yet)"
     if scenario.load is not None:
         return "it is under `load:` (planting a slowdown per load request is not built yet)"
+    try:
+        ready_backend(scenario, ctx)
+    except PerfguardError as exc:
+        return f"it cannot run here: {first_line(exc)}"
     return None
 
 
@@ -126,7 +132,8 @@ class CalibrationFile:
                 raise StoreError(
                     f"calibration file {self.path} cannot be read ({type(exc).__name__}: {exc})",
                     expected=f"the JSON perfguard calibrate writes (version {_VERSION})",
-                    fix="move it away (or pass --fresh) and calibrate again",
+                    fix="move it away and calibrate again (perfguard never writes over a "
+                    "file it cannot read)",
                 ) from exc
             self.cells = cells
 
@@ -215,9 +222,6 @@ def select_cells(suites: Sequence[Path], keyword: str | None) -> list[Scenario]:
     """The cells of the suite files ``suites`` (files, or folders: every ``.yaml``/``.yml``
     file in them, at any depth) whose item names match ``keyword``, a pytest ``-k``
     expression (case-insensitive substrings joined by ``and``, ``or``, ``not``)."""
-    from perfguard.suite.files import SUITE_SUFFIXES
-    from perfguard.suite.loader import load_suite
-
     match = _keyword(keyword)
     files: list[Path] = []
     for given in suites:
@@ -268,15 +272,14 @@ def calibrate_command(
     *,
     fresh: bool = False,
     write: Callable[[str], None] = print,
-) -> list[CellSheet]:
+) -> tuple[list[CellSheet], list[str]]:
     """Calibrate ``cells`` within ``plan.budget_s``, printing progress and each sheet;
-    the sheets, also kept in ``store``."""
-    from perfguard.judge.calibration import sheet_lines
-
+    the sheets (also kept in ``store``) and the ids of the cells whose runs failed (a
+    model or server error: the other cells go on)."""
     deadline = time.monotonic() + plan.budget_s
     chosen: list[tuple[Scenario, str, dict[str, Any], list[CalibrationRun], list[float]]] = []
     for scenario in cells:
-        why = why_not_calibrated(scenario)
+        why = why_not_calibrated(scenario, ctx)
         if why is not None:
             write(f"passed over: {scenario.item_name}: {why}")
             continue
@@ -293,7 +296,8 @@ def calibrate_command(
         + (f" ({kept_runs} kept from before)" if kept_runs else "")
         + f", budget {plan.budget_s:.0f} s; fingerprint {store.fingerprint}"
     )
-    sheets = []
+    sheets: list[CellSheet] = []
+    failed: list[str] = []
     progress = _Progress(total, deadline, write)
     for scenario, sid, key, runs, todo in chosen:
 
@@ -304,21 +308,25 @@ def calibrate_command(
             progress.ran(sid, run)
 
         progress.start(len(todo))
-        calibrate_cell(
-            scenario, ctx, todo, seed=plan.seed + len(runs), deadline=deadline, on_run=ran
-        )
+        try:
+            calibrate_cell(
+                scenario, ctx, todo, seed=plan.seed + len(runs), deadline=deadline, on_run=ran
+            )
+        except PerfguardError as exc:  # this cell's model or server: the others go on
+            failed.append(sid)
+            write(f"failed: {sid}: {first_line(exc)} (its {len(runs)} run(s) so far are kept)")
         sheet = sheet_for(sid, scenario, runs)
         store.keep(sid, key, runs, sheet)
         sheets.append(sheet)
         for line in sheet_lines(sheet):
             write(line)
-    if progress.made < total:
+    if progress.made < total and not failed:
         write(
             f"the budget ran out after {progress.made} of {total} runs: run the same "
             "command again to go on (the runs made are kept)"
         )
     write(f"calibration: {store.path}")
-    return sheets
+    return sheets, failed
 
 
 class _Progress:

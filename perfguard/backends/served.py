@@ -198,18 +198,24 @@ class _ServedModel:
             else:
                 assert spec.url is not None
                 base = spec.url
+            # The connection count stays current in the runtime facts as connections are
+            # made (on the client's loop), never written inside a timed request.
+            self.runtime_info: dict[str, Any] = {}
             self._client = OpenAIClient(
                 base, name=name, api_key=key, timeout_s=spec.request_timeout_s,
-                location=spec.location,
+                location=spec.location, on_connection=self._connected,
             )  # fmt: skip
             if ready_s is None:
                 self._check_health(base)
-            self.runtime_info: dict[str, Any] = self._identity(ready_s)
+            self.runtime_info.update(self._identity(ready_s))
         except BaseException:
             self.close()
             raise
 
     # --------------------------------------------------------------- opening
+
+    def _connected(self, count: int) -> None:
+        self.runtime_info["connections"] = count
 
     @property
     def client(self) -> OpenAIClient:
@@ -471,8 +477,6 @@ class ServedSession(_ServedModel):
             choices = data.get("choices") or [{}]
             reply.finish_reason = choices[0].get("finish_reason")
         self._check(reply, new_tokens)
-        # Connection reuse, as the runtime facts report it (read after the timed loop).
-        self.runtime_info["connections"] = self.client.connections
         return reply
 
     def _check(self, reply: Reply, new_tokens: int) -> None:
@@ -572,7 +576,6 @@ class ServedEmbeddings(_ServedModel):
             raw = self.client.post_raw(self._path, prepared.body)
         except ServerError as exc:
             raise self._died(exc) from exc
-        self.runtime_info["connections"] = self.client.connections
         return _Embedded(raw, prepared.texts)
 
     def to_numpy(self, outputs: _Embedded) -> list[np.ndarray]:

@@ -111,8 +111,7 @@ class CellMeasurer:
         ab = self.ab
         if ab is not None and ab.compares(scenario):
             if ab.one_side_at_a_time(scenario):
-                judge = self._gatekeeper().judge_against
-                result, verdict = ab.measure_each_alone(scenario, self.ctx, judge)
+                result, verdict = ab.measure_each_alone(scenario, self.ctx, self._gatekeeper())
             else:
                 result, verdict = ab.measure(scenario, self.ctx, self._ab_traces)
             return self._with_accuracy(scenario, result), verdict

@@ -3,8 +3,9 @@
 One ``OpenAIClient`` per open cell: an event loop in a thread of its own
 (``perfguard-http``) holds one ``aiohttp.ClientSession`` whose connection pool keeps
 connections alive between requests (a request never pays a TCP handshake once the pool
-is warm; ``connections`` counts the ones made). The measuring threads (the timing loop,
-each load stream) hand it requests and wait for the reply, so concurrent streams share
+is warm; ``connections`` counts the ones made, and ``on_connection`` hears of each). The
+measuring threads (the timing loop, each load stream) hand it requests and wait for the
+reply, so concurrent streams share
 one loop, as a serving benchmark's client does (vLLM's and SGLang's benchmark clients
 use aiohttp too).
 
@@ -79,6 +80,7 @@ class OpenAIClient:
         api_key: str | None = None,
         timeout_s: float = 60.0,
         location: Location | None = None,
+        on_connection: Callable[[int], None] | None = None,
     ) -> None:
         import aiohttp
 
@@ -87,6 +89,7 @@ class OpenAIClient:
         self.location = location
         self.timeout_s = timeout_s
         self.connections = 0
+        self._on_connection = on_connection
         self._aiohttp = aiohttp
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._loop = asyncio.new_event_loop()
@@ -100,8 +103,10 @@ class OpenAIClient:
         aiohttp = self._aiohttp
         trace = aiohttp.TraceConfig()
 
-        async def made(*_: Any) -> None:
+        async def made(*_: Any) -> None:  # on the loop's thread, never per request
             self.connections += 1
+            if self._on_connection is not None:
+                self._on_connection(self.connections)
 
         trace.on_connection_create_end.append(made)
         timeout = aiohttp.ClientTimeout(

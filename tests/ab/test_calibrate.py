@@ -22,6 +22,7 @@ from perfguard.ab.calibrate import (
 from perfguard.cli import main
 from perfguard.core.errors import StoreError
 from perfguard.judge.calibration import CalibrationRun
+from perfguard.measure.opencell import RunContext
 from perfguard.suite.loader import load_suite
 
 SUITE = """\
@@ -37,7 +38,12 @@ scenarios:
   - {name: cnn, model: convnet, threads: 1, gate: {p95: "+10%"}}
   - {name: busy, model: convnet, threads: 1, load: {concurrency: 2}}
   - {name: other, model: convnet, threads: 1}
-"""
+  - {name: trt, model: convnet, backend: tensorrt, device: cuda, precision: fp16}
+  - {name: broken, model: missing, threads: 1}
+""".replace(
+    "scenarios:",
+    "  missing: {factory: 'nosuchmodule:build', inputs: {x: {shape: [1]}}}\nscenarios:",
+)
 
 
 @pytest.fixture
@@ -70,16 +76,21 @@ def test_property_a_schedule_makes_each_condition_its_count_less_what_is_kept(
 
 
 def test_default_sizes_are_the_cells_limit_and_twice_it(suite: Path) -> None:
-    cnn, _, other = load_suite(suite).scenarios
+    cnn, _, other, *_ = load_suite(suite).scenarios
     assert CalibrationPlan().sizes_for(cnn) == (0.1, 0.2)
     assert CalibrationPlan().sizes_for(other) == (0.05, 0.1)
     assert CalibrationPlan(sizes=(0.3, 0.02)).sizes_for(cnn) == (0.02, 0.3)
 
 
-def test_cells_that_generate_or_run_under_load_are_passed_over(suite: Path) -> None:
+def test_cells_that_cannot_be_calibrated_here_are_passed_over_with_the_fix(
+    suite: Path,
+) -> None:
     cells = {c.item_name: c for c in select_cells([suite.parent], None)}
-    assert why_not_calibrated(cells["cnn"]) is None
-    assert "under `load:`" in str(why_not_calibrated(cells["busy[c2]"]))
+    ctx = RunContext(rootdir=suite.parent.parent, cache_dir=suite.parent / ".cache")
+    assert why_not_calibrated(cells["cnn"], ctx) is None
+    assert "under `load:`" in str(why_not_calibrated(cells["busy[c2]"], ctx))
+    missing = str(why_not_calibrated(cells["trt"], ctx))
+    assert missing.startswith("it cannot run here:") and "TensorRT is not installed" in missing
     picked = select_cells([suite], "cnn or busy")
     assert [c.item_name for c in picked] == ["cnn", "busy[c2]"]
     assert select_cells([suite], "not cnn and not busy")[0].item_name == "other"
@@ -137,3 +148,21 @@ def test_calibrate_measures_aa_and_planted_runs_and_resumes(
     out = capsys.readouterr().out
     assert "earlier runs were made under another plan" in out
     assert "the budget ran out after 0 of 3 runs" in out
+
+
+def test_a_cell_that_fails_is_reported_and_the_others_keep_their_runs(
+    suite: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = suite.parent.parent
+    monkeypatch.chdir(root)
+    status = main(["calibrate", "suites", "-k", "other or broken or trt", "--aa", "1",
+                   "--planted", "0"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert status == 2, out
+    assert "passed over: trt: it cannot run here:" in out
+    assert "failed: suites/s.yaml::broken: " in out and "nosuchmodule" in out
+    assert "suites/s.yaml::other: run 1/1 A/A" in out
+    (path,) = (root / "baselines").glob("*/calibration.json")
+    cells = json.loads(path.read_text())["cells"]
+    assert len(cells["suites/s.yaml::other"]["runs"]) == 1
+    assert cells["suites/s.yaml::broken"]["runs"] == []

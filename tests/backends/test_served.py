@@ -37,10 +37,12 @@ def _spec(tmp_path: Path, **fields: object) -> ServerSpec:
 
 
 def _count(base: str, model: str, body: dict[str, object], path: str) -> int:
+    """The server's own count of the prompt (or texts) in ``body``, asked afresh."""
     client = OpenAIClient(base, name="check")
     try:
-        prompt = {k: body[k] for k in ("prompt", "messages") if k in body}
-        reply = client.post(path, {**prompt, "model": model, "max_tokens": 1})
+        prompt = {k: body[k] for k in ("prompt", "messages", "input") if k in body}
+        one = {} if path.endswith("/embeddings") else {"max_tokens": 1}
+        reply = client.post(path, {**prompt, **one, "model": model})
         return int(reply["usage"]["prompt_tokens"])
     finally:
         client.close()
@@ -199,15 +201,6 @@ def _embedder(tmp_path: Path, **fields: object) -> ServedEmbeddings:
     return ServedEmbeddings(embedding_scenario(tmp_path, server=spec), tmp_path / "cache")
 
 
-def _embedded_count(base: str, model: str, text: str) -> int:
-    client = OpenAIClient(base, name="check")
-    try:
-        reply = client.post("/v1/embeddings", {"model": model, "input": text})
-        return int(reply["usage"]["prompt_tokens"])
-    finally:
-        client.close()
-
-
 def test_a_served_embedding_model_embeds_texts_cut_to_the_inputs_tokens(tmp_path: Path) -> None:
     session = _embedder(tmp_path)
     try:
@@ -216,7 +209,8 @@ def test_a_served_embedding_model_embeds_texts_cut_to_the_inputs_tokens(tmp_path
         body = json.loads(prepared.body)
         assert body["model"] == session.model and len(body["input"]) == 2
         for text in body["input"]:  # the server's own count, asked afresh
-            assert _embedded_count(session.client.base_url, session.model, text) == 24
+            base = session.client.base_url
+            assert _count(base, session.model, {"input": text}, "/v1/embeddings") == 24
             assert feeds["input"][body["input"].index(text)].startswith(text)
         assert session.runtime_info["input_tokens"] == [24, 24]
         (vectors,) = session.to_numpy(session.run(prepared))
