@@ -721,6 +721,8 @@ def test_a_planted_slot_waits_its_fraction_inside_each_timed_request(tmp_path: P
             request = {"v": 1, "id": 1, "op": "open", "slot": slot, "suite": str(path)}
             opened = _serve(server, request | {"cell": "plain", "plant": plant} | where)
             assert opened["ok"], opened
+        warm = {"v": 1, "id": 2, "op": "warmup", "slot": "b", "iterations": 5, "seconds": 0}
+        assert _serve(server, warm)["ok"]
         reply = _serve(server, {"v": 1, "id": 2, "op": "pairs", "order": [True, False] * 10})
         assert "a_planted_ns" not in reply
         planted = reply["b_planted_ns"]
