@@ -24,12 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from perfguard.ab.bisect import bisect
-from perfguard.ab.calibrate import (
-    CalibrationFile,
-    CalibrationPlan,
-    calibrate_command,
-    select_cells,
-)
+from perfguard.ab.calibrate import CalibrationPlan, calibrate_command, select_cells
 from perfguard.baseline import git as gitinfo
 from perfguard.baseline.read import pooled_run, read_baseline_file
 from perfguard.baseline.store import (
@@ -56,6 +51,7 @@ from perfguard.core.scenario import InputSpec, ModelSpec
 from perfguard.core.text import one_line
 from perfguard.interop.benchmark_json import export_command
 from perfguard.judge import changes
+from perfguard.judge.calibration import CalibrationFile
 from perfguard.judge.outcome import OUTCOMES, Outcome, cell_outcomes, unique
 from perfguard.judge.save import COMMAND_SAVE, Saver, check_can_save, save_refused_fix
 from perfguard.judge.stored import judge_runs

@@ -11,7 +11,8 @@ around the cell's limit (its limit and twice it unless the caller names them). T
 runs of all conditions come in one order shuffled from the seed, so a calibration cut
 short by its budget still samples each condition.
 
-Every run is written at once to the calibration file (:class:`CalibrationFile`,
+Every run is written at once to the calibration file
+(:class:`perfguard.judge.calibration.CalibrationFile`,
 ``<baseline-dir>/<fingerprint>/calibration.json``, atomically), so a calibration
 stopped or out of budget resumes where it ended: a cell's runs are kept while the plan
 that made them (mode, gated figure, limit, sizes, seed) is the same, and dropped, with a
@@ -24,7 +25,6 @@ over with the reason (planting per token and per load request is not built yet).
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections import Counter
@@ -35,20 +35,23 @@ from typing import Any
 
 from perfguard.ab.abrun import Slot, latency_gate, run_pairs, warm_up_sides, worker_env
 from perfguard.ab.paired import StoppingRule
-from perfguard.core.atomicio import write_text_atomic
 from perfguard.core.blame import first_line
 from perfguard.core.errors import PerfguardError, StoreError
 from perfguard.core.policy import LATENCY_QS
 from perfguard.core.scenario import Scenario
-from perfguard.judge.calibration import CalibrationRun, CellSheet, sheet_lines, sheet_of
+from perfguard.judge.calibration import (
+    CalibrationFile,
+    CalibrationRun,
+    CellSheet,
+    sheet_lines,
+    sheet_of,
+)
 from perfguard.measure.opencell import RunContext, ready_backend
 from perfguard.suite.files import SUITE_SUFFIXES
 from perfguard.suite.loader import load_suite
 from perfguard.worker.client import WorkerProcess
 
 __all__ = [
-    "CALIBRATION_FILE",
-    "CalibrationFile",
     "CalibrationPlan",
     "calibrate_cell",
     "calibrate_command",
@@ -56,10 +59,6 @@ __all__ = [
     "sheet_for",
     "why_not_calibrated",
 ]
-
-#: The calibration file's name, in a fingerprint's folder of the baseline directory.
-CALIBRATION_FILE = "calibration.json"
-_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -112,52 +111,6 @@ def why_not_calibrated(scenario: Scenario, ctx: RunContext) -> str | None:
     except PerfguardError as exc:
         return f"it cannot run here: {first_line(exc)}"
     return None
-
-
-class CalibrationFile:
-    """``<baseline_dir>/<fingerprint>/calibration.json``: every cell's plan, runs and
-    sheet on this machine's fingerprint, rewritten atomically after each run."""
-
-    def __init__(self, baseline_dir: Path, fingerprint: str) -> None:
-        self.path = baseline_dir / fingerprint / CALIBRATION_FILE
-        self.fingerprint = fingerprint
-        self.cells: dict[str, dict[str, Any]] = {}
-        if self.path.exists():
-            try:
-                data = json.loads(self.path.read_text(encoding="utf-8"))
-                cells = data["cells"]
-                if data.get("version") != _VERSION or not isinstance(cells, dict):
-                    raise ValueError(f"version {data.get('version')!r}")
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                raise StoreError(
-                    f"calibration file {self.path} cannot be read ({type(exc).__name__}: {exc})",
-                    expected=f"the JSON perfguard calibrate writes (version {_VERSION})",
-                    fix="move it away and calibrate again (perfguard never writes over a "
-                    "file it cannot read)",
-                ) from exc
-            self.cells = cells
-
-    def runs(self, cell: str, key: dict[str, Any]) -> tuple[list[CalibrationRun], bool]:
-        """The kept runs of ``cell`` under plan ``key``, and whether runs under another
-        plan were dropped."""
-        entry = self.cells.get(cell)
-        if entry is None:
-            return [], False
-        if entry.get("plan") != key:
-            return [], True
-        return [CalibrationRun.from_dict(r) for r in entry.get("runs", [])], False
-
-    def keep(
-        self, cell: str, key: dict[str, Any], runs: Sequence[CalibrationRun], sheet: CellSheet
-    ) -> None:
-        self.cells[cell] = {
-            "plan": key,
-            "runs": [r.to_dict() for r in runs],
-            "sheet": sheet.to_dict(),
-        }
-        data = {"version": _VERSION, "fingerprint": self.fingerprint, "cells": self.cells}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(self.path, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 def calibrate_cell(

@@ -19,14 +19,21 @@ Everything here is plain data from figures (``judge/`` needs nothing of ``measur
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
+from perfguard.core.atomicio import write_text_atomic
+from perfguard.core.errors import StoreError
+
 __all__ = [
+    "CALIBRATION_FILE",
     "CAUGHT_RATE",
     "CAUGHT_RUNS",
+    "CalibrationFile",
     "CalibrationRun",
     "CellSheet",
     "Tally",
@@ -41,6 +48,9 @@ CAUGHT_RATE = 0.95
 CAUGHT_RUNS = 20
 #: The confidence of a tally's interval.
 TALLY_CONFIDENCE = 0.95
+#: The calibration file's name, in a fingerprint's folder of the baseline directory.
+CALIBRATION_FILE = "calibration.json"
+_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -178,3 +188,49 @@ def sheet_lines(sheet: CellSheet) -> list[str]:
             f"  cost: {sheet.seconds_per_run:.1f} s and {sheet.pairs_per_run:.0f} pairs per run"
         )
     return lines
+
+
+class CalibrationFile:
+    """``<baseline_dir>/<fingerprint>/calibration.json``: every cell's plan, runs and
+    sheet on this machine's fingerprint, rewritten atomically after each run."""
+
+    def __init__(self, baseline_dir: Path, fingerprint: str) -> None:
+        self.path = baseline_dir / fingerprint / CALIBRATION_FILE
+        self.fingerprint = fingerprint
+        self.cells: dict[str, dict[str, Any]] = {}
+        if self.path.exists():
+            try:
+                data = json.loads(self.path.read_text(encoding="utf-8"))
+                cells = data["cells"]
+                if data.get("version") != _VERSION or not isinstance(cells, dict):
+                    raise ValueError(f"version {data.get('version')!r}")
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise StoreError(
+                    f"calibration file {self.path} cannot be read ({type(exc).__name__}: {exc})",
+                    expected=f"the JSON perfguard calibrate writes (version {_VERSION})",
+                    fix="move it away and calibrate again (perfguard never writes over a "
+                    "file it cannot read)",
+                ) from exc
+            self.cells = cells
+
+    def runs(self, cell: str, key: dict[str, Any]) -> tuple[list[CalibrationRun], bool]:
+        """The kept runs of ``cell`` under plan ``key``, and whether runs under another
+        plan were dropped."""
+        entry = self.cells.get(cell)
+        if entry is None:
+            return [], False
+        if entry.get("plan") != key:
+            return [], True
+        return [CalibrationRun.from_dict(r) for r in entry.get("runs", [])], False
+
+    def keep(
+        self, cell: str, key: dict[str, Any], runs: Sequence[CalibrationRun], sheet: CellSheet
+    ) -> None:
+        self.cells[cell] = {
+            "plan": key,
+            "runs": [r.to_dict() for r in runs],
+            "sheet": sheet.to_dict(),
+        }
+        data = {"version": _VERSION, "fingerprint": self.fingerprint, "cells": self.cells}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(self.path, json.dumps(data, indent=1, sort_keys=True) + "\n")

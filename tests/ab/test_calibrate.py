@@ -13,7 +13,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from perfguard.ab.calibrate import (
-    CalibrationFile,
     CalibrationPlan,
     select_cells,
     sheet_for,
@@ -21,7 +20,7 @@ from perfguard.ab.calibrate import (
 )
 from perfguard.cli import main
 from perfguard.core.errors import StoreError
-from perfguard.judge.calibration import CalibrationRun
+from perfguard.judge.calibration import CalibrationFile, CalibrationRun
 from perfguard.measure.opencell import RunContext
 from perfguard.suite.loader import load_suite
 
