@@ -165,7 +165,7 @@ def sheet_for(sid: str, scenario: Scenario, runs: Sequence[CalibrationRun]) -> C
     """The sheet of ``scenario``'s runs (``sid``: its id) under the gate it is calibrated
     for."""
     metric, limit = latency_gate(scenario)
-    return sheet_of(sid, "ab", metric, limit, runs)
+    return sheet_of(sid, "ab", metric, limit, runs, max_pairs=StoppingRule().max_pairs)
 
 
 # --- the command -----------------------------------------------------------------------

@@ -11,7 +11,16 @@ runs into its ``CellSheet``:
   ``scipy.stats.binomtest``'s: 0 false alarms of 20 runs is still up to 16.8%;
 * the smallest planted size caught at least 19 times in 20 (``smallest_caught``: the
   observed rate over at least 20 runs of that size; ``None`` when none reached it);
-* the cost: the median seconds and pairs of one run.
+* the cost: the median seconds and pairs of one run;
+* the **noise**, modelled from the A/A runs (``noise_per_pair``): the spread of their
+  gated ratio, scaled to one pair (the ratio of two percentiles over n pairs spreads as
+  ``noise / sqrt(n)``). From it, the pairs a gate at a given limit needs
+  (``pairs_for``: enough that a change of *twice* the limit is caught 19 times in 20;
+  a change exactly at a limit is a coin flip whatever the pairs, so "twice" is where a
+  limit starts to mean something), and the **tightest limit that holds** within the
+  gate's cap of pairs (``tightest_limit``). A suite limit below it is warned about at
+  collection (``limit_warning``), and every verdict carries the sheet's headline
+  (``CalibrationNote``) into the report and the pull-request summary.
 
 Everything here is plain data from figures (``judge/`` needs nothing of ``measure/``);
 ``perfguard.ab.calibrate`` measures the runs and keeps them.
@@ -20,26 +29,36 @@ Everything here is plain data from figures (``judge/`` needs nothing of ``measur
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from perfguard.core.atomicio import write_text_atomic
 from perfguard.core.errors import StoreError
+from perfguard.records.declare import Record, spec
 
 __all__ = [
     "CALIBRATION_FILE",
     "CAUGHT_RATE",
     "CAUGHT_RUNS",
     "CalibrationFile",
+    "CalibrationNote",
+    "NOISE_RUNS",
+    "TARGET_LIMITS",
     "CalibrationRun",
     "CellSheet",
     "Tally",
+    "limit_warning",
+    "noise_per_pair",
+    "note_of",
+    "pairs_for",
     "sheet_lines",
     "sheet_of",
     "tally",
+    "tightest_limit",
 ]
 
 #: A planted size is "seen" when at least this share of its runs caught it (19 in 20),
@@ -51,6 +70,12 @@ TALLY_CONFIDENCE = 0.95
 #: The calibration file's name, in a fingerprint's folder of the baseline directory.
 CALIBRATION_FILE = "calibration.json"
 _VERSION = 1
+#: A/A runs needed before the sheet models the noise from their spread.
+NOISE_RUNS = 5
+#: The limits whose cost every sheet states, beside the cell's own.
+TARGET_LIMITS = (0.02, 0.05)
+#: Standard deviations of noise that "caught 19 times in 20" asks for (one-sided).
+_Z = statistics.NormalDist().inv_cdf(CAUGHT_RATE)
 
 
 @dataclass(frozen=True)
@@ -127,17 +152,61 @@ class CellSheet:
     smallest_caught: float | None
     seconds_per_run: float | None
     pairs_per_run: float | None
+    #: The A/A spread of log(ratio) scaled to one pair (None: fewer than NOISE_RUNS A/A
+    #: runs), the gate's cap of pairs, the tightest limit that holds within it, and the
+    #: pairs each of TARGET_LIMITS and the cell's limit needs.
+    noise_per_pair: float | None = None
+    max_pairs: int | None = None
+    tightest_limit: float | None = None
+    pairs_needed: tuple[tuple[float, int], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["caught"] = [{"planted": size, **asdict(t)} for size, t in self.caught]
+        data["pairs_needed"] = [{"limit": lim, "pairs": n} for lim, n in self.pairs_needed]
         return data
 
 
+def noise_per_pair(runs: Sequence[CalibrationRun]) -> float | None:
+    """The spread of the A/A runs' log(ratio), scaled to one pair:
+    ``sqrt(mean(pairs * log(ratio)^2))``; None with fewer than ``NOISE_RUNS`` A/A runs
+    that have a ratio. Not centred: a bias between two identical sides is noise to the
+    gate as much as the spread is."""
+    aa = [r for r in runs if r.planted == 0 and r.ratio is not None and r.ratio > 0]
+    aa = [r for r in aa if r.pairs > 0]
+    if len(aa) < NOISE_RUNS:
+        return None
+    return math.sqrt(statistics.fmean(r.pairs * math.log(r.ratio) ** 2 for r in aa))  # type: ignore[arg-type]
+
+
+def pairs_for(noise: float, limit: float) -> int:
+    """The pairs at which a gate at ``limit`` catches a change of twice the limit 19
+    times in 20, given the ``noise`` per pair: 1.645 standard deviations of the ratio
+    fit between the limit and twice it (in log space)."""
+    if not limit > 0:
+        raise ValueError(f"limit {limit!r}; expected a relative limit > 0")
+    gap = math.log((1 + 2 * limit) / (1 + limit))
+    return max(1, math.ceil((_Z * noise / gap) ** 2))
+
+
+def tightest_limit(noise: float, pairs: int) -> float | None:
+    """The smallest limit a gate of ``pairs`` pairs holds (a change of twice it caught 19
+    times in 20): the inverse of :func:`pairs_for`; None when even a doubling of the
+    figure could not be told from this noise."""
+    spread = math.exp(_Z * noise / math.sqrt(pairs))
+    return (spread - 1) / (2 - spread) if spread < 2 else None
+
+
 def sheet_of(
-    cell: str, mode: str, metric: str, limit: float, runs: Sequence[CalibrationRun]
+    cell: str,
+    mode: str,
+    metric: str,
+    limit: float,
+    runs: Sequence[CalibrationRun],
+    max_pairs: int | None = None,
 ) -> CellSheet:
-    """The sheet of ``cell`` from its calibration ``runs`` (any order)."""
+    """The sheet of ``cell`` from its calibration ``runs`` (any order), for a gate that
+    measures at most ``max_pairs`` pairs."""
     aa = [r for r in runs if r.planted == 0]
     sizes = sorted({r.planted for r in runs if r.planted > 0})
     caught = []
@@ -147,6 +216,10 @@ def sheet_of(
     smallest = next(
         (size for size, t in caught if t.n >= CAUGHT_RUNS and t.k / t.n >= CAUGHT_RATE), None
     )
+    noise = noise_per_pair(runs)
+    tightest = None if noise is None or max_pairs is None else tightest_limit(noise, max_pairs)
+    targets = sorted({*TARGET_LIMITS, limit})
+    needed = () if noise is None else tuple((lim, pairs_for(noise, lim)) for lim in targets)
     return CellSheet(
         cell=cell,
         mode=mode,
@@ -157,6 +230,10 @@ def sheet_of(
         smallest_caught=smallest,
         seconds_per_run=statistics.median(r.seconds for r in runs) if runs else None,
         pairs_per_run=statistics.median(r.pairs for r in runs) if runs else None,
+        noise_per_pair=noise,
+        max_pairs=max_pairs,
+        tightest_limit=tightest,
+        pairs_needed=needed,
     )
 
 
@@ -187,7 +264,125 @@ def sheet_lines(sheet: CellSheet) -> list[str]:
         lines.append(
             f"  cost: {sheet.seconds_per_run:.1f} s and {sheet.pairs_per_run:.0f} pairs per run"
         )
+    lines += _noise_lines(sheet)
     return lines
+
+
+def _noise_lines(sheet: CellSheet) -> list[str]:
+    if sheet.noise_per_pair is None:
+        return [
+            f"  {sheet.false_alarms.n} A/A run(s): {NOISE_RUNS} are needed to model the noise "
+            "(the pairs a limit needs, the tightest limit that holds)"
+        ]
+    figure = sheet.metric.upper()
+    at = 200  # a round number of pairs to state the spread at
+    lines = [
+        f"  noise: A/A {figure} ratios spread +-{sheet.noise_per_pair / math.sqrt(at):.1%} "
+        f"(1 sd) at {at} pairs"
+    ]
+    cap = sheet.max_pairs
+    if cap is not None:
+        tight = sheet.tightest_limit
+        lines.append(
+            f"  tightest limit that holds here: +{tight:.1%} (a change of twice it caught 19 "
+            f"times in 20 within the gate's {cap} pairs)"
+            if tight is not None
+            else f"  no limit holds here: the noise hides a doubling within {cap} pairs"
+        )
+    needs = []
+    for lim, pairs in sheet.pairs_needed:
+        over = f", over the gate's {cap}" if cap is not None and pairs > cap else ""
+        needs.append(f"+{lim:.0%} ~{pairs} pairs{over}")
+    lines.append("  pairs a limit needs (twice it caught 19 times in 20): " + "; ".join(needs))
+    return lines
+
+
+@dataclass(frozen=True)
+class CalibrationNote(Record):
+    """A verdict's word from the runner's calibration sheet (``ScenarioVerdict.
+    calibration``): the gate it was calibrated for (``mode``, ``metric``, ``limit``),
+    the A/A false alarms, the smallest planted size caught 19 times in 20 (``sees``),
+    the tightest limit that holds, and the warning when the cell's limit is tighter
+    than that. Shown in the report and the pull-request summary."""
+
+    SCHEMA_NAME: ClassVar[str] = "calibration"
+
+    mode: str = field(metadata=spec(values=("ab", "archived")))
+    metric: str = field(metadata=spec(min_length=1))
+    limit: float = field(metadata=spec(minimum=0))
+    false_alarms: int = field(metadata=spec(minimum=0))
+    aa_runs: int = field(metadata=spec(minimum=0))
+    sees: float | None = field(default=None, metadata=spec(omit="none", minimum=0))
+    tightest_limit: float | None = field(default=None, metadata=spec(omit="none", minimum=0))
+    warning: str | None = field(default=None, metadata=spec(omit="none"))
+
+    def text(self) -> str:
+        """One line: what this runner sees for the cell, by its calibration."""
+        how = "same-run A/B" if self.mode == "ab" else "archived"
+        figure = self.metric.upper()
+        if self.sees is not None:
+            head = f"this runner sees >= +{self.sees:.0%} on {figure}"
+        else:
+            head = f"this runner's calibration saw no planted {figure} slowdown 19 times in 20"
+        also = [f"{self.false_alarms}/{self.aa_runs} A/A false alarms"]
+        if self.tightest_limit is not None:
+            also.append(f"tightest limit that holds +{self.tightest_limit:.1%}")
+        return f"{head} ({how} at +{self.limit:.0%}: {', '.join(also)})"
+
+
+def note_of(sheet: CellSheet, warning: str | None = None) -> CalibrationNote:
+    """The verdict's note of ``sheet``, with the collection ``warning`` if there was one."""
+    return CalibrationNote(
+        mode=sheet.mode,
+        metric=sheet.metric,
+        limit=sheet.limit,
+        false_alarms=sheet.false_alarms.k,
+        aa_runs=sheet.false_alarms.n,
+        sees=sheet.smallest_caught,
+        tightest_limit=sheet.tightest_limit,
+        warning=warning,
+    )
+
+
+def limit_warning(sheet: CellSheet, metric: str, limit: float) -> str | None:
+    """Why a gate of ``limit`` on ``metric`` is tighter than ``sheet`` allows, or None.
+
+    Warned: a limit below the sheet's tightest limit that holds (a change of twice the
+    limit would pass more than once in 20 runs); a sheet of the same gate whose planted
+    sizes, each run 20 times or more, were none caught 19 times in 20; a false-alarm
+    rate above 1 in 20 beyond doubt (its interval's lower end above 5%). A sheet of
+    another figure says nothing of this gate: calibrate again."""
+    where = f"{sheet.cell}: its {metric.upper()} limit +{limit:.1%}"
+    redo = "`perfguard calibrate` again"
+    if sheet.metric != metric:
+        return (
+            f"{where} gates another figure than its calibration ({sheet.metric.upper()}), so "
+            f"the runner's sheet says nothing of it. Fix: run {redo}"
+        )
+    if sheet.tightest_limit is not None and limit < sheet.tightest_limit:
+        return (
+            f"{where} is tighter than this runner resolves: by its calibration (A/A noise) "
+            f"the tightest limit that holds is +{sheet.tightest_limit:.1%}, so a regression of "
+            f"twice +{limit:.1%} passes more than once in 20 runs. Fix: raise the limit to "
+            f"{math.ceil(sheet.tightest_limit * 1000) / 1000:g} (`gates: [{{metric: {metric}, "
+            f"limit: ...}}]`), or gate this cell on a quieter runner and calibrate it there"
+        )
+    if sheet.false_alarms.n and sheet.false_alarms.low > 1 - CAUGHT_RATE:
+        return (
+            f"{where} cries wolf on this runner: its calibration had "
+            f"{sheet.false_alarms.text()} false alarms in A/A runs (more than 1 in 20). Fix: "
+            "quiet the runner (pin the job's cores, stop its neighbours) and run "
+            f"{redo}, or raise the limit"
+        )
+    sized = sheet.caught and min(t.n for _, t in sheet.caught) >= CAUGHT_RUNS
+    if sheet.limit == limit and sized and sheet.smallest_caught is None:
+        largest = sheet.caught[-1][0]
+        return (
+            f"{where}: no planted slowdown up to +{largest:.0%} was caught 19 times in 20 by "
+            "its calibration, so the gate misses most regressions here. Fix: gate this cell "
+            f"on a quieter runner, or raise its limit and run {redo}"
+        )
+    return None
 
 
 class CalibrationFile:
@@ -222,6 +417,33 @@ class CalibrationFile:
         if entry.get("plan") != key:
             return [], True
         return [CalibrationRun.from_dict(r) for r in entry.get("runs", [])], False
+
+    def sheet(self, cell: str) -> CellSheet | None:
+        """``cell``'s sheet, made again from its kept plan and runs (so a sheet read is
+        always one of this perfguard's making); None when the cell was not calibrated."""
+        entry = self.cells.get(cell)
+        if entry is None:
+            return None
+        try:
+            plan = entry["plan"]
+            runs = [CalibrationRun.from_dict(r) for r in entry.get("runs", [])]
+            cap = entry.get("sheet", {}).get("max_pairs")
+            return sheet_of(
+                cell,
+                str(plan["mode"]),
+                str(plan["metric"]),
+                float(plan["limit"]),
+                runs,
+                None if cap is None else int(cap),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise StoreError(
+                f"calibration file {self.path}: the entry of {cell} cannot be read "
+                f"({type(exc).__name__}: {exc})",
+                expected="the plan, runs and sheet perfguard calibrate writes",
+                fix="calibrate the cell again with `perfguard calibrate --fresh -k ...` "
+                "(or move the file away)",
+            ) from exc
 
     def keep(
         self, cell: str, key: dict[str, Any], runs: Sequence[CalibrationRun], sheet: CellSheet
