@@ -167,6 +167,11 @@ class CellSheet:
         return data
 
 
+def _pct(fraction: float) -> str:
+    """A relative limit as a suite writes it: 0.05 -> +5%, 0.0083 -> +0.83%."""
+    return f"+{fraction * 100:.3g}%"
+
+
 def noise_per_pair(runs: Sequence[CalibrationRun]) -> float | None:
     """The spread of the A/A runs' log(ratio), scaled to one pair:
     ``sqrt(mean(pairs * log(ratio)^2))``; None with fewer than ``NOISE_RUNS`` A/A runs
@@ -243,10 +248,10 @@ def sheet_lines(sheet: CellSheet) -> list[str]:
     lines = [f"{sheet.cell} ({'same-run A/B' if sheet.mode == 'ab' else sheet.mode}, {gate})"]
     lines.append(f"  false alarms (A/A): {sheet.false_alarms.text()}")
     for size, t in sheet.caught:
-        lines.append(f"  planted +{size:.0%}: caught {t.text()}")
+        lines.append(f"  planted {_pct(size)}: caught {t.text()}")
     if sheet.smallest_caught is not None:
         lines.append(
-            f"  this runner sees >= +{sheet.smallest_caught:.0%} on {sheet.metric.upper()} "
+            f"  this runner sees >= {_pct(sheet.smallest_caught)} on {sheet.metric.upper()} "
             f"(caught in >= {CAUGHT_RATE:.0%} of runs)"
         )
     elif sheet.caught and min(t.n for _, t in sheet.caught) < CAUGHT_RUNS:
@@ -258,7 +263,7 @@ def sheet_lines(sheet: CellSheet) -> list[str]:
     elif sheet.caught:
         largest = sheet.caught[-1][0]
         lines.append(
-            f"  no planted size up to +{largest:.0%} was caught in {CAUGHT_RATE:.0%} of runs"
+            f"  no planted size up to {_pct(largest)} was caught in {CAUGHT_RATE:.0%} of runs"
         )
     if sheet.seconds_per_run is not None and sheet.pairs_per_run is not None:
         lines.append(
@@ -284,7 +289,7 @@ def _noise_lines(sheet: CellSheet) -> list[str]:
     if cap is not None:
         tight = sheet.tightest_limit
         lines.append(
-            f"  tightest limit that holds here: +{tight:.1%} (a change of twice it caught 19 "
+            f"  tightest limit that holds here: {_pct(tight)} (a change of twice it caught 19 "
             f"times in 20 within the gate's {cap} pairs)"
             if tight is not None
             else f"  no limit holds here: the noise hides a doubling within {cap} pairs"
@@ -292,7 +297,7 @@ def _noise_lines(sheet: CellSheet) -> list[str]:
     needs = []
     for lim, pairs in sheet.pairs_needed:
         over = f", over the gate's {cap}" if cap is not None and pairs > cap else ""
-        needs.append(f"+{lim:.0%} ~{pairs} pairs{over}")
+        needs.append(f"{_pct(lim)} ~{pairs} pairs{over}")
     lines.append("  pairs a limit needs (twice it caught 19 times in 20): " + "; ".join(needs))
     return lines
 
@@ -321,13 +326,13 @@ class CalibrationNote(Record):
         how = "same-run A/B" if self.mode == "ab" else "archived"
         figure = self.metric.upper()
         if self.sees is not None:
-            head = f"this runner sees >= +{self.sees:.0%} on {figure}"
+            head = f"this runner sees >= {_pct(self.sees)} on {figure}"
         else:
             head = f"this runner's calibration saw no planted {figure} slowdown 19 times in 20"
         also = [f"{self.false_alarms}/{self.aa_runs} A/A false alarms"]
         if self.tightest_limit is not None:
-            also.append(f"tightest limit that holds +{self.tightest_limit:.1%}")
-        return f"{head} ({how} at +{self.limit:.0%}: {', '.join(also)})"
+            also.append(f"tightest limit that holds {_pct(self.tightest_limit)}")
+        return f"{head} ({how} at {_pct(self.limit)}: {', '.join(also)})"
 
 
 def note_of(sheet: CellSheet, warning: str | None = None) -> CalibrationNote:
@@ -352,7 +357,7 @@ def limit_warning(sheet: CellSheet, metric: str, limit: float) -> str | None:
     sizes, each run 20 times or more, were none caught 19 times in 20; a false-alarm
     rate above 1 in 20 beyond doubt (its interval's lower end above 5%). A sheet of
     another figure says nothing of this gate: calibrate again."""
-    where = f"{sheet.cell}: its {metric.upper()} limit +{limit:.1%}"
+    where = f"{sheet.cell}: its {metric.upper()} limit {_pct(limit)}"
     redo = "`perfguard calibrate` again"
     if sheet.metric != metric:
         return (
@@ -362,8 +367,8 @@ def limit_warning(sheet: CellSheet, metric: str, limit: float) -> str | None:
     if sheet.tightest_limit is not None and limit < sheet.tightest_limit:
         return (
             f"{where} is tighter than this runner resolves: by its calibration (A/A noise) "
-            f"the tightest limit that holds is +{sheet.tightest_limit:.1%}, so a regression of "
-            f"twice +{limit:.1%} passes more than once in 20 runs. Fix: raise the limit to "
+            f"the tightest limit that holds is {_pct(sheet.tightest_limit)}, so a regression "
+            f"of twice {_pct(limit)} passes more than once in 20 runs. Fix: raise the limit to "
             f"{math.ceil(sheet.tightest_limit * 1000) / 1000:g} (`gates: [{{metric: {metric}, "
             f"limit: ...}}]`), or gate this cell on a quieter runner and calibrate it there"
         )
@@ -378,7 +383,7 @@ def limit_warning(sheet: CellSheet, metric: str, limit: float) -> str | None:
     if sheet.limit == limit and sized and sheet.smallest_caught is None:
         largest = sheet.caught[-1][0]
         return (
-            f"{where}: no planted slowdown up to +{largest:.0%} was caught 19 times in 20 by "
+            f"{where}: no planted slowdown up to {_pct(largest)} was caught 19 times in 20 by "
             "its calibration, so the gate misses most regressions here. Fix: gate this cell "
             f"on a quieter runner, or raise its limit and run {redo}"
         )

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from perfguard.core.policy import gate_metric, limit_unit
+from perfguard.judge.calibration import CalibrationNote
 from perfguard.records.declare import Codec, Record, spec
 from perfguard.records.opprofile import PROFILE_CODEC, OperatorProfile
 from perfguard.records.results import WordEnum
@@ -323,6 +324,9 @@ class ScenarioVerdict(Record):
     # in this run, interleaved request by request (``ab`` then holds the paired figures).
     mode: str = field(default="archived", metadata=spec(values=("archived", "ab")))
     ab: ABDetail | None = None
+    # What this runner's calibration sheet says of the cell's gate (perfguard calibrate);
+    # absent without a sheet, and in files written before it.
+    calibration: CalibrationNote | None = field(default=None, metadata=spec(omit="none"))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "verdict", VerdictKind(self.verdict))

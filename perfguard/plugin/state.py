@@ -50,6 +50,7 @@ from perfguard.plugin import pinning, xdist_transport
 from perfguard.plugin.items import ScenarioItem, SuiteFile, junit_properties
 from perfguard.plugin.settings import RunSettings
 from perfguard.plugin.sharding import check_plan, keep_shard, plan_items
+from perfguard.plugin.sheets import RunnerSheets
 from perfguard.plugin.terminal import ProgressPrinter, header_line, write_summary
 from perfguard.plugin.threads import ThreadWatch
 from perfguard.plugin.upfront import first_problem
@@ -165,6 +166,10 @@ class PerfguardSession:
         self._environment: Environment | None = None
         self._gatekeeper: Gatekeeper | None = None
         self.ab = ABRun(self.rootdir, settings.ab) if settings.ab is not None else None
+        # This runner's calibration sheets (perfguard calibrate), read when first needed.
+        self.sheets = RunnerSheets(
+            settings.judging.baseline_dir, lambda: self.environment.fingerprint
+        )
         self.measurer = CellMeasurer(
             self.ctx,
             isolate=settings.isolate,
@@ -315,6 +320,12 @@ class PerfguardSession:
     def pytest_collection_modifyitems(
         self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
+        if getattr(config, "workerinput", {}).get("workerid", "gw0") == "gw0":
+            # Said once per run: here, or by the first of the xdist workers.
+            cells = [getattr(item, "scenario", None) for item in items]
+            self.sheets.warn_tight(
+                (sc.scenario_id(self.rootdir), sc) for sc in cells if sc is not None
+            )
         shard = self.settings.shard
         if shard is None:
             return
@@ -419,6 +430,9 @@ class PerfguardSession:
         try:
             self._check_input_sizes(item.scenario)
             result, verdict = self.measurer.measure_and_judge(item.scenario)
+            note = self.sheets.note(verdict.scenario_id, item.scenario)
+            if note is not None:
+                verdict = replace(verdict, calibration=note)
         except _NOT_A_CELL_FAILURE:
             raise
         except BaseException as exc:

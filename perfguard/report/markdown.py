@@ -7,7 +7,8 @@ table per outcome worth reading (regressions, accuracy failures, errors and fail
 cells with their message, inconclusive cells, blind gates, improvements; a cell is in
 the table of its outcome and in that of each finding beside it, such as the
 inconclusive latency gate of a cell that failed accuracy; repeated same-reason cells
-such as ``new`` are one line). What GPU telemetry could not see
+such as ``new`` are one line), and what this runner's calibration sheet says of each
+calibrated cell (the limits tighter than it allows first). What GPU telemetry could not see
 (NVML off, throttling unreadable) is said once, before the tables. Each list is truncated to
 ``MAX_ROWS``, and the whole text, once escaped, is cut at whole lines to fit GitHub's
 comment limit (``COMMENT_LIMIT`` characters), ending with a line that says so and
@@ -174,6 +175,22 @@ def _uncaught(inp: ReportInput) -> list[str]:
     return [*lines, ""] if lines else []
 
 
+def _calibration(inp: ReportInput) -> list[str]:
+    """What this runner's calibration sheets say of the gated cells (perfguard calibrate),
+    one line per cell: the limits tighter than the sheet allows first, with their fix."""
+    notes = [(v.scenario_id, v.calibration) for v in inp.verdicts if v.calibration is not None]
+    notes.sort(key=lambda pair: pair[1].warning is None)
+    lines = []
+    for sid, note in notes[:MAX_ROWS]:
+        name = md_code(sid, MAX_NAME, in_table=False)
+        lines.append(f"- {name}: {md_text(note.text(), MAX_MESSAGE)}")
+        if note.warning is not None:
+            lines.append(f"  - **limit too tight**: {md_text(note.warning, 2 * MAX_MESSAGE)}")
+    if len(notes) > MAX_ROWS:
+        lines.append(f"- ... and {len(notes) - MAX_ROWS} more calibrated cells")
+    return ["**What this runner sees** (its calibration sheet)", "", *lines, ""] if lines else []
+
+
 def _also(cells: Sequence[CellOutcome]) -> list[str]:
     """Outcomes without a table (new, missing, incomparable, skipped): a grouped line each."""
     tabled = {o for o, _ in TABLES} | {Outcome.PASSED}
@@ -215,6 +232,7 @@ def render_markdown(inp: ReportInput, *, link: str | None = None) -> str:
         lines += _table(title, kind, cells, profiles)
     lines += _load_table(inp.run.scenarios)
     lines += _uncaught(inp)
+    lines += _calibration(inp)
     lines += _also(outcome.cells)
     return _fit(lines, link)
 

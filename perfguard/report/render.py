@@ -495,7 +495,10 @@ def _row(
     messages = [m for m in dict.fromkeys(messages) if m not in said]
     facts = [
         (k, v)
-        for k, v in _facts(cur, contention_limit) + _detectable_facts(verdict) + _ab_facts(verdict)
+        for k, v in _facts(cur, contention_limit)
+        + _detectable_facts(verdict)
+        + _ab_facts(verdict)
+        + _calibration_facts(verdict)
         if not (k == "message" and v in outcome.reason)
     ]
     return Row(
@@ -523,6 +526,17 @@ def _row(
         runtime=_runtime_rows(cur, base),
         facts=facts,
     )
+
+
+def _calibration_facts(verdict: ScenarioVerdict | None) -> list[tuple[str, str]]:
+    """What this runner's calibration sheet says of the cell's gate (perfguard calibrate)."""
+    note = verdict.calibration if verdict is not None else None
+    if note is None:
+        return []
+    facts = [("runner calibration", note.text())]
+    if note.warning is not None:
+        facts.append(("calibration warning", note.warning))
+    return facts
 
 
 def _ab_facts(verdict: ScenarioVerdict | None) -> list[tuple[str, str]]:

@@ -174,8 +174,8 @@ def test_a_limit_tighter_than_the_sheet_allows_is_warned_with_the_fix() -> None:
     assert limit_warning(sheet, "p95", tight * 1.01) is None
     message = limit_warning(sheet, "p95", tight * 0.5)
     assert message is not None
-    assert message.startswith(f"s.yaml::cnn: its P95 limit +{tight * 0.5:.1%} is tighter than")
-    assert f"the tightest limit that holds is +{tight:.1%}" in message
+    assert message.startswith(f"s.yaml::cnn: its P95 limit +{tight * 50:.3g}% is tighter than")
+    assert f"the tightest limit that holds is +{tight * 100:.3g}%" in message
     assert "Fix: raise the limit to 0.00" in message
 
 

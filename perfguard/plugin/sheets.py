@@ -1,0 +1,96 @@
+"""This runner's calibration sheets in a ``pytest --perfguard`` run (issue 31).
+
+``perfguard calibrate`` keeps each cell's sheet in
+``<baseline-dir>/<fingerprint>/calibration.json`` (:mod:`perfguard.judge.calibration`).
+A run reads the file of its own fingerprint once per process, and
+
+* at collection, warns (``CalibrationWarning``) for each collected cell whose gated
+  latency limit is tighter than its sheet allows (``limit_warning``), with the fix;
+* gives each of those cells' verdicts the sheet's headline (``CalibrationNote``), which
+  the report and the pull-request summary show.
+
+No sheet, no word: a runner never calibrated runs as before. A calibration file that
+cannot be read is one warning naming it, never a failed run (the gate does not depend
+on it).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from perfguard.ab.abrun import latency_gate
+from perfguard.core.errors import PerfguardWarning, StoreError
+from perfguard.core.scenario import Scenario
+from perfguard.judge.calibration import (
+    CalibrationFile,
+    CalibrationNote,
+    limit_warning,
+    note_of,
+)
+
+__all__ = ["CalibrationWarning", "RunnerSheets"]
+
+
+class CalibrationWarning(PerfguardWarning):
+    """A cell's limit is tighter than this runner's calibration sheet allows, or the
+    sheet cannot be read."""
+
+
+class RunnerSheets:
+    """The sheets of ``baseline_dir``'s folder for this machine's ``fingerprint`` (called
+    when first needed)."""
+
+    def __init__(self, baseline_dir: Path, fingerprint: Callable[[], str]) -> None:
+        self._baseline_dir = baseline_dir
+        self._fingerprint = fingerprint
+        self._file: CalibrationFile | None = None
+        self._read = False
+
+    def _store(self) -> CalibrationFile | None:
+        if not self._read:
+            self._read = True
+            try:
+                self._file = CalibrationFile(self._baseline_dir, self._fingerprint())
+            except StoreError as exc:
+                warnings.warn(
+                    CalibrationWarning(f"{exc} (its sheets are not used in this run)"),
+                    stacklevel=2,
+                )
+        return self._file
+
+    def warning(self, sid: str, scenario: Scenario) -> str | None:
+        """Why ``scenario``'s gate is tighter than its sheet allows, or None (no sheet,
+        or a limit the sheet holds)."""
+        store = self._store()
+        if store is None:
+            return None
+        try:
+            sheet = store.sheet(sid)
+        except StoreError as exc:
+            return str(exc)
+        if sheet is None:
+            return None
+        metric, limit = latency_gate(scenario)
+        return limit_warning(sheet, metric, limit)
+
+    def warn_tight(self, cells: Iterable[tuple[str, Scenario]]) -> None:
+        """One ``CalibrationWarning`` per cell whose limit its sheet does not hold."""
+        for sid, scenario in cells:
+            message = self.warning(sid, scenario)
+            if message is not None:
+                warnings.warn(CalibrationWarning(message), stacklevel=2)
+
+    def note(self, sid: str, scenario: Scenario) -> CalibrationNote | None:
+        """The headline a verdict of ``scenario`` carries; None without a sheet."""
+        store = self._store()
+        if store is None:
+            return None
+        try:
+            sheet = store.sheet(sid)
+        except StoreError:
+            return None  # said at collection
+        if sheet is None:
+            return None
+        return note_of(sheet, self.warning(sid, scenario))
