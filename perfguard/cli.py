@@ -24,7 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from perfguard.ab.bisect import bisect
-from perfguard.ab.calibrate import CalibrationPlan, calibrate_command, select_cells
+from perfguard.ab.calibrate import (
+    CalibrationPlan,
+    calibrate_command,
+    check_command,
+    select_cells,
+)
 from perfguard.baseline import git as gitinfo
 from perfguard.baseline.read import pooled_run, read_baseline_file
 from perfguard.baseline.store import (
@@ -457,6 +462,13 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     )
     ctx = RunContext(rootdir=rootdir, cache_dir=rootdir / CACHE_DIR)
     store = CalibrationFile(Path(args.baseline_dir), _this_environment().fingerprint)
+    if args.check is not None:
+        found, unchecked = check_command(
+            cells, ctx, store, runs=args.check, budget_s=plan.budget_s, seed=args.seed
+        )
+        if any(d.drifted for d in found):
+            return 1
+        return 2 if unchecked else 0
     _, failed = calibrate_command(cells, ctx, plan, store, fresh=args.fresh)
     return 2 if failed else 0
 
@@ -499,6 +511,12 @@ def _confidence(text: str) -> float:
 def _count(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 0")
+    return int(text)
+
+
+def _runs(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of runs >= 1")
     return int(text)
 
 
@@ -1012,6 +1030,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=0, help="the runs' order and pairs (default 0)")
     p.add_argument("--fresh", action="store_true", help="drop the runs kept from before")
+    p.add_argument(
+        "--check",
+        type=_runs,
+        nargs="?",
+        const=10,
+        metavar="RUNS",
+        help="check the runner against its sheets instead: RUNS A/A runs per calibrated cell "
+        "(default 10); exit 1 when its noise drifted",
+    )
     p = command(sub, "env", _cmd_env, "this machine's environment fingerprint")
     p.add_argument("--json", action="store_true", help="print it as JSON")
 

@@ -40,9 +40,12 @@ from perfguard.core.errors import PerfguardError, StoreError
 from perfguard.core.policy import LATENCY_QS
 from perfguard.core.scenario import Scenario
 from perfguard.judge.calibration import (
+    CAUGHT_RUNS,
     CalibrationFile,
     CalibrationRun,
     CellSheet,
+    Drift,
+    drift_of,
     sheet_lines,
     sheet_of,
 )
@@ -55,6 +58,7 @@ __all__ = [
     "CalibrationPlan",
     "calibrate_cell",
     "calibrate_command",
+    "check_command",
     "select_cells",
     "sheet_for",
     "why_not_calibrated",
@@ -280,6 +284,58 @@ def calibrate_command(
         )
     write(f"calibration: {store.path}")
     return sheets, failed
+
+
+def check_command(
+    cells: Sequence[Scenario],
+    ctx: RunContext,
+    store: CalibrationFile,
+    *,
+    runs: int,
+    budget_s: float,
+    seed: int = 0,
+    write: Callable[[str], None] = print,
+) -> tuple[list[Drift], list[str]]:
+    """``perfguard calibrate --check``: ``runs`` A/A runs of each calibrated cell, checked
+    against its sheet (:func:`perfguard.judge.calibration.drift_of`) and kept in its
+    history. The findings, and the ids of the cells that could not be checked (no sheet,
+    too few A/A runs in it, or runs that failed)."""
+    deadline = time.monotonic() + budget_s
+    found: list[Drift] = []
+    unchecked: list[str] = []
+    for scenario in cells:
+        sid = scenario.scenario_id(ctx.rootdir)
+        sheet = store.sheet(sid)
+        why = why_not_calibrated(scenario, ctx)
+        if why is not None or sheet is None or sheet.noise_per_pair is None:
+            if sheet is None and why is None:
+                why = "it has no sheet on this runner: run `perfguard calibrate` on it first"
+            elif why is None:
+                why = f"its sheet has too few A/A runs: calibrate it with --aa {CAUGHT_RUNS}"
+            write(f"not checked: {sid}: {why}")
+            unchecked.append(sid)
+            continue
+        made: list[CalibrationRun] = []
+        # Seeds of their own: a check never repeats the calibration's pairs.
+        first = seed + 1_000_003 * (store.checks(sid) + 1)
+        try:
+            calibrate_cell(
+                scenario, ctx, [0.0] * runs, seed=first, deadline=deadline, on_run=made.append
+            )
+        except PerfguardError as exc:
+            write(f"not checked: {sid}: its runs failed: {first_line(exc)}")
+            unchecked.append(sid)
+            continue
+        drift = drift_of(sheet, made)
+        if drift is None:
+            write(f"not checked: {sid}: the budget ran out before its first run")
+            unchecked.append(sid)
+            continue
+        store.keep_check(sid, drift, made)
+        found.append(drift)
+        write(drift.text())
+    write(f"calibration: {store.path}")
+    return found, unchecked
 
 
 class _Progress:

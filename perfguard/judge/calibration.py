@@ -28,6 +28,7 @@ Everything here is plain data from figures (``judge/`` needs nothing of ``measur
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import statistics
@@ -50,7 +51,10 @@ __all__ = [
     "TARGET_LIMITS",
     "CalibrationRun",
     "CellSheet",
+    "DRIFT_P",
+    "Drift",
     "Tally",
+    "drift_of",
     "limit_warning",
     "noise_per_pair",
     "note_of",
@@ -74,6 +78,8 @@ _VERSION = 1
 NOISE_RUNS = 5
 #: The limits whose cost every sheet states, beside the cell's own.
 TARGET_LIMITS = (0.02, 0.05)
+#: A check's p-value below which the runner has drifted from its sheet.
+DRIFT_P = 0.01
 #: Standard deviations of noise that "caught 19 times in 20" asks for (one-sided).
 _Z = statistics.NormalDist().inv_cdf(CAUGHT_RATE)
 
@@ -172,16 +178,26 @@ def _pct(fraction: float) -> str:
     return f"+{fraction * 100:.3g}%"
 
 
+def _aa_ratios(runs: Sequence[CalibrationRun]) -> list[tuple[int, float]]:
+    """(pairs, ratio) of each A/A run that has a ratio."""
+    return [
+        (r.pairs, r.ratio)
+        for r in runs
+        if r.planted == 0 and r.ratio is not None and r.ratio > 0 and r.pairs > 0
+    ]
+
+
+def _rms_noise(aa: Sequence[tuple[int, float]]) -> float:
+    return math.sqrt(statistics.fmean(pairs * math.log(ratio) ** 2 for pairs, ratio in aa))
+
+
 def noise_per_pair(runs: Sequence[CalibrationRun]) -> float | None:
     """The spread of the A/A runs' log(ratio), scaled to one pair:
     ``sqrt(mean(pairs * log(ratio)^2))``; None with fewer than ``NOISE_RUNS`` A/A runs
     that have a ratio. Not centred: a bias between two identical sides is noise to the
     gate as much as the spread is."""
-    aa = [r for r in runs if r.planted == 0 and r.ratio is not None and r.ratio > 0]
-    aa = [r for r in aa if r.pairs > 0]
-    if len(aa) < NOISE_RUNS:
-        return None
-    return math.sqrt(statistics.fmean(r.pairs * math.log(r.ratio) ** 2 for r in aa))  # type: ignore[arg-type]
+    aa = _aa_ratios(runs)
+    return _rms_noise(aa) if len(aa) >= NOISE_RUNS else None
 
 
 def pairs_for(noise: float, limit: float) -> int:
@@ -300,6 +316,87 @@ def _noise_lines(sheet: CellSheet) -> list[str]:
         needs.append(f"{_pct(lim)} ~{pairs} pairs{over}")
     lines.append("  pairs a limit needs (twice it caught 19 times in 20): " + "; ".join(needs))
     return lines
+
+
+@dataclass(frozen=True)
+class Drift:
+    """A small A/A sample checked against a cell's sheet (``perfguard calibrate --check``).
+
+    ``noise`` is the sample's noise per pair (``noise_per_pair``), ``sheet_noise`` the
+    sheet's; ``p_noisier`` the chance of a spread this large or larger were the noise
+    still the sheet's (the sum over runs of ``pairs * log(ratio)^2 / sheet_noise^2`` is
+    chi-square with one degree per run), ``p_quieter`` of one this small or smaller;
+    ``p_alarms`` the chance of this many false alarms or more at the sheet's rate (at
+    least 1 in 20). ``drifted``: noisier or crying wolf beyond ``DRIFT_P``."""
+
+    cell: str
+    runs: int
+    noise: float
+    sheet_noise: float
+    p_noisier: float
+    p_quieter: float
+    false_alarms: int
+    p_alarms: float
+
+    @property
+    def drifted(self) -> bool:
+        return self.p_noisier < DRIFT_P or self.p_alarms < DRIFT_P
+
+    @property
+    def quieter(self) -> bool:
+        return self.p_quieter < DRIFT_P
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "drifted": self.drifted, "quieter": self.quieter}
+
+    def text(self) -> str:
+        """One line: the check's finding and what to do."""
+        at = 200
+        spread = (
+            f"A/A noise +-{self.noise / math.sqrt(at):.2%} at {at} pairs against "
+            f"+-{self.sheet_noise / math.sqrt(at):.2%} in its sheet "
+            f"(p {self.p_noisier:.3g} of so much noise); "
+            f"{self.false_alarms}/{self.runs} false alarms (p {self.p_alarms:.3g})"
+        )
+        if self.drifted:
+            return (
+                f"{self.cell}: DRIFTED: {spread}. Fix: find what changed on the runner "
+                "(neighbours, clocks, driver, power), then `perfguard calibrate --fresh` "
+                "this cell so its sheet and the limits checked against it are this "
+                "runner's again"
+            )
+        if self.quieter:
+            return (
+                f"{self.cell}: quieter than its sheet: {spread}; `perfguard calibrate --fresh` "
+                "would allow tighter limits"
+            )
+        return f"{self.cell}: holds: {spread}"
+
+
+def drift_of(sheet: CellSheet, runs: Sequence[CalibrationRun]) -> Drift | None:
+    """The A/A ``runs`` of a check against ``sheet``; None when the sheet has no noise
+    figure or the check no A/A run with a ratio."""
+    from scipy.stats import binom, chi2
+
+    aa = _aa_ratios(runs)
+    if sheet.noise_per_pair is None or not aa:
+        return None
+    noise = _rms_noise(aa)  # a chi-square of len(aa) degrees however few they are
+    k = len(aa)
+    stat = k * noise**2 / sheet.noise_per_pair**2
+    trials = sum(r.planted == 0 for r in runs)
+    alarms = sum(r.alarm for r in runs if r.planted == 0)
+    rate = max(1 - CAUGHT_RATE, sheet.false_alarms.k / max(sheet.false_alarms.n, 1))
+    return Drift(
+        cell=sheet.cell,
+        runs=trials,
+        noise=noise,
+        sheet_noise=sheet.noise_per_pair,
+        p_noisier=float(chi2.sf(stat, k)),
+        p_quieter=float(chi2.cdf(stat, k)),
+        false_alarms=alarms,
+        p_alarms=float(binom.sf(alarms - 1, trials, rate)),
+    )
 
 
 @dataclass(frozen=True)
@@ -453,11 +550,33 @@ class CalibrationFile:
     def keep(
         self, cell: str, key: dict[str, Any], runs: Sequence[CalibrationRun], sheet: CellSheet
     ) -> None:
+        before = self.cells.get(cell, {})
         self.cells[cell] = {
             "plan": key,
             "runs": [r.to_dict() for r in runs],
             "sheet": sheet.to_dict(),
+            # The checks of this sheet (perfguard calibrate --check); a new plan drops them.
+            "checks": before.get("checks", []) if before.get("plan") == key else [],
         }
+        self._write()
+
+    def keep_check(self, cell: str, drift: Drift, runs: Sequence[CalibrationRun]) -> None:
+        """Add a check of ``cell``'s sheet (its A/A runs and finding) to its history."""
+        entry = self.cells[cell]
+        entry.setdefault("checks", []).append(
+            {
+                "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "finding": drift.to_dict(),
+                "runs": [r.to_dict() for r in runs],
+            }
+        )
+        self._write()
+
+    def checks(self, cell: str) -> int:
+        """How many checks ``cell``'s sheet has had."""
+        return len(self.cells.get(cell, {}).get("checks", []))
+
+    def _write(self) -> None:
         data = {"version": _VERSION, "fingerprint": self.fingerprint, "cells": self.cells}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(self.path, json.dumps(data, indent=1, sort_keys=True) + "\n")

@@ -165,3 +165,31 @@ def test_a_cell_that_fails_is_reported_and_the_others_keep_their_runs(
     cells = json.loads(path.read_text())["cells"]
     assert len(cells["suites/s.yaml::other"]["runs"]) == 1
     assert cells["suites/s.yaml::broken"]["runs"] == []
+
+
+def test_a_check_runs_aa_against_the_sheet_flags_drift_and_keeps_its_history(
+    suite: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = suite.parent.parent
+    monkeypatch.chdir(root)
+    assert main(["calibrate", "suites", "-k", "cnn", "--aa", "5", "--planted", "0"]) == 0
+    (path,) = (root / "baselines").glob("*/calibration.json")
+    data = json.loads(path.read_text())
+    # A sheet that claims a runner far quieter than any real one: the check must say so.
+    for run in data["cells"]["suites/s.yaml::cnn"]["runs"]:
+        run["ratio"] = 1.00001
+    path.write_text(json.dumps(data))
+    capsys.readouterr()
+    status = main(["calibrate", "suites", "-k", "cnn or other", "--check", "3"])
+    out = capsys.readouterr().out
+    assert status == 1, out
+    assert "suites/s.yaml::cnn: DRIFTED: A/A noise +-" in out
+    assert "not checked: suites/s.yaml::other: it has no sheet on this runner" in out
+    (check,) = json.loads(path.read_text())["cells"]["suites/s.yaml::cnn"]["checks"]
+    assert check["finding"]["drifted"] is True and len(check["runs"]) == 3 and check["at"]
+    # A new plan for the cell (other sizes) starts its sheet, and its checks, again.
+    assert main(["calibrate", "suites", "-k", "cnn", "--aa", "5", "--planted", "0",
+                 "--sizes", "0.5", "--budget", "0"]) == 0  # fmt: skip
+    assert json.loads(path.read_text())["cells"]["suites/s.yaml::cnn"]["checks"] == []
+    assert main(["calibrate", "suites", "--check", "0"]) == 2
+    assert "'0' is not a number of runs >= 1" in capsys.readouterr().err

@@ -19,6 +19,7 @@ from perfguard.judge.calibration import (
     CalibrationNote,
     CalibrationRun,
     CellSheet,
+    drift_of,
     limit_warning,
     noise_per_pair,
     note_of,
@@ -137,8 +138,12 @@ def test_a_gate_at_the_modelled_pairs_catches_twice_its_limit_19_times_in_20() -
     assert 0.9 <= sum(caught) / len(caught) <= 1.0
 
 
+def _aa(spread: float, n: int) -> list[CalibrationRun]:
+    return [CalibrationRun(0.0, "unchanged", 1.0 + spread * (-1) ** i, 400, 5.0) for i in range(n)]
+
+
 def _sheet(limit: float = 0.05, aa_alarms: int = 0, caught: int = 20) -> CellSheet:
-    aa = [CalibrationRun(0.0, "unchanged", 1.0 + d, 400, 5.0) for d in (0.01, -0.01) * 10]
+    aa = _aa(0.01, 20)
     aa = [replace(r, verdict="regression") if i < aa_alarms else r for i, r in enumerate(aa)]
     return sheet_of(
         "s.yaml::cnn",
@@ -215,3 +220,42 @@ def test_a_calibration_file_gives_each_cells_sheet_and_names_a_broken_entry(
     again.cells["broken"] = {"plan": {"mode": "ab"}, "runs": []}
     with pytest.raises(StoreError, match=r"the entry of broken cannot be read \(KeyError"):
         again.sheet("broken")
+
+
+# --- a check of the runner against its sheet -------------------------------------------
+
+
+def _noisy_aa(rng: np.random.Generator, noise: float, n: int, pairs: int = 300) -> list:
+    ratios = np.exp(rng.normal(0.0, noise / np.sqrt(pairs), n))
+    return [CalibrationRun(0.0, "unchanged", float(r), pairs, 4.0) for r in ratios]
+
+
+def test_a_check_of_the_sheets_own_noise_holds_and_twice_or_half_of_it_is_flagged() -> None:
+    rng = np.random.default_rng(11)
+    sheet = sheet_of("c", "ab", "p95", 0.05, _noisy_aa(rng, 0.3, 40), max_pairs=3000)
+    assert sheet.noise_per_pair is not None
+    same = [drift_of(sheet, _noisy_aa(rng, sheet.noise_per_pair, 10)) for _ in range(300)]
+    assert sum(d is not None and d.drifted for d in same) / 300 <= 0.04  # DRIFT_P is 1%
+    noisier = [drift_of(sheet, _noisy_aa(rng, 3 * sheet.noise_per_pair, 10)) for _ in range(100)]
+    assert sum(d is not None and d.drifted for d in noisier) >= 90
+    quieter = [drift_of(sheet, _noisy_aa(rng, sheet.noise_per_pair / 3, 10)) for _ in range(100)]
+    assert sum(d is not None and d.quieter and not d.drifted for d in quieter) >= 90
+    drift = noisier[0]
+    assert drift is not None and drift.text().startswith("c: DRIFTED: A/A noise +-")
+    assert "perfguard calibrate --fresh" in drift.text()
+    assert drift.to_dict()["drifted"] is True and drift.to_dict()["runs"] == 10
+
+
+def test_a_check_that_cries_wolf_is_flagged_even_at_the_sheets_noise() -> None:
+    sheet = _sheet()
+    assert sheet.noise_per_pair is not None
+    runs = _aa(0.01, 5)
+    wolf = [replace(r, verdict="regression") if i < 3 else r for i, r in enumerate(runs)]
+    calm = drift_of(sheet, runs)
+    loud = drift_of(sheet, wolf)
+    assert calm is not None and not calm.drifted and calm.text().startswith("s.yaml::cnn: holds")
+    assert loud is not None and loud.drifted and loud.false_alarms == 3
+    assert loud.p_alarms == pytest.approx(binom.sf(2, 5, 0.05))
+    # Nothing to check against: a sheet without noise, or a check without a ratio.
+    assert drift_of(sheet_of("c", "ab", "p95", 0.05, []), runs) is None
+    assert drift_of(sheet, [replace(runs[0], ratio=None)]) is None
