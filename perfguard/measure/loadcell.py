@@ -59,6 +59,7 @@ from perfguard.measure.levelfigures import SATURATED, LevelFigures, kept_up, lev
 from perfguard.measure.loadgen import Batching, LoadLog, Worker, closed_loop, open_loop, schedule
 from perfguard.measure.memory import PeakMemory
 from perfguard.measure.opencell import RunContext, open_session
+from perfguard.measure.plant import Plant
 from perfguard.models.inputs import make_inputs
 from perfguard.records.figures import RuntimeInfo, summarize
 from perfguard.records.loadfigures import (
@@ -91,6 +92,8 @@ class LoadCell(Protocol):
     #: A generative cell's requests (its session, prompts and tokens per request); a
     #: cell's runtime session otherwise.
     requests: GenerativeRequests | None
+    #: A calibration's planted slowdown in each request (``perfguard.measure.plant``).
+    plant: Plant | None
 
     @property
     def session(self) -> Session: ...
@@ -181,9 +184,14 @@ class LoadRunner:
         own = getattr(session, "worker_calls", None)
         if own is not None:
             calls, sync = own(prepared)
-            return Worker(calls=calls, synchronize=sync)
-        calls = {k: functools.partial(session.run, p) for k, p in prepared.items()}
-        return Worker(calls=calls, synchronize=session.synchronize)
+        else:
+            calls = {k: functools.partial(session.run, p) for k, p in prepared.items()}
+            sync = session.synchronize
+        plant = self.run.plant
+        if plant is not None:  # inside each request, after its own sync; the GIL let go
+            calls = {k: plant.wrap(c, sync, yielding=True) for k, c in calls.items()}
+            sync = None
+        return Worker(calls=calls, synchronize=sync)
 
     def _streaming_worker(self, index: int) -> Worker:
         """A generative cell's worker ``index``: one request per call, its tokens stamped

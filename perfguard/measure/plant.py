@@ -31,9 +31,17 @@ __all__ = ["MAX_FRACTION", "Plant", "spin_until"]
 MAX_FRACTION = 4.0
 
 
-def spin_until(deadline_ns: int) -> None:
-    """Busy-wait until ``time.perf_counter_ns()`` reaches ``deadline_ns``."""
+def spin_until(deadline_ns: int, *, yielding: bool = False) -> None:
+    """Busy-wait until ``time.perf_counter_ns()`` reaches ``deadline_ns``; ``yielding``
+    lets go of the GIL at every turn (``time.sleep(0)``), so the other clients' threads
+    of a cell under load run meanwhile: a planted request of one client must slow that
+    client, not stall the others at Python's 5 ms switch interval."""
     clock = time.perf_counter_ns
+    if yielding:
+        pause = time.sleep
+        while clock() < deadline_ns:
+            pause(0)
+        return
     while clock() < deadline_ns:
         pass
 
@@ -52,9 +60,17 @@ class Plant:
                 f"(0, {MAX_FRACTION:g}] of each request's own time"
             )
 
-    def wrap(self, call: Callable[[], object], sync: Callable[[], None]) -> Callable[[], object]:
-        """``call`` then ``sync``, then the busy-wait: one planted request (its caller
-        times it as one, with no ``sync`` of its own)."""
+    def wrap(
+        self,
+        call: Callable[[], object],
+        sync: Callable[[], None] | None,
+        *,
+        yielding: bool = False,
+    ) -> Callable[[], object]:
+        """``call`` then ``sync`` (None: nothing to wait for), then the busy-wait: one
+        planted request (its caller times it as one, with no ``sync`` of its own).
+        ``yielding``: the wait lets go of the GIL (``spin_until``), for requests made
+        from several threads at once."""
         clock = time.perf_counter_ns
         fraction = self.fraction
         spun = self.spun_ns.append
@@ -62,10 +78,11 @@ class Plant:
         def planted() -> object:
             start = clock()
             out = call()
-            sync()
+            if sync is not None:
+                sync()
             done = clock()
             wait = int((done - start) * fraction)
-            spin_until(done + wait)
+            spin_until(done + wait, yielding=yielding)
             spun(wait)
             return out
 

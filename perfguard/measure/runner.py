@@ -36,19 +36,24 @@ from perfguard.measure.gpuwatch import GpuWatch, is_out_of_memory
 from perfguard.measure.loadcell import LoadRunner, measure_load
 from perfguard.measure.memory import PeakMemory
 from perfguard.measure.opencell import RunContext, open_session
+from perfguard.measure.plant import Plant
 from perfguard.measure.timing import Measurement, measure
 from perfguard.records.figures import RuntimeInfo, summarize
 from perfguard.records.results import ScenarioResult
 
 
 def run_loop(
-    scenario: Scenario, session: Session | GenerativeSession, prepared: object
+    scenario: Scenario,
+    session: Session | GenerativeSession,
+    prepared: object,
+    plant: Plant | None = None,
 ) -> Measurement:
     """Warm up and time the scenario; a model error becomes a located ``ModelError``.
 
     ``session`` is a ``Session`` and ``prepared`` its prepared inputs, or a generative
     cell's ``GenerativeSession`` and ``prepared`` its ``GenerativeRequests`` (the call
-    timed: each request stamps its own tokens)."""
+    timed: each request stamps its own tokens). ``plant``: a slowdown planted in each
+    request of a session (a calibration's, :mod:`perfguard.measure.plant`)."""
     call: Callable[[], object]
     sync: Callable[[], None] | None = None
     if isinstance(prepared, GenerativeRequests):
@@ -58,6 +63,8 @@ def run_loop(
         # partial, not a closure: one less Python frame inside every timed request.
         call = functools.partial(plain.run, prepared)
         sync = plain.synchronize
+        if plant is not None:  # the wait is inside the request, after its own sync
+            call, sync = plant.wrap(call, sync), None
     try:
         return measure(
             call,
@@ -137,9 +144,17 @@ class ScenarioRun:
         scenario: Scenario,
         ctx: RunContext,
         calibration: Sequence[Mapping[str, np.ndarray]] | None = None,
+        plant: Plant | None = None,
     ) -> None:
+        if plant is not None and scenario.generate is not None:
+            raise ValueError(
+                f"a planted slowdown in {scenario.item_name}, which generates: planting per "
+                "token is not built"
+            )
         self.scenario = scenario
         self.ctx = ctx
+        #: A calibration's planted slowdown in each request (timed loop and load levels).
+        self.plant = plant
         self.memory = PeakMemory()
         self.memory.start()
         self.calibration = calibration
@@ -213,7 +228,7 @@ class ScenarioRun:
         probe = CanaryProbe()
         probe.sample()
         with GpuWatch(self.scenario, self.session) as watch:
-            result = run_loop(self.scenario, self.session, self.prepared)
+            result = run_loop(self.scenario, self.session, self.prepared, self.plant)
         probe.sample()
         canary = probe.result()
         self.check_final_outputs()

@@ -112,17 +112,18 @@ class _Cell:
     """An open cell: a :class:`ScenarioRun` (its session open) until closed."""
 
     def __init__(self, scenario: Scenario, ctx: RunContext, plant: Plant | None = None) -> None:
-        if plant is not None and (scenario.generate is not None or scenario.load is not None):
+        if plant is not None and scenario.generate is not None:
             raise ProtocolError(
-                f"`open` asked to plant a slowdown in {scenario.item_name}, which "
-                + ("generates" if scenario.generate is not None else "is under `load:`"),
-                expected="a planted slowdown in a cell timed request by request",
-                fix="plant slowdowns in single-request cells (planting per token and per "
-                "load request is not built yet)",
+                f"`open` asked to plant a slowdown in {scenario.item_name}, which generates",
+                expected="a planted slowdown in a cell whose requests are model calls",
+                fix="plant slowdowns in cells that do not generate (planting per token is "
+                "not built yet)",
             )
         self.scenario = scenario
         self.plant = plant
-        self.run = ScenarioRun(scenario, ctx)
+        # The plant slows the cell's own timed loop and load levels (``result``, load
+        # ops) too; ``measure``/``pairs`` time ``call``, planted below.
+        self.run = ScenarioRun(scenario, ctx, plant=plant)
         self._load: LoadRunner | None = None
         self.batch = self.run.batch
         #: A generative cell answers only ``GENERATIVE_OPS`` (``_open_cell`` refuses the
@@ -144,7 +145,7 @@ class _Cell:
         self.call = functools.partial(self.session.run, self.prepared)
         self.sync = self.session.synchronize
         if plant is not None:  # the wait is inside the request, after its own sync
-            self.call = plant.wrap(self.call, self.sync or _noop)
+            self.call = plant.wrap(self.call, self.sync)
             self.sync = None
 
     @property

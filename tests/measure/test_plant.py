@@ -3,13 +3,23 @@ its own time inside the request, on a quiet machine and beside a busy neighbour.
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from perfguard.core.scenario import GenerateSpec, Scenario
+from perfguard.measure.loadcell import LoadRunner
+from perfguard.measure.opencell import RunContext
 from perfguard.measure.plant import MAX_FRACTION, Plant, spin_until
+from perfguard.measure.runner import ScenarioRun, run_loop
+from perfguard.suite.loader import load_suite
+from tests.helpers.models import TINY_MODELS
 from tests.helpers.processes import busy_neighbour
 
 
@@ -63,3 +73,90 @@ def test_the_sync_is_part_of_the_request_the_fraction_is_of() -> None:
 def test_a_plant_outside_its_range_is_refused(fraction: float) -> None:
     with pytest.raises(ValueError, match="fraction in"):
         Plant(fraction)
+
+
+# --- a plant inside a whole cell: its timed loop and its load levels -------------------
+
+PLANTED_SUITE = """\
+defaults:
+  warmup: {iterations: 5, seconds: 0}
+  measure: {iterations: 100, seconds: 0}
+  threads: 1
+models:
+  mlp:
+    factory: tinymodels:mlp
+    inputs:
+      x: {shape: [2, 8], dtype: float32}
+scenarios:
+  - {name: plain, model: mlp}
+  - {name: busy, model: mlp, load: {concurrency: 2}}
+"""
+
+
+def _cells(tmp_path: Path) -> dict[str, Scenario]:
+    (tmp_path / "tinymodels.py").write_text(TINY_MODELS)
+    (tmp_path / "s.yaml").write_text(PLANTED_SUITE)
+    return {sc.item_name: sc for sc in load_suite(tmp_path / "s.yaml").scenarios}
+
+
+def test_a_cells_own_timed_loop_holds_its_plant_in_every_sample(tmp_path: Path) -> None:
+    """The worker's `result` (a whole measurement, as an archived calibration makes it):
+    every timed sample holds a wait of the fraction of its own time."""
+    plant = Plant(0.25)
+    ctx = RunContext(tmp_path, tmp_path / "cache")
+    with ScenarioRun(_cells(tmp_path)["plain"], ctx, plant=plant) as run:
+        measured = run_loop(run.scenario, run.session, run.prepared, plant)
+    samples = [int(s) for s in measured.samples_ns]
+    waits = plant.take()[-len(samples) :]  # the warm-up's come first
+    assert len(waits) == len(samples) == 100
+    for sample, wait in zip(samples, waits, strict=True):
+        assert wait > 0 and sample >= wait * (1 + 0.25) / 0.25
+
+
+def test_a_load_cells_clients_make_planted_requests(tmp_path: Path) -> None:
+    plant = Plant(0.5)
+    ctx = RunContext(tmp_path, tmp_path / "cache")
+    with ScenarioRun(_cells(tmp_path)["busy[c2]"], ctx, plant=plant) as run:
+        worker = LoadRunner(run)._worker(1)  # a client of its own (its own session)
+        assert worker.synchronize is None  # the sync is inside the planted request
+        plant.take()  # the session's first call, made alone before any load
+        for _ in range(20):
+            worker.calls[1]()
+    waits = plant.take()
+    assert len(waits) == 20 and all(w > 0 for w in waits)
+
+
+def _turns_beside(spin: Callable[[], None]) -> int:
+    """How many turns another thread gets while ``spin`` runs."""
+    turns = 0
+    stop = threading.Event()
+
+    def tick() -> None:
+        nonlocal turns
+        while not stop.is_set():
+            turns += 1
+            time.sleep(0)
+
+    other = threading.Thread(target=tick)
+    other.start()
+    try:
+        spin()
+    finally:
+        stop.set()
+        other.join()
+    return turns
+
+
+def test_a_yielding_wait_lets_the_other_clients_threads_run() -> None:
+    """A load cell's clients are threads of one process: a planted wait that held the
+    GIL would stall the others (Python hands it over every 5 ms only)."""
+    held = _turns_beside(lambda: spin_until(time.perf_counter_ns() + 50_000_000))
+    shared = _turns_beside(lambda: spin_until(time.perf_counter_ns() + 50_000_000, yielding=True))
+    assert shared > 3 * max(held, 1)  # measured here: 700-770 against 9-87
+
+
+def test_a_generative_cell_refuses_a_plant_before_anything_opens(tmp_path: Path) -> None:
+    plain = _cells(tmp_path)["plain"]
+    generating = replace(plain, generate=GenerateSpec(prompt_tokens=4, new_tokens=2))
+    with pytest.raises(ValueError, match="which generates: planting per token is not built"):
+        ScenarioRun(generating, RunContext(tmp_path, tmp_path / "cache"), plant=Plant(0.1))

@@ -705,7 +705,7 @@ def test_generative_cells_answer_measure_and_pairs_with_token_times(
 def test_a_planted_slot_waits_its_fraction_inside_each_timed_request(tmp_path: Path) -> None:
     """`open` with `plant` (a calibration's planted slowdown): every request of that slot,
     in `pairs` and `measure`, holds a wait of the fraction of its own time; the other
-    slot is untouched; a cell under load refuses a plant."""
+    slot is untouched; a cell under load takes a plant too (its load levels are planted)."""
     (tmp_path / "wmodels.py").write_text(MODELS)
     path = tmp_path / "p.yaml"
     path.write_text(
@@ -731,12 +731,12 @@ def test_a_planted_slot_waits_its_fraction_inside_each_timed_request(tmp_path: P
             assert wait > 0 and sample >= wait * (1 + 0.25) / 0.25
         measured = _serve(server, {"v": 1, "id": 3, "op": "measure", "k": 5, "slot": "b"})
         assert len(measured["planted_ns"]) == 5  # type: ignore[arg-type]
-        refused = _serve(
+        loaded = _serve(
             server,
             {"v": 1, "id": 4, "op": "open", "slot": "c", "suite": str(path)}
             | {"cell": "busy[c2]", "plant": 0.1}
             | where,
         )
-        assert not refused["ok"] and "is under `load:`" in str(refused["error"])
+        assert loaded["ok"], loaded
     finally:
         server.shutdown()
