@@ -459,17 +459,25 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         sizes=tuple(args.sizes),
         budget_s=args.budget * 60,
         seed=args.seed,
+        contention_limit=args.contention_limit,
     )
     ctx = RunContext(rootdir=rootdir, cache_dir=rootdir / CACHE_DIR)
     store = CalibrationFile(Path(args.baseline_dir), _this_environment().fingerprint)
     if args.check is not None:
         found, unchecked = check_command(
-            cells, ctx, store, runs=args.check, budget_s=plan.budget_s, seed=args.seed
+            cells,
+            ctx,
+            store,
+            runs=args.check,
+            budget_s=plan.budget_s,
+            seed=args.seed,
+            contention_limit=args.contention_limit,
         )
         if any(d.drifted for d in found):
             return 1
         return 2 if unchecked else 0
-    _, failed = calibrate_command(cells, ctx, plan, store, fresh=args.fresh)
+    plans = [plan, dataclasses.replace(plan, mode="archived")] if args.archived else [plan]
+    _, failed = calibrate_command(cells, ctx, plans, store, fresh=args.fresh)
     return 2 if failed else 0
 
 
@@ -1030,6 +1038,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=0, help="the runs' order and pairs (default 0)")
     p.add_argument("--fresh", action="store_true", help="drop the runs kept from before")
+    p.add_argument(
+        "--archived",
+        action="store_true",
+        help="calibrate the archived gate too (each run: the cell measured whole twice, in "
+        "fresh workers, judged as against a stored baseline)",
+    )
+    p.add_argument(
+        "--contention-limit",
+        type=float,
+        default=CONTENTION_LIMIT,
+        metavar="F",
+        help="the archived gate's contention limit, as the runner's gate sets it "
+        f"(--perfguard-contention-limit; default {CONTENTION_LIMIT})",
+    )
     p.add_argument(
         "--check",
         type=_runs,

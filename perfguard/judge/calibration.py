@@ -73,13 +73,15 @@ CAUGHT_RUNS = 20
 TALLY_CONFIDENCE = 0.95
 #: The calibration file's name, in a fingerprint's folder of the baseline directory.
 CALIBRATION_FILE = "calibration.json"
-_VERSION = 1
+_VERSION = 2
 #: A/A runs needed before the sheet models the noise from their spread.
 NOISE_RUNS = 5
 #: The limits whose cost every sheet states, beside the cell's own.
 TARGET_LIMITS = (0.02, 0.05)
 #: A check's p-value below which the runner has drifted from its sheet.
 DRIFT_P = 0.01
+#: How each mode is named on a sheet.
+_MODES = {"ab": "same-run A/B", "archived": "archived"}
 #: Standard deviations of noise that "caught 19 times in 20" asks for (one-sided).
 _Z = statistics.NormalDist().inv_cdf(CAUGHT_RATE)
 
@@ -165,6 +167,19 @@ class CellSheet:
     max_pairs: int | None = None
     tightest_limit: float | None = None
     pairs_needed: tuple[tuple[float, int], ...] = ()
+    #: What one paired observation of the gate is: ``pairs`` of requests, ``rounds`` of
+    #: load levels (same-run A/B), or whole ``runs`` (archived: the noise is from run to
+    #: run, and more requests per run do not narrow it).
+    unit: str = "pairs"
+    #: Runs the gate could not judge (invalid: contended or unstable; undecided), which
+    #: fail a check run under --perfguard-inconclusive=fail.
+    inconclusive: Tally = field(default_factory=lambda: Tally(0, 0, 0.0, 1.0))
+    #: What the planted runs say of the calibrated limit itself: True when a planted
+    #: change of twice it was caught in 19 of 20 runs or more (over 20 runs at least),
+    #: False when beyond doubt less often (its interval's upper end under 95%), None
+    #: otherwise. The planted runs are the measurement and the noise model extrapolates,
+    #: so where they refute it the tightest limit is not stated below the calibrated one.
+    limit_holds: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -178,10 +193,17 @@ def _pct(fraction: float) -> str:
     return f"+{fraction * 100:.3g}%"
 
 
-def _aa_ratios(runs: Sequence[CalibrationRun]) -> list[tuple[int, float]]:
-    """(pairs, ratio) of each A/A run that has a ratio."""
+#: Verdicts of a run the gate could not judge.
+INCONCLUSIVE = frozenset({"invalid", "undecided"})
+#: The pairs (rounds) a sheet states the A/A spread at: round numbers.
+_SPREAD_AT = {"pairs": 200, "rounds": 10}
+
+
+def _aa_ratios(runs: Sequence[CalibrationRun], unit: str = "pairs") -> list[tuple[int, float]]:
+    """(weight, ratio) of each A/A run that has a ratio: its pairs (rounds), or 1 when the
+    ``unit`` is whole ``runs``."""
     return [
-        (r.pairs, r.ratio)
+        (1 if unit == "runs" else r.pairs, r.ratio)
         for r in runs
         if r.planted == 0 and r.ratio is not None and r.ratio > 0 and r.pairs > 0
     ]
@@ -191,12 +213,13 @@ def _rms_noise(aa: Sequence[tuple[int, float]]) -> float:
     return math.sqrt(statistics.fmean(pairs * math.log(ratio) ** 2 for pairs, ratio in aa))
 
 
-def noise_per_pair(runs: Sequence[CalibrationRun]) -> float | None:
-    """The spread of the A/A runs' log(ratio), scaled to one pair:
-    ``sqrt(mean(pairs * log(ratio)^2))``; None with fewer than ``NOISE_RUNS`` A/A runs
-    that have a ratio. Not centred: a bias between two identical sides is noise to the
-    gate as much as the spread is."""
-    aa = _aa_ratios(runs)
+def noise_per_pair(runs: Sequence[CalibrationRun], unit: str = "pairs") -> float | None:
+    """The spread of the A/A runs' log(ratio), scaled to one pair (round):
+    ``sqrt(mean(pairs * log(ratio)^2))``, or the spread of one run when the ``unit`` is
+    whole ``runs``; None with fewer than ``NOISE_RUNS`` A/A runs that have a ratio. Not
+    centred: a bias between two identical sides is noise to the gate as much as the
+    spread is."""
+    aa = _aa_ratios(runs, unit)
     return _rms_noise(aa) if len(aa) >= NOISE_RUNS else None
 
 
@@ -225,9 +248,13 @@ def sheet_of(
     limit: float,
     runs: Sequence[CalibrationRun],
     max_pairs: int | None = None,
+    unit: str = "pairs",
 ) -> CellSheet:
     """The sheet of ``cell`` from its calibration ``runs`` (any order), for a gate that
-    measures at most ``max_pairs`` pairs."""
+    measures at most ``max_pairs`` pairs (rounds) of ``unit``; an archived gate (``unit``
+    ``runs``) compares one run with another, so its noise is a run's and its cap 1."""
+    if unit == "runs":
+        max_pairs = 1
     aa = [r for r in runs if r.planted == 0]
     sizes = sorted({r.planted for r in runs if r.planted > 0})
     caught = []
@@ -237,10 +264,20 @@ def sheet_of(
     smallest = next(
         (size for size, t in caught if t.n >= CAUGHT_RUNS and t.k / t.n >= CAUGHT_RATE), None
     )
-    noise = noise_per_pair(runs)
+    noise = noise_per_pair(runs, unit)
     tightest = None if noise is None or max_pairs is None else tightest_limit(noise, max_pairs)
+    twice = next((t for size, t in caught if math.isclose(size, 2 * limit)), None)
+    holds: bool | None = None
+    if twice is not None and twice.n >= CAUGHT_RUNS and twice.k / twice.n >= CAUGHT_RATE:
+        holds = True
+    elif twice is not None and twice.n and twice.high < CAUGHT_RATE:
+        holds = False  # beyond doubt: even its interval's upper end is under 19 in 20
+    if holds is False and tightest is not None and tightest <= limit:
+        tightest = None  # the planted runs refute the model at the calibrated limit
     targets = sorted({*TARGET_LIMITS, limit})
-    needed = () if noise is None else tuple((lim, pairs_for(noise, lim)) for lim in targets)
+    needed: tuple[tuple[float, int], ...] = ()
+    if noise is not None and unit != "runs":
+        needed = tuple((lim, pairs_for(noise, lim)) for lim in targets)
     return CellSheet(
         cell=cell,
         mode=mode,
@@ -255,14 +292,22 @@ def sheet_of(
         max_pairs=max_pairs,
         tightest_limit=tightest,
         pairs_needed=needed,
+        unit=unit,
+        inconclusive=tally(sum(r.verdict in INCONCLUSIVE for r in runs), len(runs)),
+        limit_holds=holds,
     )
 
 
 def sheet_lines(sheet: CellSheet) -> list[str]:
     """The sheet as the terminal prints it, one finding per line."""
-    gate = f"{sheet.metric.upper()} {sheet.limit:+.0%}"
-    lines = [f"{sheet.cell} ({'same-run A/B' if sheet.mode == 'ab' else sheet.mode}, {gate})"]
+    gate = f"{sheet.metric.upper()} {_pct(sheet.limit)}"
+    lines = [f"{sheet.cell} ({_MODES[sheet.mode]}, {gate})"]
     lines.append(f"  false alarms (A/A): {sheet.false_alarms.text()}")
+    if sheet.inconclusive.k:
+        lines.append(
+            f"  inconclusive: {sheet.inconclusive.text()} of all runs (contended or unstable: "
+            "each fails a run under --perfguard-inconclusive=fail)"
+        )
     for size, t in sheet.caught:
         lines.append(f"  planted {_pct(size)}: caught {t.text()}")
     if sheet.smallest_caught is not None:
@@ -280,10 +325,12 @@ def sheet_lines(sheet: CellSheet) -> list[str]:
         largest = sheet.caught[-1][0]
         lines.append(
             f"  no planted size up to {_pct(largest)} was caught in {CAUGHT_RATE:.0%} of runs"
+            + (": the archived gate sees nothing here" if sheet.mode == "archived" else "")
         )
     if sheet.seconds_per_run is not None and sheet.pairs_per_run is not None:
+        what = "requests" if sheet.unit == "runs" else sheet.unit
         lines.append(
-            f"  cost: {sheet.seconds_per_run:.1f} s and {sheet.pairs_per_run:.0f} pairs per run"
+            f"  cost: {sheet.seconds_per_run:.1f} s and {sheet.pairs_per_run:.0f} {what} per run"
         )
     lines += _noise_lines(sheet)
     return lines
@@ -296,25 +343,43 @@ def _noise_lines(sheet: CellSheet) -> list[str]:
             "(the pairs a limit needs, the tightest limit that holds)"
         ]
     figure = sheet.metric.upper()
-    at = 200  # a round number of pairs to state the spread at
+    if sheet.unit == "runs" and not (sheet.limit_holds is False and sheet.tightest_limit is None):
+        tight = sheet.tightest_limit
+        return [
+            f"  noise: A/A {figure} ratios spread +-{sheet.noise_per_pair:.1%} (1 sd) from run "
+            "to run (archived: more requests per run do not narrow it)",
+            f"  tightest limit that holds here: {_pct(tight)} (a change of twice it caught 19 "
+            "times in 20)"
+            if tight is not None
+            else "  no limit holds here: the noise between runs hides a doubling",
+        ]
+    at = _SPREAD_AT.get(sheet.unit, 200)
+    unit = sheet.unit
     lines = [
         f"  noise: A/A {figure} ratios spread +-{sheet.noise_per_pair / math.sqrt(at):.1%} "
-        f"(1 sd) at {at} pairs"
+        f"(1 sd) at {at} {unit}"
     ]
     cap = sheet.max_pairs
-    if cap is not None:
+    if sheet.limit_holds is False and sheet.tightest_limit is None:
+        twice = _pct(2 * sheet.limit)
+        lines.append(
+            f"  tightest limit that holds here: above {_pct(sheet.limit)} (the noise model "
+            f"says less, but the planted {twice} was caught in fewer than 19 of 20 runs "
+            "beyond doubt)"
+        )
+    elif cap is not None:
         tight = sheet.tightest_limit
         lines.append(
             f"  tightest limit that holds here: {_pct(tight)} (a change of twice it caught 19 "
-            f"times in 20 within the gate's {cap} pairs)"
+            f"times in 20 within the gate's {cap} {unit})"
             if tight is not None
-            else f"  no limit holds here: the noise hides a doubling within {cap} pairs"
+            else f"  no limit holds here: the noise hides a doubling within {cap} {unit}"
         )
     needs = []
     for lim, pairs in sheet.pairs_needed:
         over = f", over the gate's {cap}" if cap is not None and pairs > cap else ""
-        needs.append(f"{_pct(lim)} ~{pairs} pairs{over}")
-    lines.append("  pairs a limit needs (twice it caught 19 times in 20): " + "; ".join(needs))
+        needs.append(f"{_pct(lim)} ~{pairs} {unit}{over}")
+    lines.append(f"  {unit} a limit needs (twice it caught 19 times in 20): " + "; ".join(needs))
     return lines
 
 
@@ -337,6 +402,7 @@ class Drift:
     p_quieter: float
     false_alarms: int
     p_alarms: float
+    unit: str = "pairs"
 
     @property
     def drifted(self) -> bool:
@@ -351,9 +417,10 @@ class Drift:
 
     def text(self) -> str:
         """One line: the check's finding and what to do."""
-        at = 200
+        at = _SPREAD_AT.get(self.unit, 1)
+        where = f" at {at} {self.unit}" if self.unit in _SPREAD_AT else " from run to run"
         spread = (
-            f"A/A noise +-{self.noise / math.sqrt(at):.2%} at {at} pairs against "
+            f"A/A noise +-{self.noise / math.sqrt(at):.2%}{where} against "
             f"+-{self.sheet_noise / math.sqrt(at):.2%} in its sheet "
             f"(p {self.p_noisier:.3g} of so much noise); "
             f"{self.false_alarms}/{self.runs} false alarms (p {self.p_alarms:.3g})"
@@ -378,7 +445,7 @@ def drift_of(sheet: CellSheet, runs: Sequence[CalibrationRun]) -> Drift | None:
     figure or the check no A/A run with a ratio."""
     from scipy.stats import binom, chi2
 
-    aa = _aa_ratios(runs)
+    aa = _aa_ratios(runs, sheet.unit)
     if sheet.noise_per_pair is None or not aa:
         return None
     noise = _rms_noise(aa)  # a chi-square of len(aa) degrees however few they are
@@ -396,6 +463,7 @@ def drift_of(sheet: CellSheet, runs: Sequence[CalibrationRun]) -> Drift | None:
         p_quieter=float(chi2.cdf(stat, k)),
         false_alarms=alarms,
         p_alarms=float(binom.sf(alarms - 1, trials, rate)),
+        unit=sheet.unit,
     )
 
 
@@ -420,7 +488,7 @@ class CalibrationNote(Record):
 
     def text(self) -> str:
         """One line: what this runner sees for the cell, by its calibration."""
-        how = "same-run A/B" if self.mode == "ab" else "archived"
+        how = _MODES[self.mode]
         figure = self.metric.upper()
         if self.sees is not None:
             head = f"this runner sees >= {_pct(self.sees)} on {figure}"
@@ -450,10 +518,12 @@ def limit_warning(sheet: CellSheet, metric: str, limit: float) -> str | None:
     """Why a gate of ``limit`` on ``metric`` is tighter than ``sheet`` allows, or None.
 
     Warned: a limit below the sheet's tightest limit that holds (a change of twice the
-    limit would pass more than once in 20 runs); a sheet of the same gate whose planted
-    sizes, each run 20 times or more, were none caught 19 times in 20; a false-alarm
-    rate above 1 in 20 beyond doubt (its interval's lower end above 5%). A sheet of
-    another figure says nothing of this gate: calibrate again."""
+    limit would pass more than once in 20 runs); a false-alarm rate above 1 in 20 beyond
+    doubt (its interval's lower end above 5%); a limit at or below the calibrated one
+    whose planted twice was caught less than 19 times in 20 beyond doubt
+    (``limit_holds`` False); a sheet of the same limit whose planted sizes were all
+    caught less than 19 times in 20 beyond doubt. A sheet of another figure says nothing
+    of this gate: calibrate again."""
     where = f"{sheet.cell}: its {metric.upper()} limit {_pct(limit)}"
     redo = "`perfguard calibrate` again"
     if sheet.metric != metric:
@@ -476,8 +546,16 @@ def limit_warning(sheet: CellSheet, metric: str, limit: float) -> str | None:
             "quiet the runner (pin the job's cores, stop its neighbours) and run "
             f"{redo}, or raise the limit"
         )
-    sized = sheet.caught and min(t.n for _, t in sheet.caught) >= CAUGHT_RUNS
-    if sheet.limit == limit and sized and sheet.smallest_caught is None:
+    if sheet.limit_holds is False and limit <= sheet.limit:
+        twice = next(t for size, t in sheet.caught if math.isclose(size, 2 * sheet.limit))
+        return (
+            f"{where} does not hold on this runner: with the limit at {_pct(sheet.limit)}, "
+            f"its calibration caught a planted {_pct(2 * sheet.limit)} in only "
+            f"{twice.text()} runs (19 in 20 are needed). Fix: raise the limit, or gate "
+            f"this cell on a quieter runner and run {redo}"
+        )
+    missed = sheet.caught and all(t.n and t.high < CAUGHT_RATE for _, t in sheet.caught)
+    if sheet.limit == limit and missed:
         largest = sheet.caught[-1][0]
         return (
             f"{where}: no planted slowdown up to {_pct(largest)} was caught 19 times in 20 by "
@@ -488,19 +566,24 @@ def limit_warning(sheet: CellSheet, metric: str, limit: float) -> str | None:
 
 
 class CalibrationFile:
-    """``<baseline_dir>/<fingerprint>/calibration.json``: every cell's plan, runs and
-    sheet on this machine's fingerprint, rewritten atomically after each run."""
+    """``<baseline_dir>/<fingerprint>/calibration.json``: every cell's plan, runs, sheet
+    and checks on this machine's fingerprint, one entry per gate mode (``ab``,
+    ``archived``), rewritten atomically after each run. A file of version 1 (one entry
+    per cell, same-run A/B) is read as that cell's ``ab`` entry."""
 
     def __init__(self, baseline_dir: Path, fingerprint: str) -> None:
         self.path = baseline_dir / fingerprint / CALIBRATION_FILE
         self.fingerprint = fingerprint
-        self.cells: dict[str, dict[str, Any]] = {}
+        self.cells: dict[str, dict[str, dict[str, Any]]] = {}
         if self.path.exists():
             try:
                 data = json.loads(self.path.read_text(encoding="utf-8"))
                 cells = data["cells"]
-                if data.get("version") != _VERSION or not isinstance(cells, dict):
-                    raise ValueError(f"version {data.get('version')!r}")
+                version = data.get("version")
+                if version not in (1, _VERSION) or not isinstance(cells, dict):
+                    raise ValueError(f"version {version!r}")
+                if version == 1:
+                    cells = {cell: {"ab": entry} for cell, entry in cells.items()}
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 raise StoreError(
                     f"calibration file {self.path} cannot be read ({type(exc).__name__}: {exc})",
@@ -510,26 +593,31 @@ class CalibrationFile:
                 ) from exc
             self.cells = cells
 
+    def _entry(self, cell: str, mode: str) -> dict[str, Any] | None:
+        return self.cells.get(cell, {}).get(mode)
+
     def runs(self, cell: str, key: dict[str, Any]) -> tuple[list[CalibrationRun], bool]:
-        """The kept runs of ``cell`` under plan ``key``, and whether runs under another
-        plan were dropped."""
-        entry = self.cells.get(cell)
+        """The kept runs of ``cell`` under plan ``key`` (its ``mode``'s entry), and
+        whether runs under another plan were dropped."""
+        entry = self._entry(cell, str(key["mode"]))
         if entry is None:
             return [], False
         if entry.get("plan") != key:
             return [], True
         return [CalibrationRun.from_dict(r) for r in entry.get("runs", [])], False
 
-    def sheet(self, cell: str) -> CellSheet | None:
-        """``cell``'s sheet, made again from its kept plan and runs (so a sheet read is
-        always one of this perfguard's making); None when the cell was not calibrated."""
-        entry = self.cells.get(cell)
+    def sheet(self, cell: str, mode: str = "ab") -> CellSheet | None:
+        """``cell``'s sheet in gate ``mode``, made again from its kept plan and runs (so a
+        sheet read is always one of this perfguard's making); None when the cell was not
+        calibrated in that mode."""
+        entry = self._entry(cell, mode)
         if entry is None:
             return None
         try:
             plan = entry["plan"]
             runs = [CalibrationRun.from_dict(r) for r in entry.get("runs", [])]
-            cap = entry.get("sheet", {}).get("max_pairs")
+            kept = entry.get("sheet", {})
+            cap = kept.get("max_pairs")
             return sheet_of(
                 cell,
                 str(plan["mode"]),
@@ -537,10 +625,11 @@ class CalibrationFile:
                 float(plan["limit"]),
                 runs,
                 None if cap is None else int(cap),
+                unit=str(kept.get("unit", "pairs")),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise StoreError(
-                f"calibration file {self.path}: the entry of {cell} cannot be read "
+                f"calibration file {self.path}: the {mode} entry of {cell} cannot be read "
                 f"({type(exc).__name__}: {exc})",
                 expected="the plan, runs and sheet perfguard calibrate writes",
                 fix="calibrate the cell again with `perfguard calibrate --fresh -k ...` "
@@ -550,8 +639,9 @@ class CalibrationFile:
     def keep(
         self, cell: str, key: dict[str, Any], runs: Sequence[CalibrationRun], sheet: CellSheet
     ) -> None:
-        before = self.cells.get(cell, {})
-        self.cells[cell] = {
+        mode = str(key["mode"])
+        before = self._entry(cell, mode) or {}
+        self.cells.setdefault(cell, {})[mode] = {
             "plan": key,
             "runs": [r.to_dict() for r in runs],
             "sheet": sheet.to_dict(),
@@ -560,9 +650,12 @@ class CalibrationFile:
         }
         self._write()
 
-    def keep_check(self, cell: str, drift: Drift, runs: Sequence[CalibrationRun]) -> None:
-        """Add a check of ``cell``'s sheet (its A/A runs and finding) to its history."""
-        entry = self.cells[cell]
+    def keep_check(
+        self, cell: str, mode: str, drift: Drift, runs: Sequence[CalibrationRun]
+    ) -> None:
+        """Add a check of ``cell``'s sheet in ``mode`` (its A/A runs and finding) to its
+        history."""
+        entry = self.cells[cell][mode]
         entry.setdefault("checks", []).append(
             {
                 "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -572,9 +665,9 @@ class CalibrationFile:
         )
         self._write()
 
-    def checks(self, cell: str) -> int:
-        """How many checks ``cell``'s sheet has had."""
-        return len(self.cells.get(cell, {}).get("checks", []))
+    def checks(self, cell: str, mode: str) -> int:
+        """How many checks ``cell``'s sheet in ``mode`` has had."""
+        return len((self._entry(cell, mode) or {}).get("checks", []))
 
     def _write(self) -> None:
         data = {"version": _VERSION, "fingerprint": self.fingerprint, "cells": self.cells}

@@ -24,24 +24,29 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["MAX_FRACTION", "Plant", "spin_until"]
+__all__ = ["MAX_FRACTION", "SLEEP_MARGIN_NS", "Plant", "spin_until"]
 
 #: The largest slowdown a plant adds (+400%): calibrations plant sizes around a gate's
 #: limit, a few percent to a few tens of percent.
 MAX_FRACTION = 4.0
 
 
+#: A yielding wait sleeps until this long before its deadline, then spins: a sleep's
+#: wake-up comes late by the timer slack (50 us on Linux) and a scheduler tick.
+SLEEP_MARGIN_NS = 200_000
+
+
 def spin_until(deadline_ns: int, *, yielding: bool = False) -> None:
-    """Busy-wait until ``time.perf_counter_ns()`` reaches ``deadline_ns``; ``yielding``
-    lets go of the GIL at every turn (``time.sleep(0)``), so the other clients' threads
-    of a cell under load run meanwhile: a planted request of one client must slow that
-    client, not stall the others at Python's 5 ms switch interval."""
+    """Busy-wait until ``time.perf_counter_ns()`` reaches ``deadline_ns``. ``yielding``
+    lets go of the GIL for all but the last ``SLEEP_MARGIN_NS`` (a sleep), so the other
+    clients' threads of a cell under load run meanwhile: a planted request of one client
+    must slow that client, not the others. (A spin that let go of the GIL at every turn
+    would wait to take it back at every turn, behind whichever thread holds it.)"""
     clock = time.perf_counter_ns
     if yielding:
-        pause = time.sleep
-        while clock() < deadline_ns:
-            pause(0)
-        return
+        left = deadline_ns - clock() - SLEEP_MARGIN_NS
+        if left > 0:
+            time.sleep(left / 1e9)
     while clock() < deadline_ns:
         pass
 

@@ -9,6 +9,10 @@ A run reads the file of its own fingerprint once per process, and
 * gives each of those cells' verdicts the sheet's headline (``CalibrationNote``), which
   the report and the pull-request summary show.
 
+The sheet of the run's own mode is used (same-run A/B under ``--perfguard-ab``, else
+archived); a cell calibrated in the other mode only gets that one's, which says its
+mode.
+
 No sheet, no word: a runner never calibrated runs as before. A calibration file that
 cannot be read is one warning naming it, never a failed run (the gate does not depend
 on it).
@@ -21,11 +25,13 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from perfguard.ab.abrun import latency_gate
+from perfguard.ab.calibrate import MODES as _MODES
 from perfguard.core.errors import PerfguardWarning, StoreError
 from perfguard.core.scenario import Scenario
 from perfguard.judge.calibration import (
     CalibrationFile,
     CalibrationNote,
+    CellSheet,
     limit_warning,
     note_of,
 )
@@ -60,14 +66,18 @@ class RunnerSheets:
                 )
         return self._file
 
-    def warning(self, sid: str, scenario: Scenario) -> str | None:
-        """Why ``scenario``'s gate is tighter than its sheet allows, or None (no sheet,
-        or a limit the sheet holds)."""
+    def _sheet(self, sid: str, mode: str) -> CellSheet | None:
         store = self._store()
         if store is None:
             return None
+        sheets = (store.sheet(sid, m) for m in (mode, *(m for m in _MODES if m != mode)))
+        return next((sheet for sheet in sheets if sheet is not None), None)
+
+    def warning(self, sid: str, scenario: Scenario, mode: str) -> str | None:
+        """Why ``scenario``'s gate in ``mode`` is tighter than its sheet allows, or None
+        (no sheet, or a limit the sheet holds)."""
         try:
-            sheet = store.sheet(sid)
+            sheet = self._sheet(sid, mode)
         except StoreError as exc:
             return str(exc)
         if sheet is None:
@@ -75,22 +85,20 @@ class RunnerSheets:
         metric, limit = latency_gate(scenario)
         return limit_warning(sheet, metric, limit)
 
-    def warn_tight(self, cells: Iterable[tuple[str, Scenario]]) -> None:
+    def warn_tight(self, cells: Iterable[tuple[str, Scenario]], mode: str) -> None:
         """One ``CalibrationWarning`` per cell whose limit its sheet does not hold."""
         for sid, scenario in cells:
-            message = self.warning(sid, scenario)
+            message = self.warning(sid, scenario, mode)
             if message is not None:
                 warnings.warn(CalibrationWarning(message), stacklevel=2)
 
-    def note(self, sid: str, scenario: Scenario) -> CalibrationNote | None:
-        """The headline a verdict of ``scenario`` carries; None without a sheet."""
-        store = self._store()
-        if store is None:
-            return None
+    def note(self, sid: str, scenario: Scenario, mode: str) -> CalibrationNote | None:
+        """The headline a verdict of ``scenario`` in ``mode`` carries; None without a
+        sheet."""
         try:
-            sheet = store.sheet(sid)
+            sheet = self._sheet(sid, mode)
         except StoreError:
             return None  # said at collection
         if sheet is None:
             return None
-        return note_of(sheet, self.warning(sid, scenario))
+        return note_of(sheet, self.warning(sid, scenario, mode))

@@ -324,7 +324,8 @@ class PerfguardSession:
             # Said once per run: here, or by the first of the xdist workers.
             cells = [getattr(item, "scenario", None) for item in items]
             self.sheets.warn_tight(
-                (sc.scenario_id(self.rootdir), sc) for sc in cells if sc is not None
+                ((sc.scenario_id(self.rootdir), sc) for sc in cells if sc is not None),
+                "ab" if self.ab is not None else "archived",
             )
         shard = self.settings.shard
         if shard is None:
@@ -430,7 +431,7 @@ class PerfguardSession:
         try:
             self._check_input_sizes(item.scenario)
             result, verdict = self.measurer.measure_and_judge(item.scenario)
-            note = self.sheets.note(verdict.scenario_id, item.scenario)
+            note = self.sheets.note(verdict.scenario_id, item.scenario, verdict.mode)
             if note is not None:
                 verdict = replace(verdict, calibration=note)
         except _NOT_A_CELL_FAILURE:

@@ -39,9 +39,11 @@ scenarios:
   - {name: other, model: convnet, threads: 1}
   - {name: trt, model: convnet, backend: tensorrt, device: cuda, precision: fp16}
   - {name: broken, model: missing, threads: 1}
+  - {name: gen, model: lm, threads: 1, generate: {prompt_tokens: 8, new_tokens: 4}}
 """.replace(
     "scenarios:",
-    "  missing: {factory: 'nosuchmodule:build', inputs: {x: {shape: [1]}}}\nscenarios:",
+    "  missing: {factory: 'nosuchmodule:build', inputs: {x: {shape: [1]}}}\n"
+    "  lm: {factory: 'perfguard_examples.tinylm:build', kwargs: {kind: llama}}\nscenarios:",
 )
 
 
@@ -87,7 +89,8 @@ def test_cells_that_cannot_be_calibrated_here_are_passed_over_with_the_fix(
     cells = {c.item_name: c for c in select_cells([suite.parent], None)}
     ctx = RunContext(rootdir=suite.parent.parent, cache_dir=suite.parent / ".cache")
     assert why_not_calibrated(cells["cnn"], ctx) is None
-    assert "under `load:`" in str(why_not_calibrated(cells["busy[c2]"], ctx))
+    assert why_not_calibrated(cells["busy[c2]"], ctx) is None  # its load requests are planted
+    assert "it generates" in str(why_not_calibrated(cells["gen[p8]"], ctx))
     missing = str(why_not_calibrated(cells["trt"], ctx))
     assert missing.startswith("it cannot run here:") and "TensorRT is not installed" in missing
     picked = select_cells([suite], "cnn or busy")
@@ -111,7 +114,13 @@ def test_a_calibration_file_keeps_runs_under_the_same_plan_only(
     assert again.runs("s.yaml::cnn", other) == ([], True)
     assert again.runs("s.yaml::new", other) == ([], False)
     data = json.loads((tmp_path / "baselines" / "abc123" / "calibration.json").read_text())
-    assert data["cells"]["s.yaml::cnn"]["sheet"]["false_alarms"]["n"] == 1
+    assert data["version"] == 2
+    assert data["cells"]["s.yaml::cnn"]["ab"]["sheet"]["false_alarms"]["n"] == 1
+    # A file of version 1 (one same-run A/B entry per cell) reads as each cell's `ab` entry.
+    data["version"], data["cells"]["s.yaml::cnn"] = 1, data["cells"]["s.yaml::cnn"]["ab"]
+    (tmp_path / "baselines" / "abc123" / "calibration.json").write_text(json.dumps(data))
+    older = CalibrationFile(tmp_path / "baselines", "abc123")
+    assert older.runs("s.yaml::cnn", plan.key(cell)) == (runs, False)
     (tmp_path / "baselines" / "abc123" / "calibration.json").write_text("{not json")
     with pytest.raises(StoreError, match="cannot be read"):
         CalibrationFile(tmp_path / "baselines", "abc123")
@@ -122,15 +131,14 @@ def test_calibrate_measures_aa_and_planted_runs_and_resumes(
 ) -> None:
     root = suite.parent.parent
     monkeypatch.chdir(root)
-    argv = ["calibrate", "suites", "-k", "cnn or busy", "--aa", "2", "--planted", "1"]
+    argv = ["calibrate", "suites", "-k", "cnn", "--aa", "2", "--planted", "1"]
     status = main([*argv, "--sizes", "1.0"])
     out = capsys.readouterr().out
     assert status == 0, out
-    assert "passed over: busy[c2]: it is under `load:`" in out
     assert "1 cell(s), 3 run(s) to make" in out
     assert "suites/s.yaml::cnn: run 3/3" in out
     (path,) = (root / "baselines").glob("*/calibration.json")
-    cell = json.loads(path.read_text())["cells"]["suites/s.yaml::cnn"]
+    cell = json.loads(path.read_text())["cells"]["suites/s.yaml::cnn"]["ab"]
     runs = [CalibrationRun.from_dict(r) for r in cell["runs"]]
     assert sorted(r.planted for r in runs) == [0.0, 0.0, 1.0]
     assert all(r.pairs >= 200 and r.seconds > 0 for r in runs)
@@ -145,8 +153,38 @@ def test_calibrate_measures_aa_and_planted_runs_and_resumes(
     assert "1 run(s) to make (3 kept from before)" in capsys.readouterr().out
     assert main([*argv, "--sizes", "0.5", "--budget", "0"]) == 0
     out = capsys.readouterr().out
-    assert "earlier runs were made under another plan" in out
+    assert "earlier ab runs were made under another plan" in out
     assert "the budget ran out after 0 of 3 runs" in out
+
+
+def test_a_load_cell_and_the_archived_gate_are_calibrated_with_planted_requests(
+    suite: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A cell under load in same-run A/B (rounds of load levels, each client's requests
+    planted), and both cells in archived mode (each run the cell measured whole in fresh
+    workers, judged as against a stored baseline, a regression confirmed)."""
+    root = suite.parent.parent
+    monkeypatch.chdir(root)
+    argv = ["calibrate", "suites", "-k", "cnn or busy", "--aa", "1", "--planted", "1"]
+    status = main([*argv, "--sizes", "3.0", "--archived", "--contention-limit", "1"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "2 cell(s), 8 run(s) to make" in out
+    assert "suites/s.yaml::busy[c2] (archived): run 2/2" in out
+    assert "busy[c2] (same-run A/B, P95 +5%)" in out and "cnn (archived, P95 +10%)" in out
+    (path,) = (root / "baselines").glob("*/calibration.json")
+    cells = json.loads(path.read_text())["cells"]
+    for sid, mode in [("busy[c2]", "ab"), ("busy[c2]", "archived"), ("cnn", "archived")]:
+        entry = cells[f"suites/s.yaml::{sid}"][mode]
+        assert sorted(r["planted"] for r in entry["runs"]) == [0.0, 3.0]
+        assert entry["sheet"]["unit"] == ("runs" if mode == "archived" else "rounds")
+    # Four times each request's own time: caught in same-run A/B on any machine (the
+    # archived gate's verdicts hang on this machine's noise from run to run: not asserted).
+    (planted,) = [r for r in cells["suites/s.yaml::busy[c2]"]["ab"]["runs"] if r["planted"]]
+    assert planted["verdict"] == "regression" and planted["ratio"] > 2, planted
+    (planted,) = [r for r in cells["suites/s.yaml::cnn"]["archived"]["runs"] if r["planted"]]
+    assert planted["ratio"] > 2, planted
+    assert "rounds per run" in out and "requests per run" in out
 
 
 def test_a_cell_that_fails_is_reported_and_the_others_keep_their_runs(
@@ -163,8 +201,8 @@ def test_a_cell_that_fails_is_reported_and_the_others_keep_their_runs(
     assert "suites/s.yaml::other: run 1/1 A/A" in out
     (path,) = (root / "baselines").glob("*/calibration.json")
     cells = json.loads(path.read_text())["cells"]
-    assert len(cells["suites/s.yaml::other"]["runs"]) == 1
-    assert cells["suites/s.yaml::broken"]["runs"] == []
+    assert len(cells["suites/s.yaml::other"]["ab"]["runs"]) == 1
+    assert cells["suites/s.yaml::broken"]["ab"]["runs"] == []
 
 
 def test_a_check_runs_aa_against_the_sheet_flags_drift_and_keeps_its_history(
@@ -176,7 +214,7 @@ def test_a_check_runs_aa_against_the_sheet_flags_drift_and_keeps_its_history(
     (path,) = (root / "baselines").glob("*/calibration.json")
     data = json.loads(path.read_text())
     # A sheet that claims a runner far quieter than any real one: the check must say so.
-    for run in data["cells"]["suites/s.yaml::cnn"]["runs"]:
+    for run in data["cells"]["suites/s.yaml::cnn"]["ab"]["runs"]:
         run["ratio"] = 1.00001
     path.write_text(json.dumps(data))
     capsys.readouterr()
@@ -185,11 +223,11 @@ def test_a_check_runs_aa_against_the_sheet_flags_drift_and_keeps_its_history(
     assert status == 1, out
     assert "suites/s.yaml::cnn: DRIFTED: A/A noise +-" in out
     assert "not checked: suites/s.yaml::other: it has no sheet on this runner" in out
-    (check,) = json.loads(path.read_text())["cells"]["suites/s.yaml::cnn"]["checks"]
+    (check,) = json.loads(path.read_text())["cells"]["suites/s.yaml::cnn"]["ab"]["checks"]
     assert check["finding"]["drifted"] is True and len(check["runs"]) == 3 and check["at"]
     # A new plan for the cell (other sizes) starts its sheet, and its checks, again.
     assert main(["calibrate", "suites", "-k", "cnn", "--aa", "5", "--planted", "0",
                  "--sizes", "0.5", "--budget", "0"]) == 0  # fmt: skip
-    assert json.loads(path.read_text())["cells"]["suites/s.yaml::cnn"]["checks"] == []
+    assert json.loads(path.read_text())["cells"]["suites/s.yaml::cnn"]["ab"]["checks"] == []
     assert main(["calibrate", "suites", "--check", "0"]) == 2
     assert "'0' is not a number of runs >= 1" in capsys.readouterr().err

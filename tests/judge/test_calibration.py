@@ -189,7 +189,7 @@ def test_a_sheet_that_cries_wolf_or_sees_nothing_or_gated_another_figure_warns()
     assert wolf is not None and "6/20" in wolf and "cries wolf" in wolf
     assert limit_warning(_sheet(aa_alarms=1), "p95", 0.05) is None  # 1/20 is not beyond doubt
     blind = limit_warning(_sheet(caught=15), "p95", 0.05)
-    assert blind is not None and "no planted slowdown up to +10% was caught" in blind
+    assert blind is not None and "+10% in only 15/20" in blind and "does not hold" in blind
     # Judged at another limit, the planted counts say nothing (only the noise model does).
     assert limit_warning(_sheet(caught=15), "p95", 0.08) is None
     other = limit_warning(_sheet(), "p99", 0.05)
@@ -217,8 +217,8 @@ def test_a_calibration_file_gives_each_cells_sheet_and_names_a_broken_entry(
     again = CalibrationFile(tmp_path, "fp")
     assert again.sheet(sheet.cell) == made
     assert again.sheet("other") is None
-    again.cells["broken"] = {"plan": {"mode": "ab"}, "runs": []}
-    with pytest.raises(StoreError, match=r"the entry of broken cannot be read \(KeyError"):
+    again.cells["broken"] = {"ab": {"plan": {"mode": "ab"}, "runs": []}}
+    with pytest.raises(StoreError, match=r"the ab entry of broken cannot be read \(KeyError"):
         again.sheet("broken")
 
 
@@ -259,3 +259,19 @@ def test_a_check_that_cries_wolf_is_flagged_even_at_the_sheets_noise() -> None:
     # Nothing to check against: a sheet without noise, or a check without a ratio.
     assert drift_of(sheet_of("c", "ab", "p95", 0.05, []), runs) is None
     assert drift_of(sheet, [replace(runs[0], ratio=None)]) is None
+
+
+def test_planted_runs_that_refute_the_noise_model_overrule_it() -> None:
+    # Quiet A/A runs (the model would allow a tight limit), but twice the limit caught
+    # only 12 of 20 runs: beyond doubt under 19 in 20, so the +5% limit does not hold.
+    refuted = _sheet(caught=12)
+    assert refuted.limit_holds is False and refuted.tightest_limit is None
+    assert any("above +5% (the noise model says less" in line for line in sheet_lines(refuted))
+    message = limit_warning(refuted, "p95", 0.05)
+    assert message is not None and "does not hold on this runner" in message
+    assert "+10% in only 12/20" in message
+    # 18 of 20 cannot rule out 19 in 20: the model stands, and so does the limit.
+    doubt = _sheet(caught=18)
+    assert doubt.limit_holds is None and doubt.tightest_limit is not None
+    assert limit_warning(doubt, "p95", 0.05) is None
+    assert _sheet().limit_holds is True

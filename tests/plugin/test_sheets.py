@@ -48,17 +48,17 @@ def test_a_sheet_warns_a_tight_limit_and_gives_each_calibrated_verdict_its_note(
         store.keep(sid, key, runs, sheet_of(sid, "ab", "p95", 0.2, runs, 3000))
     sheets = RunnerSheets(pytester.path / "baselines", lambda: "fp")
     with pytest.warns(CalibrationWarning) as caught:
-        sheets.warn_tight((f"suites/s.yaml::{n}", sc) for n, sc in cells.items())
+        sheets.warn_tight(((f"suites/s.yaml::{n}", sc) for n, sc in cells.items()), "ab")
     (only,) = caught
     assert str(only.message).startswith("suites/s.yaml::tight: its P95 limit +0.01% is tighter")
-    tight = sheets.note("suites/s.yaml::tight", cells["tight"])
-    loose = sheets.note("suites/s.yaml::loose", cells["loose"])
+    tight = sheets.note("suites/s.yaml::tight", cells["tight"], "ab")
+    loose = sheets.note("suites/s.yaml::loose", cells["loose"], "ab")
     assert tight is not None and tight.warning is not None and "+0.01%" in tight.warning
     assert loose is not None and loose.warning is None and loose.aa_runs == 10
-    assert sheets.note("suites/s.yaml::never", cells["never"]) is None
+    assert sheets.note("suites/s.yaml::never", cells["never"], "ab") is None
     # Another machine's fingerprint: no sheet, no word.
     other = RunnerSheets(pytester.path / "baselines", lambda: "elsewhere")
-    assert other.note("suites/s.yaml::tight", cells["tight"]) is None
+    assert other.note("suites/s.yaml::tight", cells["tight"], "ab") is None
 
 
 def test_an_unreadable_calibration_file_is_one_warning_not_a_failed_run(
@@ -70,10 +70,10 @@ def test_an_unreadable_calibration_file_is_one_warning_not_a_failed_run(
     path.write_text("{not json")
     sheets = RunnerSheets(pytester.path / "baselines", lambda: "fp")
     with pytest.warns(CalibrationWarning, match=r"calibration file .*calibration.json cannot"):
-        assert sheets.note("suites/s.yaml::tight", suite.scenarios[0]) is None
+        assert sheets.note("suites/s.yaml::tight", suite.scenarios[0], "ab") is None
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # said once: read once
-        assert sheets.warning("suites/s.yaml::tight", suite.scenarios[0]) is None
+        assert sheets.warning("suites/s.yaml::tight", suite.scenarios[0], "ab") is None
     assert path.read_text() == "{not json"
 
 
