@@ -1,15 +1,20 @@
 """``perfguard calibrate``: what the gate can see on this runner, measured on the user's
 own cells (issue 31).
 
-For each selected cell, runs in the gate's mode, same-run A/B: a fresh worker per run
-opens the working tree's cell twice (slots ``a`` and ``b``), warms both up and
-alternates requests with the same stopping rule as the gate
-(:func:`perfguard.ab.abrun.run_pairs`, the cell's latency limit). **A/A** runs leave
-both sides as they are; **planted** runs slow side ``b`` by a fraction of each of its
-requests' own time (``open``'s ``plant``: :mod:`perfguard.measure.plant`), at sizes
-around the cell's limit (its limit and twice it unless the caller names them). The
-runs of all conditions come in one order shuffled from the seed, so a calibration cut
-short by its budget still samples each condition.
+For each selected cell, runs in the gate's mode. **Same-run A/B** (the default): a
+fresh worker per run opens the working tree's cell twice (slots ``a`` and ``b``), warms
+both up and alternates requests with the same stopping rule as the gate
+(:func:`perfguard.ab.abrun.run_pairs`, the cell's latency limit), or, for a cell under
+``load:``, rounds of load levels (:func:`perfguard.ab.abrun.run_load_rounds`).
+**Archived** (on request): the cell measured whole (the worker's ``result``) in a fresh
+worker as the baseline and again in another as the run to judge, judged as the archived
+gate judges (``compare_scenario``, ``Rounds``: an inconclusive run re-measured after
+waiting for quiet, a regression confirmed). **A/A** runs leave both sides as they are;
+**planted** runs slow side ``b`` (the judged run) by a fraction of each of its
+requests' own time (``open``'s ``plant``: :mod:`perfguard.measure.plant`; every load
+client's requests too), at sizes around the cell's limit (its limit and twice it unless
+the caller names them). The runs of all conditions come in one order shuffled from the
+seed, so a calibration cut short by its budget still samples each condition.
 
 Every run is written at once to the calibration file
 (:class:`perfguard.judge.calibration.CalibrationFile`,
@@ -17,10 +22,10 @@ Every run is written at once to the calibration file
 stopped or out of budget resumes where it ended: a cell's runs are kept while the plan
 that made them (mode, gated figure, limit, sizes, seed) is the same, and dropped, with a
 line saying so, when it changed. The sheet (:mod:`perfguard.judge.calibration`) is
-written beside the runs.
+written beside the runs. ``check_command`` (``--check``) makes a few A/A runs of each
+calibrated cell and checks them against its sheets.
 
-Single-request cells only, for now: a generative cell or one under ``load:`` is passed
-over with the reason (planting per token and per load request is not built yet).
+A generative cell is passed over with the reason (planting per token is not built).
 """
 
 from __future__ import annotations
@@ -427,9 +432,10 @@ class _Job:
 
     def ran(self, run: CalibrationRun, store: CalibrationFile, progress: _Progress) -> None:
         self.runs.append(run)
-        store.keep(self.sid, self.key, self.runs, self.sheet())
+        sheet = self.sheet()
+        store.keep(self.sid, self.key, self.runs, sheet)
         label = self.sid if self.plan.mode == "ab" else f"{self.sid} (archived)"
-        progress.ran(label, run)
+        progress.ran(label, run, "requests" if sheet.unit == "runs" else sheet.unit)
 
 
 def check_command(
@@ -512,7 +518,7 @@ class _Progress:
     def start(self, runs: int) -> None:
         self._cell_runs, self._cell_made = runs, 0
 
-    def ran(self, sid: str, run: CalibrationRun) -> None:
+    def ran(self, sid: str, run: CalibrationRun, unit: str) -> None:
         self.made += 1
         self._cell_made += 1
         what = "A/A" if run.planted == 0 else f"planted +{run.planted:.0%}"
@@ -521,6 +527,6 @@ class _Progress:
         estimate = run.seconds * (self.total - self.made)
         self.write(
             f"{sid}: run {self._cell_made}/{self._cell_runs} {what}: {run.verdict} "
-            f"({ratio}{run.pairs} pairs, {run.seconds:.1f} s); about {estimate:.0f} s of "
+            f"({ratio}{run.pairs} {unit}, {run.seconds:.1f} s); about {estimate:.0f} s of "
             f"runs left, {left:.0f} s of budget"
         )
