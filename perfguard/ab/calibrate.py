@@ -25,7 +25,9 @@ line saying so, when it changed. The sheet (:mod:`perfguard.judge.calibration`) 
 written beside the runs. ``check_command`` (``--check``) makes a few A/A runs of each
 calibrated cell and checks them against its sheets.
 
-A generative cell is passed over with the reason (planting per token is not built).
+A generative cell's slowdown is planted per token (TTFT, every ITL and the whole
+request grow by the fraction); its A/B runs are the gate's token pairs, and its sheet
+counts the decision on the gated latency figure.
 """
 
 from __future__ import annotations
@@ -44,10 +46,12 @@ from perfguard.ab.abrun import (
     load_plan,
     run_load_rounds,
     run_pairs,
+    run_token_pairs,
     warm_up_sides,
     worker_env,
 )
 from perfguard.ab.paired import StoppingRule
+from perfguard.ab.tokenpairs import token_gates
 from perfguard.core.blame import first_line
 from perfguard.core.errors import PerfguardError, StoreError
 from perfguard.core.policy import (
@@ -149,8 +153,6 @@ class CalibrationPlan:
 def why_not_calibrated(scenario: Scenario, ctx: RunContext) -> str | None:
     """None when ``scenario`` can be calibrated here; else why it is passed over (a cell
     the suite refused, or whose runtime this machine lacks, with the fix)."""
-    if scenario.generate is not None:
-        return "it generates (planting a slowdown per token is not built yet)"
     try:
         ready_backend(scenario, ctx)
     except PerfguardError as exc:
@@ -215,7 +217,17 @@ def _ab_run(
     with WorkerProcess(cwd=ctx.rootdir, name=name, env=worker_env()) as worker:
         a = _open(worker, "a", scenario, ctx, None)
         b = _open(worker, "b", scenario, ctx, planted)
-        if scenario.load is not None:
+        if scenario.generate is not None and scenario.load is None:
+            # The gate's own token pairs, every gated token figure decided; the sheet
+            # counts the gated latency figure's decision (each token planted).
+            gates = token_gates(scenario, seed=seed)
+            warm_up_sides(a, b, scenario, ctx)
+            _, looks, _ = run_token_pairs(
+                a, b, gates, scenario.generate.new_tokens, seed=seed, cell=scenario.item_name
+            )
+            metric = latency_gate(scenario)[0]
+            decision = looks.decisions.get(metric) or next(iter(looks.decisions.values()))
+        elif scenario.load is not None:
             interleaved = interleavable(scenario.load)
             plan = load_plan(scenario, seed, interleaved)
             *_, decisions, _ = run_load_rounds(

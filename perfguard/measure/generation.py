@@ -34,6 +34,7 @@ from perfguard.core.errors import CellError, ModelError
 from perfguard.core.scenario import Scenario
 from perfguard.core.stats import is_stable, stability_ratio, throughput
 from perfguard.measure.opencell import RunContext, ready_backend
+from perfguard.measure.plant import Plant
 from perfguard.measure.timing import Measurement
 from perfguard.measure.watchdog import cell_limit, watch
 from perfguard.models.prompts import make_prompts, make_text_prompts
@@ -98,6 +99,8 @@ class GenerativeRequests:
     #: Requests sent so far: request ``turn`` sends prompt ``turn % len(prepared)``. Two
     #: cells compared pair by pair set theirs equal, so a pair sends one prompt to both.
     turn: int = 0
+    #: A calibration's slowdown planted in every token (``Plant.stamps``).
+    plant: Plant | None = None
 
     def __call__(self) -> None:
         clock = time.perf_counter_ns
@@ -109,8 +112,9 @@ class GenerativeRequests:
 
         prompt = self.prepared[self.turn % len(self.prepared)]
         self.turn += 1
+        step = stamp if self.plant is None else self.plant.stamps(stamp)
         start = clock()
-        self.last = self.session.generate(prompt, self.new_tokens, stamp)
+        self.last = self.session.generate(prompt, self.new_tokens, step)
         self.rows.append((start, stamps))
 
     def token_times(self, skip: int) -> np.ndarray:
@@ -146,10 +150,15 @@ class StreamingRequests:
     prepared: list[Any]
     new_tokens: int
     turn: int = 0
+    #: A calibration's slowdown planted in every token (``Plant.stamps``; its wait lets
+    #: go of the GIL, as the other load workers' threads run beside it).
+    plant: Plant | None = None
 
     def __call__(self, stamp: Callable[[], None]) -> None:
         prompt = self.prepared[self.turn % len(self.prepared)]
         self.turn += 1
+        if self.plant is not None:
+            stamp = self.plant.stamps(stamp, yielding=True)
         self.session.generate(prompt, self.new_tokens, stamp)
 
 

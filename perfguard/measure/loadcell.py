@@ -200,7 +200,11 @@ class LoadRunner:
         assert requests is not None
         if index not in self._streams:
             stream = StreamingRequests(
-                requests.session, requests.prepared, requests.new_tokens, turn=index
+                requests.session,
+                requests.prepared,
+                requests.new_tokens,
+                turn=index,
+                plant=self.run.plant,
             )
             self._streams[index] = stream
             if self.cold_start_ns is None:

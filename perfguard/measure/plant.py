@@ -12,8 +12,12 @@ time slice the deadline falls in). A busy-wait, not a sleep: the core stays busy
 real slowdown's compute would, and a sleep's wake-up latency (tens of microseconds)
 would add noise of its own.
 
+A generative request is planted per token instead (``Plant.stamps``): each decoding
+step waits the fraction of its own time before its token is stamped, so TTFT, ITL, TPOT
+and the whole request each grow by the fraction.
+
 Each planted request records what it spun (``Plant.spun_ns``, one entry per request,
-cleared by ``take``), so a caller can check that every timed sample holds its wait:
+or per token, cleared by ``take``), so a caller can check that every timed sample holds its wait:
 ``sample >= spun * (1 + fraction) / fraction``. ``benchmarks/plant_accuracy.py``
 measures the added fraction on a quiet and a busy machine.
 """
@@ -90,6 +94,29 @@ class Plant:
             spin_until(done + wait, yielding=yielding)
             spun(wait)
             return out
+
+        return planted
+
+    def stamps(self, stamp: Callable[[], None], *, yielding: bool = False) -> Callable[[], None]:
+        """A generative request's ``stamp`` (called as each decoding step's tokens are
+        ready), planted per token: before each stamp, a wait of the fraction of that
+        step's own time (from the request's start for the first token, from the previous
+        stamp's end after that), so time to first token, every inter-token latency and
+        the whole request each take ``1 + fraction`` times their own. Make it as the
+        request starts: the first step's time counts from here."""
+        clock = time.perf_counter_ns
+        fraction = self.fraction
+        spun = self.spun_ns.append
+        last = clock()
+
+        def planted() -> None:
+            nonlocal last
+            now = clock()
+            wait = int((now - last) * fraction)
+            spin_until(now + wait, yielding=yielding)
+            spun(wait)
+            stamp()
+            last = clock()
 
         return planted
 

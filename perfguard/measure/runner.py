@@ -146,11 +146,6 @@ class ScenarioRun:
         calibration: Sequence[Mapping[str, np.ndarray]] | None = None,
         plant: Plant | None = None,
     ) -> None:
-        if plant is not None and scenario.generate is not None:
-            raise ValueError(
-                f"a planted slowdown in {scenario.item_name}, which generates: planting per "
-                "token is not built"
-            )
         self.scenario = scenario
         self.ctx = ctx
         #: A calibration's planted slowdown in each request (timed loop and load levels).
@@ -167,7 +162,7 @@ class ScenarioRun:
             self._opened_generator = open_generator(scenario, ctx)
             self.generator, prompts, self.batch = self._opened_generator.__enter__()
             self.requests = GenerativeRequests(
-                self.generator, prompts, scenario.generate.new_tokens
+                self.generator, prompts, scenario.generate.new_tokens, plant=plant
             )
             return
         self._opened = open_session(scenario, ctx, calibration)

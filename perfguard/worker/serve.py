@@ -112,17 +112,11 @@ class _Cell:
     """An open cell: a :class:`ScenarioRun` (its session open) until closed."""
 
     def __init__(self, scenario: Scenario, ctx: RunContext, plant: Plant | None = None) -> None:
-        if plant is not None and scenario.generate is not None:
-            raise ProtocolError(
-                f"`open` asked to plant a slowdown in {scenario.item_name}, which generates",
-                expected="a planted slowdown in a cell whose requests are model calls",
-                fix="plant slowdowns in cells that do not generate (planting per token is "
-                "not built yet)",
-            )
         self.scenario = scenario
         self.plant = plant
         # The plant slows the cell's own timed loop and load levels (``result``, load
-        # ops) too; ``measure``/``pairs`` time ``call``, planted below.
+        # ops) too; ``measure``/``pairs`` time ``call``, planted below (a generative
+        # cell's requests plant each token themselves).
         self.run = ScenarioRun(scenario, ctx, plant=plant)
         self._load: LoadRunner | None = None
         self.batch = self.run.batch

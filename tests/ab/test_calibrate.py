@@ -90,7 +90,7 @@ def test_cells_that_cannot_be_calibrated_here_are_passed_over_with_the_fix(
     ctx = RunContext(rootdir=suite.parent.parent, cache_dir=suite.parent / ".cache")
     assert why_not_calibrated(cells["cnn"], ctx) is None
     assert why_not_calibrated(cells["busy[c2]"], ctx) is None  # its load requests are planted
-    assert "it generates" in str(why_not_calibrated(cells["gen[p8]"], ctx))
+    assert why_not_calibrated(cells["gen[p8]"], ctx) is None  # its tokens are planted
     missing = str(why_not_calibrated(cells["trt"], ctx))
     assert missing.startswith("it cannot run here:") and "TensorRT is not installed" in missing
     picked = select_cells([suite], "cnn or busy")
@@ -185,6 +185,24 @@ def test_a_load_cell_and_the_archived_gate_are_calibrated_with_planted_requests(
     (planted,) = [r for r in cells["suites/s.yaml::cnn"]["archived"]["runs"] if r["planted"]]
     assert planted["ratio"] > 2, planted
     assert "rounds per run" in out and "requests per run" in out
+
+
+def test_a_generative_cell_is_calibrated_with_every_token_planted(
+    suite: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its A/B runs are the gate's token pairs; four times each decoding step's own time
+    planted is caught on any machine."""
+    pytest.importorskip("transformers")
+    monkeypatch.chdir(suite.parent.parent)
+    argv = ["calibrate", "suites", "-k", "gen", "--aa", "1", "--planted", "1", "--sizes", "3.0"]
+    status = main(argv)
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "gen[p8] (same-run A/B, P95 +5%)" in out
+    (path,) = (suite.parent.parent / "baselines").glob("*/calibration.json")
+    runs = json.loads(path.read_text())["cells"]["suites/s.yaml::gen[p8]"]["ab"]["runs"]
+    (planted,) = [r for r in runs if r["planted"]]
+    assert planted["verdict"] == "regression" and planted["ratio"] > 2, planted
 
 
 def test_a_cell_that_fails_is_reported_and_the_others_keep_their_runs(

@@ -11,6 +11,7 @@ import pytest
 from perfguard.core.errors import CellError
 from perfguard.core.scenario import GenerateSpec, LoopSpec, ModelSpec, Scenario
 from perfguard.measure.opencell import RunContext
+from perfguard.measure.plant import Plant
 from perfguard.measure.runner import ScenarioRun
 from tests.helpers.torch_cells import LOCATION
 
@@ -92,3 +93,18 @@ def test_a_cell_error_is_raised_before_anything_opens(tmp_path: Path) -> None:
             cell(tmp_path, error="cell `gen[p8]` is unsupported here"),
             RunContext(tmp_path, tmp_path / "cache"),
         )
+
+
+def test_a_planted_generation_waits_in_every_token_of_every_request(tmp_path: Path) -> None:
+    """A calibration's plant in a generative cell: one wait per decoding step, inside
+    the timed requests (so TTFT, ITL and the request all grow)."""
+    plant = Plant(0.5)
+    with ScenarioRun(cell(tmp_path), RunContext(tmp_path, tmp_path / "cache"), plant=plant) as run:
+        assert run.requests is not None and run.requests.plant is plant
+        result = run.measure()
+    waits = plant.take()
+    tokens = result.tokens  # type: ignore[attr-defined]
+    assert tokens is not None
+    new_tokens = 5
+    assert len(waits) % new_tokens == 0 and len(waits) >= 12 * new_tokens
+    assert all(w > 0 for w in waits)

@@ -6,14 +6,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfguard.core.scenario import GenerateSpec, Scenario
+from perfguard.core.scenario import Scenario
 from perfguard.measure.loadcell import LoadRunner
 from perfguard.measure.opencell import RunContext
 from perfguard.measure.plant import MAX_FRACTION, Plant, spin_until
@@ -155,8 +154,22 @@ def test_a_yielding_wait_lets_the_other_clients_threads_run() -> None:
     assert shared > 3 * max(held, 1)  # measured here: 700-770 against 9-87
 
 
-def test_a_generative_cell_refuses_a_plant_before_anything_opens(tmp_path: Path) -> None:
-    plain = _cells(tmp_path)["plain"]
-    generating = replace(plain, generate=GenerateSpec(prompt_tokens=4, new_tokens=2))
-    with pytest.raises(ValueError, match="which generates: planting per token is not built"):
-        ScenarioRun(generating, RunContext(tmp_path, tmp_path / "cache"), plant=Plant(0.1))
+@pytest.mark.parametrize("yielding", [False, True])
+def test_a_generation_is_planted_per_token(yielding: bool) -> None:
+    """Each decoding step waits the fraction of its own time before its token is
+    stamped: the first from the request's start, the others from the previous stamp."""
+    plant = Plant(0.5)
+    steps_ns = [2_000_000, 300_000, 600_000, 300_000]
+    stamps: list[int] = []
+    start = time.perf_counter_ns()
+    stamp = plant.stamps(lambda: stamps.append(time.perf_counter_ns()), yielding=yielding)
+    for own in steps_ns:  # a generation loop: compute a step, stamp its token
+        spin_until(time.perf_counter_ns() + own)
+        stamp()
+    waits = plant.take()
+    assert len(waits) == len(stamps) == len(steps_ns)
+    previous = start
+    for own, wait, at in zip(steps_ns, waits, stamps, strict=True):
+        assert wait >= own * 0.5  # the fraction of at least the step's own time
+        assert at - previous >= own + wait  # and the token is stamped after the wait
+        previous = at
