@@ -33,6 +33,7 @@ counts the decision on the gated latency figure.
 from __future__ import annotations
 
 import random
+import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -393,6 +394,8 @@ def calibrate_command(
         + (f" ({kept_runs} kept from before)" if kept_runs else "")
         + f", budget {budget_s:.0f} s; fingerprint {store.fingerprint}"
     )
+    if total:
+        write(_estimate(chosen, budget_s))
     sheets: list[CellSheet] = []
     failed: list[str] = []
     progress = _Progress(total, deadline, write)
@@ -426,6 +429,21 @@ def calibrate_command(
         )
     write(f"calibration: {store.path}")
     return sheets, failed
+
+
+def _estimate(jobs: Sequence[_Job], budget_s: float) -> str:
+    """What the runs to make will take, from each job's kept runs (a job without any is
+    timed by its first run: the progress lines say)."""
+    timed = [job for job in jobs if job.runs and job.todo]
+    seconds = sum(statistics.median(r.seconds for r in job.runs) * len(job.todo) for job in timed)
+    untimed = sum(1 for job in jobs if job.todo and not job.runs)
+    parts = []
+    if timed:
+        parts.append(f"about {seconds / 60:.1f} min for the cells with runs kept")
+    if untimed:
+        parts.append(f"{untimed} cell/mode(s) not timed yet (their first run's line says)")
+    over = " (over the budget: run again to go on)" if seconds > budget_s else ""
+    return "estimate: " + "; ".join(parts) + over
 
 
 @dataclass

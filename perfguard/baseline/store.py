@@ -500,6 +500,12 @@ class DirectoryStore(BaselineStore):
                 f.write("\n")
             f.write(f"# temporary files of an interrupted save (perfguard)\n{TEMP_FILE_GLOB}\n")
 
+    def locked(self, fingerprint: str, what: str) -> contextlib.AbstractContextManager[None]:
+        """The archive's lock on ``what`` of ``fingerprint`` (a commit's baseline, or
+        another file kept beside the baselines, such as the runner's calibration), held
+        while the block runs; waiting is reported as for a save."""
+        return self._locked(fingerprint, what)
+
     @contextlib.contextmanager
     def _locked(self, fingerprint: str, sha: str) -> Iterator[None]:
         # Locks live apart from the baselines so the reviewed tree stays clean; the
@@ -668,6 +674,12 @@ class MemoryStore(BaselineStore):
 
     def _write_text(self, fingerprint: str, sha: str, text: str) -> None:
         self.files[(fingerprint, sha)] = text.encode("utf-8")
+
+    def locked(self, fingerprint: str, what: str) -> contextlib.AbstractContextManager[None]:
+        """The archive's lock on ``what`` of ``fingerprint`` (a commit's baseline, or
+        another file kept beside the baselines, such as the runner's calibration), held
+        while the block runs; waiting is reported as for a save."""
+        return self._locked(fingerprint, what)
 
     @contextlib.contextmanager
     def _locked(self, fingerprint: str, sha: str) -> Iterator[None]:

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from perfguard.baseline.store import DirectoryStore
 from perfguard.core.atomicio import write_text_atomic
 from perfguard.core.errors import StoreError
 from perfguard.records.declare import Record, spec
@@ -568,30 +569,34 @@ def limit_warning(sheet: CellSheet, metric: str, limit: float) -> str | None:
 class CalibrationFile:
     """``<baseline_dir>/<fingerprint>/calibration.json``: every cell's plan, runs, sheet
     and checks on this machine's fingerprint, one entry per gate mode (``ab``,
-    ``archived``), rewritten atomically after each run. A file of version 1 (one entry
+    ``archived``), rewritten atomically after each run under the archive's lock,
+    merged with what other processes wrote meanwhile. A file of version 1 (one entry
     per cell, same-run A/B) is read as that cell's ``ab`` entry."""
 
     def __init__(self, baseline_dir: Path, fingerprint: str) -> None:
         self.path = baseline_dir / fingerprint / CALIBRATION_FILE
         self.fingerprint = fingerprint
-        self.cells: dict[str, dict[str, dict[str, Any]]] = {}
-        if self.path.exists():
-            try:
-                data = json.loads(self.path.read_text(encoding="utf-8"))
-                cells = data["cells"]
-                version = data.get("version")
-                if version not in (1, _VERSION) or not isinstance(cells, dict):
-                    raise ValueError(f"version {version!r}")
-                if version == 1:
-                    cells = {cell: {"ab": entry} for cell, entry in cells.items()}
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                raise StoreError(
-                    f"calibration file {self.path} cannot be read ({type(exc).__name__}: {exc})",
-                    expected=f"the JSON perfguard calibrate writes (version {_VERSION})",
-                    fix="move it away and calibrate again (perfguard never writes over a "
-                    "file it cannot read)",
-                ) from exc
-            self.cells = cells
+        self.cells: dict[str, dict[str, dict[str, Any]]] = (
+            self._read() if self.path.exists() else {}
+        )
+
+    def _read(self) -> dict[str, dict[str, dict[str, Any]]]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            cells = data["cells"]
+            version = data.get("version")
+            if version not in (1, _VERSION) or not isinstance(cells, dict):
+                raise ValueError(f"version {version!r}")
+            if version == 1:
+                cells = {cell: {"ab": entry} for cell, entry in cells.items()}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise StoreError(
+                f"calibration file {self.path} cannot be read ({type(exc).__name__}: {exc})",
+                expected=f"the JSON perfguard calibrate writes (version {_VERSION})",
+                fix="move it away and calibrate again (perfguard never writes over a "
+                "file it cannot read)",
+            ) from exc
+        return cells
 
     def _entry(self, cell: str, mode: str) -> dict[str, Any] | None:
         return self.cells.get(cell, {}).get(mode)
@@ -648,7 +653,7 @@ class CalibrationFile:
             # The checks of this sheet (perfguard calibrate --check); a new plan drops them.
             "checks": before.get("checks", []) if before.get("plan") == key else [],
         }
-        self._write()
+        self._write(cell, mode)
 
     def keep_check(
         self, cell: str, mode: str, drift: Drift, runs: Sequence[CalibrationRun]
@@ -663,13 +668,21 @@ class CalibrationFile:
                 "runs": [r.to_dict() for r in runs],
             }
         )
-        self._write()
+        self._write(cell, mode)
 
     def checks(self, cell: str, mode: str) -> int:
         """How many checks ``cell``'s sheet in ``mode`` has had."""
         return len((self._entry(cell, mode) or {}).get("checks", []))
 
-    def _write(self) -> None:
-        data = {"version": _VERSION, "fingerprint": self.fingerprint, "cells": self.cells}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(self.path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    def _write(self, cell: str, mode: str) -> None:
+        """Write this process's entry of ``cell`` in ``mode`` into the file as it is on
+        disk now, under the archive's lock: a calibration of other cells running beside
+        this one (another job on the runner) keeps its entries."""
+        entry = self.cells[cell][mode]
+        with DirectoryStore(self.path.parent.parent).locked(self.fingerprint, "calibration"):
+            if self.path.exists():
+                self.cells = self._read()
+            self.cells.setdefault(cell, {})[mode] = entry
+            data = {"version": _VERSION, "fingerprint": self.fingerprint, "cells": self.cells}
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(self.path, json.dumps(data, indent=1, sort_keys=True) + "\n")

@@ -136,6 +136,7 @@ def test_calibrate_measures_aa_and_planted_runs_and_resumes(
     out = capsys.readouterr().out
     assert status == 0, out
     assert "1 cell(s), 3 run(s) to make" in out
+    assert "estimate: 1 cell/mode(s) not timed yet" in out
     assert "suites/s.yaml::cnn: run 3/3" in out
     (path,) = (root / "baselines").glob("*/calibration.json")
     cell = json.loads(path.read_text())["cells"]["suites/s.yaml::cnn"]["ab"]
@@ -150,7 +151,9 @@ def test_calibrate_measures_aa_and_planted_runs_and_resumes(
     assert main([*argv, "--sizes", "1.0"]) == 0
     assert "0 run(s) to make (3 kept from before)" in capsys.readouterr().out
     assert main([*argv[:-4], "--aa", "3", "--planted", "1", "--sizes", "1.0"]) == 0
-    assert "1 run(s) to make (3 kept from before)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "1 run(s) to make (3 kept from before)" in out
+    assert "estimate: about 0." in out and "min for the cells with runs kept" in out
     assert main([*argv, "--sizes", "0.5", "--budget", "0"]) == 0
     out = capsys.readouterr().out
     assert "earlier ab runs were made under another plan" in out

@@ -275,3 +275,18 @@ def test_planted_runs_that_refute_the_noise_model_overrule_it() -> None:
     assert doubt.limit_holds is None and doubt.tightest_limit is not None
     assert limit_warning(doubt, "p95", 0.05) is None
     assert _sheet().limit_holds is True
+
+
+def test_two_calibrations_beside_each_other_keep_each_others_cells(tmp_path: Path) -> None:
+    """Two processes calibrating different cells of one runner (two jobs): each write
+    merges, under the archive's lock, with what the other wrote meanwhile."""
+    first, second = CalibrationFile(tmp_path, "fp"), CalibrationFile(tmp_path, "fp")
+    runs = _aa(0.01, 5)
+    key = {"mode": "ab", "metric": "p95", "limit": 0.05, "sizes": [], "seed": 0}
+    first.keep("a", key, runs, sheet_of("a", "ab", "p95", 0.05, runs))
+    second.keep("b", key, runs, sheet_of("b", "ab", "p95", 0.05, runs))
+    first.keep("a", key, runs[:3], sheet_of("a", "ab", "p95", 0.05, runs[:3]))
+    again = CalibrationFile(tmp_path, "fp")
+    assert set(again.cells) == {"a", "b"}
+    assert len(again.cells["a"]["ab"]["runs"]) == 3 and len(again.cells["b"]["ab"]["runs"]) == 5
+    assert (tmp_path / ".locks" / ".gitignore").read_text() == "*\n"  # out of the tree
