@@ -148,7 +148,7 @@ def test_zizmor_clean() -> None:
 
 
 def test_expected_workflows(workflows: dict[str, dict[Any, Any]]) -> None:
-    assert {"ci.yml", "perfguard.yml"} <= set(workflows)
+    assert {"ci.yml", "perfguard.yml", "perfguard-calibration.yml"} <= set(workflows)
     assert "tests.yml" not in workflows  # replaced by ci.yml
 
 
@@ -163,6 +163,10 @@ def test_no_pull_request_target(workflows: dict[str, dict[Any, Any]]) -> None:
 def test_self_hosted_jobs_never_run_fork_prs(workflows: dict[str, dict[Any, Any]]) -> None:
     self_hosted = 0
     for name, wf in workflows.items():
+        on = _on(wf)
+        triggers = {on} if isinstance(on, str) else set(on)
+        # A workflow only a schedule or a collaborator starts runs the default branch.
+        trusted_only = triggers <= {"schedule", "workflow_dispatch"}
         for job_name, job in wf["jobs"].items():
             runs_on = job["runs-on"]
             labels = [runs_on] if isinstance(runs_on, str) else list(runs_on)
@@ -170,12 +174,29 @@ def test_self_hosted_jobs_never_run_fork_prs(workflows: dict[str, dict[Any, Any]
                 continue
             self_hosted += 1
             condition = str(job.get("if", ""))
+            if trusted_only:
+                assert "github.event_name == 'schedule'" in condition, f"{name}:{job_name}"
+                continue
             assert FORK_GUARD in condition or "github.event_name == 'push'" in condition, (
                 f"{name}:{job_name} runs on a self-hosted runner without the fork guard"
             )
             if "pull_request" in condition:
                 assert FORK_GUARD in condition, f"{name}:{job_name}"
-    assert self_hosted >= 2
+    assert self_hosted >= 3
+
+
+def test_the_calibration_check_runs_on_the_trusted_runner_and_fails_on_drift(
+    workflows: dict[str, dict[Any, Any]],
+) -> None:
+    wf = workflows["perfguard-calibration.yml"]
+    assert set(_on(wf)) == {"schedule", "workflow_dispatch"} and wf["permissions"] == {}
+    job = wf["jobs"]["check"]
+    assert job["runs-on"] == TRUSTED_RUNNER and job["permissions"] == {"contents": "read"}
+    (check,) = [s for s in job["steps"] if s.get("name") == "Check"]
+    script = check["run"]
+    assert "perfguard calibrate suites/ --check" in script
+    # Drift (exit 1) fails the job; cells without a sheet (exit 2) are a notice.
+    assert 'if [ "$rc" -eq 2 ]' in script and 'exit "$rc"' in script
 
 
 def test_the_shard_matrix(workflows: dict[str, dict[Any, Any]]) -> None:
