@@ -378,6 +378,14 @@ def calibrate_command(
             continue
         sid = scenario.scenario_id(ctx.rootdir)
         for plan in plans:
+            server = scenario.model.server
+            if plan.mode == "ab" and server is not None and server.exclusive:
+                write(
+                    f"passed over in same-run A/B: {sid}: its server needs its device to "
+                    "itself (`server.exclusive`), so two sides cannot run at once; "
+                    "`--archived` calibrates it one measurement at a time"
+                )
+                continue
             key = plan.key(scenario)
             kept, dropped = ([], False) if fresh else store.runs(sid, key)
             if dropped:

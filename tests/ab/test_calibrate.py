@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 
 from perfguard.ab.calibrate import (
     CalibrationPlan,
+    calibrate_command,
     select_cells,
     sheet_for,
     why_not_calibrated,
@@ -23,6 +25,9 @@ from perfguard.core.errors import StoreError
 from perfguard.judge.calibration import CalibrationFile, CalibrationRun
 from perfguard.measure.opencell import RunContext
 from perfguard.suite.loader import load_suite
+from tests.helpers.served import served_suite
+
+GEN = "generate: {prompt_tokens: 16, new_tokens: 8}\n"
 
 SUITE = """\
 defaults:
@@ -252,3 +257,20 @@ def test_a_check_runs_aa_against_the_sheet_flags_drift_and_keeps_its_history(
     assert json.loads(path.read_text())["cells"]["suites/s.yaml::cnn"]["ab"]["checks"] == []
     assert main(["calibrate", "suites", "--check", "0"]) == 2
     assert "'0' is not a number of runs >= 1" in capsys.readouterr().err
+
+
+def test_an_exclusive_server_is_calibrated_archived_only(tmp_path: Path) -> None:
+    """Same-run A/B would run its two servers at once: passed over, with the fix."""
+    path = tmp_path / "suites" / "s.yaml"
+    path.parent.mkdir()
+    path.write_text(served_suite('command: [serve, --port, "{port}"]\nexclusive: true\n', GEN))
+    cells = select_cells([path], None)
+    ctx = RunContext(rootdir=tmp_path, cache_dir=tmp_path / ".cache")
+    said: list[str] = []
+    plan = CalibrationPlan(aa=1, planted=0, budget_s=0)
+    plans = [plan, replace(plan, mode="archived")]
+    store = CalibrationFile(tmp_path / "baselines", "fp")
+    sheets, failed = calibrate_command(cells, ctx, plans, store, write=said.append)
+    assert not failed and [s.mode for s in sheets] == ["archived"]
+    (passed,) = [line for line in said if line.startswith("passed over in same-run A/B")]
+    assert "`server.exclusive`" in passed and "`--archived` calibrates it" in passed
