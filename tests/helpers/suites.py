@@ -16,6 +16,15 @@ defaults:
   threads: 1
 """
 
+#: The tiny MLP of ``TINY_MODELS`` (``write_suite`` puts its module beside the suite).
+MLP_MODEL = """\
+models:
+  mlp:
+    factory: tinymodels:mlp
+    inputs:
+      x: {shape: [2, 8], dtype: float32}
+"""
+
 
 def write_suite(pytester: pytest.Pytester, name: str, body: str, *, models: bool = True) -> Path:
     """Write ``suites/<name>.yaml`` (with the tiny models module beside it)."""

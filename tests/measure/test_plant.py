@@ -20,6 +20,7 @@ from perfguard.measure.runner import ScenarioRun, run_loop
 from perfguard.suite.loader import load_suite
 from tests.helpers.models import TINY_MODELS
 from tests.helpers.processes import busy_neighbour
+from tests.helpers.suites import MLP_MODEL
 
 
 def _timed_requests(plant: Plant, work_ns: int, n: int) -> list[tuple[int, int]]:
@@ -76,20 +77,20 @@ def test_a_plant_outside_its_range_is_refused(fraction: float) -> None:
 
 # --- a plant inside a whole cell: its timed loop and its load levels -------------------
 
-PLANTED_SUITE = """\
+PLANTED_SUITE = (
+    """\
 defaults:
   warmup: {iterations: 5, seconds: 0}
   measure: {iterations: 100, seconds: 0}
   threads: 1
-models:
-  mlp:
-    factory: tinymodels:mlp
-    inputs:
-      x: {shape: [2, 8], dtype: float32}
+"""
+    + MLP_MODEL
+    + """\
 scenarios:
   - {name: plain, model: mlp}
   - {name: busy, model: mlp, load: {concurrency: 2}}
 """
+)
 
 
 def _cells(tmp_path: Path) -> dict[str, Scenario]:

@@ -6,16 +6,12 @@ import json
 
 import pytest
 
-from tests.helpers.suites import FAST_DEFAULTS, write_suite
+from tests.helpers.suites import FAST_DEFAULTS, MLP_MODEL, write_suite
 
 GOOD_SUITE = (
     FAST_DEFAULTS
+    + MLP_MODEL
     + """\
-models:
-  mlp:
-    factory: tinymodels:mlp
-    inputs:
-      x: {shape: [2, 8], dtype: float32}
 scenarios:
   - name: good
     model: mlp

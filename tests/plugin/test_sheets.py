@@ -13,16 +13,12 @@ from perfguard.cli import main
 from perfguard.judge.calibration import CalibrationFile, CalibrationRun, sheet_of
 from perfguard.plugin.sheets import CalibrationWarning, RunnerSheets
 from perfguard.suite.loader import load_suite
-from tests.helpers.suites import FAST_DEFAULTS, write_suite
+from tests.helpers.suites import FAST_DEFAULTS, MLP_MODEL, write_suite
 
 SUITE = (
     FAST_DEFAULTS
+    + MLP_MODEL
     + """\
-models:
-  mlp:
-    factory: tinymodels:mlp
-    inputs:
-      x: {shape: [2, 8], dtype: float32}
 scenarios:
   - {name: tight, model: mlp, gate: {p95: "+0.01%"}}
   - {name: loose, model: mlp, gate: {p95: "+20%"}}

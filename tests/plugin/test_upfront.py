@@ -10,16 +10,12 @@ import pytest
 
 from perfguard.plugin.upfront import directory_problem
 from tests.helpers.git_repos import run_git
-from tests.helpers.suites import FAST_DEFAULTS, write_suite
+from tests.helpers.suites import FAST_DEFAULTS, MLP_MODEL, write_suite
 
 SUITE = (
     FAST_DEFAULTS
+    + MLP_MODEL
     + """\
-models:
-  mlp:
-    factory: tinymodels:mlp
-    inputs:
-      x: {shape: [2, 8], dtype: float32}
 scenarios:
   - name: good
     model: mlp
