@@ -5,11 +5,14 @@ token, to a generative cell, on a quiet machine and beside a busy neighbour?
 plants every load client's requests (a wait that sleeps, letting go of the GIL, then
 spins its last 200 us) and every decoding step of a generation (``Plant.stamps``). Here
 whole measurements of two example cells alternate, plain and planted (as an archived
-calibration makes them), and the table gives the planted/plain ratio of their medians:
+calibration makes them), and the table gives the planted/plain ratio of their medians
+(whole measurements differ from run to run by far more than the plant: the ratios are
+the median over the rounds) and, for the generation, each token's wait against that
+step's own time, which is the plant's size exactly:
 
 - ``convnet-load[c2]`` of ``suites/examples.yaml`` (ONNX Runtime, one thread, two
   closed-loop clients): the P50 latency under load;
-- ``tinyllama`` of ``examples/generative/tinylm.yaml`` (torch, 48 prompt and 32 new
+- ``tinyllama[torch-fp32-p48]`` of ``examples/generative/tinylm.yaml`` (48 prompt, 32 new
   tokens): P50 time to first token, inter-token latency and request.
 
     python benchmarks/plant_cells.py [--rounds 4] [--fraction 0.1] [--out FILE]
@@ -39,7 +42,7 @@ from perfguard.suite.loader import load_suite
 ROOT = Path(__file__).resolve().parents[1]
 CELLS = (
     ("suites/examples.yaml", "convnet-load[c2]"),
-    ("examples/generative/tinylm.yaml", "tinyllama"),
+    ("examples/generative/tinylm.yaml", "tinyllama[torch-fp32-p48]"),
 )
 
 
@@ -63,7 +66,19 @@ def _figures(result: ScenarioResult) -> dict[str, float]:
 def _measure(scenario: Scenario, plant: Plant | None) -> dict[str, float]:
     ctx = RunContext(ROOT, ROOT / ".perfguard" / "cache")
     with ScenarioRun(scenario, ctx, plant=plant) as run:
-        return _figures(run.measure())
+        figures = _figures(run.measure())
+        if plant is not None and run.requests is not None:
+            # Each token's wait against that step's own time (its interval less the wait).
+            waits = plant.take()
+            own = []
+            for start, stamps in run.requests.rows:
+                previous = start
+                for at in stamps:
+                    own.append(at - previous)
+                    previous = at
+            pairs = list(zip(waits[-len(own) :], own[-len(waits) :], strict=True))
+            figures["wait / own step"] = statistics.median(w / (o - w) for w, o in pairs)
+        return figures
 
 
 def _ratios(scenario: Scenario, fraction: float, rounds: int) -> dict[str, float]:
@@ -73,8 +88,10 @@ def _ratios(scenario: Scenario, fraction: float, rounds: int) -> dict[str, float
     for i in range(rounds):
         order = (None, Plant(fraction)) if i % 2 == 0 else (Plant(fraction), None)
         measured = {p is not None: _measure(scenario, p) for p in order}
-        for key, plain in measured[False].items():
-            per_round.setdefault(key, []).append(measured[True][key] / plain)
+        for key, planted in measured[True].items():
+            plain = measured[False].get(key)
+            value = planted / plain if plain is not None else planted
+            per_round.setdefault(key, []).append(value)
     return {key: statistics.median(values) for key, values in per_round.items()}
 
 

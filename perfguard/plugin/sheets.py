@@ -24,6 +24,8 @@ import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import pytest
+
 from perfguard.ab.abrun import latency_gate
 from perfguard.ab.calibrate import MODES as _MODES
 from perfguard.core.errors import PerfguardWarning, StoreError
@@ -86,11 +88,24 @@ class RunnerSheets:
         return limit_warning(sheet, metric, limit)
 
     def warn_tight(self, cells: Iterable[tuple[str, Scenario]], mode: str) -> None:
-        """One ``CalibrationWarning`` per cell whose limit its sheet does not hold."""
-        for sid, scenario in cells:
-            message = self.warning(sid, scenario, mode)
-            if message is not None:
-                warnings.warn(CalibrationWarning(message), stacklevel=2)
+        """One ``CalibrationWarning`` per cell whose limit its sheet does not hold, at
+        the cell's line in its suite file. Made an error (``-W error::...``), it stops the
+        run as a usage error with the same message."""
+        try:
+            for sid, scenario in cells:
+                message = self.warning(sid, scenario, mode)
+                if message is None:
+                    continue
+                warnings.warn_explicit(
+                    CalibrationWarning(message),
+                    CalibrationWarning,
+                    filename=str(scenario.location.path),
+                    lineno=scenario.location.line or 0,
+                )
+        except CalibrationWarning as exc:
+            raise pytest.UsageError(
+                f"perfguard: {exc} (a CalibrationWarning, made an error by -W or filterwarnings)"
+            ) from exc
 
     def note(self, sid: str, scenario: Scenario, mode: str) -> CalibrationNote | None:
         """The headline a verdict of ``scenario`` in ``mode`` carries; None without a

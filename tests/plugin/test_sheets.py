@@ -87,7 +87,11 @@ def test_a_calibrated_runner_warns_at_collection_and_reports_what_it_sees(
     assert "noise: A/A P95 ratios spread" in out
     result = pytester.runpytest("--perfguard", "--perfguard-contention-limit=1", "-W", "default")
     text = result.stdout.str()
-    assert "CalibrationWarning: suites/s.yaml::tight: its P95 limit +0.01% is tighter" in text
+    # At the cell's line of its suite file, with the fix.
+    assert (
+        "suites/s.yaml:11: CalibrationWarning: suites/s.yaml::tight: its P95 limit +0.01%" in text
+    )
+    assert "Fix: raise the limit to 0.0" in text
     assert "suites/s.yaml::loose: its P95" not in text
     (comparison,) = (pytester.path / "reports").glob("*/comparison.json")
     verdicts = {v["scenario_id"]: v for v in json.loads(comparison.read_text())["verdicts"]}
@@ -100,3 +104,8 @@ def test_a_calibrated_runner_warns_at_collection_and_reports_what_it_sees(
     assert "**limit too tight**" in summary
     report = (comparison.parent / "report.html").read_text()
     assert "runner calibration" in report and "calibration warning" in report
+    # Made an error, the warning stops the run before anything is measured, saying why.
+    error = "error::perfguard.plugin.sheets.CalibrationWarning"
+    stopped = pytester.runpytest("--perfguard", "--collect-only", "-W", error)
+    assert stopped.ret == pytest.ExitCode.USAGE_ERROR
+    assert "made an error by -W or filterwarnings" in stopped.stderr.str()
