@@ -65,6 +65,7 @@ from perfguard.core.policy import (
 from perfguard.core.scenario import Scenario
 from perfguard.judge.calibration import (
     CAUGHT_RUNS,
+    MODES,
     CalibrationFile,
     CalibrationRun,
     CellSheet,
@@ -87,7 +88,6 @@ from perfguard.worker.isolate import measure_timeout_s
 from perfguard.worker.protocol import MAIN_SLOT
 
 __all__ = [
-    "MODES",
     "CalibrationPlan",
     "calibrate_cell",
     "calibrate_command",
@@ -96,10 +96,6 @@ __all__ = [
     "sheet_for",
     "why_not_calibrated",
 ]
-
-
-#: The gate modes a calibration measures: same-run A/B (the default) and archived.
-MODES = ("ab", "archived")
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ __all__ = [
     "CAUGHT_RUNS",
     "CalibrationFile",
     "CalibrationNote",
+    "MODES",
     "NOISE_RUNS",
     "TARGET_LIMITS",
     "CalibrationRun",
@@ -81,8 +82,10 @@ NOISE_RUNS = 5
 TARGET_LIMITS = (0.02, 0.05)
 #: A check's p-value below which the runner has drifted from its sheet.
 DRIFT_P = 0.01
-#: How each mode is named on a sheet.
-_MODES = {"ab": "same-run A/B", "archived": "archived"}
+#: The gate modes a calibration measures: same-run A/B (the default) and archived; and
+#: how each is named on a sheet.
+MODES = ("ab", "archived")
+_MODE_NAMES = {"ab": "same-run A/B", "archived": "archived"}
 #: Standard deviations of noise that "caught 19 times in 20" asks for (one-sided).
 _Z = statistics.NormalDist().inv_cdf(CAUGHT_RATE)
 
@@ -302,7 +305,7 @@ def sheet_of(
 def sheet_lines(sheet: CellSheet) -> list[str]:
     """The sheet as the terminal prints it, one finding per line."""
     gate = f"{sheet.metric.upper()} {_pct(sheet.limit)}"
-    lines = [f"{sheet.cell} ({_MODES[sheet.mode]}, {gate})"]
+    lines = [f"{sheet.cell} ({_MODE_NAMES[sheet.mode]}, {gate})"]
     lines.append(f"  false alarms (A/A): {sheet.false_alarms.text()}")
     if sheet.inconclusive.k:
         lines.append(
@@ -478,7 +481,7 @@ class CalibrationNote(Record):
 
     SCHEMA_NAME: ClassVar[str] = "calibration"
 
-    mode: str = field(metadata=spec(values=("ab", "archived")))
+    mode: str = field(metadata=spec(values=MODES))
     metric: str = field(metadata=spec(min_length=1))
     limit: float = field(metadata=spec(minimum=0))
     false_alarms: int = field(metadata=spec(minimum=0))
@@ -489,7 +492,7 @@ class CalibrationNote(Record):
 
     def text(self) -> str:
         """One line: what this runner sees for the cell, by its calibration."""
-        how = _MODES[self.mode]
+        how = _MODE_NAMES[self.mode]
         figure = self.metric.upper()
         if self.sees is not None:
             head = f"this runner sees >= {_pct(self.sees)} on {figure}"

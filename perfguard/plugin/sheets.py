@@ -27,10 +27,10 @@ from pathlib import Path
 import pytest
 
 from perfguard.ab.abrun import latency_gate
-from perfguard.ab.calibrate import MODES as _MODES
 from perfguard.core.errors import PerfguardWarning, StoreError
 from perfguard.core.scenario import Scenario
 from perfguard.judge.calibration import (
+    MODES,
     CalibrationFile,
     CalibrationNote,
     CellSheet,
@@ -55,6 +55,7 @@ class RunnerSheets:
         self._fingerprint = fingerprint
         self._file: CalibrationFile | None = None
         self._read = False
+        self._sheets: dict[tuple[str, str], CellSheet | None] = {}
 
     def _store(self) -> CalibrationFile | None:
         if not self._read:
@@ -69,11 +70,16 @@ class RunnerSheets:
         return self._file
 
     def _sheet(self, sid: str, mode: str) -> CellSheet | None:
-        store = self._store()
-        if store is None:
-            return None
-        sheets = (store.sheet(sid, m) for m in (mode, *(m for m in _MODES if m != mode)))
-        return next((sheet for sheet in sheets if sheet is not None), None)
+        """``sid``'s sheet in ``mode``, or in the other mode when it has only that one;
+        made once per cell and mode (collection and every verdict ask)."""
+        if (sid, mode) not in self._sheets:
+            store = self._store()
+            found = None
+            if store is not None:
+                sheets = (store.sheet(sid, m) for m in (mode, *(m for m in MODES if m != mode)))
+                found = next((sheet for sheet in sheets if sheet is not None), None)
+            self._sheets[(sid, mode)] = found
+        return self._sheets[(sid, mode)]
 
     def warning(self, sid: str, scenario: Scenario, mode: str) -> str | None:
         """Why ``scenario``'s gate in ``mode`` is tighter than its sheet allows, or None
@@ -82,10 +88,7 @@ class RunnerSheets:
             sheet = self._sheet(sid, mode)
         except StoreError as exc:
             return str(exc)
-        if sheet is None:
-            return None
-        metric, limit = latency_gate(scenario)
-        return limit_warning(sheet, metric, limit)
+        return None if sheet is None else _tight(sheet, scenario)
 
     def warn_tight(self, cells: Iterable[tuple[str, Scenario]], mode: str) -> None:
         """One ``CalibrationWarning`` per cell whose limit its sheet does not hold, at
@@ -116,4 +119,9 @@ class RunnerSheets:
             return None  # said at collection
         if sheet is None:
             return None
-        return note_of(sheet, self.warning(sid, scenario, mode))
+        return note_of(sheet, _tight(sheet, scenario))
+
+
+def _tight(sheet: CellSheet, scenario: Scenario) -> str | None:
+    metric, limit = latency_gate(scenario)
+    return limit_warning(sheet, metric, limit)
